@@ -1,0 +1,221 @@
+package runtime
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+// Range is a half-open range [Lo, Hi) of partitions, as pctl_ancestry declares them.
+type Range struct{ Lo, Hi int32 }
+
+// instance is one instantiated module, prepared per spec/abi-v1.md §3. It is not goroutine-safe:
+// a Pool hands it to one caller at a time.
+type instance struct {
+	m           *Module
+	mod         api.Module
+	mem         api.Memory
+	fuel        api.MutableGlobal
+	depth       api.Global
+	fnPartition api.Function
+	fnBatch     api.Function
+	fnAncestry  api.Function
+	ctx         context.Context // carries ws to the WASI host functions
+	ws          *wasiState
+
+	buf, bufSize uint32
+	view         []byte // the buffer, aliasing guest memory; valid while memory keeps viewMem bytes
+	viewMem      uint32
+	stack        [3]uint64
+
+	broken         bool // trapped or hit a limit: must be replaced
+	wasiRegistered bool
+}
+
+func (in *instance) close(ctx context.Context) {
+	if in.wasiRegistered {
+		wasiStates.Delete(in.mod)
+	}
+	if in.mod != nil {
+		_ = in.mod.Close(ctx)
+	}
+}
+
+// refreshView re-derives the buffer slice if guest memory grew (growing may move wazero's
+// backing array; guest addresses stay the same).
+func (in *instance) refreshView() {
+	if sz := in.mem.Size(); sz != in.viewMem || in.view == nil {
+		in.view, _ = in.mem.Read(in.buf, in.bufSize)
+		in.viewMem = sz
+	}
+}
+
+func (in *instance) call(op string, fn api.Function) ([]uint64, error) {
+	if err := fn.CallWithStack(in.ctx, in.stack[:1]); err != nil {
+		return nil, in.fail(op, err)
+	}
+	return in.stack[:1], nil
+}
+
+func (in *instance) call1(op string, fn api.Function, arg uint64) ([]uint64, error) {
+	in.stack[0] = arg
+	if err := fn.CallWithStack(in.ctx, in.stack[:1]); err != nil {
+		return nil, in.fail(op, err)
+	}
+	return in.stack[:1], nil
+}
+
+// partition is the single-key path: one copy into guest memory, one call, no allocation.
+func (in *instance) partition(key []byte, n int32) (int32, error) {
+	in.refreshView()
+	copy(in.view, key)
+	in.stack[0] = uint64(len(key))
+	in.stack[1] = uint64(uint32(n))
+	if err := in.fnPartition.CallWithStack(in.ctx, in.stack[:2]); err != nil {
+		return -1, in.fail("pctl_partition", err)
+	}
+	r := int32(uint32(in.stack[0]))
+	if r >= 0 && r < n {
+		return r, nil
+	}
+	return -1, in.resultError("pctl_partition", r, n, -1)
+}
+
+// batch computes len(keys) partitions in one crossing. The caller guarantees that the keys fit:
+// 4*len(keys)+sum(len) <= bufSize and len(keys) <= MaxBatchKeys.
+func (in *instance) batch(keys [][]byte, n int32, out []int32) error {
+	if in.fnBatch == nil {
+		for i, k := range keys {
+			r, err := in.partition(k, n)
+			if err != nil {
+				var ce *CallError
+				if errors.As(err, &ce) {
+					ce.Detail = fmt.Sprintf("key %d of the batch: %s", i, ce.Detail)
+				}
+				return err
+			}
+			out[i] = r
+		}
+		return nil
+	}
+	in.refreshView()
+	v := in.view
+	off := 4 * len(keys)
+	for i, k := range keys {
+		binary.LittleEndian.PutUint32(v[4*i:], uint32(len(k)))
+		off += copy(v[off:], k)
+	}
+	in.stack[0] = uint64(len(keys))
+	in.stack[1] = uint64(uint32(n))
+	if err := in.fnBatch.CallWithStack(in.ctx, in.stack[:2]); err != nil {
+		return in.fail("pctl_partition_batch", err)
+	}
+	if status := int32(uint32(in.stack[0])); status != 0 {
+		return in.resultError("pctl_partition_batch", status, n, -1)
+	}
+	in.refreshView()
+	v = in.view
+	for i := range keys {
+		r := int32(binary.LittleEndian.Uint32(v[4*i:]))
+		if r < 0 || r >= n {
+			return in.resultError("pctl_partition_batch", r, n, i)
+		}
+		out[i] = r
+	}
+	return nil
+}
+
+func (in *instance) ancestry(fromN, toN, child int32) ([]Range, error) {
+	if in.fnAncestry == nil {
+		return nil, &CallError{Digest: in.m.Digest, Name: in.m.displayName(), Op: "pctl_ancestry", Err: ErrUnsupported, Detail: "the module does not export pctl_ancestry"}
+	}
+	in.stack[0] = uint64(uint32(fromN))
+	in.stack[1] = uint64(uint32(toN))
+	in.stack[2] = uint64(uint32(child))
+	if err := in.fnAncestry.CallWithStack(in.ctx, in.stack[:3]); err != nil {
+		return nil, in.fail("pctl_ancestry", err)
+	}
+	count := int32(uint32(in.stack[0]))
+	if count < 0 {
+		if count == CodeUnsupported || count == CodeBuffer {
+			return nil, &CallError{Digest: in.m.Digest, Name: in.m.displayName(), Op: "pctl_ancestry", Err: ErrUnsupported, Code: count, Detail: fmt.Sprintf("declined for from_n=%d to_n=%d child=%d (%s)", fromN, toN, child, CodeName(count))}
+		}
+		return nil, &CallError{Digest: in.m.Digest, Name: in.m.displayName(), Op: "pctl_ancestry", Err: ErrPluginCode, Code: count}
+	}
+	if uint64(count)*8 > uint64(in.bufSize) {
+		return nil, &CallError{Digest: in.m.Digest, Name: in.m.displayName(), Op: "pctl_ancestry", Err: ErrOutOfRange, Detail: fmt.Sprintf("returned %d ranges, more than the buffer holds", count)}
+	}
+	in.refreshView()
+	out := make([]Range, count)
+	prevHi := int64(-1)
+	for i := range out {
+		lo := binary.LittleEndian.Uint32(in.view[8*i:])
+		hi := binary.LittleEndian.Uint32(in.view[8*i+4:])
+		if lo >= hi || hi > uint32(fromN) || int64(lo) < prevHi {
+			return nil, &CallError{Digest: in.m.Digest, Name: in.m.displayName(), Op: "pctl_ancestry", Err: ErrOutOfRange,
+				Detail: fmt.Sprintf("range %d is [%d, %d): ranges must be non-empty, sorted, disjoint and within [0, from_n=%d) (spec/abi-v1.md §2.7)", i, lo, hi, fromN)}
+		}
+		prevHi = int64(hi)
+		out[i] = Range{int32(lo), int32(hi)}
+	}
+	return out, nil
+}
+
+func (in *instance) resultError(op string, r, n int32, index int) error {
+	in.broken = in.broken || r >= n // a module that returns garbage may be in a bad state
+	e := &CallError{Digest: in.m.Digest, Name: in.m.displayName(), Op: op}
+	where := ""
+	if index >= 0 {
+		where = fmt.Sprintf("key %d of the batch: ", index)
+	}
+	if r >= n {
+		e.Err = ErrOutOfRange
+		e.Detail = fmt.Sprintf("%sreturned %d for n=%d; a partition must be in [0, n)", where, r, n)
+		return e
+	}
+	e.Err = ErrPluginCode
+	e.Code = r
+	if where != "" {
+		e.Detail = strings.TrimSuffix(where, ": ")
+	}
+	return e
+}
+
+// fail classifies an error of CallWithStack and marks the instance for replacement.
+func (in *instance) fail(op string, err error) error {
+	in.broken = true
+	cfg := &in.m.rt.cfg
+	e := &CallError{Digest: in.m.Digest, Name: in.m.displayName(), Op: op}
+	var exit *sys.ExitError
+	switch {
+	case errors.As(err, &exit):
+		e.Err = ErrExit
+		e.Detail = fmt.Sprintf("proc_exit(%d); a partitioner must return, not exit", exit.ExitCode())
+	case in.fuel != nil && int64(in.fuel.Get()) < 0:
+		e.Err = ErrTimeLimit
+		e.Detail = fmt.Sprintf("used its whole work budget of %d instructions (~%v): it loops forever or is far too slow for a partitioner", cfg.Fuel, fuelTime(cfg.Fuel))
+	case (in.depth != nil && uint32(in.depth.Get()) > cfg.MaxCallDepth) || strings.Contains(err.Error(), "stack overflow"):
+		e.Err = ErrCallDepth
+		e.Detail = fmt.Sprintf("nested more than %d calls (unbounded recursion?)", cfg.MaxCallDepth)
+	case in.mem.Size() >= cfg.MaxMemoryPages*65536:
+		e.Err = ErrMemoryLimit
+		e.Detail = fmt.Sprintf("trapped with memory at the limit of %d pages (%d MiB): %v", cfg.MaxMemoryPages, cfg.MaxMemoryPages/16, firstLine(err))
+	default:
+		e.Err = ErrTrap
+		e.Detail = firstLine(err)
+	}
+	return e
+}
+
+func firstLine(err error) string {
+	s := err.Error()
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}

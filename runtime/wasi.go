@@ -1,0 +1,204 @@
+package runtime
+
+import (
+	"context"
+	"encoding/binary"
+	"sync"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+// The wasi-deterministic import profile (spec/abi-v1.md §6.2): exactly these functions of module
+// wasi_snapshot_preview1, with exactly these signatures.
+const wasiModule = "wasi_snapshot_preview1"
+
+const (
+	errnoSuccess = 0
+	errnoBadf    = 8
+	errnoFault   = 21
+	errnoInval   = 28
+)
+
+var (
+	i32 = api.ValueTypeI32
+	i64 = api.ValueTypeI64
+)
+
+type wasiFunc struct {
+	params, results []api.ValueType
+	fn              func(ctx context.Context, mod api.Module, stack []uint64)
+}
+
+var wasiFuncs = map[string]wasiFunc{
+	"args_sizes_get":    {[]api.ValueType{i32, i32}, []api.ValueType{i32}, zeroSizes},
+	"args_get":          {[]api.ValueType{i32, i32}, []api.ValueType{i32}, nothing},
+	"environ_sizes_get": {[]api.ValueType{i32, i32}, []api.ValueType{i32}, zeroSizes},
+	"environ_get":       {[]api.ValueType{i32, i32}, []api.ValueType{i32}, nothing},
+	"clock_time_get":    {[]api.ValueType{i32, i64, i32}, []api.ValueType{i32}, clockTimeGet},
+	"random_get":        {[]api.ValueType{i32, i32}, []api.ValueType{i32}, randomGet},
+	"fd_write":          {[]api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32}, fdWrite},
+	"poll_oneoff":       {[]api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32}, pollOneoff},
+	"sched_yield":       {nil, []api.ValueType{i32}, schedYield},
+	"proc_exit":         {[]api.ValueType{i32}, nil, procExit},
+}
+
+// wasiState is the per-instance state of the deterministic WASI: the clock value and the
+// position in the SplitMix64 random stream. It travels in the context of every call into the
+// instance, so host functions find it without a lookup table.
+type wasiState struct {
+	time  uint64
+	state uint64  // SplitMix64 state
+	buf   [8]byte // current output
+	left  int     // unread bytes of buf (taken from its end)
+}
+
+type wasiKey struct{}
+
+func newWASIState(cfg *Config) *wasiState {
+	return &wasiState{time: cfg.WASITime, state: cfg.WASISeed}
+}
+
+func (w *wasiState) next() {
+	w.state += 0x9E3779B97F4A7C15
+	z := w.state
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+	binary.LittleEndian.PutUint64(w.buf[:], z^(z>>31))
+	w.left = 8
+}
+
+// read fills p with the next bytes of the stream.
+func (w *wasiState) read(p []byte) {
+	for len(p) > 0 {
+		if w.left == 0 {
+			w.next()
+		}
+		n := copy(p, w.buf[8-w.left:])
+		w.left -= n
+		p = p[n:]
+	}
+}
+
+// wasiStates maps a guest instance (api.Module) to its state for calls made after instantiation.
+// Calls into guests use context.Background(), because a context with values makes every wazero
+// call slower (it looks up its own keys in the chain); instantiation, which may run a start
+// function before the api.Module exists, carries the state in its context instead.
+var wasiStates sync.Map
+
+func stateOf(ctx context.Context, mod api.Module) *wasiState {
+	if s, ok := ctx.Value(wasiKey{}).(*wasiState); ok {
+		return s
+	}
+	if s, ok := wasiStates.Load(mod); ok {
+		return s.(*wasiState)
+	}
+	panic("pctl runtime: WASI call from an unregistered instance") // a host bug; wazero turns it into a trap
+}
+
+func instantiateWASI(ctx context.Context, r wazero.Runtime) (api.Module, error) {
+	b := r.NewHostModuleBuilder(wasiModule)
+	for name, f := range wasiFuncs {
+		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(f.fn), f.params, f.results).Export(name)
+	}
+	return b.Instantiate(ctx)
+}
+
+func zeroSizes(_ context.Context, mod api.Module, stack []uint64) {
+	mem := mod.Memory()
+	if !mem.WriteUint32Le(uint32(stack[0]), 0) || !mem.WriteUint32Le(uint32(stack[1]), 0) {
+		stack[0] = errnoFault
+		return
+	}
+	stack[0] = errnoSuccess
+}
+
+func nothing(_ context.Context, _ api.Module, stack []uint64) { stack[0] = errnoSuccess }
+
+func schedYield(_ context.Context, _ api.Module, stack []uint64) { stack[0] = errnoSuccess }
+
+func clockTimeGet(ctx context.Context, mod api.Module, stack []uint64) {
+	id := uint32(stack[0])
+	if id > 3 {
+		stack[0] = errnoInval
+		return
+	}
+	if !mod.Memory().WriteUint64Le(uint32(stack[2]), stateOf(ctx, mod).time) {
+		stack[0] = errnoFault
+		return
+	}
+	stack[0] = errnoSuccess
+}
+
+func randomGet(ctx context.Context, mod api.Module, stack []uint64) {
+	buf, n := uint32(stack[0]), uint32(stack[1])
+	p, ok := mod.Memory().Read(buf, n)
+	if !ok {
+		stack[0] = errnoFault
+		return
+	}
+	stateOf(ctx, mod).read(p)
+	stack[0] = errnoSuccess
+}
+
+func fdWrite(_ context.Context, mod api.Module, stack []uint64) {
+	fd, iovs, n, nwritten := uint32(stack[0]), uint32(stack[1]), uint32(stack[2]), uint32(stack[3])
+	if fd != 1 && fd != 2 {
+		stack[0] = errnoBadf
+		return
+	}
+	mem := mod.Memory()
+	vec, ok := mem.Read(iovs, n*8)
+	if !ok || uint64(n)*8 > uint64(^uint32(0)) {
+		stack[0] = errnoFault
+		return
+	}
+	var total uint32
+	for i := uint32(0); i < n; i++ {
+		total += binary.LittleEndian.Uint32(vec[i*8+4:])
+	}
+	if !mem.WriteUint32Le(nwritten, total) {
+		stack[0] = errnoFault
+		return
+	}
+	stack[0] = errnoSuccess
+}
+
+func pollOneoff(_ context.Context, mod api.Module, stack []uint64) {
+	in, out, nsubs, neventsPtr := uint32(stack[0]), uint32(stack[1]), uint32(stack[2]), uint32(stack[3])
+	if nsubs == 0 {
+		stack[0] = errnoInval
+		return
+	}
+	mem := mod.Memory()
+	subs, ok1 := mem.Read(in, nsubs*48)
+	events, ok2 := mem.Read(out, nsubs*32)
+	if !ok1 || !ok2 || uint64(nsubs)*48 > uint64(^uint32(0)) {
+		stack[0] = errnoFault
+		return
+	}
+	for i := uint32(0); i < nsubs; i++ {
+		s := subs[i*48 : i*48+48]
+		e := events[i*32 : i*32+32]
+		userdata := binary.LittleEndian.Uint64(s[0:])
+		tag := s[8]
+		clear(e)
+		binary.LittleEndian.PutUint64(e[0:], userdata)
+		if tag != 0 {
+			binary.LittleEndian.PutUint16(e[8:], errnoBadf)
+		}
+		e[10] = tag
+	}
+	if !mem.WriteUint32Le(neventsPtr, nsubs) {
+		stack[0] = errnoFault
+		return
+	}
+	stack[0] = errnoSuccess
+}
+
+func procExit(ctx context.Context, mod api.Module, stack []uint64) {
+	code := uint32(stack[0])
+	_ = mod.CloseWithExitCode(ctx, code)
+	panic(sys.NewExitError(code))
+}
