@@ -1,0 +1,3 @@
+module pctl.dev/pctl/plugins/murmur2/go
+
+go 1.26
