@@ -246,3 +246,35 @@ func TestJumpGuavaGoldens(t *testing.T) {
 		})
 	}
 }
+
+func TestJumpFollowsThePaperNotGuava(t *testing.T) {
+	// Inputs on which the paper's expression and Guava's rounding differ (found by a search
+	// over random keys with n near 2^31, where about 1 pair in 10^7 differs). Expected
+	// values from the paper's C++ compiled with g++ (tools/crosscheck/jump/jump_paper.cc);
+	// Guava 33.8.0-jre Hashing.consistentHash gives the other column
+	// (tools/crosscheck/jump/guava_vs_paper.sh). spec/builtins.md pins the paper's.
+	tests := []struct {
+		name         string
+		key          uint64
+		n            int32
+		paper, guava int32
+	}{
+		{name: "a", key: 9813187690726211366, n: 1898378292, paper: 1183863005, guava: 1183863018},
+		{name: "exact-2^27", key: 7612004585850187597, n: 1896616770, paper: 134217727, guava: 134217728},
+		{name: "b", key: 4439988903201502282, n: 1577780246, paper: 920432073, guava: 920432074},
+		{name: "c", key: 6152995148985398655, n: 1593749890, paper: 1040701615, guava: 1040701614},
+		{name: "d", key: 7327094575989326061, n: 1220851064, paper: 1025623746, guava: 1025623747},
+		{name: "e", key: 280831654133012014, n: 1414248490, paper: 1009003387, guava: 1009003386},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Jump(tt.key, tt.n)
+			if got == tt.guava {
+				t.Fatalf("Jump(%d, %d) = %d, Guava's rounding; the paper's expression gives %d: %s", tt.key, tt.n, got, tt.paper, remapMsg)
+			}
+			if got != tt.paper {
+				t.Fatalf("Jump(%d, %d) = %d, the paper's C++ gives %d: %s", tt.key, tt.n, got, tt.paper, remapMsg)
+			}
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -33,6 +34,7 @@ func TestReferenceVectors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	want := readKeysTxt(t)
 	covered := map[string]bool{}
 	for _, file := range files {
 		if filepath.Base(file) == "wasi-random.json" {
@@ -55,6 +57,15 @@ func TestReferenceVectors(t *testing.T) {
 				t.Fatalf("%s has no cases", file)
 			}
 			covered[vf.Partitioner] = true
+			if len(vf.Cases) != len(want) {
+				t.Errorf("%s has %d cases, keys.txt %d: regenerate with tools/crosscheck/gen.sh", file, len(vf.Cases), len(want))
+			}
+			for i := 0; i < len(vf.Cases) && i < len(want); i++ {
+				if vf.Cases[i].KeyHex != want[i].keyHex || vf.Cases[i].N != want[i].n {
+					t.Fatalf("%s case %d is (%s, %d), keys.txt has (%s, %d): regenerate with tools/crosscheck/gen.sh",
+						file, i, abbrev(vf.Cases[i].KeyHex), vf.Cases[i].N, abbrev(want[i].keyHex), want[i].n)
+				}
+			}
 			fails := 0
 			for i, c := range vf.Cases {
 				key, err := hex.DecodeString(c.KeyHex)
@@ -118,6 +129,38 @@ func TestWASIRandomVector(t *testing.T) {
 			t.Errorf("output %d: vector file has %#x, SplitMix64 of abi-v1.md §6.2 gives %#x", i+1, got, z)
 		}
 	}
+}
+
+type keysCase struct {
+	keyHex string
+	n      int32
+}
+
+// readKeysTxt parses spec/vectors/keys.txt, the case list every generator reads.
+func readKeysTxt(t *testing.T) []keysCase {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(vectorsDir, "keys.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []keysCase
+	for _, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		ns, keyHex, ok := strings.Cut(line, " x")
+		if !ok {
+			t.Fatalf("keys.txt: bad line %.60q", line)
+		}
+		for _, s := range strings.Split(ns, ",") {
+			n, err := strconv.ParseInt(s, 10, 32)
+			if err != nil || n < 1 {
+				t.Fatalf("keys.txt: bad n %q", s)
+			}
+			cases = append(cases, keysCase{keyHex, int32(n)})
+		}
+	}
+	return cases
 }
 
 func abbrev(h string) string {
