@@ -1,10 +1,12 @@
 package builtin
 
 import (
+	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
 	"regexp"
 	"sort"
+	"sync"
 	"testing"
 )
 
@@ -147,6 +149,38 @@ func TestCRCMatchesStdlib(t *testing.T) {
 		}
 		if got, want := crcIEEE(k), crc32.ChecksumIEEE(k); got != want {
 			t.Fatalf("crcIEEE(len %d) = %#x, hash/crc32 says %#x", n, got, want)
+		}
+	}
+}
+
+// TestConcurrentUse: a Func is safe for concurrent use (run with -race).
+func TestConcurrentUse(t *testing.T) {
+	keys := testKeys(19, 300, 80)
+	for _, b := range All() {
+		want := make([]int32, len(keys))
+		for i, k := range keys {
+			want[i] = b.Func(k, 977)
+		}
+		errs := make(chan string, 8)
+		var wg sync.WaitGroup
+		for g := 0; g < 8; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for rep := 0; rep < 20; rep++ {
+					for i, k := range keys {
+						if got := b.Func(k, 977); got != want[i] {
+							errs <- fmt.Sprintf("%s: concurrent call gave %d, sequential %d", b.Name, got, want[i])
+							return
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for e := range errs {
+			t.Error(e)
 		}
 	}
 }
