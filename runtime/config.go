@@ -13,7 +13,9 @@ const (
 	MinBufferBytes   = 65536
 	MaxBufferBytes   = 1 << 20
 	MaxMetadataBytes = 65536
-	MaxPartitions    = 1<<31 - 1
+	// MaxAncestryRanges is PCTL_MAX_RANGES: the most ranges pctl_ancestry may return.
+	MaxAncestryRanges = 8192
+	MaxPartitions     = 1<<31 - 1
 	// WASITime is the value every clock of the wasi-deterministic profile returns (§6.2).
 	WASITime uint64 = 1704067200000000000
 )

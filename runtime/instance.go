@@ -22,6 +22,7 @@ type instance struct {
 	mem         api.Memory
 	fuel        api.MutableGlobal
 	depth       api.Global
+	memFail     api.Global
 	fnPartition api.Function
 	fnBatch     api.Function
 	fnAncestry  api.Function
@@ -147,8 +148,8 @@ func (in *instance) ancestry(fromN, toN, child int32) ([]Range, error) {
 		}
 		return nil, &CallError{Digest: in.m.Digest, Name: in.m.displayName(), Op: "pctl_ancestry", Err: ErrPluginCode, Code: count}
 	}
-	if uint64(count)*8 > uint64(in.bufSize) {
-		return nil, &CallError{Digest: in.m.Digest, Name: in.m.displayName(), Op: "pctl_ancestry", Err: ErrOutOfRange, Detail: fmt.Sprintf("returned %d ranges, more than the buffer holds", count)}
+	if count > MaxAncestryRanges {
+		return nil, &CallError{Digest: in.m.Digest, Name: in.m.displayName(), Op: "pctl_ancestry", Err: ErrOutOfRange, Detail: fmt.Sprintf("returned %d ranges; at most %d are allowed (spec/abi-v1.md §2.7)", count, MaxAncestryRanges)}
 	}
 	in.refreshView()
 	out := make([]Range, count)
@@ -202,9 +203,9 @@ func (in *instance) fail(op string, err error) error {
 	case (in.depth != nil && uint32(in.depth.Get()) > cfg.MaxCallDepth) || strings.Contains(err.Error(), "stack overflow"):
 		e.Err = ErrCallDepth
 		e.Detail = fmt.Sprintf("nested more than %d calls (unbounded recursion?)", cfg.MaxCallDepth)
-	case in.mem.Size() >= cfg.MaxMemoryPages*65536:
+	case (in.memFail != nil && in.memFail.Get() != 0) || in.mem.Size() >= cfg.MaxMemoryPages*65536:
 		e.Err = ErrMemoryLimit
-		e.Detail = fmt.Sprintf("trapped with memory at the limit of %d pages (%d MiB): %v", cfg.MaxMemoryPages, cfg.MaxMemoryPages/16, firstLine(err))
+		e.Detail = fmt.Sprintf("trapped after memory.grow was refused at %d of at most %d pages (%d MiB): %v", in.mem.Size()/65536, cfg.MaxMemoryPages, cfg.MaxMemoryPages/16, firstLine(err))
 	default:
 		e.Err = ErrTrap
 		e.Detail = firstLine(err)

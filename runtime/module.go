@@ -88,7 +88,9 @@ func (m *Module) Exports() []string {
 func (m *Module) Runtime() *Runtime { return m.rt }
 
 // String names the module for messages: "name (sha256:0123456789ab)".
-func (m *Module) String() string { return fmt.Sprintf("%s (sha256:%s)", m.Metadata.Name, short(m.Digest)) }
+func (m *Module) String() string {
+	return fmt.Sprintf("%s (sha256:%s)", m.Metadata.Name, short(m.Digest))
+}
 
 type exportSpec struct {
 	name     string
@@ -207,6 +209,7 @@ func (m *Module) newInstance(ctx context.Context, config []byte, probe bool) (*i
 	if !cfg.Unguarded {
 		in.fuel = mod.ExportedGlobal(wasmbin.FuelExport).(api.MutableGlobal)
 		in.depth = mod.ExportedGlobal(wasmbin.DepthExport)
+		in.memFail = mod.ExportedGlobal(wasmbin.MemFailExport)
 	}
 	in.fnPartition = mod.ExportedFunction("pctl_partition")
 	in.fnBatch = mod.ExportedFunction("pctl_partition_batch")

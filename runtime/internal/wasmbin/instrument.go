@@ -8,8 +8,9 @@ import (
 // Export names of the globals that Instrument adds. The leading "pctl." cannot collide with a C
 // identifier, and Instrument refuses a module that already exports either name.
 const (
-	FuelExport  = "pctl.fuel"
-	DepthExport = "pctl.depth"
+	FuelExport    = "pctl.fuel"
+	DepthExport   = "pctl.depth"
+	MemFailExport = "pctl.memfail"
 )
 
 // Limits configures Instrument.
@@ -36,13 +37,18 @@ type Limits struct {
 //     `unreachable` once fuel is negative. Every non-terminating execution passes a loop head or a
 //     function entry infinitely often, so a call always ends; its work is bounded by the fuel the
 //     host sets before the call, and the count is deterministic, the same on every engine.
+//
 //   - Depth: a mutable i32 global, exported as DepthExport, incremented on function entry and
 //     decremented on every exit (the body is wrapped in a block so that branches to the
 //     function's label still pass the decrement; each `return` is preceded by it). Entering a
 //     function deeper than MaxDepth traps.
 //
+//   - Memory: a mutable i32 global, exported as MemFailExport, set to 1 whenever memory.grow
+//     fails (returns -1). A module that traps after a refused grow has hit the memory limit,
+//     whatever size it had reached.
+//
 // After a trap the host reads the globals: fuel < 0 means the work limit was hit, depth >
-// MaxDepth means the call-depth limit. The host must discard an instance after any trap (the
+// MaxDepth means the call-depth limit, memfail = 1 the memory limit. The host must discard an instance after any trap (the
 // depth counter is not unwound by a trap).
 //
 // Custom sections named ".debug*" are dropped (their code offsets would be stale); the "name"
@@ -55,11 +61,14 @@ func Instrument(b []byte, lim Limits) ([]byte, *Module, error) {
 	if _, ok := m.Export(FuelExport); ok {
 		return nil, nil, &Error{Where: "export section", Msg: fmt.Sprintf("export name %q is reserved by the pctl host", FuelExport), Err: ErrMalformed}
 	}
-	if _, ok := m.Export(DepthExport); ok {
-		return nil, nil, &Error{Where: "export section", Msg: fmt.Sprintf("export name %q is reserved by the pctl host", DepthExport), Err: ErrMalformed}
+	for _, name := range []string{DepthExport, MemFailExport} {
+		if _, ok := m.Export(name); ok {
+			return nil, nil, &Error{Where: "export section", Msg: fmt.Sprintf("export name %q is reserved by the pctl host", name), Err: ErrMalformed}
+		}
 	}
 	fuelIdx := uint32(m.impGlob + m.numGlobal)
 	depthIdx := fuelIdx + 1
+	memFailIdx := fuelIdx + 2
 
 	// Block types for wrapping bodies of multi-value functions: [] -> results.
 	newTypes := []FuncType{}
@@ -119,7 +128,7 @@ func Instrument(b []byte, lim Limits) ([]byte, *Module, error) {
 		exports[w.export].Index = uint32(m.impFuncs + len(m.Funcs) + j)
 	}
 
-	in := &instrumenter{m: m, fuel: fuelIdx, depth: depthIdx, maxDepth: lim.MaxDepth, wrapType: wrapType}
+	in := &instrumenter{m: m, fuel: fuelIdx, depth: depthIdx, memFail: memFailIdx, maxDepth: lim.MaxDepth, wrapType: wrapType}
 	out := make([]byte, 0, len(b)+len(b)/4+64)
 	out = append(out, b[:8]...)
 	wroteGlobals, wroteExports, wroteTypes := false, false, false
@@ -132,17 +141,18 @@ func Instrument(b []byte, lim Limits) ([]byte, *Module, error) {
 			n = r.u32()
 			rest = b[r.pos:existing.end]
 		}
-		body = appendU32(body, n+2)
+		body = appendU32(body, n+3)
 		body = append(body, rest...)
 		body = append(body, byte(I64), 1, 0x42)
 		body = appendS64(body, lim.InitialFuel)
 		body = append(body, 0x0b)
 		body = append(body, byte(I32), 1, 0x41, 0, 0x0b)
+		body = append(body, byte(I32), 1, 0x41, 0, 0x0b)
 		out = appendSection(out, secGlobal, body)
 		wroteGlobals = true
 	}
 	emitExports := func() {
-		body := appendU32(nil, uint32(len(exports)+2))
+		body := appendU32(nil, uint32(len(exports)+3))
 		for _, e := range exports {
 			body = appendName(body, e.Name)
 			body = append(body, byte(e.Kind))
@@ -154,6 +164,9 @@ func Instrument(b []byte, lim Limits) ([]byte, *Module, error) {
 		body = appendName(body, DepthExport)
 		body = append(body, byte(KindGlobal))
 		body = appendU32(body, depthIdx)
+		body = appendName(body, MemFailExport)
+		body = append(body, byte(KindGlobal))
+		body = appendU32(body, memFailIdx)
 		out = appendSection(out, secExport, body)
 		wroteExports = true
 	}
@@ -271,10 +284,10 @@ func appendSection(out []byte, id byte, body []byte) []byte {
 }
 
 type instrumenter struct {
-	m           *Module
-	fuel, depth uint32
-	maxDepth    uint32
-	wrapType    map[uint32]uint32
+	m                    *Module
+	fuel, depth, memFail uint32
+	maxDepth             uint32
+	wrapType             map[uint32]uint32
 }
 
 // code rewrites the code section whose content starts at b[start:].
@@ -323,14 +336,18 @@ func (in *instrumenter) function(out []byte, b []byte, start int, fn uint32) ([]
 	where := fmt.Sprintf("code section, function %d", uint32(in.m.impFuncs)+fn)
 	r := &reader{b: b, pos: start, where: where}
 	groups := r.u32()
+	var numLocals uint64
 	for g := uint32(0); g < groups && r.err == nil; g++ {
-		r.u32()
+		numLocals += uint64(r.u32())
 		r.byte()
 	}
 	if r.err != nil {
 		return nil, r.fail("locals")
 	}
 	localsEnd := r.pos
+	t := in.m.Types[in.m.Funcs[fn]]
+	scratch := uint32(uint64(len(t.Params)) + numLocals) // index of the i32 local added for memory.grow
+	hasGrow := false
 
 	// Pass 1: find instruction boundaries and charge each instruction to the innermost loop (or
 	// to the function's top level, counter 0).
@@ -359,6 +376,9 @@ func (in *instrumenter) function(out []byte, b []byte, start int, fn uint32) ([]
 				bodyEnd = at
 			}
 		default:
+			if op == 0x40 {
+				hasGrow = true
+			}
 			if err := skipImmediates(r, op); err != nil {
 				return nil, err
 			}
@@ -377,11 +397,21 @@ func (in *instrumenter) function(out []byte, b []byte, start int, fn uint32) ([]
 	}
 
 	// Pass 2: emit.
-	out = append(out, b[start:localsEnd]...)
+	if hasGrow {
+		if numLocals+uint64(len(t.Params)) >= 50000 {
+			return nil, &Error{Offset: start, Where: where, Msg: "too many locals", Err: ErrMalformed}
+		}
+		out = appendU32(out, groups+1)
+		rr := &reader{b: b, pos: start}
+		rr.u32()
+		out = append(out, b[rr.pos:localsEnd]...)
+		out = append(out, 1, byte(I32))
+	} else {
+		out = append(out, b[start:localsEnd]...)
+	}
 	out = in.depthEnter(out)
 	out = in.charge(out, costs[0])
 	out = append(out, 0x02) // block with the function's results
-	t := in.m.Types[in.m.Funcs[fn]]
 	switch len(t.Results) {
 	case 0:
 		out = append(out, 0x40)
@@ -397,6 +427,14 @@ func (in *instrumenter) function(out []byte, b []byte, start int, fn uint32) ([]
 		out = append(out, b[ins.start:ins.end]...)
 		if ins.loopIdx >= 0 {
 			out = in.charge(out, costs[ins.loopIdx])
+		}
+		if ins.op == 0x40 { // memory.grow: remember a refusal
+			out = append(out, 0x22) // local.tee scratch
+			out = appendU32(out, scratch)
+			out = append(out, 0x41, 0x7f, 0x46, 0x04, 0x40, 0x41, 0x01, 0x24) // i32.const -1, i32.eq, if, i32.const 1, global.set
+			out = appendU32(out, in.memFail)
+			out = append(out, 0x0b, 0x20) // end, local.get scratch
+			out = appendU32(out, scratch)
 		}
 	}
 	out = append(out, 0x0b) // end of wrapper block

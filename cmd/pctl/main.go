@@ -1,0 +1,178 @@
+// Command pctl runs partitioner modules (spec/abi-v1.md) and, with its broker, topics whose
+// partitioning can change without breaking per-key order. Run `pctl help` for the commands.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// Exit statuses.
+const (
+	exitOK      = 0
+	exitFailure = 1 // the command ran and something failed (a plugin trapped, a record was refused)
+	exitUsage   = 2 // bad flags, bad input, unknown names: nothing was done
+)
+
+// env is what a command may touch; tests drive commands in-process with their own.
+type env struct {
+	ctx    context.Context
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+	getenv func(string) string
+}
+
+type command struct {
+	name    string
+	summary string
+	run     func(e *env, args []string) int
+}
+
+var commands []command
+
+func register(c command) { commands = append(commands, c) }
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return runCtx(ctx, args, stdin, stdout, stderr)
+}
+
+func runCtx(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := &env{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv}
+	helpOut = stdout
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 {
+			return runCtx(ctx, []string{args[1], "--help"}, stdin, stdout, stderr)
+		}
+		usage(stdout)
+		return exitOK
+	case "version", "--version":
+		fmt.Fprintln(stdout, "pctl", version)
+		return exitOK
+	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			return c.run(e, args[1:])
+		}
+	}
+	fmt.Fprintf(stderr, "pctl: unknown command %q; run 'pctl help' for the list\n", args[0])
+	return exitUsage
+}
+
+const version = "0.1.0-dev"
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, `pctl: WebAssembly partitioners that every language and the broker run bit-identically.
+
+Usage: pctl <command> [flags] [args]
+
+Commands:
+`)
+	cs := append([]command(nil), commands...)
+	sort.Slice(cs, func(i, j int) bool { return cs[i].name < cs[j].name })
+	for _, c := range cs {
+		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, `
+Run 'pctl <command> --help' for a command's flags. Exit status: 0 success, 1 failure at run
+time (for example a plugin that traps), 2 bad usage or input (nothing was done).
+`)
+}
+
+// helpOut receives --help text; runCtx points it at the command's stdout.
+var helpOut io.Writer = os.Stdout
+
+// newFlags returns a FlagSet whose usage text starts with the command's synopsis.
+func newFlags(e *env, name, synopsis, help string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		out := fs.Output()
+		fmt.Fprintf(out, "Usage: pctl %s\n\n%s\n\nFlags:\n", synopsis, strings.TrimSpace(help))
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses flags that may be interleaved with positional arguments ("pctl plugin inspect
+// x.wasm --json"); "--" ends the flags. It returns the positional arguments, and an exit status
+// >= 0 when the command must stop (help was asked: 0; bad flags: 2).
+func parse(fs *flag.FlagSet, args []string) ([]string, int) {
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "-help" || a == "--help" {
+			out := fs.Output()
+			fs.SetOutput(helpOut)
+			fs.Usage()
+			fs.SetOutput(out)
+			return nil, exitOK
+		}
+	}
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, exitOK
+			}
+			return nil, exitUsage
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, -1
+		}
+		// flag stops at the first non-flag or after "--".
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(pos, rest...), -1
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// multiFlag collects a repeatable flag (--config K=V --config K2=V2).
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
+
+// usageErr prints a one-line usage error and returns exitUsage.
+func usageErr(e *env, cmd string, format string, args ...any) int {
+	fmt.Fprintf(e.stderr, "pctl %s: %s\n", cmd, fmt.Sprintf(format, args...))
+	return exitUsage
+}
+
+// failErr prints a one-line run-time failure and returns exitFailure.
+func failErr(e *env, cmd string, err error) int {
+	fmt.Fprintf(e.stderr, "pctl %s: %v\n", cmd, err)
+	return exitFailure
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

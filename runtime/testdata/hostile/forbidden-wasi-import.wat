@@ -1,0 +1,23 @@
+;; forbidden-wasi-import: imports wasi_snapshot_preview1.fd_read, a WASI function
+;; that is not among the ten of the wasi-deterministic profile (abi-v1.md 6.2).
+;; Otherwise a correct partitioner. A host must refuse it at load with an error
+;; naming `wasi_snapshot_preview1.fd_read`.
+(module
+  (import "wasi_snapshot_preview1" "fd_read" (func $fd_read (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 17)
+  ;; metadata: 87 bytes at 1024
+  (data (i32.const 1024) "{\"name\":\"forbidden-wasi-import\",\"version\":\"1.0.0\",\"description\":\"imports wasi fd_read\"}")
+  (func (export "pctl_abi_version") (result i32) (i32.const 1))
+  ;; The buffer is [65536, 65536+size), inside the 17 pages.
+  (func (export "pctl_key_buffer") (param $size i32) (result i32)
+    (if (result i32)
+      (i32.and (i32.ge_s (local.get $size) (i32.const 1))
+               (i32.le_s (local.get $size) (i32.const 1048576)))
+      (then (i32.const 65536))
+      (else (i32.const 0))))
+  (func (export "pctl_metadata") (result i64)
+    (i64.or (i64.shl (i64.const 1024) (i64.const 32)) (i64.const 87)))
+  (func (export "pctl_partition") (param $key_len i32) (param $n i32) (result i32)
+    (if (i32.lt_s (local.get $n) (i32.const 1)) (then (return (i32.const -1))))
+    (i32.rem_u (local.get $key_len) (local.get $n)))
+)
