@@ -344,3 +344,23 @@ func (p *Pool) Ancestry(fromN, toN, child int32) ([]Range, error) {
 	}
 	return in.ancestry(fromN, toN, child)
 }
+
+// MemoryPages returns the current size of the instance's linear memory, in 64 KiB pages
+// (conformance reports the peak).
+func (i *Instance) MemoryPages() uint32 {
+	in, err := i.p.ready(i.s)
+	if err != nil {
+		return 0
+	}
+	return in.mem.Size() / 65536
+}
+
+// WorkUsed returns the work units (fuel) the instance's last call spent: a deterministic measure
+// of its cost, the same on every engine. It returns -1 for an unguarded runtime.
+func (i *Instance) WorkUsed() int64 {
+	in := i.s.in
+	if in == nil || in.fuel == nil {
+		return -1
+	}
+	return i.p.m.rt.cfg.Fuel - int64(in.fuel.Get())
+}

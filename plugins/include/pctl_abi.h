@@ -60,6 +60,8 @@
 #define PCTL_MAX_METADATA 65536
 /* Largest partition count n. */
 #define PCTL_MAX_PARTITIONS 2147483647
+/* Most ranges pctl_ancestry returns, whatever the buffer size (spec 2.7). */
+#define PCTL_MAX_RANGES 8192
 
 /* ---- Error codes (spec section 5) -------------------------------------- */
 /* Negative results of pctl_partition, batch slots and the optional calls.  */

@@ -1,7 +1,7 @@
 /*
  * linear-murmur2 - linear hashing over Kafka's murmur2 (spec/builtins.md):
  * growing from n to n+1 partitions splits exactly one partition. Declares
- * exact split ancestry whenever it fits the buffer.
+ * exact split ancestry whenever it needs at most PCTL_MAX_RANGES ranges.
  */
 #include "builtin.h"
 #include "murmur2.h"
@@ -36,7 +36,8 @@ static void put_range(uint32_t i, uint32_t lo, uint32_t hi) {
  *              the hashes h = x (mod 2b), which lie inside the class.
  * Every residue mod 2^31 is a real hash (murmur2 is a bijection on 4-byte
  * keys), so these sets are the parents, not an over-approximation. When
- * they do not fit the buffer, [0, from_n) is declared instead.
+ * they need more than PCTL_MAX_RANGES ranges, [0, from_n) is declared instead
+ * (the same answer on every host, whatever its buffer size).
  */
 PCTL_EXPORT("pctl_ancestry")
 int32_t pctl_ancestry(int32_t from_n, int32_t to_n, int32_t child) {
@@ -44,9 +45,9 @@ int32_t pctl_ancestry(int32_t from_n, int32_t to_n, int32_t child) {
         return PCTL_E_INVALID;
     }
     uint32_t from = (uint32_t)from_n, to = (uint32_t)to_n, c = (uint32_t)child;
-    uint32_t cap = buf_size / 8;
-    if (cap < 1) {
-        return PCTL_E_BUFFER;
+    uint32_t cap = PCTL_MAX_RANGES;
+    if (buf_size / 8 < cap) {
+        return PCTL_E_BUFFER; /* never: hosts give at least PCTL_MIN_BUFFER */
     }
 
     uint32_t bt = floor_pow2(to);

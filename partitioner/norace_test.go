@@ -1,0 +1,5 @@
+//go:build !race
+
+package partitioner_test
+
+const raceEnabled = false
