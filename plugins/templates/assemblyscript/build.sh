@@ -12,7 +12,7 @@
 set -eu
 cd "$(dirname "$0")"
 if [ ! -x node_modules/.bin/asc ]; then
-	npm ci --no-audit --no-fund --loglevel=error
+	npm ci --prefer-offline --no-audit --no-fund --loglevel=error
 fi
 node_modules/.bin/asc assembly/index.ts -O3 --noAssert --runtime stub --use abort= \
 	-o my-partitioner.wasm
