@@ -1,0 +1,320 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/partitioner"
+	"pctl.dev/pctl/runtime"
+)
+
+// Broker is a running broker. Start it with Start; stop it with Close.
+type Broker struct {
+	cfg   Config
+	srv   *server.Server // nil with Config.NATSURL
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	topic jetstream.KeyValue
+	group jetstream.KeyValue
+	objs  jetstream.ObjectStore
+	rt    *runtime.Runtime
+	lib   *partitioner.Library
+
+	mu    sync.Mutex
+	parts map[string]*partitioner.WASM // digest+config -> partitioner (produce service, ancestry)
+	subs  []*nats.Subscription
+	wg    sync.WaitGroup
+	ctx   context.Context
+	stop  context.CancelFunc
+
+	changeMu sync.Mutex // serialises epoch-change steps within this process
+	ps       produceService
+}
+
+// Start starts a broker: the embedded server (unless Config.NATSURL), the buckets, the services,
+// and the resumption of any epoch change a previous run left unfinished.
+func Start(ctx context.Context, cfg Config) (*Broker, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	b := &Broker{cfg: cfg, parts: make(map[string]*partitioner.WASM)}
+	b.ctx, b.stop = context.WithCancel(context.Background())
+	ok := false
+	defer func() {
+		if !ok {
+			b.Close()
+		}
+	}()
+	if cfg.NATSURL == "" {
+		if err := b.startEmbedded(); err != nil {
+			return nil, err
+		}
+	} else {
+		opt, err := nats.NkeyOptionFromSeed(cfg.Creds)
+		if err != nil {
+			return nil, fmt.Errorf("broker: credentials %s: %w", cfg.Creds, err)
+		}
+		b.nc, err = nats.Connect(cfg.NATSURL, opt, nats.Name("pctl-broker"), nats.MaxReconnects(-1))
+		if err != nil {
+			return nil, fmt.Errorf("broker: connect to %s: %w", cfg.NATSURL, err)
+		}
+	}
+	b.js, err = jetstream.New(b.nc)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.ensureBuckets(ctx); err != nil {
+		return nil, err
+	}
+	b.rt, err = runtime.New(ctx, runtime.Config{CacheDir: filepath.Join(cfg.DataDir, "wazero-cache")})
+	if err != nil {
+		return nil, err
+	}
+	b.lib = partitioner.NewLibrary(b.rt)
+	if err := b.subscribe(); err != nil {
+		return nil, err
+	}
+	if err := b.resume(ctx); err != nil {
+		return nil, err
+	}
+	ok = true
+	return b, nil
+}
+
+func (b *Broker) startEmbedded() error {
+	if err := os.MkdirAll(b.cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("broker: data directory: %w", err)
+	}
+	users, err := ensureCredentials(b.cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("broker: credentials: %w", err)
+	}
+	host, port, err := splitListen(b.cfg.Listen)
+	if err != nil {
+		return err
+	}
+	opts := &server.Options{
+		ServerName: "pctl",
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   filepath.Join(b.cfg.DataDir, "jetstream"),
+		MaxPayload: b.cfg.MaxPayload,
+		NoSigs:     true,
+		NoLog:      true,
+	}
+	for role, pub := range users {
+		opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: pub, Permissions: permissions(role)})
+	}
+	b.srv, err = server.NewServer(opts)
+	if err != nil {
+		return fmt.Errorf("broker: %w", err)
+	}
+	go b.srv.Start()
+	if !b.srv.ReadyForConnections(30 * time.Second) {
+		return fmt.Errorf("broker: the NATS server did not start listening on %s within 30s (port in use? try --listen 127.0.0.1:0)", b.cfg.Listen)
+	}
+	opt, err := nats.NkeyOptionFromSeed(CredsPath(b.cfg.DataDir, roleBroker))
+	if err != nil {
+		return err
+	}
+	b.nc, err = nats.Connect(b.srv.ClientURL(), opt, nats.InProcessServer(b.srv), nats.Name("pctl-broker"))
+	if err != nil {
+		return fmt.Errorf("broker: internal connection: %w", err)
+	}
+	return nil
+}
+
+func (b *Broker) ensureBuckets(ctx context.Context) error {
+	var err error
+	b.topic, err = b.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: wire.TopicsBucket, Description: "pctl topic descriptors", History: 10,
+		Storage: jetstream.FileStorage, Replicas: b.cfg.Replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("broker: topics bucket: %w", err)
+	}
+	b.group, err = b.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: wire.GroupsBucket, Description: "pctl consumer-group state", History: 1,
+		Storage: jetstream.FileStorage, Replicas: b.cfg.Replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("broker: groups bucket: %w", err)
+	}
+	b.objs, err = b.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket: wire.PluginsBucket, Description: "pctl plugins, named by SHA-256 digest",
+		Storage: jetstream.FileStorage, Replicas: b.cfg.Replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("broker: plugins bucket: %w", err)
+	}
+	return nil
+}
+
+// ClientURL is the URL clients connect to.
+func (b *Broker) ClientURL() string {
+	if b.srv != nil {
+		return b.srv.ClientURL()
+	}
+	return b.cfg.NATSURL
+}
+
+// CredsPath returns the credentials file of a role (embedded mode).
+func (b *Broker) CredsPath(role string) string { return CredsPath(b.cfg.DataDir, role) }
+
+// Conn returns the broker's own NATS connection (full permissions), for tests and tools.
+func (b *Broker) Conn() *nats.Conn { return b.nc }
+
+// Close stops the services, waits for requests in progress, flushes and shuts the server down.
+// JetStream has persisted every acknowledged record before acknowledging it, so nothing
+// acknowledged is lost.
+func (b *Broker) Close() error {
+	for _, s := range b.subs {
+		_ = s.Drain()
+	}
+	b.wg.Wait()
+	closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	b.ps.close(closeCtx) // flushes the produce service: every accepted record gets its answer
+	cancel()
+	if b.stop != nil {
+		b.stop()
+	}
+	if b.nc != nil {
+		_ = b.nc.Drain()
+		for i := 0; i < 100 && !b.nc.IsClosed(); i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+		b.nc.Close()
+	}
+	b.mu.Lock()
+	for _, p := range b.parts {
+		p.Close()
+	}
+	b.parts = map[string]*partitioner.WASM{}
+	b.mu.Unlock()
+	if b.rt != nil {
+		_ = b.rt.Close(context.Background())
+	}
+	if b.srv != nil {
+		b.srv.Shutdown()
+		b.srv.WaitForShutdown()
+	}
+	return nil
+}
+
+// handler is one API endpoint.
+type handler func(ctx context.Context, m *nats.Msg) (any, error)
+
+func (b *Broker) subscribe() error {
+	routes := map[string]handler{
+		wire.APITopicGet:    b.apiTopicGet,
+		wire.APITopicList:   b.apiTopicList,
+		wire.APIPluginGet:   b.apiPluginGet,
+		wire.APIPluginInfo:  b.apiPluginInfo,
+		wire.APIPluginList:  b.apiPluginList,
+		wire.APIGroupList:   b.apiGroupList,
+		wire.AdminPluginPut: b.apiPluginUpload,
+		wire.AdminPluginDel: b.apiPluginDelete,
+		wire.AdminTopicNew:  b.apiTopicCreate,
+		wire.AdminTopicDel:  b.apiTopicDelete,
+		wire.AdminTopicEdit: b.apiTopicRepartition,
+	}
+	for subj, h := range routes {
+		h := h
+		s, err := b.nc.QueueSubscribe(subj, "pctl-broker", func(m *nats.Msg) {
+			b.wg.Add(1)
+			go func() {
+				defer b.wg.Done()
+				b.serve(m, h)
+			}()
+		})
+		if err != nil {
+			return err
+		}
+		b.subs = append(b.subs, s)
+	}
+	s, err := b.nc.QueueSubscribe(wire.ProducePrefix+".*", "pctl-broker", b.produce)
+	if err != nil {
+		return err
+	}
+	_ = s.SetPendingLimits(1<<20, 256<<20)
+	b.subs = append(b.subs, s)
+	return b.nc.Flush()
+}
+
+func (b *Broker) serve(m *nats.Msg, h handler) {
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Minute)
+	defer cancel()
+	v, err := h(ctx, m)
+	if m.Reply == "" {
+		return
+	}
+	if err != nil {
+		respondErr(m, err)
+		return
+	}
+	if raw, ok := v.(rawReply); ok {
+		out := nats.NewMsg(m.Reply)
+		out.Data = raw.data
+		for k, vs := range raw.headers {
+			out.Header[k] = vs
+		}
+		_ = m.RespondMsg(out)
+		return
+	}
+	body, err := json.Marshal(v)
+	if err != nil {
+		respondErr(m, err)
+		return
+	}
+	_ = m.Respond(body)
+}
+
+type rawReply struct {
+	data    []byte
+	headers nats.Header
+}
+
+// detailed attaches a JSON detail (e.g. a conformance report) to an error reply.
+type detailed struct {
+	err    error
+	detail any
+}
+
+func (d *detailed) Error() string { return d.err.Error() }
+func (d *detailed) Unwrap() error { return d.err }
+
+func respondErr(m *nats.Msg, err error) {
+	reply := wire.ErrorReply{Code: wire.Code(err), Message: err.Error()}
+	var d *detailed
+	if errors.As(err, &d) {
+		reply.Detail = d.detail
+	}
+	body, _ := json.Marshal(reply)
+	out := nats.NewMsg(m.Reply)
+	out.Header.Set(wire.HeaderError, reply.Code)
+	out.Data = body
+	_ = m.RespondMsg(out)
+}
+
+func decode(m *nats.Msg, v any) error {
+	if len(m.Data) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(m.Data, v); err != nil {
+		return fmt.Errorf("%w: request body is not valid JSON: %v", wire.ErrBadRequest, err)
+	}
+	return nil
+}

@@ -1,0 +1,102 @@
+package broker
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// Config configures a Broker. The zero value runs an embedded server on 127.0.0.1:4222 with its
+// data in the per-user data directory.
+type Config struct {
+	// DataDir holds JetStream's files and the role credentials. Default: $XDG_DATA_HOME/pctl,
+	// or ~/.local/share/pctl.
+	DataDir string
+	// Listen is the embedded server's client address. Default "127.0.0.1:4222"; port 0 picks a
+	// free port (see Broker.ClientURL).
+	Listen string
+	// NATSURL, if set, uses an existing NATS server or cluster (with JetStream) instead of
+	// embedding one; Creds then names the NKey seed file the broker connects with (it needs full
+	// permissions). Role credentials are the operator's business in that mode.
+	NATSURL string
+	Creds   string
+	// MaxPayload is the embedded server's largest message. Default 16 MiB, so that a plugin
+	// (at most 8 MiB) travels in one message.
+	MaxPayload int32
+	// MaxRecordBytes is the largest record (key + value + headers) a partition stream accepts.
+	// Default 1 MiB.
+	MaxRecordBytes int32
+	// Replicas of each partition stream and bucket (1 for a single server; 3 in a cluster).
+	Replicas int
+	// ConformanceKeys is the number of random keys the upload check runs. Default 20000.
+	ConformanceKeys int
+	// Logf receives the broker's log lines. Default: discard.
+	Logf func(format string, args ...any)
+	// ProduceTimeout bounds one publish of the produce service. Default 10s.
+	ProduceTimeout time.Duration
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.DataDir == "" {
+		d, err := DefaultDataDir()
+		if err != nil {
+			return c, err
+		}
+		c.DataDir = d
+	}
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:4222"
+	}
+	if c.MaxPayload == 0 {
+		c.MaxPayload = 16 << 20
+	}
+	if c.MaxRecordBytes == 0 {
+		c.MaxRecordBytes = 1 << 20
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.ConformanceKeys == 0 {
+		c.ConformanceKeys = 20000
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+	if c.ProduceTimeout == 0 {
+		c.ProduceTimeout = 10 * time.Second
+	}
+	if c.NATSURL != "" && c.Creds == "" {
+		return c, fmt.Errorf("broker: --nats %s needs --creds: the broker's own NKey seed file (full permissions)", c.NATSURL)
+	}
+	return c, nil
+}
+
+// DefaultDataDir returns the per-user data directory.
+func DefaultDataDir() (string, error) {
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "pctl"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("broker: no data directory: %w; give --data DIR", err)
+	}
+	return filepath.Join(home, ".local", "share", "pctl"), nil
+}
+
+func splitListen(s string) (string, int, error) {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", 0, fmt.Errorf("broker: --listen %q: %v; give HOST:PORT, e.g. 127.0.0.1:4222", s, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return "", 0, fmt.Errorf("broker: --listen %q: port must be 0 to 65535", s)
+	}
+	if p == 0 {
+		p = -1 // nats-server: random port
+	}
+	return host, p, nil
+}

@@ -1,0 +1,358 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"pctl.dev/pctl/broker/wire"
+)
+
+// Epoch change states, in order (spec/protocol.md §5). Every step is idempotent and recorded in
+// the descriptor by compare-and-set before the next begins, so a broker that dies at any point
+// resumes from the recorded state on start.
+const (
+	statePlanned = "planned" // Change written; new streams may not exist yet
+	stateCreated = "created" // every stream of the new epoch exists
+	stateFenced  = "fenced"  // every old partition refuses old-epoch records; boundaries recorded
+)
+
+// maxObservedRecords bounds the scan that computes observed ancestry.
+const maxObservedRecords = 2_000_000
+
+func (b *Broker) apiTopicRepartition(ctx context.Context, m *nats.Msg) (any, error) {
+	var req wire.RepartitionRequest
+	if err := decode(m, &req); err != nil {
+		return nil, err
+	}
+	t, rev, err := b.getTopic(ctx, req.Topic)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case t.Change != nil:
+		return nil, fmt.Errorf("%w: topic %s is already changing to epoch %d (state %s, started %s); wait for it to finish ('pctl topic describe %s')",
+			wire.ErrChangeInProgress, t.Name, t.Change.To, t.Change.State, t.Change.Started.Format(time.RFC3339), t.Name)
+	case t.Creating || t.Deleting:
+		return nil, fmt.Errorf("%w: topic %s is being created or deleted", wire.ErrConflict, t.Name)
+	}
+	cur := t.Current()
+	n := req.Partitions
+	if n == 0 {
+		n = cur.Partitions
+	}
+	if n < 1 || n > MaxTopicPartitions {
+		return nil, fmt.Errorf("%w: --partitions %d: a topic has 1 to %d partitions", wire.ErrBadRequest, n, MaxTopicPartitions)
+	}
+	ref, cfg := cur.Partitioner.Digest, cur.Partitioner.Config
+	if req.Partitioner != "" {
+		ref, cfg = req.Partitioner, req.Config
+	}
+	if req.SetConfig {
+		cfg = req.Config
+	}
+	p, err := b.resolvePartitioner(ctx, ref, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if n == cur.Partitions && p.Digest == cur.Partitioner.Digest && bytes.Equal(p.Config, cur.Partitioner.Config) {
+		return nil, fmt.Errorf("%w: topic %s already has %d partitions with %s and this config; nothing to change", wire.ErrBadRequest, t.Name, n, cur.Partitioner.Name)
+	}
+	t.Change = &wire.Change{To: cur.Epoch + 1, Partitions: n, Partition: p, State: statePlanned,
+		Fenced: make([]bool, cur.Partitions), Boundaries: make([]uint64, cur.Partitions), Started: time.Now().UTC()}
+	if _, err := b.putTopic(ctx, t, rev); err != nil {
+		if errors.Is(err, wire.ErrConflict) {
+			return nil, fmt.Errorf("%w: topic %s changed while the change was being planned (another repartition?); check 'pctl topic describe %s' and retry", wire.ErrChangeInProgress, t.Name, t.Name)
+		}
+		return nil, err
+	}
+	b.cfg.Logf("topic %s: epoch %d -> %d planned (%d -> %d partitions, %s -> %s)", t.Name, cur.Epoch, cur.Epoch+1, cur.Partitions, n, cur.Partitioner.Name, p.Name)
+	if err := b.runChange(ctx, t.Name); err != nil {
+		return nil, err
+	}
+	t, rev, err = b.getTopic(ctx, t.Name)
+	if err != nil {
+		return nil, err
+	}
+	return wire.TopicReply{Topic: *t, Revision: rev}, nil
+}
+
+// stepHook, when set (tests), runs after each recorded step; returning an error stops the change
+// there, as if the broker had died.
+var stepHook func(topic, state string) error
+
+// runChange drives a topic's epoch change from its recorded state to activation.
+func (b *Broker) runChange(ctx context.Context, name string) error {
+	b.changeMu.Lock()
+	defer b.changeMu.Unlock()
+	for {
+		t, rev, err := b.getTopic(ctx, name)
+		if err != nil {
+			return err
+		}
+		ch := t.Change
+		if ch == nil {
+			return nil
+		}
+		cur := t.Current()
+		switch ch.State {
+		case statePlanned:
+			err = b.forPartitions(ctx, ch.Partitions, func(q int) error {
+				if q < cur.Partitions {
+					return nil // fenced and moved to the new subject in the next step
+				}
+				subj := wire.DataSubject(t.Name, ch.To, q)
+				if err := b.ensureStream(ctx, t.Name, q, subj); err != nil {
+					return err
+				}
+				return b.setSubject(ctx, t.Name, q, subj) // a retired stream coming back
+			})
+			ch.State = stateCreated
+		case stateCreated:
+			err = b.forPartitions(ctx, cur.Partitions, func(q int) error {
+				subj := wire.RetiredSubject(t.Name, q)
+				if q < ch.Partitions {
+					subj = wire.DataSubject(t.Name, ch.To, q)
+				}
+				// Moving the stream off the old subject is the fence: from now on JetStream
+				// refuses old-epoch publishes to it. No new-epoch record exists before
+				// activation, so the last sequence is the boundary, however often this runs.
+				if err := b.setSubject(ctx, t.Name, q, subj); err != nil {
+					return err
+				}
+				last, err := b.lastSeq(ctx, t.Name, q)
+				if err != nil {
+					return err
+				}
+				ch.Boundaries[q] = last
+				ch.Fenced[q] = true
+				return nil
+			})
+			ch.State = stateFenced
+		case stateFenced:
+			anc := b.declaredAncestry(ctx, cur, ch)
+			cur.Boundaries = ch.Boundaries
+			t.Epochs = append(t.Epochs, wire.Epoch{Epoch: ch.To, Partitioner: ch.Partition, Partitions: ch.Partitions, Started: time.Now().UTC(), Ancestry: anc})
+			t.Change = nil
+			if _, err := b.putTopic(ctx, t, rev); err != nil {
+				return err
+			}
+			b.cfg.Logf("topic %s: epoch %d active (%d partitions, %s; boundaries %v; ancestry %s)", t.Name, ch.To, ch.Partitions, ch.Partition.Name, cur.Boundaries, anc.Source)
+			if stepHook != nil {
+				_ = stepHook(name, "active")
+			}
+			if anc.Source == "pending" {
+				b.wg.Add(1)
+				go func() {
+					defer b.wg.Done()
+					if err := b.observeAncestry(b.ctx, name, ch.To); err != nil {
+						b.cfg.Logf("topic %s: observed ancestry of epoch %d: %v", name, ch.To, err)
+					}
+				}()
+			}
+			return nil
+		default:
+			return fmt.Errorf("%w: topic %s has an epoch change in unknown state %q", wire.ErrInternal, name, ch.State)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := b.putTopic(ctx, t, rev); err != nil {
+			return err
+		}
+		if stepHook != nil {
+			if err := stepHook(name, ch.State); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (b *Broker) setSubject(ctx context.Context, topic string, q int, subject string) error {
+	s, err := b.js.Stream(ctx, wire.StreamName(topic, q))
+	if err != nil {
+		return fmt.Errorf("%w: stream %s: %v", wire.ErrUnavailable, wire.StreamName(topic, q), err)
+	}
+	cfg := s.CachedInfo().Config
+	if len(cfg.Subjects) == 1 && cfg.Subjects[0] == subject {
+		return nil
+	}
+	cfg.Subjects = []string{subject}
+	if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("%w: move stream %s to %s: %v", wire.ErrUnavailable, cfg.Name, subject, err)
+	}
+	return nil
+}
+
+func (b *Broker) lastSeq(ctx context.Context, topic string, q int) (uint64, error) {
+	s, err := b.js.Stream(ctx, wire.StreamName(topic, q))
+	if err != nil {
+		return 0, fmt.Errorf("%w: stream %s: %v", wire.ErrUnavailable, wire.StreamName(topic, q), err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.LastSeq, nil
+}
+
+// declaredAncestry returns the partition-level ancestry that is available at once: identity for
+// a change that keeps the function and count (a config change), the plugin's declared ancestry
+// when the function is unchanged and the plugin's ancestry was verified, else "pending" (the
+// observed ancestry is computed after activation, so that producers do not wait for a scan).
+func (b *Broker) declaredAncestry(ctx context.Context, cur *wire.Epoch, ch *wire.Change) *wire.Ancestry {
+	if cur.Partitioner.Digest == ch.Partition.Digest && bytes.Equal(cur.Partitioner.Config, ch.Partition.Config) {
+		info, err := b.pluginInfo(ctx, ch.Partition.Digest)
+		if err == nil && info.AncestryVerified {
+			if w, err := b.partitionerFor(ctx, ch.Partition); err == nil {
+				anc := &wire.Ancestry{Source: "declared", Parents: make([][][2]int, ch.Partitions)}
+				ok := true
+				for c := 0; c < ch.Partitions && ok; c++ {
+					rs, err := w.Ancestry(int32(cur.Partitions), int32(ch.Partitions), int32(c))
+					if err != nil {
+						ok = false
+						break
+					}
+					for _, r := range rs {
+						anc.Parents[c] = append(anc.Parents[c], [2]int{int(r.Lo), int(r.Hi)})
+					}
+				}
+				if ok {
+					return anc
+				}
+			}
+		}
+	}
+	return &wire.Ancestry{Source: "pending"}
+}
+
+// observeAncestry computes the ancestry of epoch e from the keys stored in epoch e-1's
+// partitions (up to their boundaries), evaluating both epochs' functions; a topic with more than
+// maxObservedRecords records gets "all".
+func (b *Broker) observeAncestry(ctx context.Context, name string, e int) error {
+	t, _, err := b.getTopic(ctx, name)
+	if err != nil {
+		return err
+	}
+	prev, next := t.Epoch(e-1), t.Epoch(e)
+	if prev == nil || next == nil || next.Ancestry == nil || next.Ancestry.Source != "pending" {
+		return nil
+	}
+	total := uint64(0)
+	for _, bd := range prev.Boundaries {
+		total += bd
+	}
+	parents := make([]map[int]bool, next.Partitions)
+	for i := range parents {
+		parents[i] = map[int]bool{}
+	}
+	source := "observed"
+	if total > maxObservedRecords {
+		source = "all"
+	} else {
+		fOld, err := b.partitionerFor(ctx, prev.Partitioner)
+		if err != nil {
+			return err
+		}
+		fNew, err := b.partitionerFor(ctx, next.Partitioner)
+		if err != nil {
+			return err
+		}
+		for q := 0; q < prev.Partitions; q++ {
+			err := b.scanKeys(ctx, name, q, prev.Boundaries[q], func(key []byte, epoch int) error {
+				if epoch != prev.Epoch {
+					return nil
+				}
+				c, err := fNew.Partition(key, int32(next.Partitions))
+				if err != nil {
+					return err
+				}
+				p, err := fOld.Partition(key, int32(prev.Partitions))
+				if err != nil {
+					return err
+				}
+				parents[c][int(p)] = true
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	anc := &wire.Ancestry{Source: source, Parents: make([][][2]int, next.Partitions)}
+	for c := range parents {
+		if source == "all" {
+			anc.Parents[c] = [][2]int{{0, prev.Partitions}}
+			continue
+		}
+		for q := 0; q < prev.Partitions; q++ {
+			if !parents[c][q] {
+				continue
+			}
+			if l := len(anc.Parents[c]); l > 0 && anc.Parents[c][l-1][1] == q {
+				anc.Parents[c][l-1][1] = q + 1
+			} else {
+				anc.Parents[c] = append(anc.Parents[c], [2]int{q, q + 1})
+			}
+		}
+	}
+	for {
+		t, rev, err := b.getTopic(ctx, name)
+		if err != nil {
+			return err
+		}
+		ep := t.Epoch(e)
+		if ep == nil || ep.Ancestry == nil || ep.Ancestry.Source != "pending" {
+			return nil
+		}
+		ep.Ancestry = anc
+		if _, err := b.putTopic(ctx, t, rev); err == nil || !errors.Is(err, wire.ErrConflict) {
+			return err
+		}
+	}
+}
+
+// scanKeys calls f with the key and epoch of every keyed record of partition q up to seq last.
+func (b *Broker) scanKeys(ctx context.Context, topic string, q int, last uint64, f func(key []byte, epoch int) error) error {
+	if last == 0 {
+		return nil
+	}
+	cons, err := b.js.OrderedConsumer(ctx, wire.StreamName(topic, q), jetstream.OrderedConsumerConfig{HeadersOnly: true})
+	if err != nil {
+		return err
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			return err
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			return err
+		}
+		if v := msg.Headers().Get(wire.HeaderKey); v != "" {
+			key, err := wire.DecodeKey(v)
+			if err == nil {
+				_, e, _, perr := wire.ParseDataSubject(msg.Subject())
+				if perr == nil {
+					if err := f(key, e); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if md.Sequence.Stream >= last {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,103 @@
+package wire
+
+// Broker API subjects (request/reply, JSON bodies). spec/protocol.md §3.
+const (
+	APITopicGet    = APIPrefix + ".topic.get"    // TopicRequest -> TopicReply
+	APITopicList   = APIPrefix + ".topic.list"   // {} -> TopicListReply
+	APIPluginGet   = APIPrefix + ".plugin.get"   // PluginRequest -> raw module bytes (headers: Pctl-Digest)
+	APIPluginInfo  = APIPrefix + ".plugin.info"  // PluginRequest -> PluginInfo
+	APIPluginList  = APIPrefix + ".plugin.list"  // {} -> PluginListReply
+	APIGroupList   = APIPrefix + ".group.list"   // TopicRequest -> GroupListReply
+	AdminPluginPut = AdminPrefix + ".plugin.upload"
+	AdminPluginDel = AdminPrefix + ".plugin.delete"
+	AdminTopicNew  = AdminPrefix + ".topic.create"
+	AdminTopicDel  = AdminPrefix + ".topic.delete"
+	AdminTopicEdit = AdminPrefix + ".topic.repartition"
+)
+
+// TopicRequest names a topic.
+type TopicRequest struct {
+	Topic string `json:"topic"`
+}
+
+// TopicReply carries a descriptor and its KV revision.
+type TopicReply struct {
+	Topic    Topic  `json:"topic"`
+	Revision uint64 `json:"revision"`
+}
+
+// TopicListReply lists topics.
+type TopicListReply struct {
+	Topics []TopicSummary `json:"topics"`
+}
+
+// TopicSummary is one line of a topic list.
+type TopicSummary struct {
+	Name        string `json:"name"`
+	Epoch       int    `json:"epoch"`
+	Partitions  int    `json:"partitions"`
+	Partitioner string `json:"partitioner"`
+	Changing    bool   `json:"changing,omitempty"`
+}
+
+// CreateTopicRequest creates a topic.
+type CreateTopicRequest struct {
+	Topic       string `json:"topic"`
+	Partitions  int    `json:"partitions"`
+	Partitioner string `json:"partitioner"` // built-in name or hex digest of an uploaded plugin
+	Config      []byte `json:"config,omitempty"`
+}
+
+// RepartitionRequest starts an epoch change. Zero Partitions or empty Partitioner keep the
+// current one.
+type RepartitionRequest struct {
+	Topic       string `json:"topic"`
+	Partitions  int    `json:"partitions,omitempty"`
+	Partitioner string `json:"partitioner,omitempty"`
+	Config      []byte `json:"config,omitempty"`
+	SetConfig   bool   `json:"set_config,omitempty"` // Config replaces the current config even when empty
+}
+
+// PluginRequest names a plugin by digest (or built-in name).
+type PluginRequest struct {
+	Plugin string `json:"plugin"`
+}
+
+// PluginInfo describes a stored plugin.
+type PluginInfo struct {
+	Digest     string   `json:"digest"`
+	Name       string   `json:"name"`
+	Version    string   `json:"version"`
+	Size       int      `json:"size"`
+	Profile    string   `json:"profile"`
+	Properties []string `json:"properties,omitempty"`
+	Builtin    bool     `json:"builtin,omitempty"`
+	// AncestryVerified is true when conformance verified the plugin's declared ancestry.
+	AncestryVerified bool     `json:"ancestry_verified,omitempty"`
+	UsedBy           []string `json:"used_by,omitempty"`
+}
+
+// PluginListReply lists plugins.
+type PluginListReply struct {
+	Plugins []PluginInfo `json:"plugins"`
+}
+
+// ProduceReply answers one broker-side produce request.
+type ProduceReply struct {
+	Partition int    `json:"partition"`
+	Epoch     int    `json:"epoch"`
+	Seq       uint64 `json:"seq"`
+	Duplicate bool   `json:"duplicate,omitempty"`
+}
+
+// GroupListReply lists consumer groups of a topic with their committed positions.
+type GroupListReply struct {
+	Groups []GroupInfo `json:"groups"`
+}
+
+// GroupInfo is a group's state on a topic.
+type GroupInfo struct {
+	Group     string   `json:"group"`
+	Members   []string `json:"members"`
+	Positions []uint64 `json:"positions"` // committed stream sequence per partition stream
+}

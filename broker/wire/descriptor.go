@@ -1,0 +1,112 @@
+package wire
+
+import (
+	"fmt"
+	"time"
+)
+
+// Topic is a topic descriptor, the value of key <topic> in TopicsBucket (spec/protocol.md §4).
+// It changes only by compare-and-set on the KV revision, by the broker.
+type Topic struct {
+	Name    string    `json:"name"`
+	ID      string    `json:"id"` // random, new for every creation of the name
+	Created time.Time `json:"created"`
+	// Epochs, oldest first; Epochs[len-1] is current. Epoch numbers start at 1 and increase by one.
+	Epochs []Epoch `json:"epochs"`
+	// Change is the epoch change in progress, if any (issue 5's state machine).
+	Change *Change `json:"change,omitempty"`
+	// Creating is set until every partition stream exists; Deleting while they are removed.
+	Creating bool `json:"creating,omitempty"`
+	Deleting bool `json:"deleting,omitempty"`
+}
+
+// Epoch fixes a layout: partitioner, config and partition count.
+type Epoch struct {
+	Epoch       int         `json:"epoch"`
+	Partitioner Partitioner `json:"partitioner"`
+	Partitions  int         `json:"partitions"`
+	Started     time.Time   `json:"started"`
+	// Boundaries[q] is the stream sequence of partition q's last record of this epoch; set when
+	// the epoch ends (its partitions are fenced). 0 means the partition had no records up to then.
+	Boundaries []uint64 `json:"boundaries,omitempty"`
+	// Ancestry of this epoch's partitions from the previous epoch's (nil for epoch 1).
+	Ancestry *Ancestry `json:"ancestry,omitempty"`
+}
+
+// Partitioner names an epoch's partition function.
+type Partitioner struct {
+	Name   string `json:"name"`   // declared metadata name, for humans
+	Digest string `json:"digest"` // hex SHA-256 of the module: the identity
+	Config []byte `json:"config,omitempty"`
+}
+
+// Ancestry is partition-level split ancestry from epoch e-1 to epoch e.
+type Ancestry struct {
+	// Source is "declared" (the plugin's pctl_ancestry, verified by conformance), "observed"
+	// (both functions evaluated over the keys stored in the old partitions), "identity" (same
+	// function and count) or "all" (every old partition).
+	Source string `json:"source"`
+	// Parents[child] lists the previous epoch's partitions whose keys may now be in child, as
+	// half-open ranges [lo, hi).
+	Parents [][][2]int `json:"parents"`
+}
+
+// Change is an epoch change in progress. Its steps (spec/protocol.md §5) are idempotent.
+type Change struct {
+	To         int         `json:"to"` // the epoch being created
+	Partitions int         `json:"partitions"`
+	Partition  Partitioner `json:"partitioner"`
+	State      string      `json:"state"` // "planned", "created", "fenced"
+	Fenced     []bool      `json:"fenced,omitempty"`
+	Boundaries []uint64    `json:"boundaries,omitempty"`
+	Started    time.Time   `json:"started"`
+}
+
+// Current returns the current epoch.
+func (t *Topic) Current() *Epoch { return &t.Epochs[len(t.Epochs)-1] }
+
+// Epoch returns epoch number e, or nil.
+func (t *Topic) Epoch(e int) *Epoch {
+	if len(t.Epochs) == 0 {
+		return nil
+	}
+	i := e - t.Epochs[0].Epoch
+	if i < 0 || i >= len(t.Epochs) {
+		return nil
+	}
+	return &t.Epochs[i]
+}
+
+// MaxPartitions is the number of partition streams the topic has ever had: its streams are
+// 0 .. MaxPartitions-1 (partitions shrunk away stay, retired, until drained and the topic is deleted).
+func (t *Topic) MaxPartitions() int {
+	m := 0
+	for _, e := range t.Epochs {
+		if e.Partitions > m {
+			m = e.Partitions
+		}
+	}
+	if t.Change != nil && t.Change.Partitions > m {
+		m = t.Change.Partitions
+	}
+	return m
+}
+
+// Validate checks the descriptor's internal consistency.
+func (t *Topic) Validate() error {
+	if err := ValidTopic(t.Name); err != nil {
+		return err
+	}
+	if len(t.Epochs) == 0 {
+		return fmt.Errorf("topic %s has no epochs", t.Name)
+	}
+	for i, e := range t.Epochs {
+		if e.Epoch != t.Epochs[0].Epoch+i || e.Partitions < 1 {
+			return fmt.Errorf("topic %s: epoch %d is malformed", t.Name, e.Epoch)
+		}
+		if i < len(t.Epochs)-1 && len(e.Boundaries) != e.Partitions {
+			return fmt.Errorf("topic %s: ended epoch %d has %d boundaries for %d partitions", t.Name, e.Epoch, len(e.Boundaries), e.Partitions)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,61 @@
+package wire
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Consumer-group state lives in GroupsBucket (spec/protocol.md §6). Keys:
+//
+//	<topic id>.<group>.m.<member>     MemberState, re-put every heartbeat
+//	<topic id>.<group>.p.<partition>  PartitionState, changed only by compare-and-set
+//
+// The topic id (not its name) scopes the state, so a topic deleted and created again under the
+// same name starts with fresh positions.
+
+// MemberKey is the key of a member's heartbeat.
+func MemberKey(topicID, group, member string) string {
+	return topicID + "." + group + ".m." + member
+}
+
+// PartitionKey is the key of a group's state for one partition stream.
+func PartitionKey(topicID, group string, partition int) string {
+	return topicID + "." + group + ".p." + strconv.Itoa(partition)
+}
+
+// GroupPrefix is the key prefix of a group's state.
+func GroupPrefix(topicID, group string) string { return topicID + "." + group + "." }
+
+// ParseGroupKey splits a group key into group, kind ("m" or "p") and name.
+func ParseGroupKey(topicID, key string) (group, kind, name string, ok bool) {
+	if !strings.HasPrefix(key, topicID+".") {
+		return "", "", "", false
+	}
+	parts := strings.Split(key[len(topicID)+1:], ".")
+	if len(parts) != 3 || (parts[1] != "m" && parts[1] != "p") {
+		return "", "", "", false
+	}
+	return parts[0], parts[1], parts[2], true
+}
+
+// MemberState is a member's heartbeat.
+type MemberState struct {
+	ID        string    `json:"id"`
+	Started   time.Time `json:"started"`
+	Heartbeat time.Time `json:"heartbeat"`
+	// Partitions the member currently owns (informational).
+	Owns []int `json:"owns,omitempty"`
+}
+
+// PartitionState is a group's state for one partition stream: who owns it, until when, and the
+// committed position (the stream sequence of the last record the group acknowledged; every record
+// up to it is drained).
+type PartitionState struct {
+	Owner    string `json:"owner,omitempty"`
+	LeaseEnd int64  `json:"lease_end,omitempty"` // unix milliseconds
+	Position uint64 `json:"position"`
+}
+
+// ValidGroup checks a group name (same rules as a topic name).
+func ValidGroup(name string) error { return ValidTopic(name) }

@@ -1,0 +1,189 @@
+// Package wire defines pctl's protocol on NATS (spec/protocol.md): subjects, headers, stream and
+// bucket names, the topic descriptor, the broker API's requests and replies, and the error codes
+// that cross the wire. The broker and every client use it; it imports neither nats-server nor
+// the WebAssembly runtime, so a client stays light.
+package wire
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Subjects and names. spec/protocol.md §2 is normative; these are its constants.
+const (
+	// DataPrefix roots record subjects: pctl.data.<topic>.<epoch>.<partition>.
+	DataPrefix = "pctl.data"
+	// APIPrefix roots read-only broker requests (producer and consumer roles).
+	APIPrefix = "pctl.api"
+	// AdminPrefix roots broker requests that change state (admin role only).
+	AdminPrefix = "pctl.admin"
+	// ProducePrefix roots the broker-side produce service: pctl.produce.<topic>.
+	ProducePrefix = "pctl.produce"
+	// EventsPrefix roots broker notifications: pctl.events.topic.<topic>.
+	EventsPrefix = "pctl.events"
+
+	// TopicsBucket is the KV bucket of topic descriptors (key: topic name).
+	TopicsBucket = "pctl-topics"
+	// PluginsBucket is the Object Store bucket of plugins (object name: hex digest).
+	PluginsBucket = "pctl-plugins"
+	// GroupsBucket is the KV bucket of consumer-group state (spec/protocol.md §6).
+	GroupsBucket = "pctl-groups"
+	// StreamPrefix prefixes partition stream names: PCTL_<topic>_<partition>.
+	StreamPrefix = "PCTL_"
+)
+
+// Headers of a record message.
+const (
+	// HeaderKey carries the record's key: "b64:" + standard base64 (so the empty key is "b64:").
+	// A record without this header is keyless.
+	HeaderKey = "Pctl-Key"
+	// HeaderProducer and HeaderSeq identify a record for deduplication and order checks:
+	// the producer's id and its sequence number for the record (1, 2, ...).
+	HeaderProducer = "Pctl-Producer"
+	HeaderSeq      = "Pctl-Seq"
+	// HeaderMsgID is JetStream's deduplication header; pctl sets it to "<producer>-<seq>".
+	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderError carries an API error code on a reply that failed (with a JSON body).
+	HeaderError = "Pctl-Error"
+)
+
+var topicRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidTopic checks a topic name: 1 to 64 of [A-Za-z0-9_-] (a NATS subject token and part of a
+// stream name, so no dots, spaces or wildcards).
+func ValidTopic(name string) error {
+	if !topicRE.MatchString(name) {
+		return fmt.Errorf("%w: %q: a topic name is 1 to 64 characters of A-Z a-z 0-9 _ -", ErrBadRequest, name)
+	}
+	return nil
+}
+
+// DataSubject is the subject a record of (topic, epoch, partition) is published to.
+func DataSubject(topic string, epoch, partition int) string {
+	return DataPrefix + "." + topic + "." + strconv.Itoa(epoch) + "." + strconv.Itoa(partition)
+}
+
+// RetiredSubject is the only subject of a partition stream that no longer takes records (shrunk
+// away): no producer ever publishes to it.
+func RetiredSubject(topic string, partition int) string {
+	return DataPrefix + "." + topic + ".retired." + strconv.Itoa(partition)
+}
+
+// ParseDataSubject splits pctl.data.<topic>.<epoch>.<partition>.
+func ParseDataSubject(s string) (topic string, epoch, partition int, err error) {
+	parts := strings.Split(s, ".")
+	if len(parts) != 5 || parts[0]+"."+parts[1] != DataPrefix {
+		return "", 0, 0, fmt.Errorf("not a pctl record subject: %q", s)
+	}
+	e, err1 := strconv.Atoi(parts[3])
+	p, err2 := strconv.Atoi(parts[4])
+	if err1 != nil || err2 != nil {
+		return "", 0, 0, fmt.Errorf("not a pctl record subject: %q", s)
+	}
+	return parts[2], e, p, nil
+}
+
+// StreamName is the JetStream stream holding a topic's partition (across all epochs).
+func StreamName(topic string, partition int) string {
+	return StreamPrefix + topic + "_" + strconv.Itoa(partition)
+}
+
+// ProduceSubject is the broker-side produce service's subject for a topic.
+func ProduceSubject(topic string) string { return ProducePrefix + "." + topic }
+
+// TopicEventSubject is where the broker announces a change of a topic's descriptor.
+func TopicEventSubject(topic string) string { return EventsPrefix + ".topic." + topic }
+
+// EncodeKey returns the HeaderKey value of a key.
+func EncodeKey(key []byte) string { return "b64:" + base64.StdEncoding.EncodeToString(key) }
+
+// DecodeKey parses a HeaderKey value.
+func DecodeKey(v string) ([]byte, error) {
+	if !strings.HasPrefix(v, "b64:") {
+		return nil, fmt.Errorf("%s header %q does not start with b64:", HeaderKey, v)
+	}
+	return base64.StdEncoding.DecodeString(v[4:])
+}
+
+// Error codes that cross the wire (HeaderError and ErrorReply.Code). Each maps to a sentinel, so
+// errors.Is works on both sides.
+var (
+	ErrBadRequest       = errors.New("bad request")
+	ErrNotFound         = errors.New("not found")
+	ErrExists           = errors.New("already exists")
+	ErrConflict         = errors.New("conflict")
+	ErrInUse            = errors.New("in use")
+	ErrPluginRejected   = errors.New("plugin rejected")
+	ErrPluginFailed     = errors.New("plugin failed")
+	ErrFenced           = errors.New("epoch fenced")
+	ErrChangeInProgress = errors.New("epoch change in progress")
+	ErrPermission       = errors.New("permission denied")
+	ErrUnavailable      = errors.New("unavailable")
+	ErrInternal         = errors.New("internal error")
+)
+
+var codes = map[string]error{
+	"bad_request":        ErrBadRequest,
+	"not_found":          ErrNotFound,
+	"exists":             ErrExists,
+	"conflict":           ErrConflict,
+	"in_use":             ErrInUse,
+	"plugin_rejected":    ErrPluginRejected,
+	"plugin_failed":      ErrPluginFailed,
+	"fenced":             ErrFenced,
+	"change_in_progress": ErrChangeInProgress,
+	"permission":         ErrPermission,
+	"unavailable":        ErrUnavailable,
+	"internal":           ErrInternal,
+}
+
+// Code returns the wire code of an error (the first sentinel it wraps), "internal" otherwise.
+func Code(err error) string {
+	for c, s := range codes {
+		if errors.Is(err, s) {
+			return c
+		}
+	}
+	return "internal"
+}
+
+// ErrorReply is the body of a failed API reply.
+type ErrorReply struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Detail  any    `json:"detail,omitempty"` // e.g. a conformance report
+}
+
+// RemoteError is an error returned by the broker. It unwraps to the sentinel of its code.
+type RemoteError struct {
+	Code    string
+	Message string
+	Detail  []byte // raw JSON detail, if any
+}
+
+func (e *RemoteError) Error() string { return e.Message }
+
+// Unwrap maps the code back to its sentinel.
+func (e *RemoteError) Unwrap() error {
+	if s, ok := codes[e.Code]; ok {
+		return s
+	}
+	return ErrInternal
+}
+
+// RoleHint says, for a subject a client was refused, which role it needs.
+func RoleHint(subject string) string {
+	switch {
+	case strings.HasPrefix(subject, AdminPrefix):
+		return "this needs the admin role (connect with the broker's admin.nk)"
+	case strings.HasPrefix(subject, DataPrefix), strings.HasPrefix(subject, ProducePrefix):
+		return "producing needs the producer or admin role (producer.nk)"
+	case strings.HasPrefix(subject, "$KV."+GroupsBucket), strings.HasPrefix(subject, "$JS.API.CONSUMER"):
+		return "consuming needs the consumer or admin role (consumer.nk)"
+	}
+	return "check the role of the credentials you connect with"
+}

@@ -1,0 +1,254 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/partitioner"
+	"pctl.dev/pctl/runtime"
+)
+
+// Options configures Connect.
+type Options struct {
+	// URL of the broker. Default: $PCTL_SERVER, else nats://127.0.0.1:4222.
+	URL string
+	// Creds is an NKey seed file (admin.nk, producer.nk or consumer.nk from the broker's data
+	// directory). Default: $PCTL_CREDS. Empty: connect without credentials.
+	Creds string
+	// Name is the connection name shown by the server.
+	Name string
+	// Timeout bounds each broker API request. Default 30s.
+	Timeout time.Duration
+	// Runtime runs the partitioner modules. Default: a runtime of its own (closed by Close).
+	Runtime *runtime.Runtime
+}
+
+// Client is a connection to a broker. It is safe for concurrent use.
+type Client struct {
+	opts    Options
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	rt      *runtime.Runtime
+	ownRT   bool
+	mu      sync.Mutex
+	parts   map[string]*partitioner.WASM // digest/config -> partitioner
+	modules map[string][]byte            // digest -> verified bytes
+
+	vmu        sync.Mutex
+	violations map[string][]chan struct{} // subject -> waiters
+	vlisteners []func(subject string)
+}
+
+// Connect connects to a broker.
+func Connect(ctx context.Context, opts Options) (*Client, error) {
+	if opts.URL == "" {
+		opts.URL = os.Getenv("PCTL_SERVER")
+	}
+	if opts.URL == "" {
+		opts.URL = "nats://127.0.0.1:4222"
+	}
+	if opts.Creds == "" {
+		opts.Creds = os.Getenv("PCTL_CREDS")
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = 30 * time.Second
+	}
+	if opts.Name == "" {
+		opts.Name = "pctl-client"
+	}
+	c := &Client{opts: opts, parts: map[string]*partitioner.WASM{}, modules: map[string][]byte{}, violations: map[string][]chan struct{}{}}
+	nopts := []nats.Option{nats.Name(opts.Name), nats.MaxReconnects(-1), nats.ErrorHandler(c.onAsyncError)}
+	if opts.Creds != "" {
+		o, err := nats.NkeyOptionFromSeed(opts.Creds)
+		if err != nil {
+			return nil, fmt.Errorf("pctl: credentials %s: %w (use a .nk seed file from the broker's data directory)", opts.Creds, err)
+		}
+		nopts = append(nopts, o)
+	}
+	nc, err := nats.Connect(opts.URL, nopts...)
+	if err != nil {
+		if errors.Is(err, nats.ErrAuthorization) || strings.Contains(strings.ToLower(err.Error()), "authorization") {
+			return nil, fmt.Errorf("%w: the broker at %s refused the credentials %q: %v; use admin.nk, producer.nk or consumer.nk from the broker's data directory (--creds or PCTL_CREDS)", wire.ErrPermission, opts.URL, opts.Creds, err)
+		}
+		return nil, fmt.Errorf("%w: cannot connect to %s: %v; is 'pctl serve' running? (--server or PCTL_SERVER)", wire.ErrUnavailable, opts.URL, err)
+	}
+	c.nc = nc
+	c.js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1<<16), jetstream.WithPublishAsyncTimeout(30*time.Second))
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	c.rt = opts.Runtime
+	if c.rt == nil {
+		if c.rt, err = runtime.New(ctx, runtime.Config{}); err != nil {
+			nc.Close()
+			return nil, err
+		}
+		c.ownRT = true
+	}
+	return c, nil
+}
+
+// Conn returns the underlying NATS connection.
+func (c *Client) Conn() *nats.Conn { return c.nc }
+
+// JetStream returns the JetStream context of the connection.
+func (c *Client) JetStream() jetstream.JetStream { return c.js }
+
+// Close closes the connection and the partitioners.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	for _, p := range c.parts {
+		p.Close()
+	}
+	c.parts = map[string]*partitioner.WASM{}
+	c.mu.Unlock()
+	if c.nc != nil {
+		_ = c.nc.Drain()
+		for i := 0; i < 200 && !c.nc.IsClosed(); i++ {
+			time.Sleep(5 * time.Millisecond)
+		}
+		c.nc.Close()
+	}
+	if c.ownRT {
+		_ = c.rt.Close(context.Background())
+	}
+	return nil
+}
+
+var violationRE = regexp.MustCompile(`(?i)permissions violation for (publish|subscription) to "([^"]+)"`)
+
+func (c *Client) onAsyncError(_ *nats.Conn, _ *nats.Subscription, err error) {
+	if !errors.Is(err, nats.ErrPermissionViolation) {
+		return
+	}
+	m := violationRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return
+	}
+	subject := m[2]
+	c.vmu.Lock()
+	for _, ch := range c.violations[subject] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	ls := append([]func(string){}, c.vlisteners...)
+	c.vmu.Unlock()
+	for _, l := range ls {
+		l(subject)
+	}
+}
+
+func (c *Client) watchViolation(subject string) (chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	c.vmu.Lock()
+	c.violations[subject] = append(c.violations[subject], ch)
+	c.vmu.Unlock()
+	return ch, func() {
+		c.vmu.Lock()
+		defer c.vmu.Unlock()
+		l := c.violations[subject]
+		for i, x := range l {
+			if x == ch {
+				c.violations[subject] = append(l[:i], l[i+1:]...)
+				break
+			}
+		}
+		if len(c.violations[subject]) == 0 {
+			delete(c.violations, subject)
+		}
+	}
+}
+
+func (c *Client) onViolation(f func(subject string)) {
+	c.vmu.Lock()
+	c.vlisteners = append(c.vlisteners, f)
+	c.vmu.Unlock()
+}
+
+// PermissionError is returned when the connection's role may not use a subject.
+func permissionError(subject string) error {
+	return fmt.Errorf("%w: these credentials may not publish to %s: %s", wire.ErrPermission, subject, wire.RoleHint(subject))
+}
+
+// request sends a JSON request (or raw bytes) and decodes a JSON reply into out (or returns the raw
+// message when out is nil). Broker errors come back as *wire.RemoteError.
+func (c *Client) request(ctx context.Context, subject string, req any, out any) (*nats.Msg, error) {
+	var body []byte
+	switch r := req.(type) {
+	case nil:
+	case []byte:
+		body = r
+	default:
+		var err error
+		if body, err = json.Marshal(r); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
+	defer cancel()
+	viol, stop := c.watchViolation(subject)
+	defer stop()
+	type result struct {
+		m   *nats.Msg
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		m, err := c.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Data: body})
+		done <- result{m, err}
+	}()
+	var res result
+	select {
+	case <-viol:
+		cancel()
+		return nil, permissionError(subject)
+	case res = <-done:
+	}
+	if res.err != nil {
+		select {
+		case <-viol:
+			return nil, permissionError(subject)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if errors.Is(res.err, nats.ErrNoResponders) {
+			return nil, fmt.Errorf("%w: no broker answers %s; is 'pctl serve' running and connected to %s?", wire.ErrUnavailable, subject, c.opts.URL)
+		}
+		if errors.Is(res.err, context.DeadlineExceeded) || errors.Is(res.err, nats.ErrTimeout) {
+			return nil, fmt.Errorf("%w: the broker did not answer %s within %v", wire.ErrUnavailable, subject, c.opts.Timeout)
+		}
+		return nil, fmt.Errorf("%w: %s: %v", wire.ErrUnavailable, subject, res.err)
+	}
+	m := res.m
+	if code := m.Header.Get(wire.HeaderError); code != "" {
+		var er struct {
+			Code    string          `json:"code"`
+			Message string          `json:"message"`
+			Detail  json.RawMessage `json:"detail"`
+		}
+		_ = json.Unmarshal(m.Data, &er)
+		if er.Code == "" {
+			er.Code = code
+		}
+		return nil, &wire.RemoteError{Code: er.Code, Message: er.Message, Detail: er.Detail}
+	}
+	if out != nil {
+		if err := json.Unmarshal(m.Data, out); err != nil {
+			return nil, fmt.Errorf("%w: bad reply to %s: %v", wire.ErrInternal, subject, err)
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,810 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/partitioner"
+)
+
+// Message is a record delivered to a consumer.
+type Message struct {
+	Topic       string
+	Partition   int
+	Epoch       int
+	Seq         uint64 // stream sequence
+	Key         []byte
+	NoKey       bool
+	Value       []byte
+	Producer    string // producer id, if the producer set it
+	ProducerSeq uint64
+}
+
+// KeyChange describes keys that move between partitions at an epoch change (KIP-253's key-level
+// rebalance listener). Moved tells, for any key, whether it is one of them.
+type KeyChange struct {
+	Topic     string
+	FromEpoch int // the epoch the keys leave
+	ToEpoch   int // the epoch they arrive in
+	// Partition is the partition whose keys leave (OnKeysRevoked) or arrive (OnKeysAssigned).
+	Partition int
+	// Parent is, for OnKeysAssigned, the old partition the keys come from.
+	Parent int
+	// Moved reports whether a key is one of the moving keys.
+	Moved func(key []byte) bool
+}
+
+// ConsumerOptions configures a consumer-group member. Zero values mean defaults.
+type ConsumerOptions struct {
+	// Group names the consumer group (required): [A-Za-z0-9_-]{1,64}.
+	Group string
+	// Member identifies this member in the group. Default: random.
+	Member string
+	// FromBeginning: a group that does not exist yet starts at the first record of every
+	// partition; otherwise it starts after the records present when it is created. Partitions
+	// created later (epoch changes) are always read from their first record.
+	FromBeginning bool
+	// Heartbeat is how often the member announces itself and rebalances. Default 1s.
+	Heartbeat time.Duration
+	// SessionTimeout: a member silent for this long is gone, and its partitions' leases expire.
+	// Default 6s.
+	SessionTimeout time.Duration
+	// CommitInterval is how often delivered positions are committed. Default 200ms. A member that
+	// crashes redelivers at most what it delivered since its last commit (in order).
+	CommitInterval time.Duration
+	// DisableGating delivers new-epoch records without waiting for their parents (for the
+	// benchmark that measures what gating costs: order is NOT guaranteed then).
+	DisableGating bool
+
+	// OnAssigned and OnRevoked run when the member gains or gives up partitions.
+	OnAssigned func(partitions []int)
+	OnRevoked  func(partitions []int)
+	// OnKeysRevoked runs on the member that owns an old partition, after it delivered all the
+	// partition's records of the ended epoch and before the group can deliver any moved key's
+	// new-epoch record. OnKeysAssigned runs on the member that owns a new partition before it
+	// delivers the first record of a key that moved to it from Parent.
+	OnKeysRevoked  func(KeyChange)
+	OnKeysAssigned func(KeyChange)
+}
+
+// Handler processes one record. Returning nil acknowledges it; an error stops the member (the
+// record is redelivered to the group later). Handlers run concurrently for different partitions,
+// sequentially within one.
+type Handler func(ctx context.Context, m *Message) error
+
+// Consumer is a member of a consumer group on one topic.
+type Consumer struct {
+	c     *Client
+	topic string
+	opts  ConsumerOptions
+
+	mu        sync.Mutex
+	cond      *sync.Cond
+	desc      *wire.Topic
+	positions map[int]uint64 // committed positions of the whole group (from the KV watch)
+	owned     map[int]*worker
+	revoked   map[[2]int]bool // (partition, epoch) whose keys-revoked step ran here
+	assigned  map[[3]int]bool // (partition, epoch, parent) whose keys-assigned step ran here
+
+	stats ConsumerStats
+}
+
+// ConsumerStats counts what a member did.
+type ConsumerStats struct {
+	Delivered int64
+	Gated     int64         // records that waited for a parent partition
+	MaxWait   time.Duration // longest such wait
+	TotalWait time.Duration
+}
+
+// NewConsumer prepares a member of a group; Run starts it.
+func (c *Client) NewConsumer(ctx context.Context, topic string, opts ConsumerOptions) (*Consumer, error) {
+	if err := wire.ValidGroup(opts.Group); err != nil {
+		return nil, fmt.Errorf("consumer group: %w", err)
+	}
+	if opts.Member == "" {
+		opts.Member = nuid.Next()
+	}
+	if err := wire.ValidGroup(opts.Member); err != nil {
+		return nil, fmt.Errorf("member id: %w", err)
+	}
+	if opts.Heartbeat <= 0 {
+		opts.Heartbeat = time.Second
+	}
+	if opts.SessionTimeout <= 0 {
+		opts.SessionTimeout = 6 * time.Second
+	}
+	if opts.CommitInterval <= 0 {
+		opts.CommitInterval = 200 * time.Millisecond
+	}
+	t, _, err := c.Topic(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	cn := &Consumer{c: c, topic: topic, opts: opts, desc: t, positions: map[int]uint64{}, owned: map[int]*worker{},
+		revoked: map[[2]int]bool{}, assigned: map[[3]int]bool{}}
+	cn.cond = sync.NewCond(&cn.mu)
+	return cn, nil
+}
+
+// Stats returns the member's counters.
+func (cn *Consumer) Stats() ConsumerStats {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	return cn.stats
+}
+
+// Member returns the member id.
+func (cn *Consumer) Member() string { return cn.opts.Member }
+
+func (cn *Consumer) kv(ctx context.Context) (jetstream.KeyValue, error) {
+	kv, err := cn.c.js.KeyValue(ctx, wire.GroupsBucket)
+	if err != nil {
+		if IsPermission(err) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: consumer-group state: %v (consuming needs the consumer or admin role)", wire.ErrUnavailable, err)
+	}
+	return kv, nil
+}
+
+// Run makes the member take part in the group until ctx is done or the handler fails. On a clean
+// stop it commits what it delivered and hands its partitions back.
+func (cn *Consumer) Run(ctx context.Context, h Handler) error {
+	kv, err := cn.kv(ctx)
+	if err != nil {
+		return err
+	}
+	if err := cn.ensureGroup(ctx, kv); err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	// Watch the group's committed positions (gates wait on them).
+	w, err := kv.Watch(runCtx, wire.GroupPrefix(cn.desc.ID, cn.opts.Group)+"p.*")
+	if err != nil {
+		return fmt.Errorf("%w: watch group state: %v", wire.ErrUnavailable, err)
+	}
+	defer w.Stop()
+	go func() {
+		for e := range w.Updates() {
+			if e == nil {
+				continue
+			}
+			_, _, name, ok := wire.ParseGroupKey(cn.desc.ID, e.Key())
+			q, err := strconv.Atoi(name)
+			if !ok || err != nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var ps wire.PartitionState
+			if json.Unmarshal(e.Value(), &ps) == nil {
+				cn.mu.Lock()
+				if ps.Position > cn.positions[q] {
+					cn.positions[q] = ps.Position
+				}
+				cn.cond.Broadcast()
+				cn.mu.Unlock()
+			}
+		}
+	}()
+	// Topic changes (epoch activations) refresh the descriptor at once.
+	sub, err := cn.c.nc.Subscribe(wire.TopicEventSubject(cn.topic), func(_ *nats.Msg) { cn.refresh(runCtx) })
+	if err == nil {
+		defer sub.Unsubscribe()
+	}
+
+	var werr error
+	var werrMu sync.Mutex
+	fail := func(err error) {
+		werrMu.Lock()
+		if werr == nil {
+			werr = err
+		}
+		werrMu.Unlock()
+		cancel(err)
+	}
+	ticker := time.NewTicker(cn.opts.Heartbeat)
+	defer ticker.Stop()
+	commit := time.NewTicker(cn.opts.CommitInterval)
+	defer commit.Stop()
+	for {
+		if err := cn.heartbeat(runCtx, kv); err != nil && runCtx.Err() == nil {
+			fail(err)
+		}
+		if runCtx.Err() == nil {
+			cn.refresh(runCtx)
+			cn.rebalance(runCtx, kv, h, fail)
+		}
+	wait:
+		select {
+		case <-runCtx.Done():
+			cn.shutdown(kv)
+			werrMu.Lock()
+			defer werrMu.Unlock()
+			return werr
+		case <-commit.C:
+			cn.commitAll(runCtx, kv, false)
+			goto wait
+		case <-ticker.C:
+		}
+	}
+}
+
+// ensureGroup creates the group's state on first use: every existing partition's starting
+// position (its last sequence, unless FromBeginning), then the group marker. Whoever comes first
+// wins each key; a partition created later has no state and is read from its first record.
+func (cn *Consumer) ensureGroup(ctx context.Context, kv jetstream.KeyValue) error {
+	marker := wire.GroupPrefix(cn.desc.ID, cn.opts.Group) + "g.created"
+	if _, err := kv.Get(ctx, marker); err == nil {
+		return nil
+	}
+	for q := 0; q < cn.desc.MaxPartitions(); q++ {
+		start := uint64(0)
+		if !cn.opts.FromBeginning {
+			s, err := cn.c.js.Stream(ctx, wire.StreamName(cn.topic, q))
+			if err != nil {
+				return fmt.Errorf("%w: partition %d: %v", wire.ErrUnavailable, q, err)
+			}
+			start = s.CachedInfo().State.LastSeq
+		}
+		body, _ := json.Marshal(wire.PartitionState{Position: start})
+		if _, err := kv.Create(ctx, wire.PartitionKey(cn.desc.ID, cn.opts.Group, q), body); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("%w: create group %s: %v", wire.ErrUnavailable, cn.opts.Group, err)
+		}
+	}
+	if _, err := kv.Create(ctx, marker, []byte(time.Now().UTC().Format(time.RFC3339))); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("%w: create group %s: %v", wire.ErrUnavailable, cn.opts.Group, err)
+	}
+	return nil
+}
+
+func (cn *Consumer) refresh(ctx context.Context) {
+	t, _, err := cn.c.Topic(ctx, cn.topic)
+	if err != nil {
+		return
+	}
+	cn.mu.Lock()
+	if t.ID == cn.desc.ID && len(t.Epochs) >= len(cn.desc.Epochs) {
+		cn.desc = t
+	}
+	cn.cond.Broadcast()
+	cn.mu.Unlock()
+}
+
+func (cn *Consumer) heartbeat(ctx context.Context, kv jetstream.KeyValue) error {
+	cn.mu.Lock()
+	owns := make([]int, 0, len(cn.owned))
+	for q := range cn.owned {
+		owns = append(owns, q)
+	}
+	cn.mu.Unlock()
+	sort.Ints(owns)
+	body, _ := json.Marshal(wire.MemberState{ID: cn.opts.Member, Heartbeat: time.Now().UTC(), Owns: owns})
+	if _, err := kv.Put(ctx, wire.MemberKey(cn.desc.ID, cn.opts.Group, cn.opts.Member), body); err != nil {
+		if IsPermission(err) {
+			return err
+		}
+		return nil // transient: the next heartbeat retries
+	}
+	return nil
+}
+
+// members returns the live members, sorted.
+func (cn *Consumer) members(ctx context.Context, kv jetstream.KeyValue) []string {
+	prefix := wire.GroupPrefix(cn.desc.ID, cn.opts.Group) + "m."
+	lister, err := kv.ListKeysFiltered(ctx, prefix+"*")
+	if err != nil {
+		return []string{cn.opts.Member}
+	}
+	var out []string
+	for k := range lister.Keys() {
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		if time.Since(e.Created()) < cn.opts.SessionTimeout {
+			out = append(out, k[len(prefix):])
+		}
+	}
+	found := false
+	for _, m := range out {
+		found = found || m == cn.opts.Member
+	}
+	if !found {
+		out = append(out, cn.opts.Member)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// assignable returns the partitions the group must read: the current epoch's, plus partitions
+// shrunk away that the group has not drained to their last boundary.
+func (cn *Consumer) assignable() []int {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	t := cn.desc
+	cur := t.Current()
+	var out []int
+	for q := 0; q < t.MaxPartitions(); q++ {
+		if q < cur.Partitions {
+			out = append(out, q)
+			continue
+		}
+		final := finalBoundary(t, q)
+		if cn.positions[q] < final {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// finalBoundary is the last sequence of a partition that no longer exists in the current epoch.
+func finalBoundary(t *wire.Topic, q int) uint64 {
+	var last uint64
+	for _, e := range t.Epochs[:len(t.Epochs)-1] {
+		if q < len(e.Boundaries) {
+			last = e.Boundaries[q]
+		}
+	}
+	return last
+}
+
+func (cn *Consumer) rebalance(ctx context.Context, kv jetstream.KeyValue, h Handler, fail func(error)) {
+	members := cn.members(ctx, kv)
+	me := sort.SearchStrings(members, cn.opts.Member)
+	want := map[int]bool{}
+	for i, q := range cn.assignable() {
+		if i%len(members) == me {
+			want[q] = true
+		}
+	}
+	// Give up what is no longer ours.
+	cn.mu.Lock()
+	var drop []*worker
+	for q, w := range cn.owned {
+		if !want[q] || w.lost() {
+			drop = append(drop, w)
+		}
+	}
+	cn.mu.Unlock()
+	var revoked []int
+	for _, w := range drop {
+		w.stop()
+		if !w.lost() {
+			cn.release(ctx, kv, w)
+		}
+		cn.mu.Lock()
+		delete(cn.owned, w.partition)
+		cn.mu.Unlock()
+		revoked = append(revoked, w.partition)
+	}
+	if len(revoked) > 0 && cn.opts.OnRevoked != nil {
+		sort.Ints(revoked)
+		cn.opts.OnRevoked(revoked)
+	}
+	// Renew the leases we keep (and commit).
+	cn.commitAll(ctx, kv, true)
+	// Take what is ours and free.
+	var assigned []int
+	for q := range want {
+		cn.mu.Lock()
+		_, have := cn.owned[q]
+		cn.mu.Unlock()
+		if have {
+			continue
+		}
+		pos, rev, ok := cn.acquire(ctx, kv, q)
+		if !ok {
+			continue
+		}
+		w := newWorker(cn, q, pos, rev)
+		cn.mu.Lock()
+		cn.owned[q] = w
+		if pos > cn.positions[q] {
+			cn.positions[q] = pos
+		}
+		cn.mu.Unlock()
+		assigned = append(assigned, q)
+		go w.run(ctx, h, fail)
+	}
+	if len(assigned) > 0 && cn.opts.OnAssigned != nil {
+		sort.Ints(assigned)
+		cn.opts.OnAssigned(assigned)
+	}
+}
+
+func (cn *Consumer) leaseEnd() int64 {
+	return time.Now().Add(cn.opts.SessionTimeout).UnixMilli()
+}
+
+// acquire takes partition q's lease if it is free, expired or already ours.
+func (cn *Consumer) acquire(ctx context.Context, kv jetstream.KeyValue, q int) (uint64, uint64, bool) {
+	key := wire.PartitionKey(cn.desc.ID, cn.opts.Group, q)
+	var ps wire.PartitionState
+	var rev uint64
+	e, err := kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		// A partition created after the group: read it from its first record.
+		body, _ := json.Marshal(wire.PartitionState{Owner: cn.opts.Member, LeaseEnd: cn.leaseEnd()})
+		r, err := kv.Create(ctx, key, body)
+		if err != nil {
+			return 0, 0, false
+		}
+		return 0, r, true
+	case err != nil:
+		return 0, 0, false
+	}
+	if json.Unmarshal(e.Value(), &ps) != nil {
+		return 0, 0, false
+	}
+	rev = e.Revision()
+	if ps.Owner != "" && ps.Owner != cn.opts.Member && ps.LeaseEnd > time.Now().UnixMilli() {
+		return 0, 0, false // someone else's, still leased
+	}
+	ps.Owner, ps.LeaseEnd = cn.opts.Member, cn.leaseEnd()
+	body, _ := json.Marshal(ps)
+	r, err := kv.Update(ctx, key, body, rev)
+	if err != nil {
+		return 0, 0, false
+	}
+	return ps.Position, r, true
+}
+
+// commitAll writes every owned partition's delivered position (and renews its lease) by
+// compare-and-set; a failed CAS means the partition was taken over: its worker stops.
+func (cn *Consumer) commitAll(ctx context.Context, kv jetstream.KeyValue, renew bool) {
+	cn.mu.Lock()
+	ws := make([]*worker, 0, len(cn.owned))
+	for _, w := range cn.owned {
+		ws = append(ws, w)
+	}
+	cn.mu.Unlock()
+	for _, w := range ws {
+		w.commit(ctx, kv, renew)
+	}
+}
+
+func (cn *Consumer) release(ctx context.Context, kv jetstream.KeyValue, w *worker) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ps := wire.PartitionState{Position: w.delivered}
+	body, _ := json.Marshal(ps)
+	if _, err := kv.Update(ctx, wire.PartitionKey(cn.desc.ID, cn.opts.Group, w.partition), body, w.rev); err == nil {
+		cn.setPosition(w.partition, w.delivered)
+	}
+}
+
+func (cn *Consumer) shutdown(kv jetstream.KeyValue) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cn.mu.Lock()
+	ws := make([]*worker, 0, len(cn.owned))
+	for _, w := range cn.owned {
+		ws = append(ws, w)
+	}
+	cn.owned = map[int]*worker{}
+	cn.cond.Broadcast()
+	cn.mu.Unlock()
+	var qs []int
+	for _, w := range ws {
+		w.stop()
+		if !w.lost() {
+			cn.release(ctx, kv, w)
+		}
+		qs = append(qs, w.partition)
+	}
+	_ = kv.Delete(ctx, wire.MemberKey(cn.desc.ID, cn.opts.Group, cn.opts.Member))
+	if len(qs) > 0 && cn.opts.OnRevoked != nil {
+		sort.Ints(qs)
+		cn.opts.OnRevoked(qs)
+	}
+}
+
+func (cn *Consumer) setPosition(q int, pos uint64) {
+	cn.mu.Lock()
+	if pos > cn.positions[q] {
+		cn.positions[q] = pos
+	}
+	cn.cond.Broadcast()
+	cn.mu.Unlock()
+}
+
+func (cn *Consumer) partitionerFor(ctx context.Context, e *wire.Epoch) (partitioner.Partitioner, error) {
+	return cn.c.Partitioner(ctx, e.Partitioner)
+}
+
+// worker reads one partition in order and delivers its records.
+type worker struct {
+	cn        *Consumer
+	partition int
+
+	mu        sync.Mutex
+	delivered uint64 // last record handled (acknowledged by the handler)
+	committed uint64
+	rev       uint64 // KV revision of our PartitionState
+	isLost    bool
+	cancel    context.CancelFunc
+	done      chan struct{}
+}
+
+func newWorker(cn *Consumer, q int, pos, rev uint64) *worker {
+	return &worker{cn: cn, partition: q, delivered: pos, committed: pos, rev: rev, done: make(chan struct{})}
+}
+
+func (w *worker) lost() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.isLost
+}
+
+func (w *worker) stop() {
+	w.mu.Lock()
+	c := w.cancel
+	w.mu.Unlock()
+	if c != nil {
+		c()
+	}
+	<-w.done
+}
+
+func (w *worker) commit(ctx context.Context, kv jetstream.KeyValue, renew bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.isLost || (!renew && w.delivered == w.committed) {
+		return
+	}
+	ps := wire.PartitionState{Owner: w.cn.opts.Member, LeaseEnd: w.cn.leaseEnd(), Position: w.delivered}
+	body, _ := json.Marshal(ps)
+	rev, err := kv.Update(ctx, wire.PartitionKey(w.cn.desc.ID, w.cn.opts.Group, w.partition), body, w.rev)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) || isWrongSeq(err) {
+			w.isLost = true // taken over: stop at once, commit nothing more
+			if w.cancel != nil {
+				w.cancel()
+			}
+		}
+		return
+	}
+	w.rev = rev
+	w.committed = w.delivered
+	w.cn.setPosition(w.partition, w.delivered)
+}
+
+func isWrongSeq(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// commitNow commits the worker's position at once (at a boundary, so that gates open quickly).
+func (w *worker) commitNow(ctx context.Context) {
+	kv, err := w.cn.kv(ctx)
+	if err == nil {
+		w.commit(ctx, kv, false)
+	}
+}
+
+func (w *worker) run(parent context.Context, h Handler, fail func(error)) {
+	defer close(w.done)
+	ctx, cancel := context.WithCancel(parent)
+	w.mu.Lock()
+	w.cancel = cancel
+	start := w.delivered + 1
+	w.mu.Unlock()
+	defer cancel()
+	cn := w.cn
+	cons, err := cn.c.js.OrderedConsumer(ctx, wire.StreamName(cn.topic, w.partition), jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start,
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			fail(fmt.Errorf("%w: read partition %d: %v", wire.ErrUnavailable, w.partition, err))
+		}
+		return
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		if ctx.Err() == nil {
+			fail(fmt.Errorf("%w: read partition %d: %v", wire.ErrUnavailable, w.partition, err))
+		}
+		return
+	}
+	defer it.Stop()
+	// Records already past: a boundary at or before our start position may still owe its
+	// keys-revoked step (for example right after this member took the partition over).
+	w.passBoundaries(ctx, start-1)
+	for {
+		msg, err := it.Next(jetstream.NextMaxWait(cn.opts.Heartbeat))
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
+				w.passBoundaries(ctx, w.position())
+				continue
+			}
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return
+			}
+			continue
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			continue
+		}
+		m := &Message{Topic: cn.topic, Partition: w.partition, Seq: md.Sequence.Stream, Value: msg.Data(), NoKey: true}
+		if _, e, _, err := wire.ParseDataSubject(msg.Subject()); err == nil {
+			m.Epoch = e
+		}
+		hdr := msg.Headers()
+		if v := hdr.Get(wire.HeaderKey); v != "" {
+			if k, err := wire.DecodeKey(v); err == nil {
+				m.Key, m.NoKey = k, false
+			}
+		}
+		m.Producer = hdr.Get(wire.HeaderProducer)
+		m.ProducerSeq, _ = strconv.ParseUint(hdr.Get(wire.HeaderSeq), 10, 64)
+
+		if !cn.opts.DisableGating && !m.NoKey {
+			if err := w.gate(ctx, m); err != nil {
+				if ctx.Err() == nil {
+					fail(err)
+				}
+				return
+			}
+		}
+		if err := h(ctx, m); err != nil {
+			if ctx.Err() == nil {
+				fail(fmt.Errorf("handler failed on partition %d seq %d: %w", w.partition, m.Seq, err))
+			}
+			return
+		}
+		w.mu.Lock()
+		w.delivered = m.Seq
+		w.mu.Unlock()
+		cn.mu.Lock()
+		cn.stats.Delivered++
+		cn.mu.Unlock()
+		w.passBoundaries(ctx, m.Seq)
+	}
+}
+
+func (w *worker) position() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.delivered
+}
+
+// passBoundaries runs the keys-revoked step for every ended epoch whose boundary in this
+// partition the member has now delivered, then commits, which opens the children's gates.
+func (w *worker) passBoundaries(ctx context.Context, pos uint64) {
+	cn := w.cn
+	cn.mu.Lock()
+	t := cn.desc
+	cn.mu.Unlock()
+	for i := 0; i+1 < len(t.Epochs); i++ {
+		e, next := &t.Epochs[i], &t.Epochs[i+1]
+		if w.partition >= len(e.Boundaries) || pos < e.Boundaries[w.partition] {
+			continue
+		}
+		key := [2]int{w.partition, e.Epoch}
+		cn.mu.Lock()
+		done := cn.revoked[key]
+		cn.revoked[key] = true
+		cn.mu.Unlock()
+		if done {
+			continue
+		}
+		if cn.opts.OnKeysRevoked != nil {
+			fOld, err1 := cn.partitionerFor(ctx, e)
+			fNew, err2 := cn.partitionerFor(ctx, next)
+			if err1 == nil && err2 == nil {
+				q := w.partition
+				cn.opts.OnKeysRevoked(KeyChange{Topic: cn.topic, FromEpoch: e.Epoch, ToEpoch: next.Epoch, Partition: q, Parent: q,
+					Moved: func(k []byte) bool {
+						a, _ := fOld.Partition(k, int32(e.Partitions))
+						b, _ := fNew.Partition(k, int32(next.Partitions))
+						return int(a) == q && int(b) != q
+					}})
+			}
+		}
+		w.commitNow(ctx)
+	}
+}
+
+// gate blocks a record of epoch x until its key's partition in epoch x-1 is drained by the group
+// past that epoch's boundary (per-key exact ancestry: only this record's partition waits, and
+// only for that one parent).
+func (w *worker) gate(ctx context.Context, m *Message) error {
+	cn := w.cn
+	cn.mu.Lock()
+	t := cn.desc
+	cn.mu.Unlock()
+	if m.Epoch <= t.Epochs[0].Epoch {
+		return nil
+	}
+	prev := t.Epoch(m.Epoch - 1)
+	for prev == nil || len(prev.Boundaries) != prev.Partitions {
+		// The record is newer than our descriptor: fetch the new one.
+		cn.refresh(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		cn.mu.Lock()
+		t = cn.desc
+		cn.mu.Unlock()
+		if prev = t.Epoch(m.Epoch - 1); prev == nil || len(prev.Boundaries) != prev.Partitions {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	f, err := cn.partitionerFor(ctx, prev)
+	if err != nil {
+		return err
+	}
+	pq, err := f.Partition(m.Key, int32(prev.Partitions))
+	if err != nil {
+		return fmt.Errorf("%w: partition of key %x in epoch %d: %v", wire.ErrPluginFailed, m.Key, prev.Epoch, err)
+	}
+	q := int(pq)
+	boundary := prev.Boundaries[q]
+	if q == w.partition {
+		// The key did not move: its older records are before this one in this very stream and
+		// already handled; make that visible to the group before going on.
+		if w.position() >= boundary {
+			w.commitNow(ctx)
+		}
+	}
+	cn.mu.Lock()
+	start := time.Now()
+	waited := false
+	for cn.positions[q] < boundary {
+		if ctx.Err() != nil {
+			cn.mu.Unlock()
+			return ctx.Err()
+		}
+		waited = true
+		waitCond(ctx, cn.cond)
+	}
+	if waited {
+		d := time.Since(start)
+		cn.stats.Gated++
+		cn.stats.TotalWait += d
+		if d > cn.stats.MaxWait {
+			cn.stats.MaxWait = d
+		}
+	}
+	akey := [3]int{w.partition, m.Epoch, q}
+	first := q != w.partition && !cn.assigned[akey]
+	cn.assigned[akey] = true
+	cn.mu.Unlock()
+	if first && cn.opts.OnKeysAssigned != nil {
+		next := t.Epoch(m.Epoch)
+		fNew, err := cn.partitionerFor(ctx, next)
+		if err == nil {
+			child := w.partition
+			cn.opts.OnKeysAssigned(KeyChange{Topic: cn.topic, FromEpoch: prev.Epoch, ToEpoch: next.Epoch, Partition: child, Parent: q,
+				Moved: func(k []byte) bool {
+					a, _ := f.Partition(k, int32(prev.Partitions))
+					b, _ := fNew.Partition(k, int32(next.Partitions))
+					return int(a) == q && int(b) == child
+				}})
+		}
+	}
+	return nil
+}
