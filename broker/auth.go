@@ -110,4 +110,3 @@ func permissions(role string) *server.Permissions {
 	}
 	return &server.Permissions{Publish: &server.SubjectPermission{Deny: []string{">"}}, Subscribe: &server.SubjectPermission{Deny: []string{">"}}}
 }
-

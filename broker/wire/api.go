@@ -2,12 +2,12 @@ package wire
 
 // Broker API subjects (request/reply, JSON bodies). spec/protocol.md §3.
 const (
-	APITopicGet    = APIPrefix + ".topic.get"    // TopicRequest -> TopicReply
-	APITopicList   = APIPrefix + ".topic.list"   // {} -> TopicListReply
-	APIPluginGet   = APIPrefix + ".plugin.get"   // PluginRequest -> raw module bytes (headers: Pctl-Digest)
-	APIPluginInfo  = APIPrefix + ".plugin.info"  // PluginRequest -> PluginInfo
-	APIPluginList  = APIPrefix + ".plugin.list"  // {} -> PluginListReply
-	APIGroupList   = APIPrefix + ".group.list"   // TopicRequest -> GroupListReply
+	APITopicGet    = APIPrefix + ".topic.get"   // TopicRequest -> TopicReply
+	APITopicList   = APIPrefix + ".topic.list"  // {} -> TopicListReply
+	APIPluginGet   = APIPrefix + ".plugin.get"  // PluginRequest -> raw module bytes (headers: Pctl-Digest)
+	APIPluginInfo  = APIPrefix + ".plugin.info" // PluginRequest -> PluginInfo
+	APIPluginList  = APIPrefix + ".plugin.list" // {} -> PluginListReply
+	APIGroupList   = APIPrefix + ".group.list"  // TopicRequest -> GroupListReply
 	AdminPluginPut = AdminPrefix + ".plugin.upload"
 	AdminPluginDel = AdminPrefix + ".plugin.delete"
 	AdminTopicNew  = AdminPrefix + ".topic.create"
