@@ -1,0 +1,354 @@
+package dev.pctl.host;
+
+import java.io.BufferedOutputStream;
+import java.io.FileDescriptor;
+import java.io.FileInputStream;
+import java.io.FileOutputStream;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * The pctl conformance host command, the same for every host language:
+ *
+ * <pre>
+ *   run --wasm FILE --partitions N [--config K=V ...]
+ * </pre>
+ *
+ * <p>Reads keys from standard input, one per line, hex-encoded (an empty line is the empty key;
+ * the newline after the last key is optional), and prints each key's partition on its own line,
+ * in order. Exit status 0 when every key got a partition; 1 when a call into the module failed
+ * (stdout then holds the partitions of the keys before the failing one, and stderr names the
+ * plugin, the kind of failure and the key's line); 2 for bad usage or input, or a module refused
+ * at load or unable to take the config.
+ *
+ * <p>Arguments given as {@code --hex-args H...} are the real arguments, each hex-encoded (the
+ * {@code run} script passes them so, so that config values reach the host byte for byte
+ * whatever the JVM's locale).
+ */
+public final class Main {
+    static final int EXIT_OK = 0;
+    static final int EXIT_FAILURE = 1;
+    static final int EXIT_USAGE = 2;
+
+    private static final String USAGE = "usage: run --wasm FILE --partitions N [--config K=V ...] < hex keys, one per line";
+
+    /** Stack of the thread that runs modules: deep enough that 1000 wasm frames never overflow it. */
+    static final long WORKER_STACK_BYTES = 1L << 30;
+
+    private Main() {}
+
+    public static void main(String[] args) throws InterruptedException {
+        int[] status = {EXIT_FAILURE};
+        PrintStream err = new PrintStream(new FileOutputStream(FileDescriptor.err), true, StandardCharsets.UTF_8);
+        OutputStream out = new FileOutputStream(FileDescriptor.out);
+        InputStream in = new FileInputStream(FileDescriptor.in);
+        Thread worker = new Thread(null, () -> {
+            try {
+                status[0] = run(args, in, out, err, new Plugin.Options());
+            } catch (Throwable t) {
+                err.println("pctl-java: internal error: " + t);
+                t.printStackTrace(err);
+                status[0] = EXIT_FAILURE;
+            }
+        }, "pctl-wasm", WORKER_STACK_BYTES);
+        worker.start();
+        worker.join();
+        err.flush();
+        System.exit(status[0]);
+    }
+
+    /** Runs the command; must be called on the thread that will run the module's code. */
+    static int run(String[] argv, InputStream stdin, OutputStream stdout, PrintStream stderr, Plugin.Options options) {
+        List<byte[]> args = new ArrayList<>();
+        if (argv.length > 0 && argv[0].equals("--hex-args")) {
+            for (int i = 1; i < argv.length; i++) {
+                byte[] b = Hex.decode(argv[i].getBytes(StandardCharsets.ISO_8859_1), 0, argv[i].length());
+                if (b == null) {
+                    stderr.println("pctl-java: --hex-args: argument " + i + " is not hex");
+                    return EXIT_USAGE;
+                }
+                args.add(b);
+            }
+        } else {
+            for (String a : argv) {
+                args.add(a.getBytes(StandardCharsets.UTF_8));
+            }
+        }
+        return new Main.Command(stdin, stdout, stderr, options).run(args);
+    }
+
+    private static final class Command {
+        private final InputStream stdin;
+        private final OutputStream stdout;
+        private final PrintStream stderr;
+        private final Plugin.Options options;
+
+        Command(InputStream stdin, OutputStream stdout, PrintStream stderr, Plugin.Options options) {
+            this.stdin = stdin;
+            this.stdout = stdout;
+            this.stderr = stderr;
+            this.options = options;
+        }
+
+        private int usage(String msg) {
+            stderr.println("pctl-java run: " + msg);
+            stderr.println(USAGE);
+            return EXIT_USAGE;
+        }
+
+        int run(List<byte[]> args) {
+            if (args.isEmpty()) {
+                return usage("no command");
+            }
+            String cmd = str(args.get(0));
+            if (cmd.equals("-h") || cmd.equals("--help") || cmd.equals("help")) {
+                stderr.println(USAGE);
+                return EXIT_OK;
+            }
+            if (!cmd.equals("run")) {
+                return usage("unknown command \"" + cmd + "\"; the only command is run");
+            }
+            String wasm = null;
+            String partitions = null;
+            List<byte[]> config = new ArrayList<>();
+            for (int i = 1; i < args.size(); i++) {
+                byte[] a = args.get(i);
+                String s = str(a);
+                String flag = s;
+                byte[] value = null;
+                int eq = s.indexOf('=');
+                if (s.startsWith("--") && eq > 0) {
+                    flag = s.substring(0, eq);
+                    value = java.util.Arrays.copyOfRange(a, utf8Len(s.substring(0, eq)) + 1, a.length);
+                }
+                if (!flag.equals("--wasm") && !flag.equals("--partitions") && !flag.equals("--config")) {
+                    if (s.equals("-h") || s.equals("--help")) {
+                        stderr.println(USAGE);
+                        return EXIT_OK;
+                    }
+                    return usage(s.startsWith("-") ? "unknown flag " + s : "unexpected argument \"" + s + "\"; keys are read from standard input");
+                }
+                if (value == null) {
+                    if (i + 1 >= args.size()) {
+                        return usage(flag + " needs a value");
+                    }
+                    value = args.get(++i);
+                }
+                switch (flag) {
+                    case "--wasm":
+                        wasm = str(value);
+                        break;
+                    case "--partitions":
+                        partitions = str(value);
+                        break;
+                    default:
+                        config.add(value);
+                }
+            }
+            if (wasm == null) {
+                return usage("--wasm is required (a .wasm file)");
+            }
+            int n;
+            if (partitions == null) {
+                return usage("--partitions is required (1 to 2147483647)");
+            }
+            try {
+                long v = Long.parseLong(partitions);
+                if (v < 1 || v > Integer.MAX_VALUE) {
+                    return usage("--partitions " + v + " is out of range; give 1 to 2147483647");
+                }
+                n = (int) v;
+            } catch (NumberFormatException e) {
+                return usage("--partitions \"" + partitions + "\" is not an integer; give 1 to 2147483647");
+            }
+            byte[] cfg;
+            try {
+                cfg = Config.encode(config);
+            } catch (Config.BadConfigException e) {
+                return usage(e.getMessage());
+            }
+            byte[] bytes;
+            try {
+                bytes = Files.readAllBytes(Path.of(wasm));
+            } catch (NoSuchFileException e) {
+                return usage("--wasm " + wasm + ": no such file");
+            } catch (IOException | RuntimeException e) {
+                return usage("--wasm " + wasm + ": cannot read: " + e.getMessage());
+            }
+
+            Watchdog watchdog = new Watchdog(Thread.currentThread());
+            Plugin plugin;
+            PluginInstance inst;
+            try {
+                plugin = Plugin.load(bytes, wasm, options, watchdog);
+                inst = plugin.open(cfg);
+            } catch (PluginException e) {
+                stderr.println("pctl-java run: " + e.getMessage());
+                return e.exitStatus();
+            }
+            return new Partitioner(plugin, inst, cfg, n, stdout, stderr).run(stdin);
+        }
+
+        private static String str(byte[] b) {
+            return new String(b, StandardCharsets.UTF_8);
+        }
+
+        private static int utf8Len(String s) {
+            return s.getBytes(StandardCharsets.UTF_8).length;
+        }
+    }
+
+    /** Reads keys, partitions them a batch at a time, writes the partitions. */
+    private static final class Partitioner {
+        private final Plugin plugin;
+        private final byte[] config;
+        private final int n;
+        private final OutputStream out;
+        private final PrintStream stderr;
+        private PluginInstance inst;
+
+        // The current batch: keys i = arena[ends[i-1], ends[i]), read from line firstLine + i.
+        private final byte[] arena = new byte[Plugin.BUFFER_BYTES];
+        private final int[] ends = new int[Plugin.MAX_BATCH_KEYS];
+        private final int[] results = new int[Plugin.MAX_BATCH_KEYS];
+        private int count;
+        private long firstLine = 1;
+        private final byte[] num = new byte[12];
+
+        Partitioner(Plugin plugin, PluginInstance inst, byte[] config, int n, OutputStream stdout, PrintStream stderr) {
+            this.plugin = plugin;
+            this.inst = inst;
+            this.config = config;
+            this.n = n;
+            this.out = new BufferedOutputStream(stdout, 1 << 16);
+            this.stderr = stderr;
+        }
+
+        int run(InputStream stdin) {
+            LineReader lines = new LineReader(stdin);
+            byte[] key = new byte[Plugin.MAX_KEY];
+            try {
+                for (long line = 1; ; line++) {
+                    int len;
+                    try {
+                        len = lines.next(key);
+                    } catch (LineReader.LineException e) {
+                        flush();
+                        out.flush();
+                        stderr.println("pctl-java run: line " + line + ": " + e.getMessage());
+                        return EXIT_USAGE;
+                    }
+                    if (len < 0) {
+                        break;
+                    }
+                    if (count == Plugin.MAX_BATCH_KEYS || 4 * (count + 1) + keyBytes() + len > Plugin.BUFFER_BYTES) {
+                        flush();
+                    }
+                    if (count == 0) {
+                        firstLine = line;
+                    }
+                    int start = keyBytes();
+                    System.arraycopy(key, 0, arena, start, len);
+                    ends[count++] = start + len;
+                }
+                flush();
+                out.flush();
+                return EXIT_OK;
+            } catch (PluginException e) {
+                try {
+                    out.flush();
+                } catch (IOException io) {
+                    // stdout gone; the error below still explains the failure
+                }
+                stderr.println("pctl-java run: " + e.getMessage());
+                return e.exitStatus();
+            } catch (IOException e) {
+                stderr.println("pctl-java run: " + e.getMessage());
+                return EXIT_FAILURE;
+            }
+        }
+
+        private int keyBytes() {
+            return count == 0 ? 0 : ends[count - 1];
+        }
+
+        private void flush() throws PluginException, IOException {
+            if (count == 0) {
+                return;
+            }
+            if (inst.hasBatch()) {
+                try {
+                    ensureInstance();
+                    inst.batch(arena, ends, count, n, results);
+                    for (int i = 0; i < count; i++) {
+                        write(results[i]);
+                    }
+                    count = 0;
+                    return;
+                } catch (PluginException e) {
+                    if (count == 1) {
+                        throw e.withContext("key on line " + firstLine + " of standard input");
+                    }
+                    // Find the failing key: the same keys one at a time on a fresh instance.
+                    singles(e);
+                    return;
+                }
+            }
+            singles(null);
+        }
+
+        /** Single calls for the current batch; batchError is why the batch call failed, if it did. */
+        private void singles(PluginException batchError) throws PluginException, IOException {
+            int prev = 0;
+            int done = 0;
+            int[] single = new int[count];
+            for (int i = 0; i < count; i++) {
+                try {
+                    ensureInstance();
+                    single[i] = inst.partition(arena, prev, ends[i] - prev, n);
+                } catch (PluginException e) {
+                    for (int j = done; j < i; j++) {
+                        write(single[j]);
+                    }
+                    throw e.withContext("key on line " + (firstLine + i) + " of standard input");
+                }
+                prev = ends[i];
+                if (batchError == null) {
+                    write(single[i]);
+                    done = i + 1;
+                }
+            }
+            if (batchError != null) {
+                // Every key succeeded alone: the batch call itself is broken (§2.4 requires the
+                // same results either way), so none of these keys gets a partition.
+                throw batchError.withContext("batch of the keys on lines " + firstLine + " to " + (firstLine + count - 1)
+                        + " of standard input; each of them succeeded in a single call");
+            }
+            count = 0;
+        }
+
+        private void ensureInstance() throws PluginException {
+            if (inst.broken) {
+                inst = plugin.open(config);
+            }
+        }
+
+        private void write(int p) throws IOException {
+            int i = num.length;
+            num[--i] = '\n';
+            do {
+                num[--i] = (byte) ('0' + p % 10);
+                p /= 10;
+            } while (p != 0);
+            out.write(num, i, num.length - i);
+        }
+    }
+}
