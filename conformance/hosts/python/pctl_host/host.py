@@ -1,0 +1,477 @@
+"""A host of spec/abi-v1.md on wasmtime: load checks (size, magic, features, import profile,
+exports, memory), the limits of §7 through the same rewriting as the Go host (wasmbin.py), the
+lifecycle of §3, single and batch partition calls, and errors that name the plugin and the failure
+class with the Go runtime's words (runtime/errors.go)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import struct
+import tempfile
+from pathlib import Path
+
+import wasmtime
+
+from . import wasmbin
+from .wasi import WASI, WASI_FUNCS, WASI_MODULE, ProcExit
+
+ABI_VERSION = 1
+MAX_MODULE_BYTES = 8 << 20
+MAX_MEMORY_PAGES = 512
+MAX_CALL_DEPTH = 1000
+FUEL = 1 << 31
+INIT_FUEL = 1 << 33
+BUFFER_BYTES = 1 << 20
+MAX_BATCH_KEYS = 4096
+MAX_KEY = 65536
+MAX_CONFIG = 65536
+MAX_METADATA = 65536
+MAX_PARTITIONS = 2147483647
+# wasmtime's own stack limit for guest code, far above what 1000 frames of ordinary code need;
+# an overflow before the depth counter fires is still reported as "call stack exhausted".
+MAX_WASM_STACK = 2 << 20
+
+
+class CLASS:
+    """Failure classes: the phrases of the Go runtime's sentinel errors."""
+    NOT_WASM = "not a WebAssembly module"
+    TOO_LARGE = "module too large"
+    INVALID = "invalid WebAssembly module"
+    FEATURE = "unsupported WebAssembly feature"
+    MISSING_EXPORT = "missing export"
+    BAD_SIGNATURE = "export has the wrong signature"
+    FORBIDDEN_IMPORT = "forbidden import"
+    ABI = "unsupported ABI version"
+    METADATA = "invalid plugin metadata"
+    BUFFER = "plugin did not provide a usable key buffer"
+    CONFIG_REJECTED = "plugin rejected its configuration"
+    CONFIG_UNSUPPORTED = "plugin takes no configuration"
+    CONFIG_TOO_LARGE = "configuration too large"
+    KEY_TOO_LONG = "key too long"
+    BAD_N = "invalid partition count"
+    TIME_LIMIT = "time limit exceeded"
+    MEMORY_LIMIT = "memory limit exceeded"
+    CALL_DEPTH = "call stack exhausted"
+    TRAP = "plugin trapped"
+    EXIT = "plugin exited"
+    OUT_OF_RANGE = "plugin returned a partition out of range"
+    CODE = "plugin returned an error code"
+
+
+_CODE_NAMES = {-1: "PCTL_E_INVALID", -2: "PCTL_E_CONFIG", -3: "PCTL_E_UNSUPPORTED", -4: "PCTL_E_BUFFER", -5: "PCTL_E_INTERNAL"}
+
+
+def code_name(c: int) -> str:
+    return _CODE_NAMES.get(c, f"unknown error code {c}")
+
+
+class LoadError(Exception):
+    """A module refused at load (exit status 2)."""
+
+    def __init__(self, source: str, digest: str, cls: str, detail: str):
+        who = source or "module"
+        if digest:
+            who += f" (sha256:{digest[:12]})"
+        super().__init__(f"{who}: {cls}: {detail}" if detail else f"{who}: {cls}")
+        self.cls = cls
+
+
+class CallError(Exception):
+    """A failed call into a plugin (exit status 1)."""
+
+    def __init__(self, digest: str, name: str, op: str, cls: str, detail: str = "", code: int = 0):
+        s = f"plugin {name} (sha256:{digest[:12]}): {op}: {cls}"
+        if cls == CLASS.CODE:
+            s += f" {code_name(code)}"
+        if cls == CLASS.EXIT:
+            s += f" with code {code}"
+        if detail:
+            s += f": {detail}"
+        super().__init__(s)
+        self.cls, self.op, self.detail, self.code = cls, op, detail, code
+
+
+class UsageError(Exception):
+    """An error in the caller's input (exit status 2): bad n, key too long."""
+
+
+_I32, _I64 = wasmbin.I32, wasmbin.I64
+_ABI_EXPORTS = [
+    ("pctl_abi_version", True, wasmbin.FuncType((), (_I32,))),
+    ("pctl_key_buffer", True, wasmbin.FuncType((_I32,), (_I32,))),
+    ("pctl_partition", True, wasmbin.FuncType((_I32, _I32), (_I32,))),
+    ("_initialize", False, wasmbin.FuncType((), ())),
+    ("pctl_configure", False, wasmbin.FuncType((_I32,), (_I32,))),
+    ("pctl_metadata", False, wasmbin.FuncType((), (_I64,))),
+    ("pctl_partition_batch", False, wasmbin.FuncType((_I32, _I32), (_I32,))),
+    ("pctl_ancestry", False, wasmbin.FuncType((_I32, _I32, _I32), (_I32,))),
+]
+_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+
+
+def _check_exports(m: wasmbin.Module):
+    """Returns (None, set of ABI exports present) or (class, detail)."""
+    mem = m.export("memory")
+    if mem is None:
+        return CLASS.MISSING_EXPORT, 'no export "memory": a pctl module exports its linear memory as "memory" (spec/abi-v1.md §2)'
+    if mem.kind != wasmbin.KIND_MEMORY:
+        return CLASS.BAD_SIGNATURE, f'export "memory" is a {wasmbin.kind_name(mem.kind)}, not a memory'
+    has = set()
+    for name, required, sig in _ABI_EXPORTS:
+        e = m.export(name)
+        if e is None:
+            if required:
+                hint = "; is this a pctl partitioner?" if name == "pctl_abi_version" else ""
+                return CLASS.MISSING_EXPORT, f'no export "{name}" {sig} (spec/abi-v1.md §2){hint}'
+            continue
+        if e.kind != wasmbin.KIND_FUNC:
+            return CLASS.BAD_SIGNATURE, f'export "{name}" is a {wasmbin.kind_name(e.kind)}; want a function {sig}'
+        t = m.func_type(e.index)
+        if t is None:
+            return CLASS.INVALID, f'export "{name}" names function {e.index}, which does not exist'
+        if t != sig:
+            return CLASS.BAD_SIGNATURE, f'export "{name}" has signature {t}; spec/abi-v1.md §2 requires {sig}'
+        has.add(name)
+    return None, has
+
+
+def _first_line(err: BaseException) -> str:
+    """The cause of an engine error in one line: wasmtime puts a backtrace first and the cause
+    after "Caused by:"."""
+    s = str(getattr(err, "message", None) or err).strip()
+    if "Caused by:" in s:
+        s = s.split("Caused by:", 1)[1].strip()
+    return s.split("\n", 1)[0].strip()
+
+
+# --- the engine and its compile cache ------------------------------------------------------------
+
+_engine: wasmtime.Engine | None = None
+
+
+def engine() -> wasmtime.Engine:
+    """One engine per process: WebAssembly 2.0 only (§7.1), a bounded native stack."""
+    global _engine
+    if _engine is None:
+        c = wasmtime.Config()
+        c.max_wasm_stack = MAX_WASM_STACK
+        for feature in ("wasm_threads", "wasm_tail_call", "wasm_relaxed_simd", "wasm_memory64", "wasm_multi_memory",
+                        "wasm_exceptions", "wasm_gc", "wasm_function_references", "wasm_component_model"):
+            try:
+                setattr(c, feature, False)
+            except (AttributeError, wasmtime.WasmtimeError):
+                pass  # not configurable in this build: the rewriter refuses these anyway
+        _engine = wasmtime.Engine(c)
+    return _engine
+
+
+_HOST_CODE = hashlib.sha256(Path(wasmbin.__file__).read_bytes() + Path(__file__).read_bytes()).hexdigest()[:16]
+
+
+def _cache_dir() -> Path | None:
+    d = os.environ.get("PCTL_HOST_CACHE_DIR")
+    if d == "":
+        return None
+    return Path(d) if d else Path(__file__).resolve().parent.parent / ".cache"
+
+
+def _compile(data: bytes, limits: wasmbin.InstrumentLimits) -> wasmtime.Module:
+    """Instruments and compiles; compiled code is kept in a private cache directory keyed by the
+    module bytes, the limits, this host's code and the wasmtime version (Cranelift takes about a
+    second for a 2 MB Go module; loading the cached code takes a millisecond)."""
+    d = _cache_dir()
+    path = None
+    if d is not None:
+        key = hashlib.sha256(data + repr(limits).encode() + _HOST_CODE.encode()).hexdigest()
+        path = d / f"{key[:32]}-{_wasmtime_version()}.cwasm"
+        if path.exists():
+            try:
+                return wasmtime.Module.deserialize_file(engine(), str(path))
+            except wasmtime.WasmtimeError:
+                pass  # stale or foreign: compile again
+    inst, _ = wasmbin.instrument(data, limits)
+    try:
+        compiled = wasmtime.Module(engine(), inst)
+    except wasmtime.WasmtimeError as e:
+        raise _CompileError(_first_line(e)) from None
+    if path is not None:
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=d, delete=False, suffix=".tmp") as f:
+                f.write(compiled.serialize())
+            os.replace(f.name, path)
+        except OSError:
+            pass  # a read-only checkout: run without the cache
+    return compiled
+
+
+def _wasmtime_version() -> str:
+    """A cheap stamp of the installed wasmtime (importlib.metadata costs 40 ms a process); wasmtime
+    itself refuses to load code compiled by another version, and then we compile again."""
+    try:
+        st = os.stat(wasmtime.__file__)
+        return hashlib.sha256(f"{wasmtime.__file__}:{st.st_mtime_ns}:{st.st_size}".encode()).hexdigest()[:12]
+    except OSError:
+        return "unknown"
+
+
+class _CompileError(Exception):
+    pass
+
+
+class _CallerMem:
+    """The memory of the instance that called a WASI function."""
+    __slots__ = ("caller", "mem")
+
+    def __init__(self, caller):
+        self.caller = caller
+        self.mem = caller.get("memory")
+
+    def size(self) -> int:
+        return self.mem.data_len(self.caller)
+
+    def read(self, ptr: int, n: int) -> bytes:
+        return bytes(self.mem.read(self.caller, ptr, ptr + n)) if n else b""
+
+    def write(self, ptr: int, data: bytes) -> None:
+        if data:
+            self.mem.write(self.caller, bytearray(data), ptr)
+
+
+def _valtype(v: int) -> wasmtime.ValType:
+    return wasmtime.ValType.i32() if v == _I32 else wasmtime.ValType.i64()
+
+
+class Plugin:
+    """One prepared instance of a module (spec/abi-v1.md §3): instantiated, initialised, version
+    checked, metadata read, buffer obtained, configured. One caller at a time."""
+
+    @classmethod
+    def open(cls, data: bytes, source: str = "", config: bytes = b"", wasi_time: int | None = None, wasi_seed: int | None = None) -> "Plugin":
+        p = cls()
+        p._load(bytes(data), source, bytes(config), wasi_time, wasi_seed)
+        return p
+
+    def _load(self, data: bytes, source: str, config: bytes, wasi_time, wasi_seed) -> None:
+        self.digest = ""
+        self.name = "unnamed"
+
+        def fail(cls_, detail):
+            return LoadError(source, self.digest, cls_, detail)
+
+        if len(data) > MAX_MODULE_BYTES:
+            raise fail(CLASS.TOO_LARGE, f"{len(data)} bytes, the limit is {MAX_MODULE_BYTES} (spec/abi-v1.md §7); strip debug info (e.g. -ldflags=-s, -C strip=symbols) or shrink the module")
+        if data[:4] != b"\0asm":
+            raise fail(CLASS.NOT_WASM, f"the file starts with {json.dumps(data[:8].decode('latin-1'))}, not \\0asm; give the compiled .wasm binary (a .wat text file must be assembled first, e.g. wat2wasm)")
+        self.digest = hashlib.sha256(data).hexdigest()
+
+        limits = wasmbin.InstrumentLimits(
+            initial_fuel=INIT_FUEL, max_depth=MAX_CALL_DEPTH, max_memory_pages=MAX_MEMORY_PAGES,
+            export_fuel={name: (INIT_FUEL if name == "_initialize" else FUEL) for name, _, _ in _ABI_EXPORTS},
+            move_start=True)
+        # Checks that need only the parse come first, as in the Go host: a module with a forbidden
+        # import is refused as such even if it would not compile.
+        try:
+            m = wasmbin.parse(data)
+        except wasmbin.WasmbinError as e:
+            raise fail(CLASS.FEATURE if e.kind == "unsupported" else CLASS.INVALID, str(e)) from None
+
+        self.profile = "portable"
+        for im in m.imports:
+            if im.module != WASI_MODULE:
+                raise fail(CLASS.FORBIDDEN_IMPORT, f"imports {im.module}.{im.name} (a {wasmbin.kind_name(im.kind)}); portable modules import nothing and wasi-deterministic modules import only listed {WASI_MODULE} functions (spec/abi-v1.md §6)")
+            if im.kind != wasmbin.KIND_FUNC or im.name not in WASI_FUNCS:
+                raise fail(CLASS.FORBIDDEN_IMPORT, f"imports {im.module}.{im.name}, which the wasi-deterministic profile does not provide (allowed: {', '.join(sorted(WASI_FUNCS))}; spec/abi-v1.md §6.2)")
+            want = wasmbin.FuncType(*WASI_FUNCS[im.name])
+            if im.type != want:
+                raise fail(CLASS.FORBIDDEN_IMPORT, f"imports {im.module}.{im.name} with signature {im.type}; the profile defines {want}")
+            self.profile = "wasi-deterministic"
+
+        cls_, has = _check_exports(m)
+        if cls_:
+            raise fail(cls_, has)
+        self.has = has
+        mem = m.memory(m.export("memory").index)
+        if mem is not None and mem.min > MAX_MEMORY_PAGES:
+            raise fail(CLASS.MEMORY_LIMIT, f"declares {mem.min} initial memory pages ({mem.min // 16} MiB); the limit is {MAX_MEMORY_PAGES} pages ({MAX_MEMORY_PAGES // 16} MiB)")
+
+        try:
+            compiled = _compile(data, limits)
+        except wasmbin.WasmbinError as e:
+            raise fail(CLASS.FEATURE if e.kind == "unsupported" else CLASS.INVALID, str(e)) from None
+        except _CompileError as e:
+            raise fail(CLASS.INVALID, str(e)) from None
+
+        # Instantiate and prepare (§3). A failure here is a refusal at load.
+        self.store = store = wasmtime.Store(engine())
+        wasi = WASI(**({"time": wasi_time} if wasi_time is not None else {}), **({"seed": wasi_seed} if wasi_seed is not None else {}))
+        self.wasi = wasi
+        imports = []
+        for im in m.imports:
+            params, results = WASI_FUNCS[im.name]
+            ft = wasmtime.FuncType([_valtype(v) for v in params], [_valtype(v) for v in results])
+            shim = getattr(wasi, im.name)
+            imports.append(wasmtime.Func(store, ft, (lambda shim: lambda caller, *a: shim(_CallerMem(caller), *a))(shim), access_caller=True))
+        self.memory = None
+        self.fuel = self.depth = self.memfail = None
+        try:
+            try:
+                instance = wasmtime.Instance(store, compiled, imports)
+            except (wasmtime.Trap, wasmtime.WasmtimeError) as e:
+                raise fail(CLASS.TRAP, f"while loading: instantiate: {_first_line(e)}") from None
+            ex = instance.exports(store)
+            self.memory = ex["memory"]
+            self.fuel = ex[wasmbin.FUEL_EXPORT]
+            self.depth = ex[wasmbin.DEPTH_EXPORT]
+            self.memfail = ex[wasmbin.MEMFAIL_EXPORT]
+            self.fn_partition = ex["pctl_partition"]
+            self.fn_batch = ex["pctl_partition_batch"] if "pctl_partition_batch" in has else None
+            if m.has_start:
+                self._call("start", ex[wasmbin.START_EXPORT])
+            if "_initialize" in has:
+                self._call("_initialize", ex["_initialize"])
+            ver = self._call("pctl_abi_version", ex["pctl_abi_version"])
+            if ver != ABI_VERSION:
+                raise fail(CLASS.ABI, f"module declares ABI version {ver}; this host supports {ABI_VERSION}; upgrade pctl or rebuild the module against spec/abi-v1.md")
+            self.metadata = {"name": "unnamed", "version": "0.0.0"}
+            if "pctl_metadata" in has:
+                res = self._call("pctl_metadata", ex["pctl_metadata"]) & 0xFFFFFFFFFFFFFFFF
+                ptr, n = res >> 32, res & 0xFFFFFFFF
+                if n > MAX_METADATA:
+                    raise fail(CLASS.METADATA, f"pctl_metadata returned {n} bytes; the limit is {MAX_METADATA}")
+                size = self.memory.data_len(store)
+                if ptr + n > size:
+                    raise fail(CLASS.METADATA, f"pctl_metadata points at [{ptr}, {ptr + n}), outside memory ({size} bytes)")
+                md = _parse_metadata(self._read(ptr, n))
+                if isinstance(md, str):
+                    raise fail(CLASS.METADATA, md)
+                self.metadata = md
+                self.name = md["name"]
+            if "ancestry" in (self.metadata.get("properties") or []) and "pctl_ancestry" not in has:
+                raise fail(CLASS.METADATA, 'metadata declares the "ancestry" property but the module does not export pctl_ancestry')
+            buf = self._call("pctl_key_buffer", ex["pctl_key_buffer"], BUFFER_BYTES) & 0xFFFFFFFF
+            size = self.memory.data_len(store)
+            if buf == 0 or buf + BUFFER_BYTES > size:
+                raise fail(CLASS.BUFFER, f"pctl_key_buffer({BUFFER_BYTES}) returned {buf}; memory is {size} bytes; the module must return a non-zero address of a region of that size inside memory (spec/abi-v1.md §2.2)")
+            self.buf, self.buf_size = buf, BUFFER_BYTES
+            if len(config) > MAX_CONFIG:
+                raise fail(CLASS.CONFIG_TOO_LARGE, f"{len(config)} bytes; the limit is {MAX_CONFIG}")
+            if "pctl_configure" in has:
+                self._write(buf, config)
+                code = self._call("pctl_configure", ex["pctl_configure"], len(config))
+                if code != 0:
+                    shown = json.dumps(config[:80].decode("latin-1"))
+                    if code == -2:
+                        raise fail(CLASS.CONFIG_REJECTED, f"config of {len(config)} bytes {shown}; check the --config values against the plugin's documentation")
+                    raise fail(CLASS.CODE, f"pctl_configure returned {code_name(code)}: config of {len(config)} bytes {shown}")
+            elif config:
+                raise fail(CLASS.CONFIG_UNSUPPORTED, f"it does not export pctl_configure, so its topic config must be empty (got {len(config)} bytes)")
+        except CallError as e:
+            prefix = f"with code {e.code}: " if e.cls == CLASS.EXIT else f"{code_name(e.code)}: " if e.cls == CLASS.CODE else ""
+            raise fail(e.cls, f"{prefix}while loading: {e.op}: {e.detail}") from None
+
+    # --- memory and calls ----------------------------------------------------------------------
+
+    def _read(self, ptr: int, n: int) -> bytes:
+        return bytes(self.memory.read(self.store, ptr, ptr + n)) if n else b""
+
+    def _write(self, ptr: int, data) -> None:
+        if data:
+            self.memory.write(self.store, data if isinstance(data, bytearray) else bytearray(data), ptr)
+
+    def _call(self, op: str, fn, *args):
+        try:
+            return fn(self.store, *args)
+        except (wasmtime.Trap, wasmtime.WasmtimeError, ProcExit) as e:
+            raise self._fail(op, e) from None
+
+    def _fail(self, op: str, err: BaseException) -> CallError:
+        """Classifies a failed call into the guest, in the Go host's order."""
+        def mk(cls_, detail, code=0):
+            return CallError(self.digest, self.name, op, cls_, detail, code)
+        if isinstance(err, ProcExit):
+            return mk(CLASS.EXIT, f"proc_exit({err.code}); a partitioner must return, not exit", err.code)
+        st = self.store
+        if self.fuel is not None and self.fuel.value(st) < 0:
+            return mk(CLASS.TIME_LIMIT, f"used its whole work budget of {FUEL} instructions (~1s): it loops forever or is far too slow for a partitioner")
+        code = getattr(err, "trap_code", None)
+        if (self.depth is not None and (self.depth.value(st) & 0xFFFFFFFF) > MAX_CALL_DEPTH) or code == wasmtime.TrapCode.STACK_OVERFLOW:
+            return mk(CLASS.CALL_DEPTH, f"nested more than {MAX_CALL_DEPTH} calls (unbounded recursion?)")
+        if self.memory is not None:
+            size = self.memory.data_len(st)
+            if (self.memfail is not None and self.memfail.value(st) != 0) or size >= MAX_MEMORY_PAGES * 65536:
+                return mk(CLASS.MEMORY_LIMIT, f"trapped after memory.grow was refused at {size // 65536} of at most {MAX_MEMORY_PAGES} pages ({MAX_MEMORY_PAGES // 16} MiB): {_first_line(err)}")
+        return mk(CLASS.TRAP, _first_line(err))
+
+    def _result_error(self, op: str, r: int, n: int, index: int) -> CallError:
+        where = f"key {index} of the batch" if index >= 0 else ""
+        if r >= n:
+            return CallError(self.digest, self.name, op, CLASS.OUT_OF_RANGE, f"{where + ': ' if where else ''}returned {r} for n={n}; a partition must be in [0, n)")
+        return CallError(self.digest, self.name, op, CLASS.CODE, where, r)
+
+    # --- partitions ----------------------------------------------------------------------------
+
+    def partition(self, key: bytes, n: int) -> int:
+        """One key, one pctl_partition call."""
+        self._write(self.buf, key)
+        r = self._call("pctl_partition", self.fn_partition, len(key), n)
+        if 0 <= r < n:
+            return r
+        raise self._result_error("pctl_partition", r, n, -1)
+
+    def partition_all(self, keys: list, n: int) -> list:
+        """Partitions of many keys: batch calls when the module exports pctl_partition_batch (at
+        most MAX_BATCH_KEYS keys and the buffer's bytes per crossing), single calls otherwise."""
+        if not isinstance(n, int) or not 1 <= n <= MAX_PARTITIONS:
+            raise UsageError(f"{CLASS.BAD_N}: {n} is outside [1, {MAX_PARTITIONS}]")
+        for i, k in enumerate(keys):
+            if len(k) > MAX_KEY:
+                raise UsageError(f"{CLASS.KEY_TOO_LONG}: key {i} has {len(k)} bytes; the limit is {MAX_KEY} (spec/abi-v1.md §1.1)")
+        if self.fn_batch is None:
+            return [self.partition(k, n) for k in keys]
+        out: list[int] = []
+        i = 0
+        while i < len(keys):
+            j, size = i, 0
+            while j < len(keys) and j - i < MAX_BATCH_KEYS and 4 * (j - i + 1) + size + len(keys[j]) <= self.buf_size:
+                size += len(keys[j])
+                j += 1
+            out.extend(self._batch(keys[i:j], n))
+            i = j
+        return out
+
+    def _batch(self, keys: list, n: int) -> tuple:
+        """One pctl_partition_batch crossing (§2.4 layout)."""
+        count = len(keys)
+        data = bytearray(struct.pack(f"<{count}I", *map(len, keys)))
+        data += b"".join(keys)
+        self._write(self.buf, data)
+        status = self._call("pctl_partition_batch", self.fn_batch, count, n)
+        if status != 0:
+            raise self._result_error("pctl_partition_batch", status, n, -1)
+        res = struct.unpack(f"<{count}i", self._read(self.buf, 4 * count))
+        for k, r in enumerate(res):
+            if not 0 <= r < n:
+                raise self._result_error("pctl_partition_batch", r, n, k)
+        return res
+
+
+def _parse_metadata(b: bytes):
+    try:
+        md = json.loads(b.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        return f"pctl_metadata returned {len(b)} bytes that are not a JSON object: {e}"
+    if not isinstance(md, dict):
+        return f"pctl_metadata returned {len(b)} bytes that are not a JSON object"
+    name = md.get("name")
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+        return f"metadata name {json.dumps(name if isinstance(name, str) else '')} must match [a-z0-9][a-z0-9-]{{0,62}} (spec/abi-v1.md §2.6)"
+    if not isinstance(md.get("version"), str) or md["version"] == "":
+        return 'metadata has no "version" (spec/abi-v1.md §2.6)'
+    props = md.get("properties")
+    if props is not None and (not isinstance(props, list) or not all(isinstance(p, str) for p in props)):
+        return 'metadata "properties" must be a list of strings (spec/abi-v1.md §2.6)'
+    return md
