@@ -110,8 +110,8 @@ func (c *checker) checkLimits() (Result, error) {
 	if det.ModuleBytes > det.ModuleLimitBytes/2 {
 		det.Warnings = append(det.Warnings, fmt.Sprintf("module is %d bytes, above half the limit of %d", det.ModuleBytes, det.ModuleLimitBytes))
 	}
-	summary := fmt.Sprintf("p50 %v, p99 %v per call; work max %d (%.4f%% of limit); memory %d/%d pages; %d/%d bytes",
-		time.Duration(det.TimeP50Ns), time.Duration(det.TimeP99Ns), det.WorkMax, 100*float64(det.WorkMax)/float64(det.WorkLimit),
+	summary := fmt.Sprintf("p50 %v, p99 %v per call; work max %d of %d; memory %d of %d pages; %d of %d bytes",
+		time.Duration(det.TimeP50Ns), time.Duration(det.TimeP99Ns), det.WorkMax, det.WorkLimit,
 		det.PeakMemoryPages, det.MemoryLimitPages, det.ModuleBytes, det.ModuleLimitBytes)
 	if len(det.Warnings) > 0 {
 		return Result{Name: CheckLimits, Status: StatusWarn, Reason: strings.Join(det.Warnings, "; ") + " (" + summary + ")", Details: det}, nil
