@@ -416,7 +416,11 @@ func importsPass(m *runtime.Module) Result {
 		for _, im := range m.Imports {
 			names = append(names, strings.TrimPrefix(im, "wasi_snapshot_preview1."))
 		}
-		reason = fmt.Sprintf("wasi-deterministic: %d WASI imports (%s)", len(names), strings.Join(names, ", "))
+		plural := "s"
+		if len(names) == 1 {
+			plural = ""
+		}
+		reason = fmt.Sprintf("wasi-deterministic: %d WASI import%s (%s)", len(names), plural, strings.Join(names, ", "))
 	}
 	return Result{Name: CheckImports, Status: StatusPass, Reason: reason,
 		Details: ImportsDetails{Profile: string(m.Profile), Imports: append([]string{}, m.Imports...)}}
