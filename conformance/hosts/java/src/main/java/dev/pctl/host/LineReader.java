@@ -72,7 +72,11 @@ final class LineReader {
             }
             int d = Hex.digit(c);
             if (d < 0) {
-                throw new LineException("\"" + head + (chars >= 39 ? "..." : "") + "\" is not hex: byte " + (chars + 1) + " is not a hex digit");
+                long bad = chars + 1;
+                for (c = read(); c >= 0 && c != '\n' && head.length() < 40; c = read()) {
+                    head.append(c >= 0x20 && c < 0x7f ? (char) c : '?');
+                }
+                throw new LineException("\"" + head + (head.length() >= 40 ? "..." : "") + "\" is not hex: character " + bad + " is not a hex digit");
             }
             chars++;
             if (hi < 0) {

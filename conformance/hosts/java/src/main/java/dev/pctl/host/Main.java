@@ -52,7 +52,7 @@ public final class Main {
         InputStream in = new FileInputStream(FileDescriptor.in);
         Thread worker = new Thread(null, () -> {
             try {
-                status[0] = run(args, in, out, err, new Plugin.Options());
+                status[0] = run(args, in, out, err, optionsFromEnvironment());
             } catch (Throwable t) {
                 err.println("pctl-java: internal error: " + t);
                 t.printStackTrace(err);
@@ -63,6 +63,20 @@ public final class Main {
         worker.join();
         err.flush();
         System.exit(status[0]);
+    }
+
+    /**
+     * PCTL_JAVA_ENGINE=interpreter runs modules in Chicory's interpreter instead of compiling
+     * them; PCTL_JAVA_CACHE=DIR keeps compiled modules in DIR across runs ("off": never).
+     */
+    static Plugin.Options optionsFromEnvironment() {
+        Plugin.Options o = new Plugin.Options();
+        o.compile = !"interpreter".equals(System.getenv("PCTL_JAVA_ENGINE"));
+        String cache = System.getenv("PCTL_JAVA_CACHE");
+        if (cache != null && !cache.isEmpty() && !cache.equals("off")) {
+            o.cacheDir = Path.of(cache);
+        }
+        return o;
     }
 
     /** Runs the command; must be called on the thread that will run the module's code. */
@@ -187,6 +201,7 @@ public final class Main {
             Watchdog watchdog = new Watchdog(Thread.currentThread());
             Plugin plugin;
             PluginInstance inst;
+            long t0 = System.nanoTime();
             try {
                 plugin = Plugin.load(bytes, wasm, options, watchdog);
                 inst = plugin.open(cfg);
@@ -194,7 +209,14 @@ public final class Main {
                 stderr.println("pctl-java run: " + e.getMessage());
                 return e.exitStatus();
             }
-            return new Partitioner(plugin, inst, cfg, n, stdout, stderr).run(stdin);
+            long t1 = System.nanoTime();
+            int st = new Partitioner(plugin, inst, cfg, n, stdout, stderr).run(stdin);
+            if (System.getenv("PCTL_JAVA_TIMING") != null) {
+                stderr.printf("pctl-java: jvm start to main %d ms, load %d ms, partition %d ms%n",
+                        java.lang.management.ManagementFactory.getRuntimeMXBean().getUptime() - (System.nanoTime() - t0) / 1_000_000,
+                        (t1 - t0) / 1_000_000, (System.nanoTime() - t1) / 1_000_000);
+            }
+            return st;
         }
 
         private static String str(byte[] b) {

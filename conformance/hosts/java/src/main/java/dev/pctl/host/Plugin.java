@@ -73,6 +73,8 @@ final class Plugin {
         long initLimitNanos = 4_000_000_000L;
         /** Compile to JVM bytecode (default) or interpret. */
         boolean compile = true;
+        /** Where compiled modules are kept across processes; null: compile in every process. */
+        java.nio.file.Path cacheDir;
         long wasiTime = Wasi.TIME;
         long wasiSeed = 0;
     }
@@ -139,6 +141,18 @@ final class Plugin {
 
     private PluginInstance spare; // the probe instance, not yet handed out
 
+    private static final boolean TIMING = System.getenv("PCTL_JAVA_TIMING") != null;
+    private static long lastMark = System.nanoTime();
+
+    /** With PCTL_JAVA_TIMING set, prints how long each phase of loading took. */
+    static void mark(String phase) {
+        if (TIMING) {
+            long now = System.nanoTime();
+            System.err.printf("pctl-java: %s %d ms%n", phase, (now - lastMark) / 1_000_000);
+            lastMark = now;
+        }
+    }
+
     static String shortDigest(String d) {
         return d.length() > 12 ? d.substring(0, 12) : d;
     }
@@ -173,6 +187,7 @@ final class Plugin {
         String digest = sha256(wasm);
         WasmBinary bin;
         try {
+            mark("read");
             bin = WasmBinary.parse(wasm);
         } catch (WasmFormatException e) {
             throw PluginException.load(e.unsupportedFeature ? Kind.UNSUPPORTED_FEATURE : Kind.INVALID_MODULE, source, digest, e.getMessage());
@@ -238,6 +253,7 @@ final class Plugin {
         }
 
         // The call-depth rewrite, then Chicory: decode, validate, scan, compile.
+        mark("checks");
         WasmBinary.Instrumented inst = bin.instrumentDepth(MAX_CALL_DEPTH);
         this.depthGlobal = inst.depthGlobal();
         WasmModule m;
@@ -254,12 +270,17 @@ final class Plugin {
             throw loadError(Kind.INVALID_MODULE, detail);
         }
         this.module = m;
+        mark("chicory parse");
         scanOpcodes(bin);
 
         Function<Instance, Machine> factory = InterpreterMachine::new;
         if (options.compile) {
             try {
-                factory = MachineFactoryCompiler.builder(m).withInterpreterFallback(InterpreterFallback.SILENT).compile();
+                MachineFactoryCompiler.Builder cb = MachineFactoryCompiler.builder(m).withInterpreterFallback(InterpreterFallback.SILENT);
+                if (options.cacheDir != null) {
+                    cb.withCache(new FileCache(options.cacheDir));
+                }
+                factory = cb.compile();
             } catch (RuntimeException e) {
                 // The compiler has limits of its own (JVM class and method sizes beyond what it
                 // can split); the interpreter runs every valid module.
@@ -267,6 +288,7 @@ final class Plugin {
             }
         }
         this.machineFactory = factory;
+        mark("compile");
 
         // The probe: lifecycle steps 1-4 and the metadata; it becomes the first open() instance.
         try {
@@ -383,10 +405,13 @@ final class Plugin {
         PluginInstance in = new PluginInstance(this, memory);
         Instance instance = guarded(in, "instantiate", options.initLimitNanos, b::build);
         in.attach(instance);
+        mark("build");
         guarded(in, "instantiate", options.initLimitNanos, () -> instance.initialize(false));
+        mark("instantiate");
         if (hasInitialize) {
             ExportFunction init = instance.export("_initialize");
             guarded(in, "_initialize", options.initLimitNanos, () -> init.apply());
+            mark("_initialize");
         }
         ExportFunction ver = instance.export("pctl_abi_version");
         int v = (int) guarded(in, "pctl_abi_version", options.callLimitNanos, () -> ver.apply())[0];
@@ -409,6 +434,7 @@ final class Plugin {
                     BUFFER_BYTES, ptr, memBytes));
         }
         in.setBuffer((int) ptr);
+        mark("abi, metadata, buffer");
         return in;
     }
 
