@@ -133,11 +133,11 @@ func pnRun(t *testing.T, args ...string) (int, string, string) {
 }
 
 // pnCheckModule checks a template module (committed or freshly built) against the ABI and the
-// reference function: metadata and profile, `pctl conformance` unchanged (default config; and
-// seed=42 on fewer keys unless lang is go: one conformance run of the 1.8 MB Go module takes over
-// 20 s under -race on two cores), pnCheckKeys random keys by single and batch calls for every n in pnNs, seeds, rejected
-// configs, declared ancestry. It returns the module's partitions of keys for n = 1000, for
-// cross-language checks.
+// reference function: metadata and profile; `pctl conformance`, unchanged, with the default
+// config, and with seed=42 on fewer keys unless lang is go (one conformance run of the 1.8 MB Go
+// module takes over 20 s under -race on two cores); random keys by single and batch calls for
+// every n in pnNs; seeds; rejected configs; declared ancestry. It returns the module's partitions
+// of keys for n = 1000, for cross-language checks.
 func pnCheckModule(t *testing.T, lang, wantName string, wasm []byte, keys [][]byte) []int32 {
 	t.Helper()
 	ctx := context.Background()
