@@ -67,11 +67,13 @@ public final class Main {
 
     /**
      * PCTL_JAVA_ENGINE=interpreter runs modules in Chicory's interpreter instead of compiling
-     * them; PCTL_JAVA_CACHE=DIR keeps compiled modules in DIR across runs ("off": never).
+     * them; PCTL_JAVA_SINGLE=1 makes single calls even when the module has a batch export;
+     * PCTL_JAVA_CACHE=DIR keeps compiled modules in DIR across runs ("off": never).
      */
     static Plugin.Options optionsFromEnvironment() {
         Plugin.Options o = new Plugin.Options();
         o.compile = !"interpreter".equals(System.getenv("PCTL_JAVA_ENGINE"));
+        o.useBatch = !"1".equals(System.getenv("PCTL_JAVA_SINGLE"));
         String cache = System.getenv("PCTL_JAVA_CACHE");
         if (cache != null && !cache.isEmpty() && !cache.equals("off")) {
             o.cacheDir = Path.of(cache);
@@ -229,7 +231,7 @@ public final class Main {
     }
 
     /** Reads keys, partitions them a batch at a time, writes the partitions. */
-    private static final class Partitioner {
+    static final class Partitioner {
         private final Plugin plugin;
         private final byte[] config;
         private final int n;
@@ -306,7 +308,7 @@ public final class Main {
             if (count == 0) {
                 return;
             }
-            if (inst.hasBatch()) {
+            if (inst.hasBatch() && plugin.options.useBatch) {
                 try {
                     ensureInstance();
                     inst.batch(arena, ends, count, n, results);

@@ -73,6 +73,8 @@ final class Plugin {
         long initLimitNanos = 4_000_000_000L;
         /** Compile to JVM bytecode (default) or interpret. */
         boolean compile = true;
+        /** Use pctl_partition_batch when the module has it (default); false: single calls only. */
+        boolean useBatch = true;
         /** Where compiled modules are kept across processes; null: compile in every process. */
         java.nio.file.Path cacheDir;
         long wasiTime = Wasi.TIME;
@@ -355,6 +357,13 @@ final class Plugin {
         int n = bin.funcTypes.length;
         for (int i = 0; i < bodies.length; i++) {
             for (Instruction ins : bodies[i].instructions()) {
+                if ((ins.opcode().opcode() & 0xff00) == 0xfd00) {
+                    int fn = bin.importedFuncs + (i >= n ? i - n : i);
+                    throw loadError(Kind.UNSUPPORTED_FEATURE, String.format(
+                            "function %d uses %s: this host does not implement fixed-width SIMD, which spec/abi-v1.md §7.1 allows "
+                                    + "(Chicory %s executes no SIMD instruction without its simd module, which is not published); run the module on the Go host",
+                            fn, ins.opcode().name().toLowerCase(java.util.Locale.ROOT), FileCache.chicoryVersion()));
+                }
                 if (FORBIDDEN_OPCODES.contains(ins.opcode())) {
                     // Bodies n..2n-1 are the original functions 0..n-1 (see WasmBinary.instrumentDepth).
                     int fn = bin.importedFuncs + (i >= n ? i - n : i);

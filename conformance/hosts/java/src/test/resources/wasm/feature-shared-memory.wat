@@ -1,0 +1,11 @@
+;; feature-shared-memory: a pctl module (key_len % n) that uses a WebAssembly feature; see HostileTest.
+(module
+  (memory (export "memory") 17 17 shared)
+  (data (i32.const 1024) "{\"name\":\"feature-shared-memory\",\"version\":\"1.0.0\"}")
+  (func (export "pctl_abi_version") (result i32) (i32.const 1))
+  (func (export "pctl_key_buffer") (param $size i32) (result i32) (i32.const 65536))
+  (func (export "pctl_metadata") (result i64)
+    (i64.or (i64.shl (i64.const 1024) (i64.const 32)) (i64.const 50)))
+  (func (export "pctl_partition") (param $key_len i32) (param $n i32) (result i32)
+    (i32.rem_u (local.get $key_len) (local.get $n)))
+)
