@@ -187,6 +187,7 @@ final class Plugin {
                     + ", not \\0asm; give the compiled .wasm binary (a .wat text file must be assembled first, e.g. wat2wasm)");
         }
         String digest = sha256(wasm);
+        watchdog.describe(source + " (sha256:" + shortDigest(digest) + ")");
         WasmBinary bin;
         try {
             mark("read");
@@ -390,12 +391,25 @@ final class Plugin {
         return in;
     }
 
+    /**
+     * Called before every instruction that Chicory interprets (never for compiled code). Its
+     * interpreter checks the interrupt flag at calls and {@code br} but not at {@code br_if} or
+     * {@code br_table}, so without this a loop closed by either could not be stopped.
+     */
+    private static void checkInterrupt(Instruction ins, com.dylibso.chicory.runtime.MStack stack) {
+        OpCode op = ins.opcode();
+        if ((op == OpCode.BR_IF || op == OpCode.BR_TABLE) && Thread.currentThread().isInterrupted()) {
+            throw new ChicoryInterruptedException("Thread interrupted");
+        }
+    }
+
     /** Lifecycle steps 1-4 (§3); with probe set, also reads and checks the metadata. */
     private PluginInstance newInstance(boolean probe) throws PluginException {
         Wasi wasi = new Wasi(options.wasiTime, options.wasiSeed);
         CappedMemory[] memory = new CappedMemory[1];
         Instance.Builder b = Instance.builder(module)
                 .withMachineFactory(machineFactory)
+                .withUnsafeExecutionListener(Plugin::checkInterrupt)
                 .withInitialize(false)
                 .withStart(false) // no WASI "_start": only the module's start section runs (§2)
                 .withMemoryFactory(lim -> {
@@ -466,6 +480,7 @@ final class Plugin {
             byte[] doc = in.memory().readBytes((int) ptr, (int) len);
             parseMetadata(doc);
         }
+        watchdog.describe("plugin " + name + " (sha256:" + shortDigest(digest) + ")");
         if (properties.contains("ancestry") && !hasAncestry) {
             throw loadError(Kind.BAD_METADATA, "metadata declares the \"ancestry\" property but the module does not export pctl_ancestry");
         }

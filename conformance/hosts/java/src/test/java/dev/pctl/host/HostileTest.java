@@ -33,6 +33,9 @@ class HostileTest {
         List<Tc> t = new ArrayList<>();
         t.add(new Tc("loop-forever: time limit", hostile("loop-forever.wasm"), NONE, KEYS, 1, "", "plugin loop-forever", "time limit exceeded", "line 1"));
         t.add(new Tc("exponential: time limit without loops", hostile("exponential.wasm"), NONE, KEYS, 1, "", "plugin exponential", "time limit exceeded"));
+        for (String f : List.of("loop-br-if", "loop-br-table")) {
+            t.add(new Tc(f + ": time limit (the interpreter needs the host's check)", TestSupport.resource(f + ".wasm").toString(), NONE, KEYS, 1, "", "plugin " + f, "time limit exceeded"));
+        }
         t.add(new Tc("memory-grow: memory limit, not a bare trap", hostile("memory-grow.wasm"), NONE, KEYS, 1, "", "plugin memory-grow", "memory limit exceeded"));
         t.add(new Tc("memory-initial: refused at load", hostile("memory-initial.wasm"), NONE, KEYS, 2, "", "memory limit exceeded", "513"));
         t.add(new Tc("recurse: call depth", hostile("recurse.wasm"), NONE, KEYS, 1, "", "plugin recurse", "call stack exhausted"));
