@@ -1,0 +1,306 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/client"
+)
+
+func init() {
+	register(command{name: "consume", summary: "consume a topic as a member of a consumer group", run: cmdConsume})
+}
+
+const consumeHelp = `
+Runs one member of consumer group GROUP on TOPIC and prints the records it is given: the group's
+members share the partitions, and records with the same key come in the order they were
+produced, across epoch changes. What is printed is acknowledged (committed every 200ms and on
+exit), so the next member of the group goes on from there.
+
+--format text (default) prints one line per record, tab-separated:
+
+  partition  epoch  seq  key  value
+
+where seq is the record's sequence in its partition stream, and key and value are printed as
+they are when they are UTF-8 without control characters; otherwise as "hex:" and their bytes in
+hex (so is a key or value that itself starts with "hex:"). A keyless record's key is "-" (a key
+that is "-" is printed as hex:2d); the empty key is an empty field.
+
+--format jsonl prints one JSON object per line: {"topic", "partition", "epoch", "seq", "key",
+"value"}; a key or value that is not valid UTF-8 is given as "key_b64" or "value_b64" (standard
+base64) instead; a keyless record has no key field.
+
+--from-beginning starts a group that does not exist yet at the first record of every partition
+(default: after the records present when the group is created). An existing group always goes on
+from its committed positions.
+
+It runs until interrupted (SIGINT/SIGTERM: it commits and leaves the group; exit 0), --max N
+records were printed (exit 0), or --idle-exit D passed without a new record (exit 0). Needs the
+consumer or admin role. Exit 2: bad flags, unknown topic, bad group name; exit 1: refused, broker
+unreachable or failed.
+` + connHelp
+
+func cmdConsume(e *env, args []string) int {
+	const cmd = "consume"
+	fs := newFlags(e, cmd, "consume TOPIC --group GROUP [--format text|jsonl] [--from-beginning] [--max N] [--idle-exit DURATION]", consumeHelp)
+	cf := addConnFlags(fs)
+	group := fs.String("group", "", "consumer group `NAME` (required)")
+	format := fs.String("format", "text", "output `FORMAT`: text or jsonl")
+	fromBeginning := fs.Bool("from-beginning", false, "a new group starts at the first record of every partition")
+	maxN := fs.Int("max", 0, "exit after `N` records (0: no limit)")
+	idle := fs.Duration("idle-exit", 0, "exit after `DURATION` without a new record (0: never)")
+	member := fs.String("member", "", "member `ID` in the group (default: random)")
+	pos, st := parse(fs, args)
+	if st >= 0 {
+		return st
+	}
+	topic, st := topicArg(e, cmd, pos)
+	if st >= 0 {
+		return st
+	}
+	switch {
+	case *group == "":
+		return usageErr(e, cmd, "--group is required: the consumer group this member joins")
+	case *format != "text" && *format != "jsonl":
+		return usageErr(e, cmd, "--format %q: text or jsonl", *format)
+	case *maxN < 0:
+		return usageErr(e, cmd, "--max %d: give a positive count, or 0 for no limit", *maxN)
+	case *idle < 0:
+		return usageErr(e, cmd, "--idle-exit %v: give a positive duration such as 5s", *idle)
+	}
+	if err := wire.ValidGroup(*group); err != nil {
+		return usageErr(e, cmd, "--group: %v", err)
+	}
+	if *member != "" {
+		if err := wire.ValidGroup(*member); err != nil {
+			return usageErr(e, cmd, "--member: %v", err)
+		}
+	}
+	rt, err := cmdRuntime(e)
+	if err != nil {
+		return failErr(e, cmd, err)
+	}
+	defer rt.Close(context.Background())
+	c, st := cf.connect(e, cmd, rt)
+	if st >= 0 {
+		return st
+	}
+	defer c.Close()
+	cn, err := c.NewConsumer(e.ctx, topic, client.ConsumerOptions{Group: *group, Member: *member, FromBeginning: *fromBeginning})
+	if err != nil {
+		return exitFor(e, cmd, err)
+	}
+
+	ctx, cancel := context.WithCancelCause(e.ctx)
+	defer cancel(nil)
+	onViolation(c, func(subject string) {
+		cancel(fmt.Errorf("%w: these credentials may not use %s: consuming needs the consumer or admin role (consumer.nk)", wire.ErrPermission, subject))
+	})
+	out := &recordWriter{w: bufio.NewWriterSize(e.stdout, 64<<10), jsonl: *format == "jsonl", topic: topic, max: *maxN, last: time.Now()}
+	errMax := errors.New("--max reached")
+	errIdle := errors.New("idle")
+	out.onMax = func() { cancel(errMax) }
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // flushes the output now and then, and watches for idleness
+		defer wg.Done()
+		every := 100 * time.Millisecond
+		if *idle > 0 && *idle/4 < every {
+			every = max(*idle/4, time.Millisecond)
+		}
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if since := out.flushAndIdle(); *idle > 0 && since >= *idle {
+					cancel(errIdle)
+					return
+				}
+			}
+		}
+	}()
+	start := time.Now()
+	runErr := cn.Run(ctx, out.handle)
+	cancel(nil)
+	wg.Wait()
+	werr := out.close()
+	n := out.count()
+	why := "interrupted"
+	switch context.Cause(ctx) {
+	case errMax:
+		why = fmt.Sprintf("--max %d reached", *maxN)
+	case errIdle:
+		why = fmt.Sprintf("no new record for %v", *idle)
+	}
+	var refused error
+	if cause := context.Cause(ctx); errors.Is(cause, wire.ErrPermission) {
+		refused = cause
+	}
+	if runErr != nil || refused != nil {
+		why = "failed"
+	}
+	fmt.Fprintf(e.stderr, "pctl %s: %s group %s: %d records in %v (%s)\n", cmd, topic, *group, n, time.Since(start).Round(time.Millisecond), why)
+	if refused != nil {
+		return exitFor(e, cmd, refused)
+	}
+	if runErr != nil {
+		return exitFor(e, cmd, runErr)
+	}
+	if werr != nil {
+		return failErr(e, cmd, fmt.Errorf("write standard output: %w", werr))
+	}
+	return exitOK
+}
+
+// recordWriter prints records from the consumer's handlers (which run concurrently, one per
+// partition) one whole line at a time.
+type recordWriter struct {
+	mu    sync.Mutex
+	w     *bufio.Writer
+	jsonl bool
+	topic string
+	max   int
+	n     int
+	last  time.Time
+	err   error
+	onMax func()
+	buf   []byte
+}
+
+func (r *recordWriter) handle(ctx context.Context, m *client.Message) error {
+	r.mu.Lock()
+	if r.err != nil || (r.max > 0 && r.n >= r.max) {
+		r.mu.Unlock()
+		// Not printed, so not acknowledged: wait for the member to stop; the record stays for
+		// the group's next member.
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	if r.jsonl {
+		r.buf = appendJSONRecord(r.buf[:0], r.topic, m)
+	} else {
+		r.buf = appendTextRecord(r.buf[:0], m)
+	}
+	if _, err := r.w.Write(r.buf); err != nil {
+		r.err = err
+		r.mu.Unlock()
+		return err
+	}
+	r.n++
+	r.last = time.Now()
+	reached := r.max > 0 && r.n == r.max
+	r.mu.Unlock()
+	if reached {
+		r.onMax()
+	}
+	return nil
+}
+
+// flushAndIdle flushes the output and returns the time since the last record.
+func (r *recordWriter) flushAndIdle() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err == nil {
+		r.err = r.w.Flush()
+	}
+	return time.Since(r.last)
+}
+
+func (r *recordWriter) close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err == nil {
+		r.err = r.w.Flush()
+	}
+	return r.err
+}
+
+func (r *recordWriter) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n
+}
+
+func appendTextRecord(b []byte, m *client.Message) []byte {
+	b = strconv.AppendInt(b, int64(m.Partition), 10)
+	b = append(b, '\t')
+	b = strconv.AppendInt(b, int64(m.Epoch), 10)
+	b = append(b, '\t')
+	b = strconv.AppendUint(b, m.Seq, 10)
+	b = append(b, '\t')
+	switch {
+	case m.NoKey:
+		b = append(b, '-')
+	case string(m.Key) == "-":
+		b = append(b, "hex:2d"...)
+	default:
+		b = appendTextField(b, m.Key)
+	}
+	b = append(b, '\t')
+	b = appendTextField(b, m.Value)
+	return append(b, '\n')
+}
+
+// appendTextField appends v as it is when that is unambiguous (UTF-8, no control characters, not
+// starting with "hex:"), else "hex:" and its hex encoding.
+func appendTextField(b, v []byte) []byte {
+	if printable(v) && !(len(v) >= 4 && string(v[:4]) == "hex:") {
+		return append(b, v...)
+	}
+	b = append(b, "hex:"...)
+	return hex.AppendEncode(b, v)
+}
+
+func printable(v []byte) bool {
+	for len(v) > 0 {
+		r, size := utf8.DecodeRune(v)
+		if (r == utf8.RuneError && size <= 1) || r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == 0x2028 || r == 0x2029 {
+			return false
+		}
+		v = v[size:]
+	}
+	return true
+}
+
+// jsonRecord is one line of --format jsonl. Pointers: absent fields are omitted, empty ones kept.
+type jsonRecord struct {
+	Topic     string  `json:"topic"`
+	Partition int     `json:"partition"`
+	Epoch     int     `json:"epoch"`
+	Seq       uint64  `json:"seq"`
+	Key       *string `json:"key,omitempty"`
+	KeyB64    *string `json:"key_b64,omitempty"`
+	Value     *string `json:"value,omitempty"`
+	ValueB64  *string `json:"value_b64,omitempty"`
+}
+
+func appendJSONRecord(b []byte, topic string, m *client.Message) []byte {
+	jr := jsonRecord{Topic: topic, Partition: m.Partition, Epoch: m.Epoch, Seq: m.Seq}
+	str := func(v []byte) (*string, *string) {
+		if utf8.Valid(v) {
+			s := string(v)
+			return &s, nil
+		}
+		s := base64.StdEncoding.EncodeToString(v)
+		return nil, &s
+	}
+	if !m.NoKey {
+		jr.Key, jr.KeyB64 = str(m.Key)
+	}
+	jr.Value, jr.ValueB64 = str(m.Value)
+	line, _ := json.Marshal(jr) // cannot fail: strings and numbers
+	return append(append(b, line...), '\n')
+}

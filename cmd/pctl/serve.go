@@ -1,0 +1,223 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"pctl.dev/pctl/broker"
+)
+
+func init() {
+	register(command{name: "serve", summary: "run the broker (embedded NATS JetStream, or connected to a NATS cluster)", run: cmdServe})
+}
+
+const serveHelp = `
+Runs the broker: an embedded NATS server with JetStream (or, with --nats, a connection to an
+existing NATS server or cluster with JetStream), plus pctl's services: the plugin registry, topics,
+the broker-side produce service and epoch changes.
+
+When it is ready it prints exactly one line on standard output:
+
+  pctl: broker ready at nats://127.0.0.1:4222 (data DIR; admin credentials DIR/admin.nk)
+
+then logs on standard error until SIGINT or SIGTERM, when it stops cleanly: requests in progress
+are answered and every acknowledged record is on disk. Restarting on the same --data keeps the
+topics, plugins, records and consumer-group positions.
+
+The first start creates the role credentials in the data directory: admin.nk (everything),
+producer.nk (produce, read topics and plugins) and consumer.nk (consume). Give them to clients
+with --creds or PCTL_CREDS.
+
+--config FILE is a JSON object with the same settings; flags given on the command line win:
+
+  {"data": "/var/lib/pctl", "listen": "0.0.0.0:4222", "max_record_bytes": 1048576,
+   "max_payload": 16777216, "replicas": 1, "conformance_keys": 20000, "produce_timeout": "10s",
+   "nats": "nats://a:4222,nats://b:4222", "creds": "/etc/pctl/broker.nk"}
+
+An unknown field is an error. --listen with port 0 picks a free port (the ready line names it).
+
+Examples:
+  pctl serve
+  pctl serve --data ./pctl-data --listen 127.0.0.1:0
+  pctl serve --nats nats://nats-1:4222 --creds broker.nk
+`
+
+// serveConfig is the --config file: broker.Config's settings, in JSON.
+type serveConfig struct {
+	Data            string `json:"data"`
+	Listen          string `json:"listen"`
+	NATS            string `json:"nats"`
+	Creds           string `json:"creds"`
+	MaxRecordBytes  int32  `json:"max_record_bytes"`
+	MaxPayload      int32  `json:"max_payload"`
+	Replicas        int    `json:"replicas"`
+	ConformanceKeys int    `json:"conformance_keys"`
+	ProduceTimeout  string `json:"produce_timeout"`
+}
+
+func readServeConfig(path string) (serveConfig, error) {
+	var sc serveConfig
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return sc, fmt.Errorf("--config: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&sc); err != nil {
+		msg := err.Error()
+		if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+			return sc, fmt.Errorf("--config %s: unknown field %s; the fields are data, listen, nats, creds, max_record_bytes, max_payload, replicas, conformance_keys, produce_timeout", path, f)
+		}
+		return sc, fmt.Errorf("--config %s: not a valid JSON settings object: %s", path, strings.TrimPrefix(msg, "json: "))
+	}
+	if dec.More() {
+		return sc, fmt.Errorf("--config %s: more than one JSON value; the file holds one object", path)
+	}
+	return sc, nil
+}
+
+func cmdServe(e *env, args []string) int {
+	fs := newFlags(e, "serve", "serve [--data DIR] [--listen HOST:PORT] [--config FILE] [--nats URL --creds FILE]", serveHelp)
+	var sc serveConfig
+	fs.StringVar(&sc.Data, "data", "", "data `DIR`: JetStream files and role credentials (default $XDG_DATA_HOME/pctl or ~/.local/share/pctl)")
+	fs.StringVar(&sc.Listen, "listen", "", "client address `HOST:PORT` of the embedded server; port 0 picks one (default 127.0.0.1:4222)")
+	configFile := fs.String("config", "", "JSON settings `FILE` (flags override it)")
+	fs.StringVar(&sc.NATS, "nats", "", "use this NATS server or cluster `URL` (with JetStream) instead of an embedded one")
+	fs.StringVar(&sc.Creds, "creds", "", "with --nats: the broker's NKey seed `FILE` (full permissions)")
+	maxRecord := fs.Int("max-record-bytes", 0, "largest record, key + value + headers, in `BYTES` (default 1048576)")
+	pos, st := parse(fs, args)
+	if st >= 0 {
+		return st
+	}
+	if len(pos) > 0 {
+		return usageErr(e, "serve", "takes no arguments (got %q)", pos[0])
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *configFile != "" {
+		fc, err := readServeConfig(*configFile)
+		if err != nil {
+			return usageErr(e, "serve", "%v", err)
+		}
+		if !set["data"] {
+			sc.Data = fc.Data
+		}
+		if !set["listen"] {
+			sc.Listen = fc.Listen
+		}
+		if !set["nats"] {
+			sc.NATS = fc.NATS
+		}
+		if !set["creds"] {
+			sc.Creds = fc.Creds
+		}
+		sc.MaxPayload, sc.Replicas, sc.ConformanceKeys, sc.ProduceTimeout = fc.MaxPayload, fc.Replicas, fc.ConformanceKeys, fc.ProduceTimeout
+		if !set["max-record-bytes"] {
+			sc.MaxRecordBytes = fc.MaxRecordBytes
+		}
+	}
+	if set["max-record-bytes"] {
+		if *maxRecord < 0 || *maxRecord > 1<<31-1 {
+			return usageErr(e, "serve", "--max-record-bytes %d is out of range", *maxRecord)
+		}
+		sc.MaxRecordBytes = int32(*maxRecord)
+	}
+	cfg, err := sc.brokerConfig()
+	if err != nil {
+		return usageErr(e, "serve", "%v", err)
+	}
+	logw := &lockedWriter{w: e.stderr}
+	cfg.Logf = func(format string, args ...any) {
+		fmt.Fprintf(logw, "%s pctl serve: %s\n", time.Now().Format("2006-01-02T15:04:05.000Z07:00"), oneLine(fmt.Sprintf(format, args...)))
+	}
+	b, err := broker.Start(e.ctx, cfg)
+	if err != nil {
+		if e.ctx.Err() != nil {
+			return usageFail(e, "serve", "interrupted while starting")
+		}
+		return failErr(e, "serve", err)
+	}
+	if cfg.NATSURL == "" {
+		fmt.Fprintf(e.stdout, "pctl: broker ready at %s (data %s; admin credentials %s)\n", b.ClientURL(), cfg.DataDir, b.CredsPath(broker.RoleAdmin))
+	} else {
+		fmt.Fprintf(e.stdout, "pctl: broker ready at %s (data %s; connected with %s; role credentials are the NATS operator's)\n", b.ClientURL(), cfg.DataDir, cfg.Creds)
+	}
+	<-e.ctx.Done()
+	cfg.Logf("shutting down: answering requests in progress, flushing")
+	start := time.Now()
+	if err := b.Close(); err != nil {
+		return failErr(e, "serve", fmt.Errorf("shutdown: %w", err))
+	}
+	cfg.Logf("stopped cleanly in %v", time.Since(start).Round(time.Millisecond))
+	return exitOK
+}
+
+// brokerConfig validates the settings and turns them into a broker.Config.
+func (sc serveConfig) brokerConfig() (broker.Config, error) {
+	cfg := broker.Config{Listen: sc.Listen, NATSURL: sc.NATS, Creds: sc.Creds,
+		MaxRecordBytes: sc.MaxRecordBytes, MaxPayload: sc.MaxPayload, Replicas: sc.Replicas, ConformanceKeys: sc.ConformanceKeys}
+	dir := sc.Data
+	if dir == "" {
+		d, err := broker.DefaultDataDir()
+		if err != nil {
+			return cfg, err
+		}
+		dir = d
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return cfg, fmt.Errorf("--data %s: %w", dir, err)
+	}
+	cfg.DataDir = abs
+	switch {
+	case sc.NATS != "" && sc.Creds == "":
+		return cfg, errors.New("--nats needs --creds: the NKey seed file the broker connects with (full permissions)")
+	case sc.NATS == "" && sc.Creds != "":
+		return cfg, errors.New("--creds is the broker's own credentials with --nats; the embedded server creates its role credentials in --data")
+	case sc.NATS != "" && sc.Listen != "":
+		return cfg, errors.New("--listen is the embedded server's address; with --nats clients connect to the NATS cluster")
+	case sc.MaxRecordBytes < 0, sc.MaxPayload < 0, sc.Replicas < 0, sc.ConformanceKeys < 0:
+		return cfg, errors.New("max_record_bytes, max_payload, replicas and conformance_keys must not be negative")
+	}
+	if sc.Creds != "" {
+		if _, err := os.Stat(sc.Creds); err != nil {
+			return cfg, fmt.Errorf("--creds %s: %v", sc.Creds, unwrapPath(err))
+		}
+	}
+	payload := sc.MaxPayload
+	if payload == 0 {
+		payload = 16 << 20
+	}
+	if sc.MaxRecordBytes > payload {
+		return cfg, fmt.Errorf("max_record_bytes %d is more than max_payload %d: a record must fit in one NATS message", sc.MaxRecordBytes, payload)
+	}
+	if sc.ProduceTimeout != "" {
+		d, err := time.ParseDuration(sc.ProduceTimeout)
+		if err != nil || d <= 0 {
+			return cfg, fmt.Errorf("produce_timeout %q is not a positive duration such as \"10s\"", sc.ProduceTimeout)
+		}
+		cfg.ProduceTimeout = d
+	}
+	return cfg, nil
+}
+
+// lockedWriter serialises writes: the broker logs from many goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

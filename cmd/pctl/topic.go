@@ -1,0 +1,633 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/partitioner"
+)
+
+// topicSubs are the `pctl topic` subcommands.
+var topicSubs = map[string]command{}
+
+func init() {
+	register(command{name: "topic", summary: "create, describe, list, delete and repartition topics; show consumer groups", run: cmdTopic})
+	topicSubs["create"] = command{name: "create", summary: "create a topic", run: cmdTopicCreate}
+	topicSubs["describe"] = command{name: "describe", summary: "show a topic: epochs, partitioners, boundaries, ancestry, change in progress", run: cmdTopicDescribe}
+	topicSubs["list"] = command{name: "list", summary: "list the topics", run: cmdTopicList}
+	topicSubs["delete"] = command{name: "delete", summary: "delete a topic and all its records", run: cmdTopicDelete}
+	topicSubs["repartition"] = command{name: "repartition", summary: "start a new epoch: partition count, partitioner or config", run: cmdTopicRepartition}
+	topicSubs["expand"] = command{name: "expand", summary: "grow a topic's partition count (a repartition)", run: cmdTopicExpand}
+	topicSubs["groups"] = command{name: "groups", summary: "show a topic's consumer groups: members, positions, lag", run: cmdTopicGroups}
+}
+
+func cmdTopic(e *env, args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		w := e.stderr
+		if len(args) > 0 {
+			w = e.stdout
+		}
+		fmt.Fprintln(w, "Usage: pctl topic <subcommand> [flags]\n\nSubcommands:")
+		for _, name := range sortedKeys(topicSubs) {
+			fmt.Fprintf(w, "  %-12s %s\n", name, topicSubs[name].summary)
+		}
+		fmt.Fprintln(w, strings.TrimRight(connHelp, "\n"))
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	c, ok := topicSubs[args[0]]
+	if !ok {
+		return usageErr(e, "topic", "unknown subcommand %q; one of: %s", args[0], strings.Join(sortedKeys(topicSubs), ", "))
+	}
+	return c.run(e, args[1:])
+}
+
+// topicArg checks that exactly one topic name was given.
+func topicArg(e *env, cmd string, pos []string) (string, int) {
+	if len(pos) != 1 {
+		return "", usageErr(e, cmd, "give exactly one topic name (got %d arguments)", len(pos))
+	}
+	if err := wire.ValidTopic(pos[0]); err != nil {
+		return "", usageErr(e, cmd, "%v", err)
+	}
+	return pos[0], -1
+}
+
+// parseCount parses a --partitions value (the broker checks the range).
+func parseCount(e *env, cmd, s string) (int, int) {
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, usageErr(e, cmd, "--partitions %q is not an integer", s)
+	}
+	return v, -1
+}
+
+func writeJSON(e *env, cmd string, v any) int {
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return failErr(e, cmd, err)
+	}
+	return exitOK
+}
+
+func cmdTopicCreate(e *env, args []string) int {
+	const cmd = "topic create"
+	fs := newFlags(e, cmd, "topic create TOPIC --partitions N --partitioner NAME|DIGEST [--config K=V ...] [--json]", `
+Creates a topic with epoch 1: N partition streams and a partitioner, a built-in name (see 'pctl
+plugin list') or the digest of an uploaded plugin ('pctl plugin list --remote'; a unique prefix of
+at least 6 hex digits will do). Needs the admin role.
+`+connHelp)
+	cf := addConnFlags(fs)
+	partitions := fs.String("partitions", "", "number of partitions (required)")
+	plugin := fs.String("partitioner", "", "built-in name or plugin digest (required)")
+	var config multiFlag
+	fs.Var(&config, "config", "partitioner config `K=V` (repeatable)")
+	asJSON := fs.Bool("json", false, "print the topic's descriptor as JSON")
+	pos, st := parse(fs, args)
+	if st >= 0 {
+		return st
+	}
+	name, st := topicArg(e, cmd, pos)
+	if st >= 0 {
+		return st
+	}
+	if *partitions == "" || *plugin == "" {
+		return usageErr(e, cmd, "--partitions and --partitioner are required, e.g. --partitions 12 --partitioner kafka-murmur2")
+	}
+	n, st := parseCount(e, cmd, *partitions)
+	if st >= 0 {
+		return st
+	}
+	cfg, err := partitioner.EncodeConfig(config)
+	if err != nil {
+		return usageErr(e, cmd, "--config: %v", err)
+	}
+	c, st := cf.connect(e, cmd, nil)
+	if st >= 0 {
+		return st
+	}
+	defer c.Close()
+	ref, err := resolvePluginRef(e.ctx, c, *plugin)
+	if err != nil {
+		return exitFor(e, cmd, err)
+	}
+	t, err := c.CreateTopic(e.ctx, wire.CreateTopicRequest{Topic: name, Partitions: n, Partitioner: ref, Config: cfg})
+	if err != nil {
+		return exitFor(e, cmd, err)
+	}
+	if *asJSON {
+		return writeJSON(e, cmd, t)
+	}
+	cur := t.Current()
+	fmt.Fprintf(e.stdout, "created topic %s: epoch %d, %d partitions, partitioner %s\n", t.Name, cur.Epoch, cur.Partitions, partitionerText(cur.Partitioner))
+	return exitOK
+}
+
+func cmdTopicDescribe(e *env, args []string) int {
+	const cmd = "topic describe"
+	fs := newFlags(e, cmd, "topic describe TOPIC [--json]", `
+Shows a topic: its id, every epoch with its partitioner (name, digest, config), partition count,
+boundaries (the last sequence of each partition in that epoch) and ancestry (which partitions of
+the previous epoch feed each partition), and any epoch change in progress. --json prints the
+descriptor itself (spec/protocol.md §4).
+`+connHelp)
+	cf := addConnFlags(fs)
+	asJSON := fs.Bool("json", false, "print the descriptor as JSON")
+	pos, st := parse(fs, args)
+	if st >= 0 {
+		return st
+	}
+	name, st := topicArg(e, cmd, pos)
+	if st >= 0 {
+		return st
+	}
+	c, st := cf.connect(e, cmd, nil)
+	if st >= 0 {
+		return st
+	}
+	defer c.Close()
+	t, rev, err := c.Topic(e.ctx, name)
+	if err != nil {
+		return exitFor(e, cmd, err)
+	}
+	if *asJSON {
+		return writeJSON(e, cmd, t)
+	}
+	describeTopic(e.stdout, t, rev)
+	return exitOK
+}
+
+// describeTopic writes the human description of a descriptor.
+func describeTopic(out io.Writer, t *wire.Topic, rev uint64) {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	cur := t.Current()
+	fmt.Fprintf(w, "topic\t%s\n", t.Name)
+	fmt.Fprintf(w, "id\t%s\n", t.ID)
+	fmt.Fprintf(w, "created\t%s\n", t.Created.Format(time.RFC3339))
+	fmt.Fprintf(w, "revision\t%d\n", rev)
+	fmt.Fprintf(w, "current epoch\t%d: %d partitions, %s\n", cur.Epoch, cur.Partitions, partitionerText(cur.Partitioner))
+	switch {
+	case t.Deleting:
+		fmt.Fprintf(w, "state\tbeing deleted\n")
+	case t.Creating:
+		fmt.Fprintf(w, "state\tbeing created\n")
+	}
+	if ch := t.Change; ch != nil {
+		fenced := 0
+		for _, f := range ch.Fenced {
+			if f {
+				fenced++
+			}
+		}
+		fmt.Fprintf(w, "change\tto epoch %d, state %s (%d of %d old partitions fenced), started %s: %d partitions, %s\n",
+			ch.To, ch.State, fenced, len(ch.Fenced), ch.Started.Format(time.RFC3339), ch.Partitions, partitionerText(ch.Partition))
+	} else {
+		fmt.Fprintf(w, "change\tnone in progress\n")
+	}
+	_ = w.Flush()
+	for i := range t.Epochs {
+		ep := &t.Epochs[i]
+		fmt.Fprintf(out, "\nepoch %d", ep.Epoch)
+		if ep.Epoch == cur.Epoch {
+			fmt.Fprint(out, " (current)")
+		}
+		fmt.Fprintf(out, ", started %s\n", ep.Started.Format(time.RFC3339))
+		w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(w, "  partitioner\t%s\n", partitionerText(ep.Partitioner))
+		fmt.Fprintf(w, "  partitions\t%d\n", ep.Partitions)
+		if len(ep.Boundaries) > 0 {
+			fmt.Fprintf(w, "  boundaries\t%s\n", boundariesText(ep.Boundaries))
+		} else if ep.Epoch == cur.Epoch {
+			fmt.Fprintf(w, "  boundaries\tnone yet (the epoch is open)\n")
+		}
+		if ep.Ancestry != nil {
+			fmt.Fprintf(w, "  ancestry\t%s\n", ancestrySource(ep.Ancestry.Source))
+			for _, line := range ancestryLines(ep.Ancestry, 12) {
+				fmt.Fprintf(w, "  \t%s\n", line)
+			}
+		} else if i > 0 {
+			fmt.Fprintf(w, "  ancestry\tnone recorded\n")
+		}
+		_ = w.Flush()
+	}
+}
+
+// partitionerText is "name sha256:<12 hex> [config k=v, ...]".
+func partitionerText(p wire.Partitioner) string {
+	d := p.Digest
+	if len(d) > 12 {
+		d = d[:12]
+	}
+	s := fmt.Sprintf("%s (sha256:%s)", p.Name, d)
+	if len(p.Config) > 0 {
+		if pairs, err := partitioner.DecodeConfig(p.Config); err == nil {
+			s += " config " + strings.Join(pairs, ", ")
+		} else {
+			s += fmt.Sprintf(" config %q", p.Config)
+		}
+	}
+	return s
+}
+
+// boundariesText lists boundaries (stream sequences, by partition) compactly: all of them up to
+// 16, else the first 8 and a count.
+func boundariesText(b []uint64) string {
+	const show = 16
+	parts := make([]string, 0, show)
+	for i, v := range b {
+		if len(b) <= show || i < 8 {
+			parts = append(parts, strconv.FormatUint(v, 10))
+		}
+	}
+	s := strings.Join(parts, " ")
+	if len(b) > show {
+		s += fmt.Sprintf(" ... (%d partitions)", len(b))
+	}
+	return s
+}
+
+func ancestrySource(s string) string {
+	switch s {
+	case "declared":
+		return "declared (the plugin's own ancestry, verified by conformance)"
+	case "observed":
+		return "observed (both functions evaluated over the keys stored in the previous epoch)"
+	case "identity":
+		return "identity (same function and count)"
+	case "all":
+		return "all (every partition of the previous epoch)"
+	case "pending":
+		return "pending (the broker is computing it from the stored keys)"
+	}
+	return s
+}
+
+// ancestryLines prints "child <- parents" lines, at most max of them (then a count); runs of
+// children with the same parents are merged ("4-7 <- 0-3").
+func ancestryLines(a *wire.Ancestry, max int) []string {
+	var lines []string
+	n := len(a.Parents)
+	for c := 0; c < n; {
+		end := c + 1
+		for end < n && sameRanges(a.Parents[end], a.Parents[c]) {
+			end++
+		}
+		child := strconv.Itoa(c)
+		if end-c > 1 {
+			child = fmt.Sprintf("%d-%d", c, end-1)
+		}
+		if len(lines) == max {
+			lines = append(lines, fmt.Sprintf("... (%d partitions in all)", n))
+			break
+		}
+		lines = append(lines, child+" <- "+rangesText(a.Parents[c]))
+		c = end
+	}
+	return lines
+}
+
+func sameRanges(a, b [][2]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func rangesText(rs [][2]int) string {
+	if len(rs) == 0 {
+		return "none (no keys)"
+	}
+	parts := make([]string, 0, len(rs))
+	for _, r := range rs {
+		if r[1]-r[0] == 1 {
+			parts = append(parts, strconv.Itoa(r[0]))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", r[0], r[1]-1))
+		}
+	}
+	if len(parts) > 8 {
+		parts = append(parts[:8], fmt.Sprintf("... (%d ranges)", len(rs)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func cmdTopicList(e *env, args []string) int {
+	const cmd = "topic list"
+	fs := newFlags(e, cmd, "topic list [--json]", "Lists the topics with their current epoch, partition count and partitioner.\n"+connHelp)
+	cf := addConnFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, st := parse(fs, args)
+	if st >= 0 {
+		return st
+	}
+	if len(pos) > 0 {
+		return usageErr(e, cmd, "takes no arguments")
+	}
+	c, st := cf.connect(e, cmd, nil)
+	if st >= 0 {
+		return st
+	}
+	defer c.Close()
+	ts, err := c.Topics(e.ctx)
+	if err != nil {
+		return exitFor(e, cmd, err)
+	}
+	if ts == nil {
+		ts = []wire.TopicSummary{}
+	}
+	if *asJSON {
+		return writeJSON(e, cmd, ts)
+	}
+	if len(ts) == 0 {
+		fmt.Fprintln(e.stderr, "no topics; create one with 'pctl topic create TOPIC --partitions N --partitioner NAME'")
+		return exitOK
+	}
+	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "TOPIC\tEPOCH\tPARTITIONS\tPARTITIONER\tCHANGING")
+	for _, s := range ts {
+		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\n", s.Name, s.Epoch, s.Partitions, s.Partitioner, yesNo(s.Changing))
+	}
+	_ = w.Flush()
+	return exitOK
+}
+
+func cmdTopicDelete(e *env, args []string) int {
+	const cmd = "topic delete"
+	fs := newFlags(e, cmd, "topic delete TOPIC", "Deletes a topic, its partition streams (every record) and its consumer groups' positions. Needs the admin role.\n"+connHelp)
+	cf := addConnFlags(fs)
+	pos, st := parse(fs, args)
+	if st >= 0 {
+		return st
+	}
+	name, st := topicArg(e, cmd, pos)
+	if st >= 0 {
+		return st
+	}
+	c, st := cf.connect(e, cmd, nil)
+	if st >= 0 {
+		return st
+	}
+	defer c.Close()
+	if err := c.DeleteTopic(e.ctx, name); err != nil {
+		return exitFor(e, cmd, err)
+	}
+	fmt.Fprintf(e.stdout, "deleted topic %s\n", name)
+	return exitOK
+}
+
+const repartitionHelp = `
+Starts a new epoch of a topic and waits until it is active: a new partition count, a new
+partitioner (built-in name or plugin digest), or a new config, in any combination. Per-key order
+holds across the change: producers are fenced from the old epoch and re-send under the new one,
+and consumers deliver a moved key's new records only after its old partition is drained.
+--config replaces the config (give it again with the new partitioner if that one needs one);
+--clear-config removes it. Needs the admin role.
+`
+
+func cmdTopicRepartition(e *env, args []string) int {
+	const cmd = "topic repartition"
+	fs := newFlags(e, cmd, "topic repartition TOPIC [--partitions M] [--partitioner NAME|DIGEST] [--config K=V ... | --clear-config] [--json]", repartitionHelp+connHelp)
+	cf := addConnFlags(fs)
+	partitions := fs.String("partitions", "", "new partition count (default: unchanged)")
+	plugin := fs.String("partitioner", "", "new partitioner: built-in name or plugin digest (default: unchanged)")
+	var config multiFlag
+	fs.Var(&config, "config", "new partitioner config `K=V` (repeatable)")
+	clear := fs.Bool("clear-config", false, "remove the partitioner config")
+	asJSON := fs.Bool("json", false, "print the new descriptor as JSON")
+	pos, st := parse(fs, args)
+	if st >= 0 {
+		return st
+	}
+	name, st := topicArg(e, cmd, pos)
+	if st >= 0 {
+		return st
+	}
+	req := wire.RepartitionRequest{Topic: name}
+	if *partitions != "" {
+		if req.Partitions, st = parseCount(e, cmd, *partitions); st >= 0 {
+			return st
+		}
+		if req.Partitions < 1 {
+			return usageErr(e, cmd, "--partitions %d: a topic has at least 1 partition", req.Partitions)
+		}
+	}
+	if len(config) > 0 && *clear {
+		return usageErr(e, cmd, "--config and --clear-config exclude each other")
+	}
+	if len(config) > 0 || *clear {
+		cfg, err := partitioner.EncodeConfig(config)
+		if err != nil {
+			return usageErr(e, cmd, "--config: %v", err)
+		}
+		req.Config, req.SetConfig = cfg, true
+	}
+	if req.Partitions == 0 && *plugin == "" && !req.SetConfig {
+		return usageErr(e, cmd, "nothing to change: give --partitions, --partitioner or --config")
+	}
+	c, st := cf.connect(e, cmd, nil)
+	if st >= 0 {
+		return st
+	}
+	defer c.Close()
+	if *plugin != "" {
+		ref, err := resolvePluginRef(e.ctx, c, *plugin)
+		if err != nil {
+			return exitFor(e, cmd, err)
+		}
+		req.Partitioner = ref
+	}
+	return repartition(e, cmd, c, req, *asJSON)
+}
+
+func repartition(e *env, cmd string, c *client.Client, req wire.RepartitionRequest, asJSON bool) int {
+	before, _, err := c.Topic(e.ctx, req.Topic)
+	if err != nil {
+		return exitFor(e, cmd, err)
+	}
+	start := time.Now()
+	t, err := c.Repartition(e.ctx, req)
+	if err != nil {
+		return exitFor(e, cmd, err)
+	}
+	if asJSON {
+		return writeJSON(e, cmd, t)
+	}
+	old, cur := before.Current(), t.Current()
+	parts := fmt.Sprintf("%d -> %d partitions", old.Partitions, cur.Partitions)
+	if old.Partitions == cur.Partitions {
+		parts = fmt.Sprintf("%d partitions (unchanged)", cur.Partitions)
+	}
+	fn := partitionerText(old.Partitioner) + " -> " + partitionerText(cur.Partitioner)
+	if a, b := partitionerText(old.Partitioner), partitionerText(cur.Partitioner); a == b {
+		fn = a + " (unchanged)"
+	}
+	fmt.Fprintf(e.stdout, "topic %s: epoch %d active after %v: %s, %s\n", t.Name, cur.Epoch, time.Since(start).Round(time.Millisecond), parts, fn)
+	if prev := t.Epoch(cur.Epoch - 1); prev != nil && len(prev.Boundaries) > 0 {
+		fmt.Fprintf(e.stdout, "epoch %d boundaries: %s\n", prev.Epoch, boundariesText(prev.Boundaries))
+	}
+	if cur.Ancestry != nil {
+		fmt.Fprintf(e.stdout, "ancestry: %s\n", ancestrySource(cur.Ancestry.Source))
+	}
+	return exitOK
+}
+
+func cmdTopicExpand(e *env, args []string) int {
+	const cmd = "topic expand"
+	fs := newFlags(e, cmd, "topic expand TOPIC --partitions M [--json]", `
+Grows a topic to M partitions (more than it has now), keeping its partitioner and config: a
+repartition (see 'pctl topic repartition --help') that can only grow.
+`+connHelp)
+	cf := addConnFlags(fs)
+	partitions := fs.String("partitions", "", "new partition count, more than the current one (required)")
+	asJSON := fs.Bool("json", false, "print the new descriptor as JSON")
+	pos, st := parse(fs, args)
+	if st >= 0 {
+		return st
+	}
+	name, st := topicArg(e, cmd, pos)
+	if st >= 0 {
+		return st
+	}
+	if *partitions == "" {
+		return usageErr(e, cmd, "--partitions M is required")
+	}
+	m, st := parseCount(e, cmd, *partitions)
+	if st >= 0 {
+		return st
+	}
+	c, st := cf.connect(e, cmd, nil)
+	if st >= 0 {
+		return st
+	}
+	defer c.Close()
+	t, _, err := c.Topic(e.ctx, name)
+	if err != nil {
+		return exitFor(e, cmd, err)
+	}
+	if n := t.Current().Partitions; m <= n {
+		return usageErr(e, cmd, "--partitions %d: topic %s has %d partitions; expand only grows (use 'pctl topic repartition' to shrink)", m, name, n)
+	}
+	return repartition(e, cmd, c, wire.RepartitionRequest{Topic: name, Partitions: m}, *asJSON)
+}
+
+// groupView is a group's state as 'topic groups --json' prints it.
+type groupView struct {
+	Group      string          `json:"group"`
+	Members    []string        `json:"members"`
+	Partitions []partitionView `json:"partitions"`
+	Lag        uint64          `json:"lag"`
+}
+
+type partitionView struct {
+	Partition int    `json:"partition"`
+	Position  uint64 `json:"position"` // committed: every record up to it is drained
+	End       uint64 `json:"end"`      // last sequence in the partition stream
+	Lag       uint64 `json:"lag"`
+}
+
+func cmdTopicGroups(e *env, args []string) int {
+	const cmd = "topic groups"
+	fs := newFlags(e, cmd, "topic groups TOPIC [--json]", `
+Shows a topic's consumer groups: live members, and for each partition stream the group's committed
+position (every record up to it is drained), the stream's last sequence and the lag between them.
+`+connHelp)
+	cf := addConnFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, st := parse(fs, args)
+	if st >= 0 {
+		return st
+	}
+	name, st := topicArg(e, cmd, pos)
+	if st >= 0 {
+		return st
+	}
+	c, st := cf.connect(e, cmd, nil)
+	if st >= 0 {
+		return st
+	}
+	defer c.Close()
+	groups, err := c.Groups(e.ctx, name)
+	if err != nil {
+		return exitFor(e, cmd, err)
+	}
+	t, _, err := c.Topic(e.ctx, name)
+	if err != nil {
+		return exitFor(e, cmd, err)
+	}
+	ends, err := partitionEnds(e.ctx, c, t)
+	if err != nil {
+		return exitFor(e, cmd, err)
+	}
+	views := make([]groupView, 0, len(groups))
+	for _, g := range groups {
+		v := groupView{Group: g.Group, Members: g.Members, Partitions: []partitionView{}}
+		if v.Members == nil {
+			v.Members = []string{}
+		}
+		for q, p := range g.Positions {
+			pv := partitionView{Partition: q, Position: p}
+			if q < len(ends) {
+				pv.End = ends[q]
+			}
+			if pv.End > p {
+				pv.Lag = pv.End - p
+			}
+			v.Lag += pv.Lag
+			v.Partitions = append(v.Partitions, pv)
+		}
+		views = append(views, v)
+	}
+	if *asJSON {
+		return writeJSON(e, cmd, views)
+	}
+	if len(views) == 0 {
+		fmt.Fprintf(e.stdout, "topic %s has no consumer groups\n", name)
+		return exitOK
+	}
+	for i, v := range views {
+		if i > 0 {
+			fmt.Fprintln(e.stdout)
+		}
+		members := "no live members"
+		if len(v.Members) > 0 {
+			members = fmt.Sprintf("%d live member(s): %s", len(v.Members), strings.Join(v.Members, ", "))
+		}
+		fmt.Fprintf(e.stdout, "group %s: %s; lag %d\n", v.Group, members, v.Lag)
+		w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(w, "PARTITION\tPOSITION\tEND\tLAG\t")
+		for _, p := range v.Partitions {
+			fmt.Fprintf(w, "%d\t%d\t%d\t%d\t\n", p.Partition, p.Position, p.End, p.Lag)
+		}
+		_ = w.Flush()
+	}
+	return exitOK
+}
+
+// partitionEnds returns the last sequence of every partition stream the topic ever had.
+func partitionEnds(ctx context.Context, c *client.Client, t *wire.Topic) ([]uint64, error) {
+	ends := make([]uint64, t.MaxPartitions())
+	for q := range ends {
+		s, err := c.JetStream().Stream(ctx, wire.StreamName(t.Name, q))
+		if err != nil {
+			return nil, fmt.Errorf("%w: partition %d: %v", wire.ErrUnavailable, q, err)
+		}
+		ends[q] = s.CachedInfo().State.LastSeq
+	}
+	return ends, nil
+}
