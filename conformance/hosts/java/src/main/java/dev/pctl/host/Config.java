@@ -25,7 +25,7 @@ final class Config {
         private static final long serialVersionUID = 1L;
 
         BadConfigException(String msg) {
-            super("invalid config: " + msg);
+            super("bad partitioner config: " + msg);
         }
     }
 

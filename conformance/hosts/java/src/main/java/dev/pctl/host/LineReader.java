@@ -83,7 +83,7 @@ final class LineReader {
                 hi = d;
             } else {
                 if (len == Plugin.MAX_KEY) {
-                    throw new LineException("key longer than " + Plugin.MAX_KEY + " bytes; keys are at most " + Plugin.MAX_KEY + " bytes (spec/abi-v1.md §1.1)");
+                    throw new LineException("key too long: more than " + Plugin.MAX_KEY + " bytes; keys are at most " + Plugin.MAX_KEY + " bytes (spec/abi-v1.md §1.1)");
                 }
                 key[len++] = (byte) (hi << 4 | d);
                 hi = -1;

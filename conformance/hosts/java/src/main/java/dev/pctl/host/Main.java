@@ -38,7 +38,7 @@ public final class Main {
     static final int EXIT_FAILURE = 1;
     static final int EXIT_USAGE = 2;
 
-    private static final String USAGE = "usage: run --wasm FILE --partitions N [--config K=V ...] < hex keys, one per line";
+    private static final String USAGE = "usage: run --wasm FILE --partitions N [--config K=V ... | --config-hex HEX] < hex keys, one per line";
 
     /** Stack of the thread that runs modules: deep enough that 1000 wasm frames never overflow it. */
     static final long WORKER_STACK_BYTES = 1L << 30;
@@ -121,21 +121,20 @@ public final class Main {
         }
 
         int run(List<byte[]> args) {
-            if (args.isEmpty()) {
-                return usage("no command");
+            // The command's name may be given or not: "run --wasm ..." and "--wasm ..." are the same.
+            int first = 0;
+            if (!args.isEmpty() && str(args.get(0)).equals("run")) {
+                first = 1;
             }
-            String cmd = str(args.get(0));
-            if (cmd.equals("-h") || cmd.equals("--help") || cmd.equals("help")) {
+            if (!args.isEmpty() && (str(args.get(0)).equals("help"))) {
                 stderr.println(USAGE);
                 return EXIT_OK;
             }
-            if (!cmd.equals("run")) {
-                return usage("unknown command \"" + cmd + "\"; the only command is run");
-            }
             String wasm = null;
             String partitions = null;
+            String configHex = null;
             List<byte[]> config = new ArrayList<>();
-            for (int i = 1; i < args.size(); i++) {
+            for (int i = first; i < args.size(); i++) {
                 byte[] a = args.get(i);
                 String s = str(a);
                 String flag = s;
@@ -145,7 +144,7 @@ public final class Main {
                     flag = s.substring(0, eq);
                     value = java.util.Arrays.copyOfRange(a, utf8Len(s.substring(0, eq)) + 1, a.length);
                 }
-                if (!flag.equals("--wasm") && !flag.equals("--partitions") && !flag.equals("--config")) {
+                if (!flag.equals("--wasm") && !flag.equals("--partitions") && !flag.equals("--config") && !flag.equals("--config-hex")) {
                     if (s.equals("-h") || s.equals("--help")) {
                         stderr.println(USAGE);
                         return EXIT_OK;
@@ -165,6 +164,9 @@ public final class Main {
                     case "--partitions":
                         partitions = str(value);
                         break;
+                    case "--config-hex":
+                        configHex = str(value);
+                        break;
                     default:
                         config.add(value);
                 }
@@ -174,22 +176,32 @@ public final class Main {
             }
             int n;
             if (partitions == null) {
-                return usage("--partitions is required (1 to 2147483647)");
+                return usage("invalid partition count: --partitions is required (1 to 2147483647)");
             }
             try {
                 long v = Long.parseLong(partitions);
                 if (v < 1 || v > Integer.MAX_VALUE) {
-                    return usage("--partitions " + v + " is out of range; give 1 to 2147483647");
+                    return usage("invalid partition count: --partitions " + v + " is out of range; give 1 to 2147483647");
                 }
                 n = (int) v;
             } catch (NumberFormatException e) {
-                return usage("--partitions \"" + partitions + "\" is not an integer; give 1 to 2147483647");
+                return usage("invalid partition count: --partitions \"" + partitions + "\" is not an integer; give 1 to 2147483647");
             }
             byte[] cfg;
-            try {
-                cfg = Config.encode(config);
-            } catch (Config.BadConfigException e) {
-                return usage(e.getMessage());
+            if (configHex != null) {
+                if (!config.isEmpty()) {
+                    return usage("--config-hex and --config cannot be combined");
+                }
+                cfg = Hex.decode(configHex.getBytes(StandardCharsets.ISO_8859_1), 0, configHex.length());
+                if (cfg == null || configHex.chars().anyMatch(c -> c > 0x7f)) {
+                    return usage("--config-hex \"" + configHex + "\" is not hex");
+                }
+            } else {
+                try {
+                    cfg = Config.encode(config);
+                } catch (Config.BadConfigException e) {
+                    return usage(e.getMessage());
+                }
             }
             byte[] bytes;
             try {

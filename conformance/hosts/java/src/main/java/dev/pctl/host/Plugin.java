@@ -217,6 +217,14 @@ final class Plugin {
         this.options = options;
         this.watchdog = watchdog;
 
+        // The Go host's rewrite exports three globals of its own, so it refuses a module that
+        // already exports one of their names; every host refuses the same modules.
+        for (String reserved : List.of("pctl.fuel", "pctl.depth", "pctl.memfail")) {
+            if (bin.export(reserved) != null) {
+                throw loadError(Kind.INVALID_MODULE, String.format("export section: export name \"%s\" is reserved by the pctl host", reserved));
+            }
+        }
+
         // Imports decide the profile (§6).
         boolean wasi = false;
         for (WasmBinary.Import im : bin.imports) {

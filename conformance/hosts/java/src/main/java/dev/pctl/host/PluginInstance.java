@@ -69,8 +69,8 @@ final class PluginInstance {
         broken = true;
         String detail = String.format("config of %d bytes \"%s\"", config.length, printable(config, 80));
         if (code == Plugin.CODE_CONFIG) {
-            throw refusal(Kind.CONFIG_REJECTED, op, "plugin rejected config (PCTL_E_CONFIG)",
-                    detail + "; check the --config values against the plugin's documentation");
+            throw refusal(Kind.CONFIG_REJECTED, op, null,
+                    detail + " (PCTL_E_CONFIG); check the --config values against the plugin's documentation");
         }
         throw refusal(Kind.ERROR_CODE, op, Kind.ERROR_CODE.text + " " + Plugin.codeName(code), detail);
     }

@@ -50,6 +50,9 @@ class HostileTest {
         t.add(new Tc("abi-v2", hostile("abi-v2.wasm"), NONE, KEYS, 2, "", "module declares ABI version 2; this host supports 1; upgrade pctl"));
         t.add(new Tc("proc-exit", hostile("proc-exit.wasm"), NONE, KEYS, 1, "", "plugin proc-exit", "plugin exited with code 3"));
         t.add(new Tc("config-echo: config bytes exactly", hostile("config-echo.wasm"), args("--config", "a=1"), "\n", 0, "4\n"));
+        t.add(new Tc("config-echo: --config-hex, rejected", hostile("config-echo.wasm"), args("--config-hex", "21"), "\n", 2, "", "plugin config-echo", "rejected its configuration"));
+        t.add(new Tc("config-echo: --config-hex, raw bytes", hostile("config-echo.wasm"), args("--config-hex", "00ff0a"), "\n", 0, "3\n"));
+        t.add(new Tc("config-echo: --config-hex, empty", hostile("config-echo.wasm"), args("--config-hex", ""), "\n", 0, "0\n"));
         t.add(new Tc("config-echo: no config", hostile("config-echo.wasm"), NONE, "\n61\n", 0, "0\n1\n"));
         t.add(new Tc("config for a module without pctl_configure", TestSupport.repo("plugins/builtin/jump.wasm").toString(), args("--config", "a=1"), "\n", 2, "", "plugin jump", "takes no configuration"));
         t.add(new Tc("oversize: refused before compiling", hostile("oversize.wasm"), NONE, KEYS, 2, "", "module too large"));
@@ -58,6 +61,7 @@ class HostileTest {
         for (String f : List.of("feature-tail-call", "feature-shared-memory", "feature-atomics", "feature-exceptions", "feature-memory64")) {
             t.add(new Tc(f, TestSupport.resource(f + ".wasm").toString(), NONE, KEYS, 2, "", "unsupported WebAssembly feature"));
         }
+        t.add(new Tc("reserved export name, as the Go host", TestSupport.resource("reserved-export.wasm").toString(), NONE, KEYS, 2, "", "invalid WebAssembly module", "pctl.depth"));
         t.add(new Tc("simd: refused at load by this host (see README)", TestSupport.resource("simd.wasm").toString(), NONE, KEYS, 2, "", "unsupported WebAssembly feature", "SIMD"));
         t.add(new Tc("depth: 1000 frames succeed", TestSupport.resource("depth.wasm").toString(), NONE, "ab".repeat(998) + "\n", 0, "998\n"));
         t.add(new Tc("depth: 1001 frames fail", TestSupport.resource("depth.wasm").toString(), NONE, "ab".repeat(997) + "\n" + "ab".repeat(999) + "\n", 1, "997\n", "plugin depth", "call stack exhausted", "line 2"));
@@ -135,7 +139,7 @@ class HostileTest {
         PluginException e = assertThrows(PluginException.class, () -> p.open("!".getBytes(StandardCharsets.UTF_8)));
         assertEquals(PluginException.Kind.CONFIG_REJECTED, e.kind);
         assertEquals(2, e.exitStatus());
-        assertTrue(e.getMessage().contains("plugin config-echo") && e.getMessage().contains("plugin rejected config"), e.getMessage());
+        assertTrue(e.getMessage().contains("plugin config-echo") && e.getMessage().contains("plugin rejected its configuration"), e.getMessage());
         PluginInstance ok = p.open("a=1\n".getBytes(StandardCharsets.UTF_8));
         assertEquals(4, ok.partition(new byte[0], 0, 0, 10), "a fresh instance after the refusal");
     }
@@ -147,15 +151,18 @@ class HostileTest {
         List<U> us = List.of(
                 new U("not hex", "zz\n", args("run", "--wasm", wasm, "--partitions", "3"), "line 1"),
                 new U("odd hex", "00\n0\n", args("run", "--wasm", wasm, "--partitions", "3"), "line 2"),
-                new U("key too long", "00".repeat(65537) + "\n", args("run", "--wasm", wasm, "--partitions", "3"), "65536"),
-                new U("n = 0", "", args("run", "--wasm", wasm, "--partitions", "0"), "--partitions"),
+                new U("key too long", "00".repeat(65537) + "\n", args("run", "--wasm", wasm, "--partitions", "3"), "key too long"),
+                new U("without the command name", "zz\n", args("--wasm", wasm, "--partitions", "3"), "line 1"),
+                new U("n = 0", "", args("run", "--wasm", wasm, "--partitions", "0"), "invalid partition count"),
                 new U("n too large", "", args("run", "--wasm", wasm, "--partitions", "2147483648"), "--partitions"),
                 new U("n not a number", "", args("run", "--wasm", wasm, "--partitions", "x"), "--partitions"),
                 new U("no --wasm", "", args("run", "--partitions", "3"), "--wasm"),
                 new U("missing file", "", args("run", "--wasm", "/nonexistent.wasm", "--partitions", "3"), "no such file"),
-                new U("bad config", "", args("run", "--wasm", wasm, "--partitions", "3", "--config", "a"), "KEY=VALUE"),
+                new U("bad config", "", args("run", "--wasm", wasm, "--partitions", "3", "--config", "a"), "bad partitioner config"),
                 new U("unknown flag", "", args("run", "--wasm", wasm, "--partitions", "3", "--hex"), "unknown flag"),
-                new U("unknown command", "", args("partition"), "unknown command"));
+                new U("unexpected argument", "", args("run", "partition"), "unexpected argument"),
+                new U("--config-hex with --config", "", args("run", "--wasm", wasm, "--partitions", "3", "--config", "a=1", "--config-hex", "00"), "cannot be combined"),
+                new U("--config-hex not hex", "", args("run", "--wasm", wasm, "--partitions", "3", "--config-hex", "0g"), "not hex"));
         for (U u : us) {
             TestSupport.Result r = TestSupport.run(new Plugin.Options(), u.stdin(), u.args());
             assertEquals(2, r.status(), u.name() + ": " + r.stderr());
