@@ -1,6 +1,6 @@
 // The vector runner of conformance/hosts/README.md:
 //
-//   run --wasm FILE --partitions N [--config K=V ...] [--config-hex HEX]
+//   run [run] --wasm FILE --partitions N [--config K=V ...] [--config-hex HEX]
 //
 // Hex keys on stdin (one per line, an empty line is the empty key), one partition per line on
 // stdout. Exit 1 for a module failure at run time, 2 for usage, bad input or a module refused at
@@ -16,7 +16,8 @@ class Usage extends Error {}
 
 function parseArgs(argv) {
   const a = { wasm: null, partitions: null, config: [], configHex: null };
-  for (let i = 0; i < argv.length; i++) {
+  // The command's own name may come first (`run run --wasm ...`, the form the Go test uses).
+  for (let i = argv[0] === 'run' ? 1 : 0; i < argv.length; i++) {
     let flag = argv[i];
     let val;
     const eq = flag.indexOf('=');

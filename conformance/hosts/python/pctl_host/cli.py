@@ -1,6 +1,6 @@
 """The vector runner of conformance/hosts/README.md:
 
-    run --wasm FILE --partitions N [--config K=V ...] [--config-hex HEX]
+    run [run] --wasm FILE --partitions N [--config K=V ...] [--config-hex HEX]
 
 Hex keys on stdin (one per line, an empty line is the empty key), one partition per line on
 stdout. Exit 1 for a module failure at run time, 2 for usage, bad input or a module refused at
@@ -25,7 +25,8 @@ class _Usage(Exception):
 
 def _parse_args(argv: list[str]) -> dict:
     a = {"wasm": None, "partitions": None, "config": [], "config_hex": None}
-    i = 0
+    # The command's own name may come first (`run run --wasm ...`, the form the Go test uses).
+    i = 1 if argv[:1] == ["run"] else 0
     while i < len(argv):
         flag, val = argv[i], None
         if flag.startswith("--") and "=" in flag:

@@ -1,0 +1,786 @@
+package conformance_test
+
+// TestHosts is "one vector runner, many engines" (GitHub issue 3, part 2): the same modules and
+// keys through wazero's compiler and interpreter (the Go reference host, runtime/) and through
+// every host in another language under conformance/hosts/, with identical output required, and
+// every hostile module refused or stopped with its documented error class everywhere. The hosts'
+// command-line convention is conformance/hosts/README.md; a directory there with executable
+// `setup` and `run` files joins this test without any code here.
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"pctl.dev/pctl/partitioner"
+	"pctl.dev/pctl/plugins"
+	"pctl.dev/pctl/runtime"
+	"pctl.dev/pctl/spec/vectors"
+)
+
+// Partition counts of the agreement runs. A host gets one process per (module, config, n): every
+// key of spec/vectors/keys.txt at each n of hostNs, and the random keys too at each n of randomNs.
+// The Go engines also run every vector case at its own n (all of keys.txt's counts).
+var (
+	hostNs   = []int32{1, 7, 1000, 2147483647}
+	randomNs = map[int32]bool{1: true, 1000: true, 2147483647: true}
+)
+
+const (
+	hostRandomKeys     = 100_000 // seeded random keys of 0 to hostRandomMaxLen bytes
+	hostRandomMaxLen   = 32      // keys.txt already has 2000 random keys of up to 300 bytes, and long ones
+	hostRaceInterpKeys = 3_000   // random keys the wazero interpreter gets under -race
+	hostRunTimeout     = 3 * time.Minute
+	hostSetupTimeout   = 15 * time.Minute
+)
+
+// templateConfigs are the --config flag sets every template build runs with (the templates'
+// READMEs: an optional decimal "seed").
+var templateConfigs = [][]string{nil, {"seed=42"}}
+
+// confHost is one directory of conformance/hosts.
+type confHost struct {
+	name, dir string
+}
+
+func discoverHosts(t *testing.T) []*confHost {
+	dirs, err := filepath.Glob(filepath.Join("hosts", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hosts []*confHost
+	for _, d := range dirs {
+		ok := true
+		for _, f := range []string{"setup", "run"} {
+			fi, err := os.Stat(filepath.Join(d, f))
+			if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+				ok = false
+			}
+		}
+		if ok {
+			abs, err := filepath.Abs(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hosts = append(hosts, &confHost{name: filepath.Base(d), dir: abs})
+		}
+	}
+	sort.Slice(hosts, func(i, j int) bool { return hosts[i].name < hosts[j].name })
+	return hosts
+}
+
+// setupHosts runs every host's setup at once. A host whose setup fails is dropped with its reason
+// (a skip), or fails the test when PCTL_REQUIRE_TOOLCHAINS=1 (as CI sets it).
+func setupHosts(t *testing.T, hosts []*confHost) []*confHost {
+	require := os.Getenv("PCTL_REQUIRE_TOOLCHAINS") == "1"
+	reasons := make([]string, len(hosts))
+	var wg sync.WaitGroup
+	for i, h := range hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), hostSetupTimeout)
+			defer cancel()
+			start := time.Now()
+			cmd := exec.CommandContext(ctx, filepath.Join(h.dir, "setup"))
+			cmd.Dir = h.dir
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				reasons[i] = fmt.Sprintf("%v after %v: %s", err, time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
+				return
+			}
+			t.Logf("host %s: setup in %v", h.name, time.Since(start).Round(time.Millisecond))
+		}()
+	}
+	wg.Wait()
+	var ready []*confHost
+	for i, h := range hosts {
+		switch {
+		case reasons[i] == "":
+			ready = append(ready, h)
+		case require:
+			t.Errorf("host %s: setup failed (PCTL_REQUIRE_TOOLCHAINS=1): %s", h.name, reasons[i])
+		default:
+			t.Logf("host %s: SKIPPED: setup failed: %s (set PCTL_REQUIRE_TOOLCHAINS=1 to make this a failure)", h.name, reasons[i])
+		}
+	}
+	return ready
+}
+
+type hostRun struct {
+	stdout []byte
+	stderr string
+	exit   int
+	took   time.Duration // wall clock
+	cpu    time.Duration // user + system time of the host's processes
+}
+
+// run executes `<host>/run run ARGS...` with stdin. The leading "run" is the command's name,
+// which the convention allows (conformance/hosts/README.md).
+func (h *confHost) run(t *testing.T, args []string, stdin []byte) hostRun {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), hostRunTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(h.dir, "run"), append([]string{"run"}, args...)...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	r := hostRun{stdout: stdout.Bytes(), stderr: stderr.String(), took: time.Since(start)}
+	if ps := cmd.ProcessState; ps != nil {
+		r.cpu = ps.UserTime() + ps.SystemTime()
+	}
+	var ee *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		t.Fatalf("host %s: run %s did not finish within %v: the host must stop every module (stderr: %s)", h.name, strings.Join(args, " "), hostRunTimeout, r.stderr)
+	case errors.As(err, &ee):
+		r.exit = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("host %s: cannot start run: %v", h.name, err)
+	}
+	return r
+}
+
+func runArgs(wasm string, n string, flags []string) []string {
+	args := []string{"--wasm", wasm, "--partitions", n}
+	for _, f := range flags {
+		args = append(args, "--config", f)
+	}
+	return args
+}
+
+func hexStdin(keys [][]byte) []byte {
+	var b bytes.Buffer
+	b.Grow(len(keys) * 40)
+	dst := make([]byte, 0, 256)
+	for _, k := range keys {
+		dst = hex.AppendEncode(dst[:0], k)
+		b.Write(dst)
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}
+
+// parsePartitions reads a host's stdout: one decimal partition per line.
+func parsePartitions(out []byte) ([]int32, error) {
+	s := strings.TrimSuffix(string(out), "\n")
+	if s == "" {
+		return nil, nil
+	}
+	lines := strings.Split(s, "\n")
+	parts := make([]int32, len(lines))
+	for i, l := range lines {
+		v, err := strconv.ParseInt(l, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("stdout line %d: %q is not a partition", i+1, l)
+		}
+		parts[i] = int32(v)
+	}
+	return parts, nil
+}
+
+// --- modules -------------------------------------------------------------------------------------
+
+// hostModule is one row of the agreement table. Every module with the same group and config must
+// give the same partitions; a module with vectors must match that spec/vectors file.
+type hostModule struct {
+	name    string // e.g. builtin/jump, murmur2/go, template/c
+	wasm    []byte
+	path    string // the bytes in a file, for the hosts
+	vectors string // a spec/vectors partitioner, or ""
+	group   string
+	configs [][]string // --config flag sets; nil: no config
+}
+
+// moduleTable lists every module the engines must agree on: the built-ins, the four kafka-murmur2
+// builds and, when built, the templates (plugins/templates/<lang>/*.wasm).
+func moduleTable(t *testing.T) []*hostModule {
+	dir := t.TempDir()
+	var mods []*hostModule
+	add := func(m *hostModule) {
+		m.path = filepath.Join(dir, strings.ReplaceAll(m.name, "/", "_")+".wasm")
+		if err := os.WriteFile(m.path, m.wasm, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if m.configs == nil {
+			m.configs = [][]string{nil}
+		}
+		mods = append(mods, m)
+	}
+	for _, name := range plugins.BuiltinNames() {
+		wasm, ok := plugins.Builtin(name)
+		if !ok {
+			t.Fatalf("plugins.Builtin(%q) is missing", name)
+		}
+		add(&hostModule{name: "builtin/" + name, wasm: wasm, vectors: name, group: name})
+	}
+	builds := plugins.Murmur2Builds()
+	var toolchains []string
+	for tc := range builds {
+		toolchains = append(toolchains, tc)
+	}
+	sort.Strings(toolchains)
+	for _, tc := range toolchains {
+		if tc == "c" {
+			continue // the built-in kafka-murmur2 itself
+		}
+		add(&hostModule{name: "murmur2/" + tc, wasm: builds[tc], vectors: "kafka-murmur2", group: "kafka-murmur2"})
+	}
+	templates, _ := filepath.Glob(filepath.Join("..", "plugins", "templates", "*", "*.wasm"))
+	sort.Strings(templates)
+	for _, p := range templates {
+		wasm, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := "template/" + filepath.Base(filepath.Dir(p))
+		if base := strings.TrimSuffix(filepath.Base(p), ".wasm"); base != plugins.TemplateName {
+			name += "/" + base
+		}
+		add(&hostModule{name: name, wasm: wasm, group: "template", configs: templateConfigs})
+	}
+	if len(templates) == 0 {
+		t.Logf("no template builds (plugins/templates/*/*.wasm): templates are not in the agreement table")
+	}
+	return mods
+}
+
+// keySet is the stdin of one agreement run: every keys.txt key, then the random keys if any.
+type keySet struct {
+	n     int32
+	keys  [][]byte
+	nVec  int // keys[:nVec] are keys.txt's
+	stdin []byte
+}
+
+func hostRandomKeySet(seed uint64, count int) [][]byte {
+	r := rand.New(rand.NewPCG(seed, 0x686f737473))
+	keys := make([][]byte, count)
+	arena := make([]byte, 0, count*(hostRandomMaxLen/2+1))
+	for i := range keys {
+		n := r.IntN(hostRandomMaxLen + 1)
+		start := len(arena)
+		for j := 0; j < n; j++ {
+			arena = append(arena, byte(r.Uint32()))
+		}
+		keys[i] = arena[start:len(arena):len(arena)]
+	}
+	return keys
+}
+
+// vectorKeys returns the distinct keys of keys.txt, in order (every vector file lists the same
+// keys, in the order of keys.txt).
+func vectorKeys(t *testing.T) [][]byte {
+	f, err := vectors.Load("kafka-murmur2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	var keys [][]byte
+	for _, c := range f.Cases {
+		if !seen[string(c.Key)] {
+			seen[string(c.Key)] = true
+			keys = append(keys, c.Key)
+		}
+	}
+	return keys
+}
+
+func buildKeySets(t *testing.T) map[int32]*keySet {
+	vk := vectorKeys(t)
+	random := hostRandomKeySet(2026, hostRandomKeys)
+	sets := map[int32]*keySet{}
+	for _, n := range hostNs {
+		ks := &keySet{n: n, keys: append([][]byte(nil), vk...), nVec: len(vk)}
+		if randomNs[n] {
+			ks.keys = append(ks.keys, random...)
+		}
+		ks.stdin = hexStdin(ks.keys)
+		sets[n] = ks
+	}
+	return sets
+}
+
+// --- the Go engines --------------------------------------------------------------------------------
+
+type goEngine struct {
+	name string
+	rt   *runtime.Runtime
+}
+
+func newGoEngines(t *testing.T) []*goEngine {
+	var out []*goEngine
+	for _, e := range []runtime.Engine{runtime.EngineCompiler, runtime.EngineInterpreter} {
+		rt, err := runtime.New(context.Background(), runtime.Config{Engine: e})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rt.Close(context.Background()) })
+		out = append(out, &goEngine{name: "wazero-" + e.String(), rt: rt})
+	}
+	return out
+}
+
+// partitions runs keys through a fresh pool of the module on this engine.
+func (e *goEngine) partitions(wasm []byte, flags []string, keys [][]byte, n int32) ([]int32, error) {
+	ctx := context.Background()
+	cfg, err := partitioner.EncodeConfig(flags)
+	if err != nil {
+		return nil, err
+	}
+	m, err := e.rt.Load(ctx, wasm)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := m.NewPool(ctx, cfg, runtime.PoolOptions{Size: 1})
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	out := make([]int32, len(keys))
+	if err := pool.PartitionBatch(keys, n, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func configName(flags []string) string {
+	if len(flags) == 0 {
+		return "no config"
+	}
+	return "--config " + strings.Join(flags, " --config ")
+}
+
+// firstDiff describes the first mismatches of got against want, for keys.
+func firstDiff(keys [][]byte, n int32, got, want []int32, vec map[string]int32) string {
+	var b strings.Builder
+	shown := 0
+	for i := range want {
+		if got[i] == want[i] {
+			continue
+		}
+		if shown == 3 {
+			b.WriteString("\n    ...")
+			break
+		}
+		shown++
+		fmt.Fprintf(&b, "\n    key %d %q (hex %s), n=%d: got %d, wazero compiler %d", i, truncKey(keys[i]), truncHex(keys[i]), n, got[i], want[i])
+		if p, ok := vec[vecKey(keys[i], n)]; ok {
+			fmt.Fprintf(&b, ", reference %d", p)
+		}
+	}
+	return b.String()
+}
+
+func truncKey(k []byte) []byte {
+	if len(k) > 16 {
+		return k[:16]
+	}
+	return k
+}
+
+func truncHex(k []byte) string {
+	if len(k) > 16 {
+		return hex.EncodeToString(k[:16]) + "..."
+	}
+	return hex.EncodeToString(k)
+}
+
+func vecKey(key []byte, n int32) string { return strconv.Itoa(int(n)) + ":" + string(key) }
+
+// --- the test ----------------------------------------------------------------------------------------
+
+func TestHosts(t *testing.T) {
+	start := time.Now()
+	hosts := setupHosts(t, discoverHosts(t))
+	if t.Failed() {
+		t.FailNow()
+	}
+	var names []string
+	for _, h := range hosts {
+		names = append(names, h.name)
+	}
+	t.Logf("hosts: %s (plus wazero compiler and interpreter)", strings.Join(names, ", "))
+
+	mods := moduleTable(t)
+	sets := buildKeySets(t)
+	engines := newGoEngines(t)
+	compiler := engines[0]
+
+	// Reference answers: the wazero compiler's, for every (module, config, n) of the host runs.
+	// Each is checked against spec/vectors where the vectors have the case.
+	type mcKey struct {
+		mod    *hostModule
+		config string
+		n      int32
+	}
+	ref := map[mcKey][]int32{}
+	vecs := map[string]map[string]int32{} // vector file -> vecKey -> partition
+	for _, m := range mods {
+		if m.vectors != "" && vecs[m.vectors] == nil {
+			f, err := vectors.Load(m.vectors)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mv := map[string]int32{}
+			for _, c := range f.Cases {
+				mv[vecKey(c.Key, c.N)] = c.Partition
+			}
+			vecs[m.vectors] = mv
+		}
+		for _, flags := range m.configs {
+			for _, n := range hostNs {
+				ks := sets[n]
+				got, err := compiler.partitions(m.wasm, flags, ks.keys, n)
+				if err != nil {
+					t.Fatalf("%s (%s) on %s, n=%d: %v", m.name, configName(flags), compiler.name, n, err)
+				}
+				ref[mcKey{m, configName(flags), n}] = got
+			}
+		}
+	}
+
+	// Modules of one group (the kafka-murmur2 builds, the templates) agree with each other.
+	firstOf := map[string]*hostModule{}
+	for _, m := range mods {
+		f := firstOf[m.group]
+		if f == nil {
+			firstOf[m.group] = m
+			continue
+		}
+		for _, flags := range m.configs {
+			for _, n := range hostNs {
+				a, b := ref[mcKey{m, configName(flags), n}], ref[mcKey{f, configName(flags), n}]
+				if b == nil {
+					t.Errorf("%s runs with %s but %s of its group %q does not", m.name, configName(flags), f.name, m.group)
+					continue
+				}
+				if d := firstDiff(sets[n].keys, n, a, b, nil); d != "" {
+					t.Errorf("%s disagrees with %s (group %q, %s) on the wazero compiler; \"got\" is %s:%s", m.name, f.name, m.group, configName(flags), m.name, d)
+				}
+			}
+		}
+	}
+
+	// The checks below run at once, each in its own goroutine (t.Run may be called concurrently;
+	// t.Parallel would queue them behind -parallel, GOMAXPROCS by default, although the hosts'
+	// subtests mostly wait for their processes).
+	var wg sync.WaitGroup
+	spawn := func(name string, f func(t *testing.T)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.Run(name, f)
+		}()
+	}
+	defer wg.Wait()
+
+	// Every vector case at its own n, on both wazero engines: a mismatch here means keys remap
+	// for existing users of the reference client.
+	spawn("engines/vectors", func(t *testing.T) {
+		for _, m := range mods {
+			if m.vectors == "" {
+				continue
+			}
+			f, err := vectors.Load(m.vectors)
+			if err != nil {
+				t.Fatal(err)
+			}
+			byN := map[int32][]vectors.Case{}
+			for _, c := range f.Cases {
+				byN[c.N] = append(byN[c.N], c)
+			}
+			for _, e := range engines {
+				for n, cases := range byN {
+					keys := make([][]byte, len(cases))
+					for i, c := range cases {
+						keys[i] = c.Key
+					}
+					got, err := e.partitions(m.wasm, nil, keys, n)
+					if err != nil {
+						t.Fatalf("%s on %s, n=%d: %v", m.name, e.name, n, err)
+					}
+					for i, c := range cases {
+						if got[i] != c.Partition {
+							t.Errorf("%s on %s: key %s, n=%d: got %d, reference (%s) says %d: keys would remap for existing users", m.name, e.name, truncHex(c.Key), n, got[i], m.vectors, c.Partition)
+							break
+						}
+					}
+				}
+			}
+		}
+	})
+	spawn("engines/wazero-interpreter", func(t *testing.T) {
+		interp := engines[1]
+		for _, m := range mods {
+			for _, flags := range m.configs {
+				for _, n := range hostNs {
+					ks := sets[n]
+					keys, want := ks.keys, ref[mcKey{m, configName(flags), n}]
+					if hostsRace && len(keys) > ks.nVec+hostRaceInterpKeys {
+						keys, want = keys[:ks.nVec+hostRaceInterpKeys], want[:ks.nVec+hostRaceInterpKeys]
+					}
+					got, err := interp.partitions(m.wasm, flags, keys, n)
+					if err != nil {
+						t.Errorf("%s (%s), n=%d: %v", m.name, configName(flags), n, err)
+						continue
+					}
+					if d := firstDiff(keys, n, got, want, vecs[m.vectors]); d != "" {
+						t.Errorf("%s (%s): the interpreter disagrees with the compiler:%s", m.name, configName(flags), d)
+					}
+				}
+			}
+		}
+	})
+	spawn("engines/hostile", func(t *testing.T) {
+		for _, e := range engines {
+			for _, hc := range hostileCases(mods) {
+				if hc.goOnly == nil && hc.slow && e.name != compiler.name {
+					continue // ~1 min each on the interpreter: runtime/hostile_test.go has them
+				}
+				t.Run(e.name+"/"+hc.name, func(t *testing.T) { hc.checkGo(t, e) })
+			}
+		}
+	})
+
+	for _, h := range hosts {
+		spawn("hosts/"+h.name, func(t *testing.T) {
+			hostStart := time.Now()
+			var slowest time.Duration
+			var slowestWhat string
+			t.Run("agreement", func(t *testing.T) {
+				for _, m := range mods {
+					for _, flags := range m.configs {
+						for _, n := range hostNs {
+							ks := sets[n]
+							r := h.run(t, runArgs(m.path, strconv.Itoa(int(n)), flags), ks.stdin)
+							if r.took > slowest {
+								slowest, slowestWhat = r.took, fmt.Sprintf("%s (%s), n=%d", m.name, configName(flags), n)
+							}
+							if r.exit != 0 {
+								t.Errorf("%s (%s), n=%d: exit %d: %s", m.name, configName(flags), n, r.exit, strings.TrimSpace(r.stderr))
+								continue
+							}
+							got, err := parsePartitions(r.stdout)
+							if err != nil || len(got) != len(ks.keys) {
+								t.Errorf("%s (%s), n=%d: %d partitions for %d keys (%v)", m.name, configName(flags), n, len(got), len(ks.keys), err)
+								continue
+							}
+							if d := firstDiff(ks.keys, n, got, ref[mcKey{m, configName(flags), n}], vecs[m.vectors]); d != "" {
+								t.Errorf("%s (%s) on host %s: the same module gives other partitions than on wazero:%s", m.name, configName(flags), h.name, d)
+							}
+						}
+					}
+				}
+			})
+			t.Run("hostile", func(t *testing.T) {
+				for _, hc := range hostileCases(mods) {
+					if hc.goOnly != nil {
+						continue
+					}
+					t.Run(hc.name, func(t *testing.T) { hc.checkHost(t, h) })
+				}
+			})
+			t.Logf("host %s: %v (slowest run %v: %s)", h.name, time.Since(hostStart).Round(time.Millisecond), slowest.Round(time.Millisecond), slowestWhat)
+		})
+	}
+	wg.Wait()
+	t.Logf("TestHosts: %d modules × configs × %d partition counts per host, %d random keys; %v in all", len(mods), len(hostNs), hostRandomKeys, time.Since(start).Round(time.Millisecond))
+}
+
+// --- hostile modules and refusals ------------------------------------------------------------------
+
+// hostileCase is one row of the error-class table: a module (runtime/testdata/hostile, see its
+// README.md, or one of the agreement table), keys and flags, and what every engine must do.
+type hostileCase struct {
+	name  string
+	file  string   // path from this directory
+	keys  []string // hex
+	n     string   // --partitions
+	flags []string // --config
+	exit  int      // 0: every key gets a partition; 1: module failure at run time; 2: refused
+	want  []int32  // exit 0: the partitions (nil: any partition in [0, n))
+	goErr error    // the Go runtime's sentinel for exit != 0
+	says  []string // stderr must contain each, case-insensitively: the class, and what it names
+	slow  bool     // spends the whole work budget: compiler only among the wazero engines
+	// goOnly, when set, is raw config bytes no --config flag can produce: the row runs on the
+	// wazero engines only (the hosts' rejected-config row is the template's "seed=x").
+	goOnly []byte
+}
+
+const hostileDir = "../runtime/testdata/hostile"
+
+func hostileCases(mods []*hostModule) []hostileCase {
+	h := func(name string) string { return filepath.Join(hostileDir, name+".wasm") }
+	cases := []hostileCase{
+		{name: "not-wasm", file: h("not-wasm"), exit: 2, goErr: runtime.ErrNotWasm, says: []string{"not a WebAssembly module"}},
+		{name: "truncated", file: h("truncated"), exit: 2, goErr: runtime.ErrInvalidModule, says: []string{"invalid WebAssembly module"}},
+		{name: "oversize", file: h("oversize"), exit: 2, goErr: runtime.ErrModuleTooLarge, says: []string{"module too large", "8388608"}},
+		{name: "forbidden-import", file: h("forbidden-import"), exit: 2, goErr: runtime.ErrForbiddenImport, says: []string{"forbidden import", "env.now"}},
+		{name: "forbidden-wasi-import", file: h("forbidden-wasi-import"), exit: 2, goErr: runtime.ErrForbiddenImport, says: []string{"forbidden import", "wasi_snapshot_preview1.fd_read"}},
+		{name: "wasi-wrong-signature", file: h("wasi-wrong-signature"), exit: 2, goErr: runtime.ErrForbiddenImport, says: []string{"forbidden import", "random_get", "(i32) -> (i32)", "(i32, i32) -> (i32)"}},
+		{name: "missing-export", file: h("missing-export"), exit: 2, goErr: runtime.ErrMissingExport, says: []string{"missing export", "pctl_partition", "(i32, i32) -> (i32)"}},
+		{name: "bad-signature", file: h("bad-signature"), exit: 2, goErr: runtime.ErrBadSignature, says: []string{"wrong signature", "pctl_partition", "(i32) -> (i32)", "(i32, i32) -> (i32)"}},
+		{name: "abi-v2", file: h("abi-v2"), exit: 2, goErr: runtime.ErrUnsupportedABI, says: []string{"unsupported ABI version", "version 2", "supports 1"}},
+		{name: "memory-initial", file: h("memory-initial"), exit: 2, goErr: runtime.ErrMemoryLimit, says: []string{"memory limit", "513"}},
+		{name: "loop-forever", file: h("loop-forever"), exit: 1, goErr: runtime.ErrTimeLimit, says: []string{"time limit", "loop-forever"}, slow: true},
+		{name: "exponential", file: h("exponential"), exit: 1, goErr: runtime.ErrTimeLimit, says: []string{"time limit", "exponential"}, slow: true},
+		{name: "memory-grow", file: h("memory-grow"), exit: 1, goErr: runtime.ErrMemoryLimit, says: []string{"memory limit", "memory-grow"}},
+		{name: "recurse", file: h("recurse"), exit: 1, goErr: runtime.ErrCallDepth, says: []string{"call stack exhausted", "recurse"}},
+		{name: "trap-some-keys/ff", file: h("trap-some-keys"), keys: []string{"00", "ff01"}, exit: 1, goErr: runtime.ErrTrap, says: []string{"trap", "trap-some-keys"}},
+		{name: "trap-some-keys/others", file: h("trap-some-keys"), keys: []string{"00", "0102", "", "fe"}, exit: 0, want: []int32{1, 2, 0, 1}},
+		{name: "out-of-range", file: h("out-of-range"), keys: []string{"00"}, exit: 1, goErr: runtime.ErrOutOfRange, says: []string{"out of range", "out-of-range"}},
+		{name: "out-of-range/even", file: h("out-of-range"), keys: []string{"0001", ""}, exit: 0, want: []int32{2, 0}},
+		{name: "proc-exit", file: h("proc-exit"), exit: 1, goErr: runtime.ErrExit, says: []string{"exited", "3", "proc-exit"}},
+		{name: "rand-clock", file: h("rand-clock"), keys: []string{"", "00", "0102"}, exit: 0},
+		{name: "config-echo/a=1", file: h("config-echo"), keys: []string{"", "00", "0102"}, flags: []string{"a=1"}, exit: 0, want: []int32{4, 5, 6}},
+		{name: "config-echo/empty", file: h("config-echo"), keys: []string{"", "00"}, exit: 0, want: []int32{0, 1}},
+		{name: "config-echo/rejected", file: h("config-echo"), goOnly: []byte("!"), exit: 2, goErr: runtime.ErrConfigRejected},
+		{name: "config/not-configurable", file: "builtin/kafka-murmur2", flags: []string{"a=1"}, exit: 2, goErr: runtime.ErrConfigUnsupported, says: []string{"takes no configuration"}},
+		{name: "config/bad-key", file: h("config-echo"), flags: []string{"a b=1"}, exit: 2, goErr: partitioner.ErrBadConfig, says: []string{"config", "a b"}},
+		{name: "config/twice", file: h("config-echo"), flags: []string{"a=1", "a=2"}, exit: 2, goErr: partitioner.ErrBadConfig, says: []string{"config", "twice"}},
+		{name: "usage/n=0", file: "builtin/jump", n: "0", exit: 2, goErr: runtime.ErrInvalidPartitionCount, says: []string{"partitions"}},
+		{name: "usage/n=2^31", file: "builtin/jump", n: "2147483648", exit: 2, goErr: runtime.ErrInvalidPartitionCount, says: []string{"partitions"}},
+		{name: "usage/key-too-long", file: "builtin/jump", keys: []string{strings.Repeat("00", runtime.MaxKeyBytes+1)}, exit: 2, goErr: runtime.ErrKeyTooLong, says: []string{"65536"}},
+		{name: "key-of-max-length", file: "builtin/kafka-murmur2", keys: []string{strings.Repeat("00", runtime.MaxKeyBytes), strings.Repeat("ff", runtime.MaxKeyBytes-1)}, n: "1000", exit: 0},
+	}
+	for _, m := range mods {
+		if m.group == "template" && !strings.Contains(strings.TrimPrefix(m.name, "template/"), "/") {
+			cases = append(cases, hostileCase{name: "config/rejected/" + m.name, file: m.name, flags: []string{"seed=x"}, exit: 2, goErr: runtime.ErrConfigRejected, says: []string{"rejected", "config"}})
+		}
+	}
+	for i := range cases {
+		c := &cases[i]
+		if c.keys == nil {
+			c.keys = []string{"00", "0102"}
+		}
+		if c.n == "" {
+			c.n = "10"
+		}
+		// A module from the agreement table: its file.
+		for _, m := range mods {
+			if c.file == m.name {
+				c.file = m.path
+			}
+		}
+	}
+	return cases
+}
+
+func (hc *hostileCase) decodedKeys(t *testing.T) [][]byte {
+	keys := make([][]byte, len(hc.keys))
+	for i, k := range hc.keys {
+		b, err := hex.DecodeString(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[i] = b
+	}
+	return keys
+}
+
+func (hc *hostileCase) checkGo(t *testing.T, e *goEngine) {
+	wasm, err := os.ReadFile(hc.file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := strconv.ParseInt(hc.n, 10, 64)
+	if n > 1<<31-1 {
+		n = 0 // not representable as int32: the CLI's refusal; the runtime's is the same
+	}
+	var got []int32
+	if hc.goOnly != nil {
+		err = goWithRawConfig(e, wasm, hc.goOnly)
+	} else {
+		got, err = e.partitions(wasm, hc.flags, hc.decodedKeys(t), int32(n))
+	}
+	hc.checkOutcome(t, e.name, got, err)
+}
+
+func goWithRawConfig(e *goEngine, wasm, config []byte) error {
+	m, err := e.rt.Load(context.Background(), wasm)
+	if err != nil {
+		return err
+	}
+	pool, err := m.NewPool(context.Background(), config, runtime.PoolOptions{Size: 1})
+	if err == nil {
+		pool.Close()
+	}
+	return err
+}
+
+func (hc *hostileCase) checkOutcome(t *testing.T, who string, got []int32, err error) {
+	t.Helper()
+	if hc.exit == 0 {
+		if err != nil {
+			t.Fatalf("%s: %v; want partitions", who, err)
+		}
+		hc.checkPartitions(t, who, got)
+		return
+	}
+	if !errors.Is(err, hc.goErr) {
+		t.Fatalf("%s: got %v; want an error wrapping %q", who, err, hc.goErr)
+	}
+	msg := strings.ToLower(err.Error())
+	for _, s := range hc.says {
+		if !strings.Contains(msg, strings.ToLower(s)) {
+			t.Errorf("%s: error %q does not say %q", who, err, s)
+		}
+	}
+}
+
+func (hc *hostileCase) checkPartitions(t *testing.T, who string, got []int32) {
+	t.Helper()
+	if len(got) != len(hc.keys) {
+		t.Fatalf("%s: %d partitions for %d keys", who, len(got), len(hc.keys))
+	}
+	n, _ := strconv.Atoi(hc.n)
+	for i, p := range got {
+		if p < 0 || int(p) >= n {
+			t.Errorf("%s: key %d: partition %d is not in [0, %d)", who, i, p, n)
+		}
+		if hc.want != nil && p != hc.want[i] {
+			t.Errorf("%s: key %d (hex %s): partition %d, want %d", who, i, truncHex(hc.decodedKeys(t)[i]), p, hc.want[i])
+		}
+	}
+}
+
+func (hc *hostileCase) checkHost(t *testing.T, h *confHost) {
+	var stdin []byte
+	for _, k := range hc.keys {
+		stdin = append(append(stdin, k...), '\n')
+	}
+	r := h.run(t, runArgs(hc.file, hc.n, hc.flags), stdin)
+	who := "host " + h.name
+	if r.exit != hc.exit {
+		t.Fatalf("%s: exit %d, want %d (stderr: %s)", who, r.exit, hc.exit, strings.TrimSpace(r.stderr))
+	}
+	if hc.exit == 0 {
+		got, err := parsePartitions(r.stdout)
+		if err != nil {
+			t.Fatalf("%s: %v", who, err)
+		}
+		hc.checkPartitions(t, who, got)
+		return
+	}
+	msg := strings.ToLower(r.stderr)
+	for _, s := range hc.says {
+		if !strings.Contains(msg, strings.ToLower(s)) {
+			t.Errorf("%s: stderr %q does not say %q", who, strings.TrimSpace(r.stderr), s)
+		}
+	}
+}
