@@ -37,6 +37,10 @@ type Config struct {
 	Logf func(format string, args ...any)
 	// ProduceTimeout bounds one publish of the produce service. Default 10s.
 	ProduceTimeout time.Duration
+	// StepHook, if set, runs after each recorded step of an epoch change (state "created",
+	// "fenced", "active"). Returning an error stops the change there, as if the broker had died:
+	// fault-injection tests use it, and a later Start resumes the change.
+	StepHook func(topic, state string) error
 }
 
 func (c Config) withDefaults() (Config, error) {

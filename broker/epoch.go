@@ -82,10 +82,6 @@ func (b *Broker) apiTopicRepartition(ctx context.Context, m *nats.Msg) (any, err
 	return wire.TopicReply{Topic: *t, Revision: rev}, nil
 }
 
-// stepHook, when set (tests), runs after each recorded step; returning an error stops the change
-// there, as if the broker had died.
-var stepHook func(topic, state string) error
-
 // runChange drives a topic's epoch change from its recorded state to activation.
 func (b *Broker) runChange(ctx context.Context, name string) error {
 	b.changeMu.Lock()
@@ -143,8 +139,8 @@ func (b *Broker) runChange(ctx context.Context, name string) error {
 				return err
 			}
 			b.cfg.Logf("topic %s: epoch %d active (%d partitions, %s; boundaries %v; ancestry %s)", t.Name, ch.To, ch.Partitions, ch.Partition.Name, cur.Boundaries, anc.Source)
-			if stepHook != nil {
-				_ = stepHook(name, "active")
+			if b.cfg.StepHook != nil {
+				_ = b.cfg.StepHook(name, "active")
 			}
 			if anc.Source == "pending" {
 				b.wg.Add(1)
@@ -165,8 +161,8 @@ func (b *Broker) runChange(ctx context.Context, name string) error {
 		if _, err := b.putTopic(ctx, t, rev); err != nil {
 			return err
 		}
-		if stepHook != nil {
-			if err := stepHook(name, ch.State); err != nil {
+		if b.cfg.StepHook != nil {
+			if err := b.cfg.StepHook(name, ch.State); err != nil {
 				return err
 			}
 		}

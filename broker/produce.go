@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -72,6 +73,14 @@ func (b *Broker) produce(m *nats.Msg) {
 		return
 	}
 	rec := client.Record{Value: m.Data, NoKey: true}
+	if id := m.Header.Get(wire.HeaderProducer); id != "" {
+		seq, err := strconv.ParseUint(m.Header.Get(wire.HeaderSeq), 10, 64)
+		if err != nil || seq == 0 || strings.ContainsAny(id, " .*>") {
+			respondErr(m, fmt.Errorf("%w: a request with %s %q needs %s, a positive integer (got %q), and an id without spaces, dots or wildcards", wire.ErrBadRequest, wire.HeaderProducer, id, wire.HeaderSeq, m.Header.Get(wire.HeaderSeq)))
+			return
+		}
+		rec.Origin = &client.Origin{Producer: id, Seq: seq}
+	}
 	if v := m.Header.Get(wire.HeaderKey); v != "" {
 		key, err := wire.DecodeKey(v)
 		if err != nil {

@@ -26,6 +26,16 @@ type Record struct {
 	// NoKey marks a keyless record: the producer spreads keyless records over the partitions and
 	// promises no order for them. An empty Key without NoKey is the empty key, which is a key.
 	NoKey bool
+	// Origin, when set, is the identity the record carries instead of this producer's: the
+	// broker's produce service passes on its thin clients' producer id and sequence, so that
+	// their retries are deduplicated and their order can be checked.
+	Origin *Origin
+}
+
+// Origin identifies a record by its original producer and that producer's sequence number.
+type Origin struct {
+	Producer string
+	Seq      uint64
 }
 
 // Result reports the fate of one record. Err == nil means the broker acknowledged it: it is
@@ -280,10 +290,14 @@ func (p *Producer) message(pd *pending) *nats.Msg {
 	if !pd.rec.NoKey {
 		m.Header.Set(wire.HeaderKey, wire.EncodeKey(pd.rec.Key))
 	}
-	seq := strconv.FormatUint(pd.seq, 10)
-	m.Header.Set(wire.HeaderProducer, p.id)
+	id, n := p.id, pd.seq
+	if o := pd.rec.Origin; o != nil {
+		id, n = o.Producer, o.Seq
+	}
+	seq := strconv.FormatUint(n, 10)
+	m.Header.Set(wire.HeaderProducer, id)
 	m.Header.Set(wire.HeaderSeq, seq)
-	m.Header.Set(wire.HeaderMsgID, p.id+"-"+seq)
+	m.Header.Set(wire.HeaderMsgID, id+"-"+seq)
 	return m
 }
 
@@ -493,7 +507,7 @@ func (p *Producer) findStored(ctx context.Context, desc *wire.Topic, pd *pending
 	if err != nil {
 		return 0, false
 	}
-	id := p.id + "-" + strconv.FormatUint(pd.seq, 10)
+	id := pd.msg.Header.Get(wire.HeaderMsgID)
 	for seq := from; seq <= e.Boundaries[pd.partition]; seq++ {
 		m, err := stream.GetMsg(ctx, seq)
 		if err != nil {
