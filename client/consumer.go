@@ -571,8 +571,8 @@ type worker struct {
 	// set it). The worker delivers nothing past leaseUntil minus a margin: by then another
 	// member may take the partition over.
 	leaseUntil time.Time
-	cancel    context.CancelFunc
-	done      chan struct{}
+	cancel     context.CancelFunc
+	done       chan struct{}
 }
 
 func newWorker(cn *Consumer, q int, pos, rev uint64) *worker {

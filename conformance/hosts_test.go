@@ -337,11 +337,16 @@ func newGoEngines(t *testing.T) []*goEngine {
 
 // partitions runs keys through a fresh pool of the module on this engine.
 func (e *goEngine) partitions(wasm []byte, flags []string, keys [][]byte, n int32) ([]int32, error) {
-	ctx := context.Background()
 	cfg, err := partitioner.EncodeConfig(flags)
 	if err != nil {
 		return nil, err
 	}
+	return e.partitionsRaw(wasm, cfg, keys, n)
+}
+
+// partitionsRaw is partitions with the config bytes themselves.
+func (e *goEngine) partitionsRaw(wasm, cfg []byte, keys [][]byte, n int32) ([]int32, error) {
+	ctx := context.Background()
 	m, err := e.rt.Load(ctx, wasm)
 	if err != nil {
 		return nil, err
@@ -549,7 +554,7 @@ func TestHosts(t *testing.T) {
 	spawn("engines/hostile", func(t *testing.T) {
 		for _, e := range engines {
 			for _, hc := range hostileCases(mods) {
-				if hc.goOnly == nil && hc.slow && e.name != compiler.name {
+				if hc.slow && e.name != compiler.name {
 					continue // ~1 min each on the interpreter: runtime/hostile_test.go has them
 				}
 				t.Run(e.name+"/"+hc.name, func(t *testing.T) { hc.checkGo(t, e) })
@@ -617,9 +622,9 @@ type hostileCase struct {
 	goErr error    // the Go runtime's sentinel for exit != 0
 	says  []string // stderr must contain each, case-insensitively: the class, and what it names
 	slow  bool     // spends the whole work budget: compiler only among the wazero engines
-	// goOnly, when set, is raw config bytes no --config flag can produce: the row runs on the
-	// wazero engines only (the hosts' rejected-config row is the template's "seed=x").
-	goOnly []byte
+	// configHex, when set, is raw config bytes that no --config flag can produce, given to the
+	// hosts as --config-hex and to the wazero engines as they are.
+	configHex string
 }
 
 const hostileDir = "../runtime/testdata/hostile"
@@ -649,7 +654,8 @@ func hostileCases(mods []*hostModule) []hostileCase {
 		{name: "rand-clock", file: h("rand-clock"), keys: []string{"", "00", "0102"}, exit: 0},
 		{name: "config-echo/a=1", file: h("config-echo"), keys: []string{"", "00", "0102"}, flags: []string{"a=1"}, exit: 0, want: []int32{4, 5, 6}},
 		{name: "config-echo/empty", file: h("config-echo"), keys: []string{"", "00"}, exit: 0, want: []int32{0, 1}},
-		{name: "config-echo/rejected", file: h("config-echo"), goOnly: []byte("!"), exit: 2, goErr: runtime.ErrConfigRejected},
+		{name: "config-echo/rejected", file: h("config-echo"), configHex: "21", exit: 2, goErr: runtime.ErrConfigRejected, says: []string{"rejected", "config"}},
+		{name: "config-echo/raw", file: h("config-echo"), keys: []string{""}, configHex: "00ff0a", exit: 0, want: []int32{3}},
 		{name: "config/not-configurable", file: "builtin/kafka-murmur2", flags: []string{"a=1"}, exit: 2, goErr: runtime.ErrConfigUnsupported, says: []string{"takes no configuration"}},
 		{name: "config/bad-key", file: h("config-echo"), flags: []string{"a b=1"}, exit: 2, goErr: partitioner.ErrBadConfig, says: []string{"config", "a b"}},
 		{name: "config/twice", file: h("config-echo"), flags: []string{"a=1", "a=2"}, exit: 2, goErr: partitioner.ErrBadConfig, says: []string{"config", "twice"}},
@@ -703,24 +709,13 @@ func (hc *hostileCase) checkGo(t *testing.T, e *goEngine) {
 		n = 0 // not representable as int32: the CLI's refusal; the runtime's is the same
 	}
 	var got []int32
-	if hc.goOnly != nil {
-		err = goWithRawConfig(e, wasm, hc.goOnly)
+	if hc.configHex != "" {
+		raw, _ := hex.DecodeString(hc.configHex)
+		got, err = e.partitionsRaw(wasm, raw, hc.decodedKeys(t), int32(n))
 	} else {
 		got, err = e.partitions(wasm, hc.flags, hc.decodedKeys(t), int32(n))
 	}
 	hc.checkOutcome(t, e.name, got, err)
-}
-
-func goWithRawConfig(e *goEngine, wasm, config []byte) error {
-	m, err := e.rt.Load(context.Background(), wasm)
-	if err != nil {
-		return err
-	}
-	pool, err := m.NewPool(context.Background(), config, runtime.PoolOptions{Size: 1})
-	if err == nil {
-		pool.Close()
-	}
-	return err
 }
 
 func (hc *hostileCase) checkOutcome(t *testing.T, who string, got []int32, err error) {
@@ -764,7 +759,11 @@ func (hc *hostileCase) checkHost(t *testing.T, h *confHost) {
 	for _, k := range hc.keys {
 		stdin = append(append(stdin, k...), '\n')
 	}
-	r := h.run(t, runArgs(hc.file, hc.n, hc.flags), stdin)
+	args := runArgs(hc.file, hc.n, hc.flags)
+	if hc.configHex != "" {
+		args = append(args, "--config-hex", hc.configHex)
+	}
+	r := h.run(t, args, stdin)
 	who := "host " + h.name
 	if r.exit != hc.exit {
 		t.Fatalf("%s: exit %d, want %d (stderr: %s)", who, r.exit, hc.exit, strings.TrimSpace(r.stderr))

@@ -66,7 +66,7 @@ type Config struct {
 	// finished: its children have their new-epoch records at once while the parents still hold
 	// a backlog, so its gates must really wait.
 	LateMembers int
-	Changes       []Change
+	Changes     []Change
 	// RestartDuring is the index (1-based) of the change during which the broker is stopped
 	// after fencing and started again on the same data directory; 0: none.
 	RestartDuring int

@@ -63,6 +63,9 @@ func (p *pctlAs) run(stdin string, args ...string) cliResult {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	full := append(append([]string(nil), args...), "--server", p.url, "--creds", p.creds)
+	if args[0] == "consume" {
+		full = append(full, "--heartbeat", "100ms") // stops sooner
+	}
 	return runCLI(ctx, p.getenv, strings.NewReader(stdin), full...)
 }
 

@@ -60,6 +60,7 @@ func cmdConsume(e *env, args []string) int {
 	maxN := fs.Int("max", 0, "exit after `N` records (0: no limit)")
 	idle := fs.Duration("idle-exit", 0, "exit after `DURATION` without a new record (0: never)")
 	member := fs.String("member", "", "member `ID` in the group (default: random)")
+	heartbeat := fs.Duration("heartbeat", time.Second, "how often the member announces itself and rebalances; stopping takes up to this `DURATION`")
 	pos, st := parse(fs, args)
 	if st >= 0 {
 		return st
@@ -75,6 +76,8 @@ func cmdConsume(e *env, args []string) int {
 		return usageErr(e, cmd, "--format %q: text or jsonl", *format)
 	case *maxN < 0:
 		return usageErr(e, cmd, "--max %d: give a positive count, or 0 for no limit", *maxN)
+	case *heartbeat <= 0:
+		return usageErr(e, cmd, "--heartbeat %v: give a positive duration", *heartbeat)
 	case *idle < 0:
 		return usageErr(e, cmd, "--idle-exit %v: give a positive duration such as 5s", *idle)
 	}
@@ -96,7 +99,15 @@ func cmdConsume(e *env, args []string) int {
 		return st
 	}
 	defer c.Close()
-	cn, err := c.NewConsumer(e.ctx, topic, client.ConsumerOptions{Group: *group, Member: *member, FromBeginning: *fromBeginning})
+	// The member's first rebalance must finish before --max stops it: a stop while it is still
+	// taking partitions can leave one leased to this member after it is gone (see
+	// TestConsumerStopDuringRebalanceReleasesLeases), and the group's next member would wait for
+	// the lease to expire.
+	settled := make(chan struct{})
+	var once sync.Once
+	onAssigned := func([]int) { once.Do(func() { close(settled) }) }
+	cn, err := c.NewConsumer(e.ctx, topic, client.ConsumerOptions{Group: *group, Member: *member, FromBeginning: *fromBeginning,
+		Heartbeat: *heartbeat, OnAssigned: onAssigned})
 	if err != nil {
 		return exitFor(e, cmd, err)
 	}
@@ -109,7 +120,16 @@ func cmdConsume(e *env, args []string) int {
 	out := &recordWriter{w: bufio.NewWriterSize(e.stdout, 64<<10), jsonl: *format == "jsonl", topic: topic, max: *maxN, last: time.Now()}
 	errMax := errors.New("--max reached")
 	errIdle := errors.New("idle")
-	out.onMax = func() { cancel(errMax) }
+	out.onMax = func() {
+		go func() {
+			select {
+			case <-settled:
+			case <-time.After(5 * time.Second):
+			case <-ctx.Done():
+			}
+			cancel(errMax)
+		}()
+	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { // flushes the output now and then, and watches for idleness

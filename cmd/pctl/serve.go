@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -135,6 +136,12 @@ func cmdServe(e *env, args []string) int {
 	if err != nil {
 		return usageErr(e, "serve", "%v", err)
 	}
+	if cfg.NATSURL == "" {
+		// nats-server reports a port in use only by not becoming ready (30s): find out first.
+		if err := checkListen(cfg.Listen); err != nil {
+			return failErr(e, "serve", err)
+		}
+	}
 	logw := &lockedWriter{w: e.stderr}
 	cfg.Logf = func(format string, args ...any) {
 		fmt.Fprintf(logw, "%s pctl serve: %s\n", time.Now().Format("2006-01-02T15:04:05.000Z07:00"), oneLine(fmt.Sprintf(format, args...)))
@@ -208,6 +215,35 @@ func (sc serveConfig) brokerConfig() (broker.Config, error) {
 		cfg.ProduceTimeout = d
 	}
 	return cfg, nil
+}
+
+// checkListen fails at once when the embedded server's address cannot be listened on (a port in
+// use, an address not on this machine); port 0 and an empty address pass.
+func checkListen(addr string) error {
+	if addr == "" {
+		addr = "127.0.0.1:4222"
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "0" {
+		return nil // the broker words a malformed address
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %v; is another 'pctl serve' or NATS server running? (--listen HOST:0 picks a free port)", addr, unwrapOpErr(err))
+	}
+	return l.Close()
+}
+
+func unwrapOpErr(err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		var se *os.SyscallError
+		if errors.As(oe.Err, &se) {
+			return se.Err
+		}
+		return oe.Err
+	}
+	return err
 }
 
 // lockedWriter serialises writes: the broker logs from many goroutines.
