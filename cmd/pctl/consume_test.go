@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"pctl.dev/pctl/broker"
+	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/client"
+)
+
+func TestConsumeMaxCommitsAndResumes(t *testing.T) {
+	b := testBroker(t)
+	expect(t, cliFor(t, b, broker.RoleAdmin).run("", "topic", "create", "t", "--partitions", "1", "--partitioner", "jump"), exitOK)
+	var in strings.Builder
+	for i := 1; i <= 10; i++ {
+		fmt.Fprintf(&in, "k\t%d\n", i)
+	}
+	expect(t, cliFor(t, b, broker.RoleProducer).run(in.String(), "produce", "t"), exitOK)
+	cons := cliFor(t, b, broker.RoleConsumer)
+	seqs := func(out string) string {
+		var s []string
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			if f := strings.Split(line, "\t"); len(f) == 5 {
+				s = append(s, f[4])
+			}
+		}
+		return strings.Join(s, ",")
+	}
+	r := cons.run("", "consume", "t", "--group", "g", "--from-beginning", "--max", "4")
+	expect(t, r, exitOK, "4 records", "--max 4 reached")
+	if got := seqs(r.stdout); got != "1,2,3,4" {
+		t.Fatalf("first run printed %q", got)
+	}
+	r = cons.run("", "consume", "t", "--group", "g", "--max", "4")
+	expect(t, r, exitOK)
+	if got := seqs(r.stdout); got != "5,6,7,8" {
+		t.Fatalf("second run printed %q: the group must go on from its committed position", got)
+	}
+	r = cons.run("", "consume", "t", "--group", "g", "--idle-exit", "500ms")
+	expect(t, r, exitOK, "2 records", "no new record for 500ms")
+	if got := seqs(r.stdout); got != "9,10" {
+		t.Fatalf("third run printed %q", got)
+	}
+	// A new group without --from-beginning starts after the records present.
+	r = cons.run("", "consume", "t", "--group", "late", "--idle-exit", "300ms")
+	expect(t, r, exitOK, "0 records")
+}
+
+func TestConsumeInterrupt(t *testing.T) {
+	b := testBroker(t)
+	expect(t, cliFor(t, b, broker.RoleAdmin).run("", "topic", "create", "t", "--partitions", "2", "--partitioner", "jump"), exitOK)
+	expect(t, cliFor(t, b, broker.RoleProducer).run("a\t1\nb\t2\nc\t3\n", "produce", "t"), exitOK)
+	// Ctrl-C: runCtx's context is cancelled by SIGINT; here the test cancels it.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan cliResult, 1)
+	go func() {
+		done <- runCLI(ctx, nil, strings.NewReader(""), "consume", "t", "--group", "g", "--from-beginning", "--heartbeat", "100ms",
+			"--server", b.ClientURL(), "--creds", b.CredsPath(broker.RoleConsumer))
+	}()
+	// Wait until the three records are delivered, then interrupt.
+	c, err := client.Connect(ctx, client.Options{URL: b.ClientURL(), Creds: b.CredsPath(broker.RoleAdmin)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		gs, err := c.Groups(ctx, "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sum uint64
+		for _, g := range gs {
+			for _, p := range g.Positions {
+				sum += p
+			}
+		}
+		if sum == 3 { // committed (every 200ms)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the records were not delivered and committed within 30s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	r := <-done
+	expect(t, r, exitOK, "3 records", "interrupted")
+	if n := strings.Count(r.stdout, "\n"); n != 3 {
+		t.Fatalf("printed %d records, want 3: %s", n, r)
+	}
+}
+
+func TestConsumeErrors(t *testing.T) {
+	b := testBroker(t)
+	expect(t, cliFor(t, b, broker.RoleAdmin).run("", "topic", "create", "t", "--partitions", "2", "--partitioner", "jump"), exitOK)
+	cons := cliFor(t, b, broker.RoleConsumer)
+	tests := []struct {
+		name string
+		p    *pctlAs
+		args []string
+		code int
+		want string
+	}{
+		{"unknown topic", cons, []string{"consume", "nope", "--group", "g"}, exitUsage, `topic "nope" does not exist`},
+		{"no group", cons, []string{"consume", "t"}, exitUsage, "--group is required"},
+		{"bad group", cons, []string{"consume", "t", "--group", "a.b"}, exitUsage, "--group:"},
+		{"bad format", cons, []string{"consume", "t", "--group", "g", "--format", "csv"}, exitUsage, `--format "csv"`},
+		{"negative max", cons, []string{"consume", "t", "--group", "g", "--max", "-1"}, exitUsage, "--max -1"},
+		{"producer may not consume", cliFor(t, b, broker.RoleProducer), []string{"consume", "t", "--group", "g", "--idle-exit", "20s"}, exitFailure, "consuming needs the consumer or admin role"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			r := tc.p.run("", tc.args...)
+			expect(t, r, tc.code, tc.want)
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("took %v: an error must not wait for a timeout", d)
+			}
+		})
+	}
+}
+
+func TestTextAndJSONRecords(t *testing.T) {
+	tests := []struct {
+		name  string
+		m     client.Message
+		text  string
+		jsonl string
+	}{
+		{"plain", client.Message{Partition: 1, Epoch: 2, Seq: 3, Key: []byte("k"), Value: []byte("v")},
+			"1\t2\t3\tk\tv\n", `{"topic":"t","partition":1,"epoch":2,"seq":3,"key":"k","value":"v"}`},
+		{"keyless", client.Message{Seq: 1, NoKey: true, Value: []byte("v")},
+			"0\t0\t1\t-\tv\n", `{"topic":"t","partition":0,"epoch":0,"seq":1,"value":"v"}`},
+		{"empty key and value", client.Message{Seq: 1, Key: []byte{}, Value: []byte{}},
+			"0\t0\t1\t\t\n", `{"topic":"t","partition":0,"epoch":0,"seq":1,"key":"","value":""}`},
+		{"key that is a dash", client.Message{Seq: 1, Key: []byte("-"), Value: []byte("-")},
+			"0\t0\t1\thex:2d\t-\n", `{"topic":"t","partition":0,"epoch":0,"seq":1,"key":"-","value":"-"}`},
+		{"tab and newline", client.Message{Seq: 1, Key: []byte("a\tb"), Value: []byte("x\ny")},
+			"0\t0\t1\thex:610962\thex:780a79\n", `{"topic":"t","partition":0,"epoch":0,"seq":1,"key":"a\tb","value":"x\ny"}`},
+		{"not UTF-8", client.Message{Seq: 1, Key: []byte{0xff}, Value: []byte{0xc3, 0x28}},
+			"0\t0\t1\thex:ff\thex:c328\n", `{"topic":"t","partition":0,"epoch":0,"seq":1,"key_b64":"/w==","value_b64":"wyg="}`},
+		{"looks like hex", client.Message{Seq: 1, Key: []byte("hex:00"), Value: []byte("hex")},
+			"0\t0\t1\thex:6865783a3030\thex\n", `{"topic":"t","partition":0,"epoch":0,"seq":1,"key":"hex:00","value":"hex"}`},
+		{"unicode", client.Message{Seq: 1, Key: []byte("clé"), Value: []byte("日本")},
+			"0\t0\t1\tclé\t日本\n", `{"topic":"t","partition":0,"epoch":0,"seq":1,"key":"clé","value":"日本"}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := string(appendTextRecord(nil, &tc.m)); got != tc.text {
+				t.Errorf("text: got %q, want %q", got, tc.text)
+			}
+			if got := string(appendJSONRecord(nil, "t", &tc.m)); got != tc.jsonl+"\n" {
+				t.Errorf("jsonl: got %s, want %s", got, tc.jsonl)
+			}
+		})
+	}
+}
+
+// TestConsumerStopDuringRebalanceReleasesLeases: a member that stops cleanly must give back every
+// partition it leased, so that the group's next member can read them at once.
+//
+// BUG (client/consumer.go): Consumer.rebalance takes partitions one by one with acquire(runCtx,
+// ...), a kv.Get and a compare-and-set kv.Update. When Run's context is cancelled while it does
+// (here: the first record's handler stops the member, which --max or Ctrl-C do too), an Update the
+// server has already applied returns the context's error; acquire reports "not acquired", no
+// worker is made, and shutdown releases only the workers it has. The partition stays leased to a
+// member that is gone until its lease ends (SessionTimeout, 6s): the group's next member cannot
+// read it until then. Fix: acquire and release with a context that outlives Run's (as shutdown
+// does), or on an Update error re-read the key and adopt (then release) a lease that names this
+// member.
+func TestConsumerStopDuringRebalanceReleasesLeases(t *testing.T) {
+	b := testBroker(t)
+	const partitions = 16
+	expect(t, cliFor(t, b, broker.RoleAdmin).run("", "topic", "create", "t", "--partitions", fmt.Sprint(partitions), "--partitioner", "jump"), exitOK)
+	var in strings.Builder
+	for i := 0; i < 10*partitions; i++ {
+		fmt.Fprintf(&in, "k%d\t%d\n", i, i)
+	}
+	expect(t, cliFor(t, b, broker.RoleProducer).run(in.String(), "produce", "t"), exitOK)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.Connect(ctx, client.Options{URL: b.ClientURL(), Creds: b.CredsPath(broker.RoleConsumer)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	desc, _, err := c.Topic(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < 3; round++ {
+		group := fmt.Sprintf("g%d", round)
+		cn, err := c.NewConsumer(ctx, "t", client.ConsumerOptions{Group: group, FromBeginning: true, Heartbeat: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, stop := context.WithCancel(ctx)
+		err = cn.Run(rctx, func(ctx context.Context, m *client.Message) error {
+			stop() // stop at the first record, without acknowledging it
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		stop()
+		if err != nil {
+			t.Fatal(err)
+		}
+		kv, err := c.JetStream().KeyValue(ctx, wire.GroupsBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for q := 0; q < partitions; q++ {
+			e, err := kv.Get(ctx, wire.PartitionKey(desc.ID, group, q))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ps wire.PartitionState
+			if err := json.Unmarshal(e.Value(), &ps); err != nil {
+				t.Fatal(err)
+			}
+			if ps.Owner == cn.Member() && ps.LeaseEnd > time.Now().UnixMilli() {
+				t.Errorf("group %s, partition %d: still leased to member %s for %v after it stopped cleanly; the group's next member cannot read it until then",
+					group, q, ps.Owner, time.Until(time.UnixMilli(ps.LeaseEnd)).Round(time.Millisecond))
+			}
+		}
+	}
+}
