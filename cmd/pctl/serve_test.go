@@ -25,7 +25,9 @@ func servePctl(t *testing.T, args ...string) (url, dir string, stop func() cliRe
 	ctx, cancel := context.WithCancel(context.Background())
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
-	go func() { done <- runCtx(ctx, append([]string{"serve"}, args...), strings.NewReader(""), &stdout, &stderr) }()
+	go func() {
+		done <- runCtx(ctx, append([]string{"serve"}, args...), strings.NewReader(""), &stdout, &stderr)
+	}()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if m := readyRE.FindStringSubmatch(stdout.String()); m != nil {
