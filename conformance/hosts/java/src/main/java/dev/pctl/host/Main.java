@@ -19,8 +19,12 @@ import java.util.List;
  * The pctl conformance host command, the same for every host language:
  *
  * <pre>
- *   run --wasm FILE --partitions N [--config K=V ...]
+ *   run --wasm FILE --partitions N [--config K=V ... | --config-hex HEX]
  * </pre>
+ *
+ * <p>(conformance/hosts/README.md; the leading command name {@code run} is optional.)
+ * {@code --config} flags give the canonical config bytes of spec/abi-v1.md §2.5;
+ * {@code --config-hex} gives the config bytes themselves, for tests.
  *
  * <p>Reads keys from standard input, one per line, hex-encoded (an empty line is the empty key;
  * the newline after the last key is optional), and prints each key's partition on its own line,
