@@ -286,13 +286,11 @@ final class Plugin {
 
         Function<Instance, Machine> factory = InterpreterMachine::new;
         if (options.compile) {
-            try {
-                MachineFactoryCompiler.Builder cb = MachineFactoryCompiler.builder(m).withInterpreterFallback(InterpreterFallback.SILENT);
-                if (options.cacheDir != null) {
-                    cb.withCache(new FileCache(options.cacheDir));
-                }
-                factory = cb.compile();
-            } catch (RuntimeException e) {
+            factory = compile(m, options.cacheDir);
+            if (factory == null && options.cacheDir != null) {
+                factory = compile(m, null); // an unusable cache entry: compile afresh
+            }
+            if (factory == null) {
                 // The compiler has limits of its own (JVM class and method sizes beyond what it
                 // can split); the interpreter runs every valid module.
                 factory = InterpreterMachine::new;
@@ -306,6 +304,19 @@ final class Plugin {
             spare = newInstance(true);
         } catch (PluginException e) {
             throw e.atLoad ? e : e.asLoad(source, digest);
+        }
+    }
+
+    /** Chicory's compiler (functions too large for a JVM method are interpreted), or null if it fails. */
+    private static Function<Instance, Machine> compile(WasmModule m, java.nio.file.Path cacheDir) {
+        try {
+            MachineFactoryCompiler.Builder cb = MachineFactoryCompiler.builder(m).withInterpreterFallback(InterpreterFallback.SILENT);
+            if (cacheDir != null) {
+                cb.withCache(new FileCache(cacheDir));
+            }
+            return cb.compile();
+        } catch (RuntimeException | LinkageError e) {
+            return null;
         }
     }
 
