@@ -222,10 +222,17 @@ public final class Main {
             long t0 = System.nanoTime();
             try {
                 plugin = Plugin.load(bytes, wasm, options, watchdog);
-                inst = plugin.open(cfg);
             } catch (PluginException e) {
                 stderr.println("pctl-java run: " + e.getMessage());
                 return e.exitStatus();
+            }
+            try {
+                inst = plugin.open(cfg);
+            } catch (PluginException e) {
+                // Whatever went wrong in pctl_configure (a rejection, a code, a trap), the module
+                // could not be prepared for this config: a refusal (conformance/hosts/README.md).
+                stderr.println("pctl-java run: " + e.getMessage());
+                return EXIT_USAGE;
             }
             long t1 = System.nanoTime();
             int st = new Partitioner(plugin, inst, cfg, n, stdout, stderr).run(stdin);
