@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// BenchmarkProduce measures, in one run on one embedded broker, raw JetStream async publishing
+// (with pctl's headers, and without), pctl's client-side producer and the broker-side produce
+// service with pipelined thin-client requests, and reports each one's records/s and its ratio
+// to raw JetStream with headers (targets: client-side >= 0.9, broker-side >= 0.5). Each
+// iteration is one round of every variant with 20000 records; run it with -benchtime Nx.
+//
+//	go test ./cmd/pctl -run '^$' -bench Produce -benchtime 5x
+func BenchmarkProduce(b *testing.B) {
+	cfg := benchConfig{Records: 20000, Partitions: 8, ValueSize: 100, Keys: 10000, Partitioner: "kafka-murmur2", Rounds: b.N}
+	res, err := runProduceBench(context.Background(), cfg, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	metric := map[string]string{variantRaw: "raw", variantRawBare: "raw-noheaders", variantClient: "client", variantBroker: "broker"}
+	for _, r := range res {
+		b.ReportMetric(r.Rate, metric[r.Variant]+"-rec/s")
+		if r.Variant != variantRaw {
+			b.ReportMetric(r.Ratio, metric[r.Variant]+"/raw")
+		}
+	}
+	b.ReportMetric(0, "ns/op") // an iteration is a round of four variants: ns/op means nothing here
+	b.Log(benchSummary(res))
+}
+
+func TestBenchProduceCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a broker and produces 4 x 2 x 1000 records")
+	}
+	r := runCLI(context.Background(), nil, strings.NewReader(""), "bench", "produce", "--records", "1000", "--rounds", "1", "--partitions", "3", "--keys", "50")
+	expect(t, r, exitOK, "raw JetStream (pctl headers)", "raw JetStream (no headers)", "client-side producer", "broker-side (thin, pipelined)", "VS RAW", ">= 0.90x", ">= 0.50x")
+	r = runCLI(context.Background(), nil, strings.NewReader(""), "bench", "produce", "--records", "500", "--rounds", "1", "--json")
+	expect(t, r, exitOK)
+	var res []benchResult
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || len(res) != 4 || res[0].Ratio != 1 || res[2].Rate <= 0 {
+		t.Fatalf("bench --json: %v: %s", err, r)
+	}
+	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "bench", "produce", "--records", "0"), exitUsage, "at least 1")
+	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "bench", "consume"), exitUsage, `unknown benchmark "consume"`)
+}
