@@ -19,7 +19,7 @@ import (
 // testOptions are the options of the tests: the default key count, or fewer under -race.
 func testOptions() conformance.Options {
 	if raceEnabled {
-		return conformance.Options{Keys: 500}
+		return conformance.Options{Keys: 1500}
 	}
 	return conformance.Options{}
 }
