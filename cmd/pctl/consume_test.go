@@ -231,3 +231,44 @@ func TestConsumerStopDuringRebalanceReleasesLeases(t *testing.T) {
 		}
 	}
 }
+
+// TestConsumerCommitsWhileRefreshing runs a member whose commit clock and heartbeat (which
+// refreshes the descriptor) both tick fast, with records flowing. It fails under -race only.
+//
+// BUG (client/consumer.go): Consumer.refresh replaces cn.desc under cn.mu from Run's loop, while
+// other goroutines read cn.desc.ID without it: the group-state watcher in Run
+// (wire.ParseGroupKey(cn.desc.ID, ...)) and, since commits run on their own clock, worker.commit
+// (wire.PartitionKey(w.cn.desc.ID, ...)). go test -race reports the data race (here, and now and
+// then in TestProduceConsumeRoundTrip). The topic id never changes for a consumer: a copy taken
+// in NewConsumer fixes both.
+func TestConsumerCommitsWhileRefreshing(t *testing.T) {
+	b := testBroker(t)
+	expect(t, cliFor(t, b, broker.RoleAdmin).run("", "topic", "create", "t", "--partitions", "2", "--partitioner", "jump"), exitOK)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.Connect(ctx, client.Options{URL: b.ClientURL(), Creds: b.CredsPath(broker.RoleAdmin)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p, err := c.NewProducer(ctx, "t", client.ProducerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(ctx)
+	cn, err := c.NewConsumer(ctx, "t", client.ConsumerOptions{Group: "g", FromBeginning: true, Heartbeat: 5 * time.Millisecond, CommitInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithTimeout(ctx, 700*time.Millisecond)
+	defer stop()
+	go func() {
+		for i := 0; rctx.Err() == nil; i++ {
+			_ = p.Send(rctx, client.Record{Key: []byte(fmt.Sprint(i % 10)), Value: []byte("v")}, nil)
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	if err := cn.Run(rctx, func(context.Context, *client.Message) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
