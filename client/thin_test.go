@@ -171,6 +171,9 @@ func TestThinProducerPipelinedOrder(t *testing.T) {
 			}
 			key, _ := wire.DecodeKey(m.Headers().Get(wire.HeaderKey))
 			v, _ := strconv.Atoi(string(m.Data()))
+			if id, seq := m.Headers().Get(wire.HeaderProducer), m.Headers().Get(wire.HeaderSeq); id != tp.ID() || seq != strconv.Itoa(v+1) {
+				t.Fatalf("record %d stored as producer %q seq %q; want the thin producer's identity %q and seq %d", v, id, seq, tp.ID(), v+1)
+			}
 			if prev, ok := last[string(key)]; ok && v <= prev {
 				t.Fatalf("key %s: value %d stored after %d: per-producer order broken", key, v, prev)
 			}
@@ -181,6 +184,37 @@ func TestThinProducerPipelinedOrder(t *testing.T) {
 	}
 	if total != n {
 		t.Fatalf("streams hold %d records, want %d", total, n)
+	}
+}
+
+// TestThinProducerDeduplicates: the produce service stores a thin producer's identity and
+// deduplicates by it, so a producer that re-sends after losing its replies (here: a second
+// producer with the same ID and the same records) stores no second copy.
+func TestThinProducerDeduplicates(t *testing.T) {
+	b := thinBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := thinConnect(t, b, broker.RoleProducer)
+	for run := 0; run < 2; run++ {
+		tp, err := c.NewThinProducer("t", client.ThinOptions{ID: "loader-7"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 3; i++ {
+			r, err := tp.Produce(ctx, client.Record{Key: []byte("k"), Value: []byte(strconv.Itoa(i))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Duplicate != (run == 1) || r.ProducerSeq != uint64(i+1) {
+				t.Fatalf("run %d, record %d: %+v", run, i, r)
+			}
+		}
+		if err := tp.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.NewThinProducer("t", client.ThinOptions{ID: "a.b"}); !errors.Is(err, wire.ErrBadRequest) {
+		t.Fatalf("producer id with a dot: got %v, want wire.ErrBadRequest", err)
 	}
 }
 

@@ -232,10 +232,14 @@ func TestProduceDeduplicatesWithProducerID(t *testing.T) {
 	expect(t, cliFor(t, b, broker.RoleAdmin).run("", "topic", "create", "t", "--partitions", "2", "--partitioner", "jump"), exitOK)
 	prod := cliFor(t, b, broker.RoleProducer)
 	in := "a\t1\nb\t2\nc\t3\n"
-	expect(t, prod.run(in, "produce", "t", "--producer-id", "loader-1"), exitOK, "3 acknowledged, 0 failed")
-	expect(t, prod.run(in, "produce", "t", "--producer-id", "loader-1"), exitOK, "3 acknowledged (3 already stored: duplicates)")
-	if n := stored(t, b, "t"); n != 3 {
-		t.Fatalf("%d records stored, want 3", n)
+	for i, mode := range [][]string{nil, {"--broker-side"}} {
+		id := fmt.Sprintf("loader-%d", i)
+		args := append([]string{"produce", "t", "--producer-id", id}, mode...)
+		expect(t, prod.run(in, args...), exitOK, "3 acknowledged, 0 failed")
+		expect(t, prod.run(in, args...), exitOK, "3 acknowledged (3 already stored: duplicates)")
+		if n := stored(t, b, "t"); n != uint64(3*(i+1)) {
+			t.Fatalf("%v: %d records stored, want %d", mode, n, 3*(i+1))
+		}
 	}
 }
 
