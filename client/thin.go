@@ -29,7 +29,10 @@ import (
 // NewThinProducer, which keeps many requests in flight.
 func (c *Client) ProduceBrokerSide(ctx context.Context, topic string, rec Record) (wire.ProduceReply, error) {
 	var reply wire.ProduceReply
-	m, err := thinMessage(topic, rec, "", 0)
+	if err := wire.ValidTopic(topic); err != nil {
+		return reply, err
+	}
+	m, err := thinMessage(wire.ProduceSubject(topic), rec, "", 0)
 	if err != nil {
 		return reply, err
 	}
@@ -190,7 +193,7 @@ func (t *ThinProducer) Send(ctx context.Context, rec Record, done func(Result)) 
 	case t.fatal != nil:
 		return t.fatal
 	}
-	m, err := thinMessage(t.topic, rec, t.id, t.seq+1)
+	m, err := thinMessage(t.subject, rec, t.id, t.seq+1)
 	if err != nil {
 		return err
 	}
@@ -351,28 +354,25 @@ func (t *ThinProducer) failPending(err error) {
 	}
 }
 
-// thinMessage builds a produce request. id and seq (when id != "") identify the record for
-// deduplication.
-func thinMessage(topic string, rec Record, id string, seq uint64) (*nats.Msg, error) {
-	if err := wire.ValidTopic(topic); err != nil {
-		return nil, err
-	}
+// thinMessage builds a produce request to subject (wire.ProduceSubject of a topic the caller
+// checked). id and seq (when id != "") identify the record for deduplication.
+func thinMessage(subject string, rec Record, id string, seq uint64) (*nats.Msg, error) {
 	if rec.NoKey && len(rec.Key) > 0 {
 		return nil, fmt.Errorf("%w: a keyless record (NoKey) has no Key", wire.ErrBadRequest)
 	}
 	if len(rec.Key) > 65536 {
 		return nil, fmt.Errorf("%w: key of %d bytes; keys are at most 65536 bytes", wire.ErrBadRequest, len(rec.Key))
 	}
-	m := nats.NewMsg(wire.ProduceSubject(topic))
-	m.Data = rec.Value
+	// The header names are canonical already: set them without Header.Set's canonicalisation.
+	h := make(nats.Header, 3)
 	if !rec.NoKey {
-		m.Header.Set(wire.HeaderKey, wire.EncodeKey(rec.Key))
+		h[wire.HeaderKey] = []string{wire.EncodeKey(rec.Key)}
 	}
 	if id != "" {
-		m.Header.Set(wire.HeaderProducer, id)
-		m.Header.Set(wire.HeaderSeq, strconv.FormatUint(seq, 10))
+		h[wire.HeaderProducer] = []string{id}
+		h[wire.HeaderSeq] = []string{strconv.FormatUint(seq, 10)}
 	}
-	return m, nil
+	return &nats.Msg{Subject: subject, Data: rec.Value, Header: h}, nil
 }
 
 func tooLarge(m *nats.Msg, max int64) error {
