@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/client"
 	"pctl.dev/pctl/plugins"
@@ -214,5 +217,59 @@ func TestServeHelp(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help does not mention %q", want)
 		}
+	}
+}
+
+// TestServeNATSMode runs the broker against an existing NATS server with JetStream (--nats,
+// --creds): no embedded server, no role credentials of its own.
+func TestServeNATSMode(t *testing.T) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	seed, _ := kp.Seed()
+	dir := t.TempDir()
+	creds := filepath.Join(dir, "broker.nk")
+	if err := os.WriteFile(creds, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: filepath.Join(dir, "js"),
+		NoLog: true, NoSigs: true, Nkeys: []*server.NkeyUser{{Nkey: pub}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	t.Cleanup(srv.Shutdown)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- runCtx(ctx, []string{"serve", "--nats", srv.ClientURL(), "--creds", creds, "--data", filepath.Join(dir, "data")},
+			strings.NewReader(""), &stdout, &stderr)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(stdout.String(), "\n") {
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("no ready line: %s %s", stdout.String(), stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	want := "pctl: broker ready at " + srv.ClientURL() + " (data " + filepath.Join(dir, "data") + "; connected with " + creds
+	if !strings.HasPrefix(stdout.String(), want) {
+		cancel()
+		t.Fatalf("ready line %q, want it to start with %q", stdout.String(), want)
+	}
+	p := &pctlAs{t: t, url: srv.ClientURL(), creds: creds}
+	expect(t, p.run("", "topic", "create", "t", "--partitions", "2", "--partitioner", "jump"), exitOK)
+	expect(t, p.run("k\tv\n", "produce", "t", "--broker-side"), exitOK, "1 acknowledged")
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 }
