@@ -179,14 +179,16 @@ loop:
 		}
 	}
 
-	// Every record sent gets its answer before the summary (an interrupt shortens the wait).
+	// Every record sent gets its answer before the summary: wait up to 2 minutes, or 5 seconds
+	// more after an interrupt (SIGINT while reading or while waiting here).
 	flushCtx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	if interrupted {
-		cancel()
-		flushCtx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
-	}
 	defer cancel()
+	stopGrace := context.AfterFunc(e.ctx, func() { time.AfterFunc(5*time.Second, cancel) })
+	defer stopGrace()
 	closeErr := p.Close(flushCtx)
+	if e.ctx.Err() != nil {
+		interrupted = true
+	}
 	elapsed := time.Since(start)
 
 	tally.report(e, cmd, topic, elapsed, func() int64 { return maxRecordBytes(c, topic) })
@@ -418,8 +420,12 @@ func (t *produceTally) report(e *env, cmd, topic string, elapsed time.Duration, 
 	if t.nDup > 0 {
 		dup = fmt.Sprintf(" (%d already stored: duplicates)", t.nDup)
 	}
-	fmt.Fprintf(e.stderr, "pctl %s: %s: %d records, %d acknowledged%s, %d failed, %d keyless; partitions used %s; epochs %s; %v, %.0f records/s\n",
-		cmd, topic, t.nRead, t.nAcked, dup, t.nFailed, t.nKeyless, intSet(t.partitions), intSet(t.epochs), elapsed.Round(time.Millisecond), rate)
+	unknown := ""
+	if n := t.nRead - t.nAcked - t.nFailed; n > 0 {
+		unknown = fmt.Sprintf(", %d without an answer (they may or may not be stored)", n)
+	}
+	fmt.Fprintf(e.stderr, "pctl %s: %s: %d records, %d acknowledged%s, %d failed%s, %d keyless; partitions used %s; epochs %s; %v, %.0f records/s\n",
+		cmd, topic, t.nRead, t.nAcked, dup, t.nFailed, unknown, t.nKeyless, intSet(t.partitions), intSet(t.epochs), elapsed.Round(time.Millisecond), rate)
 }
 
 // intSet prints a set of ints compactly: "0-3, 7 (5)"; "none" when empty.

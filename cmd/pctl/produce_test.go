@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -343,5 +344,38 @@ func TestProducerRecordOverMaxPayload(t *testing.T) {
 	defer fcancel()
 	if err := p.Close(fctx); err != nil && errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Close: %v", err)
+	}
+}
+
+// TestProduceInterrupt: SIGINT while standard input is still open stops reading, waits for the
+// answers of what was sent, prints the summary and exits 1.
+func TestProduceInterrupt(t *testing.T) {
+	b := testBroker(t)
+	expect(t, cliFor(t, b, broker.RoleAdmin).run("", "topic", "create", "t", "--partitions", "2", "--partitioner", "jump"), exitOK)
+	for _, mode := range [][]string{nil, {"--broker-side"}} {
+		before := stored(t, b, "t")
+		pr, pw := io.Pipe()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan cliResult, 1)
+		go func() {
+			args := append([]string{"produce", "t", "--server", b.ClientURL(), "--creds", b.CredsPath(broker.RoleProducer)}, mode...)
+			done <- runCLI(ctx, nil, pr, args...)
+		}()
+		fmt.Fprint(pw, "a\t1\nb\t2\n")
+		deadline := time.Now().Add(30 * time.Second)
+		for stored(t, b, "t") < before+2 {
+			if time.Now().After(deadline) {
+				t.Fatal("the two records were not stored within 30s")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		cancel()
+		select {
+		case r := <-done:
+			expect(t, r, exitFailure, "2 records, 2 acknowledged, 0 failed", "interrupted: standard input was not read to the end")
+		case <-time.After(20 * time.Second):
+			t.Fatal("produce did not stop within 20s of the interrupt")
+		}
+		pw.Close()
 	}
 }
