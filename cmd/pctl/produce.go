@@ -139,7 +139,7 @@ func cmdProduce(e *env, args []string) int {
 	maxPayload := c.Conn().MaxPayload()
 	var stopped *inputLine // the line that stopped the input (malformed or unreadable)
 	var fatal error        // a Send error that makes going on pointless
-	interrupted := false
+	interrupted, readAll := false, false
 loop:
 	for {
 		var in inputLine
@@ -151,6 +151,7 @@ loop:
 		case in, ok = <-lines:
 		}
 		if !ok {
+			readAll = true
 			break
 		}
 		if in.err != nil {
@@ -197,8 +198,10 @@ loop:
 		return usageErr(e, cmd, "line %d: %v; nothing from this line on was sent", stopped.n, stopped.err)
 	case stopped != nil:
 		return failErr(e, cmd, fmt.Errorf("line %d: %w; nothing from this line on was sent", stopped.n, stopped.err))
-	case interrupted:
+	case interrupted && !readAll:
 		return usageFail(e, cmd, "interrupted: standard input was not read to the end")
+	case interrupted:
+		return usageFail(e, cmd, "interrupted while waiting for the broker's answers")
 	case tally.refused != nil:
 		return exitFor(e, cmd, tally.refused)
 	case fatal != nil:
