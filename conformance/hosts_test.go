@@ -687,6 +687,19 @@ func TestHosts(t *testing.T) {
 					t.Run(hc.name, func(t *testing.T) { hc.checkHost(t, h) })
 				}
 			})
+			// A host's own unit tests (its WASI shims against spec/vectors/wasi-random.json, its
+			// config encoding...), when it has an executable `test`.
+			if fi, err := os.Stat(filepath.Join(h.dir, "test")); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+				t.Run("unit", func(t *testing.T) {
+					ctx, cancel := context.WithTimeout(context.Background(), hostRunTimeout)
+					defer cancel()
+					cmd := exec.CommandContext(ctx, filepath.Join(h.dir, "test"))
+					cmd.Dir = h.dir
+					if out, err := cmd.CombinedOutput(); err != nil {
+						t.Errorf("host %s: %s/test: %v\n%s", h.name, h.name, err, out)
+					}
+				})
+			}
 			t.Logf("host %s: %v in all", h.name, time.Since(hostStart).Round(time.Millisecond))
 		})
 	}
