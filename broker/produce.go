@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
@@ -49,7 +50,10 @@ func (b *Broker) producer(ctx context.Context, topic string) (*client.Producer, 
 		return p, nil
 	}
 	p, err := ps.cl.NewProducer(ctx, topic, client.ProducerOptions{
-		ID: "broker-" + topic,
+		// A fresh id for every producer the service creates: records without an origin of their
+		// own are deduplicated by this id, so reusing it after a restart would drop new records
+		// as duplicates of old ones.
+		ID: "broker-" + nuid.Next(),
 		Partitioner: func(ctx context.Context, wp wire.Partitioner) (partitioner.Partitioner, error) {
 			return b.partitionerFor(ctx, wp)
 		},

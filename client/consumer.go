@@ -87,9 +87,10 @@ type Handler func(ctx context.Context, m *Message) error
 
 // Consumer is a member of a consumer group on one topic.
 type Consumer struct {
-	c     *Client
-	topic string
-	opts  ConsumerOptions
+	c       *Client
+	topic   string
+	topicID string // the topic's id: fixed for the consumer's life (a re-created topic is another)
+	opts    ConsumerOptions
 
 	mu        sync.Mutex
 	cond      *sync.Cond
@@ -98,6 +99,7 @@ type Consumer struct {
 	owned     map[int]*worker
 	revoked   map[[2]int]bool // (partition, epoch) whose keys-revoked step ran here
 	drained   int             // cache of drainedThrough
+	kvh       jetstream.KeyValue
 	assigned  map[[3]int]bool // (partition, epoch, parent) whose keys-assigned step ran here
 
 	stats ConsumerStats
@@ -139,10 +141,20 @@ func (c *Client) NewConsumer(ctx context.Context, topic string, opts ConsumerOpt
 	if err != nil {
 		return nil, err
 	}
-	cn := &Consumer{c: c, topic: topic, opts: opts, desc: t, positions: map[int]uint64{}, owned: map[int]*worker{},
+	cn := &Consumer{c: c, topic: topic, topicID: t.ID, opts: opts, desc: t, positions: map[int]uint64{}, owned: map[int]*worker{},
 		revoked: map[[2]int]bool{}, assigned: map[[3]int]bool{}}
 	cn.cond = sync.NewCond(&cn.mu)
 	return cn, nil
+}
+
+// op bounds one round trip to the broker: a request lost while the broker restarts must not
+// hang the member.
+func (cn *Consumer) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := cn.opts.SessionTimeout
+	if d < 2*time.Second {
+		d = 2 * time.Second
+	}
+	return context.WithTimeout(ctx, d)
 }
 
 // Stats returns the member's counters.
@@ -158,7 +170,20 @@ func (cn *Consumer) Stats() ConsumerStats {
 func (cn *Consumer) Member() string { return cn.opts.Member }
 
 func (cn *Consumer) kv(ctx context.Context) (jetstream.KeyValue, error) {
+	cn.mu.Lock()
+	kv := cn.kvh
+	cn.mu.Unlock()
+	if kv != nil {
+		return kv, nil
+	}
+	ctx, cancel := cn.op(ctx)
+	defer cancel()
 	kv, err := cn.c.js.KeyValue(ctx, wire.GroupsBucket)
+	if err == nil {
+		cn.mu.Lock()
+		cn.kvh = kv
+		cn.mu.Unlock()
+	}
 	if err != nil {
 		if IsPermission(err) {
 			return nil, err
@@ -182,7 +207,7 @@ func (cn *Consumer) Run(ctx context.Context, h Handler) error {
 	defer cancel(nil)
 
 	// Watch the group's committed positions (gates wait on them).
-	w, err := kv.Watch(runCtx, wire.GroupPrefix(cn.desc.ID, cn.opts.Group)+"p.*")
+	w, err := kv.Watch(runCtx, wire.GroupPrefix(cn.topicID, cn.opts.Group)+"p.*")
 	if err != nil {
 		return fmt.Errorf("%w: watch group state: %v", wire.ErrUnavailable, err)
 	}
@@ -192,7 +217,7 @@ func (cn *Consumer) Run(ctx context.Context, h Handler) error {
 			if e == nil {
 				continue
 			}
-			_, _, name, ok := wire.ParseGroupKey(cn.desc.ID, e.Key())
+			_, _, name, ok := wire.ParseGroupKey(cn.topicID, e.Key())
 			q, err := strconv.Atoi(name)
 			if !ok || err != nil || e.Operation() != jetstream.KeyValuePut {
 				continue
@@ -266,7 +291,9 @@ func (cn *Consumer) Run(ctx context.Context, h Handler) error {
 // position (its last sequence, unless FromBeginning), then the group marker. Whoever comes first
 // wins each key; a partition created later has no state and is read from its first record.
 func (cn *Consumer) ensureGroup(ctx context.Context, kv jetstream.KeyValue) error {
-	marker := wire.GroupPrefix(cn.desc.ID, cn.opts.Group) + "g.created"
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	marker := wire.GroupPrefix(cn.topicID, cn.opts.Group) + "g.created"
 	if _, err := kv.Get(ctx, marker); err == nil {
 		return nil
 	}
@@ -280,7 +307,7 @@ func (cn *Consumer) ensureGroup(ctx context.Context, kv jetstream.KeyValue) erro
 			start = s.CachedInfo().State.LastSeq
 		}
 		body, _ := json.Marshal(wire.PartitionState{Position: start})
-		if _, err := kv.Create(ctx, wire.PartitionKey(cn.desc.ID, cn.opts.Group, q), body); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		if _, err := kv.Create(ctx, wire.PartitionKey(cn.topicID, cn.opts.Group, q), body); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 			return fmt.Errorf("%w: create group %s: %v", wire.ErrUnavailable, cn.opts.Group, err)
 		}
 	}
@@ -296,7 +323,7 @@ func (cn *Consumer) refresh(ctx context.Context) {
 		return
 	}
 	cn.mu.Lock()
-	if t.ID == cn.desc.ID && len(t.Epochs) >= len(cn.desc.Epochs) {
+	if t.ID == cn.topicID && len(t.Epochs) >= len(cn.desc.Epochs) {
 		cn.desc = t
 	}
 	cn.cond.Broadcast()
@@ -312,7 +339,9 @@ func (cn *Consumer) heartbeat(ctx context.Context, kv jetstream.KeyValue) error 
 	cn.mu.Unlock()
 	sort.Ints(owns)
 	body, _ := json.Marshal(wire.MemberState{ID: cn.opts.Member, Heartbeat: time.Now().UTC(), Owns: owns})
-	if _, err := kv.Put(ctx, wire.MemberKey(cn.desc.ID, cn.opts.Group, cn.opts.Member), body); err != nil {
+	ctx, cancel := cn.op(ctx)
+	defer cancel()
+	if _, err := kv.Put(ctx, wire.MemberKey(cn.topicID, cn.opts.Group, cn.opts.Member), body); err != nil {
 		if IsPermission(err) {
 			return err
 		}
@@ -323,7 +352,9 @@ func (cn *Consumer) heartbeat(ctx context.Context, kv jetstream.KeyValue) error 
 
 // members returns the live members, sorted.
 func (cn *Consumer) members(ctx context.Context, kv jetstream.KeyValue) []string {
-	prefix := wire.GroupPrefix(cn.desc.ID, cn.opts.Group) + "m."
+	ctx, cancel := cn.op(ctx)
+	defer cancel()
+	prefix := wire.GroupPrefix(cn.topicID, cn.opts.Group) + "m."
 	lister, err := kv.ListKeysFiltered(ctx, prefix+"*")
 	if err != nil {
 		return []string{cn.opts.Member}
@@ -455,7 +486,11 @@ func (cn *Consumer) leaseEnd() int64 {
 
 // acquire takes partition q's lease if it is free, expired or already ours.
 func (cn *Consumer) acquire(ctx context.Context, kv jetstream.KeyValue, q int) (uint64, uint64, bool) {
-	key := wire.PartitionKey(cn.desc.ID, cn.opts.Group, q)
+	// Not cancelled with the member: a write the server applies must not be reported as failed,
+	// or the partition would stay leased to a member that stopped (it could not release it).
+	ctx, cancel := cn.op(context.WithoutCancel(ctx))
+	defer cancel()
+	key := wire.PartitionKey(cn.topicID, cn.opts.Group, q)
 	var ps wire.PartitionState
 	var rev uint64
 	e, err := kv.Get(ctx, key)
@@ -508,11 +543,13 @@ func (cn *Consumer) commitAll(ctx context.Context, kv jetstream.KeyValue, renew 
 }
 
 func (cn *Consumer) release(ctx context.Context, kv jetstream.KeyValue, w *worker) {
+	ctx, cancel := cn.op(ctx)
+	defer cancel()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	ps := wire.PartitionState{Position: w.delivered}
 	body, _ := json.Marshal(ps)
-	if _, err := kv.Update(ctx, wire.PartitionKey(cn.desc.ID, cn.opts.Group, w.partition), body, w.rev); err == nil {
+	if _, err := kv.Update(ctx, wire.PartitionKey(cn.topicID, cn.opts.Group, w.partition), body, w.rev); err == nil {
 		cn.setPosition(w.partition, w.delivered)
 	}
 }
@@ -536,7 +573,7 @@ func (cn *Consumer) shutdown(kv jetstream.KeyValue) {
 		}
 		qs = append(qs, w.partition)
 	}
-	_ = kv.Delete(ctx, wire.MemberKey(cn.desc.ID, cn.opts.Group, cn.opts.Member))
+	_ = kv.Delete(ctx, wire.MemberKey(cn.topicID, cn.opts.Group, cn.opts.Member))
 	if len(qs) > 0 && cn.opts.OnRevoked != nil {
 		sort.Ints(qs)
 		cn.opts.OnRevoked(qs)
@@ -605,7 +642,9 @@ func (w *worker) commit(ctx context.Context, kv jetstream.KeyValue, renew bool) 
 	now := time.Now()
 	ps := wire.PartitionState{Owner: w.cn.opts.Member, LeaseEnd: now.Add(session).UnixMilli(), Position: w.delivered}
 	body, _ := json.Marshal(ps)
-	rev, err := kv.Update(ctx, wire.PartitionKey(w.cn.desc.ID, w.cn.opts.Group, w.partition), body, w.rev)
+	ctx, cancel := w.cn.op(ctx)
+	defer cancel()
+	rev, err := kv.Update(ctx, wire.PartitionKey(w.cn.topicID, w.cn.opts.Group, w.partition), body, w.rev)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) || isWrongSeq(err) {
 			w.cn.opts.Logf("member %s: partition %d: lost (taken over); delivered %d, committed %d", w.cn.opts.Member, w.partition, w.delivered, w.committed)
@@ -855,13 +894,27 @@ func (w *worker) gate(ctx context.Context, m *Message) error {
 			w.commitNow(ctx)
 		}
 		cn.mu.Lock()
+		logged := false
 		for cn.positions[q] < boundary {
 			if ctx.Err() != nil {
 				cn.mu.Unlock()
 				return ctx.Err()
 			}
 			waited = true
-			waitCond(ctx, cn.cond)
+			if !logged && time.Since(start) > 3*cn.opts.SessionTimeout {
+				logged = true
+				cn.opts.Logf("member %s: partition %d: record %d (epoch %d, key %q) still waits for partition %d to reach %d (epoch %d boundary); the group is at %d",
+					cn.opts.Member, w.partition, m.Seq, m.Epoch, m.Key, q, boundary, e, cn.positions[q])
+			}
+			before := time.Now()
+			waitCondTimeout(ctx, cn.cond, cn.opts.SessionTimeout)
+			if time.Since(before) >= cn.opts.SessionTimeout && cn.positions[q] < boundary {
+				// No news for a while: read the position directly, in case the watch
+				// missed an update (a broker restart).
+				cn.mu.Unlock()
+				cn.fetchPosition(ctx, q)
+				cn.mu.Lock()
+			}
 		}
 		cn.mu.Unlock()
 	}
@@ -897,6 +950,35 @@ func (w *worker) gate(ctx context.Context, m *Message) error {
 		}
 	}
 	return nil
+}
+
+// fetchPosition reads a partition's committed position from the group state.
+func (cn *Consumer) fetchPosition(ctx context.Context, q int) {
+	kv, err := cn.kv(ctx)
+	if err != nil {
+		return
+	}
+	ctx, cancel := cn.op(ctx)
+	defer cancel()
+	e, err := kv.Get(ctx, wire.PartitionKey(cn.topicID, cn.opts.Group, q))
+	if err != nil {
+		return
+	}
+	var ps wire.PartitionState
+	if json.Unmarshal(e.Value(), &ps) == nil {
+		cn.setPosition(q, ps.Position)
+	}
+}
+
+// waitCondTimeout is waitCond that also wakes after d.
+func waitCondTimeout(ctx context.Context, c *sync.Cond, d time.Duration) {
+	t := time.AfterFunc(d, func() {
+		c.L.Lock()
+		c.Broadcast()
+		c.L.Unlock()
+	})
+	waitCond(ctx, c)
+	t.Stop()
 }
 
 // drainedThrough returns the newest ended epoch e such that the group has drained every

@@ -115,7 +115,8 @@ type pending struct {
 type event struct {
 	s     *sink
 	left  []*pending // unacknowledged records, in order
-	cause error      // nil: the sink stopped because it was asked to
+	cause error      // why the sink paused (nil for a final event)
+	final bool       // the sink stopped for good (asked to): nothing more comes from it
 }
 
 // NewProducer fetches the topic's descriptor and partitioner and returns a producer.
@@ -209,6 +210,9 @@ func (p *Producer) Send(ctx context.Context, rec Record, done func(Result)) erro
 	}
 	if len(rec.Key) > 65536 {
 		return fmt.Errorf("%w: key of %d bytes; keys are at most 65536 bytes", wire.ErrBadRequest, len(rec.Key))
+	}
+	if max := p.c.nc.MaxPayload(); int64(len(rec.Value)+len(rec.Key)) > max {
+		return fmt.Errorf("%w: record of %d bytes (key and value); the server takes messages of at most %d bytes", wire.ErrBadRequest, len(rec.Value)+len(rec.Key), max)
 	}
 	p.mu.Lock()
 	for p.buffered >= p.opts.MaxBuffered && p.fatal == nil && !p.closed {
@@ -388,7 +392,7 @@ func (p *Producer) control() {
 		case <-p.done:
 			return
 		}
-		if ev.cause == nil {
+		if ev.final || ev.cause == nil {
 			continue // a stop acknowledged outside a repartition (close)
 		}
 		desc, err := p.fetch(ctx)
@@ -424,20 +428,23 @@ func (p *Producer) repartition(ctx context.Context, first event, desc *wire.Topi
 	p.switching = true
 	old := p.sinks
 	p.mu.Unlock()
+	// Every old sink, the one that failed included (records may have reached its queue after its
+	// failure event), stops and hands back everything unacknowledged. A sink may send failure
+	// events before its final one: all their records count.
 	left := append([]*pending(nil), first.left...)
 	waiting := map[*sink]bool{}
 	for _, s := range old {
-		if s != first.s {
-			waiting[s] = true
-			s.requestStop()
-		}
+		waiting[s] = true
+		s.requestStop()
 	}
 	for len(waiting) > 0 {
 		select {
 		case ev := <-p.events:
 			if waiting[ev.s] {
-				delete(waiting, ev.s)
 				left = append(left, ev.left...)
+				if ev.final {
+					delete(waiting, ev.s)
+				}
 			}
 		case <-p.done:
 			return
@@ -621,6 +628,10 @@ func (s *sink) run() {
 			pd.tries++
 			fut, err := s.p.c.js.PublishMsgAsync(pd.msg)
 			if err != nil {
+				if permanent(err) {
+					s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: fmt.Errorf("%w: record %d cannot be published: %v", wire.ErrBadRequest, pd.seq, err)})
+					continue
+				}
 				// Could not even enqueue (connection closed, ...): treat as a failure of this
 				// record and everything after it.
 				if cause == nil {
@@ -642,7 +653,7 @@ func (s *sink) run() {
 				}
 				s.mu.Unlock()
 				if stopping {
-					s.p.events <- event{s: s, left: left}
+					s.p.events <- event{s: s, left: left, final: true}
 					return
 				}
 				s.p.events <- event{s: s, left: left, cause: cause}

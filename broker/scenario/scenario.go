@@ -369,7 +369,7 @@ func (r *run) connect(role string) (*client.Client, error) {
 	r.mu.Lock()
 	url, creds := r.url, r.b.CredsPath(role)
 	r.mu.Unlock()
-	return client.Connect(r.ctx, client.Options{URL: url, Creds: creds, Name: "scenario-" + role})
+	return client.Connect(r.ctx, client.Options{URL: url, Creds: creds, Name: "scenario-" + role, AckTimeout: 2 * time.Second, Timeout: 10 * time.Second})
 }
 
 // change runs one epoch change; with the restart fault it kills the broker after fencing and
@@ -501,7 +501,7 @@ func (r *run) thinProducer(id string, seed int64) error {
 		}
 		acked := false
 		for attempt := 0; attempt < 100 && r.ctx.Err() == nil; attempt++ {
-			reply, err := nc.RequestMsg(m, 5*time.Second)
+			reply, err := nc.RequestMsg(m, 2*time.Second)
 			if err != nil {
 				time.Sleep(100 * time.Millisecond) // broker restarting: same request again
 				continue

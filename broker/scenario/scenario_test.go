@@ -2,6 +2,9 @@ package scenario
 
 import (
 	"context"
+	"fmt"
+	"math/rand"
+	"os"
 	"testing"
 	"time"
 )
@@ -42,5 +45,60 @@ func TestCheckerCatchesUngatedConsumers(t *testing.T) {
 	logResult(t, res)
 	if res.OK() {
 		t.Fatal("without gating the checker should have found order violations")
+	}
+}
+
+// TestRandomised runs many seeds of the full scenario: client-side and broker-side producers, a
+// producer that keeps a stale descriptor, 2 to 4 group members, several epoch changes in a row
+// (grow, shrink, swap the function, grow again) and faults: a broker restart in the middle of an
+// epoch change and a group member killed and replaced. Every seed must lose nothing and break no
+// per-key order, in a live group and in a group that starts late (whose gates really wait).
+func TestRandomised(t *testing.T) {
+	seeds := 30
+	if testing.Short() {
+		seeds = 6
+	}
+	swaps := []string{"kafka-murmur2", "jump", "sarama-fnv1a", "linear-murmur2", "librdkafka-consistent"}
+	for seed := 1; seed <= seeds; seed++ {
+		seed := seed
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewSource(int64(seed)))
+			grow := 2 + rng.Intn(6)
+			changes := []Change{
+				{Partitions: grow + 2 + rng.Intn(5)},                                    // grow
+				{Partitions: 1 + rng.Intn(grow)},                                        // shrink
+				{Partitioner: swaps[rng.Intn(len(swaps))]},                              // swap the function
+				{Partitions: 3 + rng.Intn(8), Partitioner: swaps[rng.Intn(len(swaps))]}, // grow again (maybe swap too)
+			}
+			cfg := Config{
+				Seed: int64(seed), DataDir: t.TempDir(), Partitions: grow,
+				Partitioner:     swaps[rng.Intn(len(swaps))],
+				Keys:            20 + rng.Intn(200),
+				ClientProducers: 1 + rng.Intn(2), ThinProducers: 1,
+				StaleProducer: true,
+				Records:       150 + rng.Intn(150),
+				Members:       2 + rng.Intn(3),
+				LateMembers:   2,
+				Changes:       changes,
+				RestartDuring: 1 + rng.Intn(len(changes)),
+				KillMember:    true,
+				SlowMember:    time.Duration(rng.Intn(2)) * time.Millisecond,
+				Pace:          800 * time.Millisecond,
+			}
+			for cfg.Changes[2].Partitioner == cfg.Partitioner {
+				cfg.Changes[2].Partitioner = swaps[rng.Intn(len(swaps))]
+			}
+			if os.Getenv("PCTL_SCENARIO_LOG") != "" {
+				cfg.Logf = t.Logf
+			}
+			res, err := Run(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.OK() || !res.Restarted || !res.Killed {
+				logResult(t, res)
+				t.Fatalf("seed %d: restarted=%v killed=%v ok=%v", seed, res.Restarted, res.Killed, res.OK())
+			}
+		})
 	}
 }

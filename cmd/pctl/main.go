@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -53,7 +54,6 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 func runCtx(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	e := &env{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv}
-	helpOut = stdout
 	if len(args) == 0 {
 		usage(stderr)
 		return exitUsage
@@ -98,13 +98,15 @@ time (for example a plugin that traps), 2 bad usage or input (nothing was done).
 `)
 }
 
-// helpOut receives --help text; runCtx points it at the command's stdout.
-var helpOut io.Writer = os.Stdout
+// helpOut maps a command's FlagSet to the stdout that receives its --help text (runs in one
+// process, such as tests, each have their own).
+var helpOut sync.Map // *flag.FlagSet -> io.Writer
 
 // newFlags returns a FlagSet whose usage text starts with the command's synopsis.
 func newFlags(e *env, name, synopsis, help string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
+	helpOut.Store(fs, e.stdout)
 	fs.Usage = func() {
 		out := fs.Output()
 		fmt.Fprintf(out, "Usage: pctl %s\n\n%s\n\nFlags:\n", synopsis, strings.TrimSpace(help))
@@ -117,13 +119,16 @@ func newFlags(e *env, name, synopsis, help string) *flag.FlagSet {
 // x.wasm --json"); "--" ends the flags. It returns the positional arguments, and an exit status
 // >= 0 when the command must stop (help was asked: 0; bad flags: 2).
 func parse(fs *flag.FlagSet, args []string) ([]string, int) {
+	defer helpOut.Delete(fs)
 	for _, a := range args {
 		if a == "--" {
 			break
 		}
 		if a == "-h" || a == "-help" || a == "--help" {
 			out := fs.Output()
-			fs.SetOutput(helpOut)
+			if w, ok := helpOut.Load(fs); ok {
+				fs.SetOutput(w.(io.Writer))
+			}
 			fs.Usage()
 			fs.SetOutput(out)
 			return nil, exitOK

@@ -18,7 +18,7 @@ var pluginSubs = map[string]command{}
 func init() {
 	register(command{name: "plugin", summary: "inspect, list and export plugins (list, inspect, export, ...)", run: cmdPlugin})
 	pluginSubs["inspect"] = command{name: "inspect", summary: "show a plugin's digest, ABI, profile, exports and metadata", run: cmdPluginInspect}
-	pluginSubs["list"] = command{name: "list", summary: "list the built-in plugins", run: cmdPluginList}
+	pluginSubs["list"] = command{name: "list", summary: "list the built-in plugins (--remote: the broker's)", run: cmdPluginList}
 	pluginSubs["export"] = command{name: "export", summary: "write a built-in's WebAssembly module", run: cmdPluginExport}
 }
 
@@ -122,6 +122,9 @@ func cmdPluginInspect(e *env, args []string) int {
 }
 
 func cmdPluginList(e *env, args []string) int {
+	if hasRemoteFlag(args) {
+		return cmdPluginListRemote(e, args)
+	}
 	fs := newFlags(e, "plugin list", "plugin list [--json]", "Lists the built-in plugins, available by name everywhere without upload.")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, st := parse(fs, args)
