@@ -191,7 +191,7 @@ func Run(parent context.Context, cfg Config) (*Result, error) {
 	}
 
 	// The consumer group.
-	group := &groupRun{r: r, name: "checker"}
+	group := &groupRun{r: r, name: "live"}
 	for i := 0; i < cfg.Members; i++ {
 		if err := group.add(fmt.Sprintf("m%d", i)); err != nil {
 			return nil, err
