@@ -30,52 +30,63 @@ func (b *Broker) apiTopicRepartition(ctx context.Context, m *nats.Msg) (any, err
 	if err := decode(m, &req); err != nil {
 		return nil, err
 	}
-	t, rev, err := b.getTopic(ctx, req.Topic)
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case t.Change != nil:
-		return nil, fmt.Errorf("%w: topic %s is already changing to epoch %d (state %s, started %s); wait for it to finish ('pctl topic describe %s')",
-			wire.ErrChangeInProgress, t.Name, t.Change.To, t.Change.State, t.Change.Started.Format(time.RFC3339), t.Name)
-	case t.Creating || t.Deleting:
-		return nil, fmt.Errorf("%w: topic %s is being created or deleted", wire.ErrConflict, t.Name)
-	}
-	cur := t.Current()
-	n := req.Partitions
-	if n == 0 {
-		n = cur.Partitions
-	}
-	if n < 1 || n > MaxTopicPartitions {
-		return nil, fmt.Errorf("%w: --partitions %d: a topic has 1 to %d partitions", wire.ErrBadRequest, n, MaxTopicPartitions)
-	}
-	ref, cfg := cur.Partitioner.Digest, cur.Partitioner.Config
-	if req.Partitioner != "" {
-		ref, cfg = req.Partitioner, req.Config
-	}
-	if req.SetConfig {
-		cfg = req.Config
-	}
-	p, err := b.resolvePartitioner(ctx, ref, cfg)
-	if err != nil {
-		return nil, err
-	}
-	if n == cur.Partitions && p.Digest == cur.Partitioner.Digest && bytes.Equal(p.Config, cur.Partitioner.Config) {
-		return nil, fmt.Errorf("%w: topic %s already has %d partitions with %s and this config; nothing to change", wire.ErrBadRequest, t.Name, n, cur.Partitioner.Name)
-	}
-	t.Change = &wire.Change{To: cur.Epoch + 1, Partitions: n, Partition: p, State: statePlanned,
-		Fenced: make([]bool, cur.Partitions), Boundaries: make([]uint64, cur.Partitions), Started: time.Now().UTC()}
-	if _, err := b.putTopic(ctx, t, rev); err != nil {
-		if errors.Is(err, wire.ErrConflict) {
-			return nil, fmt.Errorf("%w: topic %s changed while the change was being planned (another repartition?); check 'pctl topic describe %s' and retry", wire.ErrChangeInProgress, t.Name, t.Name)
+	// Plan by compare-and-set. A conflict with a write that is not another change (the
+	// background computation of an earlier epoch's observed ancestry) is retried.
+	var t *wire.Topic
+	var cur *wire.Epoch
+	var p wire.Partitioner
+	var n int
+	for attempt := 0; ; attempt++ {
+		var rev uint64
+		var err error
+		t, rev, err = b.getTopic(ctx, req.Topic)
+		if err != nil {
+			return nil, err
 		}
-		return nil, err
+		switch {
+		case t.Change != nil:
+			return nil, fmt.Errorf("%w: topic %s is already changing to epoch %d (state %s, started %s); wait for it to finish ('pctl topic describe %s')",
+				wire.ErrChangeInProgress, t.Name, t.Change.To, t.Change.State, t.Change.Started.Format(time.RFC3339), t.Name)
+		case t.Creating || t.Deleting:
+			return nil, fmt.Errorf("%w: topic %s is being created or deleted", wire.ErrConflict, t.Name)
+		}
+		cur = t.Current()
+		n = req.Partitions
+		if n == 0 {
+			n = cur.Partitions
+		}
+		if n < 1 || n > MaxTopicPartitions {
+			return nil, fmt.Errorf("%w: --partitions %d: a topic has 1 to %d partitions", wire.ErrBadRequest, n, MaxTopicPartitions)
+		}
+		ref, cfg := cur.Partitioner.Digest, cur.Partitioner.Config
+		if req.Partitioner != "" {
+			ref, cfg = req.Partitioner, req.Config
+		}
+		if req.SetConfig {
+			cfg = req.Config
+		}
+		p, err = b.resolvePartitioner(ctx, ref, cfg)
+		if err != nil {
+			return nil, err
+		}
+		if n == cur.Partitions && p.Digest == cur.Partitioner.Digest && bytes.Equal(p.Config, cur.Partitioner.Config) {
+			return nil, fmt.Errorf("%w: topic %s already has %d partitions with %s and this config; nothing to change", wire.ErrBadRequest, t.Name, n, cur.Partitioner.Name)
+		}
+		t.Change = &wire.Change{To: cur.Epoch + 1, Partitions: n, Partition: p, State: statePlanned,
+			Fenced: make([]bool, cur.Partitions), Boundaries: make([]uint64, cur.Partitions), Started: time.Now().UTC()}
+		_, err = b.putTopic(ctx, t, rev)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, wire.ErrConflict) || attempt >= 20 {
+			return nil, err
+		}
 	}
 	b.cfg.Logf("topic %s: epoch %d -> %d planned (%d -> %d partitions, %s -> %s)", t.Name, cur.Epoch, cur.Epoch+1, cur.Partitions, n, cur.Partitioner.Name, p.Name)
 	if err := b.runChange(ctx, t.Name); err != nil {
 		return nil, err
 	}
-	t, rev, err = b.getTopic(ctx, t.Name)
+	t, rev, err := b.getTopic(ctx, t.Name)
 	if err != nil {
 		return nil, err
 	}

@@ -626,7 +626,7 @@ func (s *sink) run() {
 		}
 		for _, pd := range batch {
 			pd.tries++
-			fut, err := s.p.c.js.PublishMsgAsync(pd.msg)
+			fut, err := s.p.c.js.PublishMsgAsync(pd.msg, jetstream.WithRetryAttempts(0))
 			if err != nil {
 				if permanent(err) {
 					s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: fmt.Errorf("%w: record %d cannot be published: %v", wire.ErrBadRequest, pd.seq, err)})

@@ -54,16 +54,19 @@ func cmdBench(e *env, args []string) int {
 		if len(args) > 0 {
 			w = e.stdout
 		}
-		fmt.Fprintln(w, "Usage: pctl bench produce [flags]\n\nSubcommands:\n  produce      produce throughput: raw JetStream vs client-side vs broker-side")
+		fmt.Fprintln(w, "Usage: pctl bench produce|epoch [flags]\n\nSubcommands:\n  produce      produce throughput: raw JetStream vs client-side vs broker-side\n  epoch        epoch gating: consumer throughput gated vs not, delivery delay at a change vs pausing producers")
 		if len(args) == 0 {
 			return exitUsage
 		}
 		return exitOK
 	}
-	if args[0] != "produce" {
-		return usageErr(e, "bench", "unknown benchmark %q; there is: produce", args[0])
+	switch args[0] {
+	case "produce":
+		return cmdBenchProduce(e, args[1:])
+	case "epoch":
+		return cmdBenchEpoch(e, args[1:])
 	}
-	return cmdBenchProduce(e, args[1:])
+	return usageErr(e, "bench", "unknown benchmark %q; there are: produce, epoch", args[0])
 }
 
 // benchConfig sizes a produce benchmark.
