@@ -29,7 +29,7 @@ type BenchConfig struct {
 	// the group starts: together they make the group lag at the change, as real groups do [150µs, 1s].
 	Handler       time.Duration
 	ConsumerDelay time.Duration
-	Logf       func(format string, args ...any)
+	Logf          func(format string, args ...any)
 }
 
 // BenchResult is what BenchEpoch measured.
