@@ -895,6 +895,8 @@ func (w *worker) gate(ctx context.Context, m *Message) error {
 		}
 		cn.mu.Lock()
 		logged := false
+		lastFetch := time.Now()
+		poll := cn.opts.Heartbeat
 		for cn.positions[q] < boundary {
 			if ctx.Err() != nil {
 				cn.mu.Unlock()
@@ -906,13 +908,14 @@ func (w *worker) gate(ctx context.Context, m *Message) error {
 				cn.opts.Logf("member %s: partition %d: record %d (epoch %d, key %q) still waits for partition %d to reach %d (epoch %d boundary); the group is at %d",
 					cn.opts.Member, w.partition, m.Seq, m.Epoch, m.Key, q, boundary, e, cn.positions[q])
 			}
-			before := time.Now()
-			waitCondTimeout(ctx, cn.cond, cn.opts.SessionTimeout)
-			if time.Since(before) >= cn.opts.SessionTimeout && cn.positions[q] < boundary {
-				// No news for a while: read the position directly, in case the watch
-				// missed an update (a broker restart).
+			waitCondTimeout(ctx, cn.cond, poll)
+			if time.Since(lastFetch) >= poll && cn.positions[q] < boundary {
+				// The watch brings positions as they are committed; in case it missed one
+				// (it is re-established after a broker restart), also read the parent's
+				// position directly, once a heartbeat while waiting.
 				cn.mu.Unlock()
 				cn.fetchPosition(ctx, q)
+				lastFetch = time.Now()
 				cn.mu.Lock()
 			}
 		}
