@@ -11,13 +11,25 @@ t0=$(date +%s)
 step "toolchains (scripts/install-toolchains.sh)"
 bash scripts/install-toolchains.sh
 
-# Tests that need a toolchain fail instead of skipping when it is missing.
+# Tests that need a toolchain, an engine or an SDK fail instead of skipping when it is missing.
 export PCTL_REQUIRE_TOOLCHAINS=1
 
 step "go vet"
 go vet ./...
 
-step "go test -race"
-go test -race -timeout 30m ./...
+step "go test -race: every Go package (the other languages' hosts and SDKs take part through conformance/ and sdk/crosslang)"
+go test -race -timeout 40m ./...
+
+step "go test without the race detector: the million-key WASM/native agreement and all 30 randomised epoch-change seeds"
+go test -count=1 -timeout 30m -run 'TestWASMAgreesWithNative|TestMurmur2Builds|TestRandomised' ./partitioner/ ./broker/scenario/
+
+step "unit tests of the conformance hosts and SDKs in other languages (node --test, pytest, Maven Surefire)"
+for d in conformance/hosts/*/ sdk/*/; do
+	if [ -x "$d/test" ]; then
+		echo "--- $d"
+		if [ -x "$d/setup" ]; then "$d/setup"; fi
+		"$d/test"
+	fi
+done
 
 step "done in $(( $(date +%s) - t0 ))s"

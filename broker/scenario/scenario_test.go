@@ -55,7 +55,7 @@ func TestCheckerCatchesUngatedConsumers(t *testing.T) {
 // per-key order, in a live group and in a group that starts late (whose gates really wait).
 func TestRandomised(t *testing.T) {
 	seeds := 30
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		seeds = 6
 	}
 	swaps := []string{"kafka-murmur2", "jump", "sarama-fnv1a", "linear-murmur2", "librdkafka-consistent"}
