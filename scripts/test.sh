@@ -25,7 +25,7 @@ go test -count=1 -timeout 30m -run 'TestWASMAgreesWithNative|TestMurmur2Builds|T
 
 step "unit tests of the conformance hosts and SDKs in other languages (node --test, pytest, Maven Surefire)"
 for d in conformance/hosts/*/ sdk/*/; do
-	if [ -x "$d/test" ]; then
+	if [ -f "$d/test" ] && [ -x "$d/test" ]; then
 		echo "--- $d"
 		if [ -x "$d/setup" ]; then "$d/setup"; fi
 		"$d/test"
