@@ -5,10 +5,13 @@
 // Hex keys on stdin (one per line, an empty line is the empty key), one partition per line on
 // stdout. Exit 1 for a module failure at run time, 2 for usage, bad input or a module refused at
 // load; the message on stderr names the plugin and the failure class.
+//
+// The host itself is the Node SDK's runtime (sdk/node/src/runtime): one WebAssembly runtime per
+// language, so what this runner checks is what the SDK's producers run.
 
 import { readFileSync } from 'node:fs';
-import { Plugin, LoadError, CallError, UsageError, CLASS, LIMITS } from './host.js';
-import { encodeConfig, ConfigError } from './config.js';
+import { Plugin, LoadError, CallError, UsageError, CLASS, LIMITS } from '../../../../sdk/node/src/runtime/host.js';
+import { encodeConfig, ConfigError } from '../../../../sdk/node/src/runtime/config.js';
 
 const USAGE = 'usage: run --wasm FILE --partitions N [--config K=V ...] [--config-hex HEX] < hex keys, one per line';
 

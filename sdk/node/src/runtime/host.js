@@ -126,19 +126,22 @@ function firstLine(err) {
 }
 
 /**
- * One prepared instance of a module (spec/abi-v1.md §3): instantiated, initialised, version
- * checked, metadata read, buffer obtained, configured. Not reentrant: one caller at a time.
+ * A module checked and compiled once (size, magic, features, import profile, exports, initial
+ * memory; rewritten for the limits of §7), from which any number of instances can be made: a
+ * host discards an instance after a failed call (§3) and makes a fresh one from here.
  *
- * Open with Plugin.open(bytes, { source, config }); throws LoadError.
+ * PluginModule.compile(bytes, { source }) throws LoadError. Immutable; safe to share.
  */
-export class Plugin {
-  static open(bytes, { source = '', config = new Uint8Array(0), wasiTime, wasiSeed } = {}) {
-    const p = new Plugin();
-    p.load(bytes, source, config, { time: wasiTime, seed: wasiSeed });
-    return p;
+export class PluginModule {
+  static compile(bytes, { source = '' } = {}) {
+    const m = new PluginModule();
+    m.source = source;
+    m.compile(bytes);
+    return Object.freeze(m);
   }
 
-  load(bytes, source, config, wasiOpts) {
+  compile(bytes) {
+    const source = this.source;
     const fail = (cls, detail, digest = this.digest) => new LoadError(source, digest, cls, detail);
     if (bytes.length > LIMITS.maxModuleBytes) {
       throw fail(CLASS.tooLarge, `${bytes.length} bytes, the limit is ${LIMITS.maxModuleBytes} (spec/abi-v1.md §7); strip debug info (e.g. -ldflags=-s, -C strip=symbols) or shrink the module`, '');
@@ -147,7 +150,6 @@ export class Plugin {
       throw fail(CLASS.notWasm, `the file starts with ${JSON.stringify(Buffer.from(bytes.subarray(0, 8)).toString('latin1'))}, not \\0asm; give the compiled .wasm binary (a .wat text file must be assembled first, e.g. wat2wasm)`, '');
     }
     this.digest = createHash('sha256').update(bytes).digest('hex');
-    this.name = 'unnamed';
 
     let inst;
     try {
@@ -184,12 +186,42 @@ export class Plugin {
       throw fail(CLASS.memoryLimit, `declares ${mem.min} initial memory pages (${Math.floor(mem.min / 16)} MiB); the limit is ${LIMITS.maxMemoryPages} pages (${LIMITS.maxMemoryPages / 16} MiB)`);
     }
 
-    let compiled;
     try {
-      compiled = new WebAssembly.Module(inst.bytes);
+      this.compiled = new WebAssembly.Module(inst.bytes);
     } catch (e) {
       throw fail(CLASS.invalid, firstLine(e));
     }
+  }
+}
+
+/**
+ * One prepared instance of a module (spec/abi-v1.md §3): instantiated, initialised, version
+ * checked, metadata read, buffer obtained, configured. Not reentrant: one caller at a time.
+ *
+ * Open with Plugin.open(bytes, { source, config }), or Plugin.instantiate(module, { config }) for
+ * a PluginModule compiled before; both throw LoadError.
+ */
+export class Plugin {
+  static open(bytes, { source = '', config = new Uint8Array(0), wasiTime, wasiSeed } = {}) {
+    return Plugin.instantiate(PluginModule.compile(bytes, { source }), { config, wasiTime, wasiSeed });
+  }
+
+  static instantiate(module, { config = new Uint8Array(0), wasiTime, wasiSeed } = {}) {
+    const p = new Plugin();
+    p.load(module, config, { time: wasiTime, seed: wasiSeed });
+    return p;
+  }
+
+  load(module, config, wasiOpts) {
+    const source = module.source;
+    this.module = module;
+    this.digest = module.digest;
+    this.profile = module.profile;
+    this.name = 'unnamed';
+    const has = module.has;
+    this.has = has;
+    const compiled = module.compiled;
+    const fail = (cls, detail, digest = this.digest) => new LoadError(source, digest, cls, detail);
 
     // Instantiate and prepare (§3). A failure here is a refusal at load.
     const asLoad = (e) => {

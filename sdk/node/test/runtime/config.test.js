@@ -2,7 +2,7 @@
 // partitioner.EncodeConfig.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { encodeConfig, ConfigError } from '../src/config.js';
+import { encodeConfig, ConfigError } from '../../src/runtime/config.js';
 
 const enc = (pairs) => Buffer.from(encodeConfig(pairs)).toString('utf8');
 

@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { RandomStream, wasiImports, WASI_TIME, ProcExit, WASI_MODULE } from '../src/wasi.js';
+import { RandomStream, wasiImports, WASI_TIME, ProcExit, WASI_MODULE } from '../../src/runtime/wasi.js';
 
 const vectors = JSON.parse(readFileSync(new URL('../../../../spec/vectors/wasi-random.json', import.meta.url)));
 

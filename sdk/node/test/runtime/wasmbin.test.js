@@ -2,8 +2,8 @@
 // runtime/internal/wasmbin), and of the host's refusals, on small modules assembled here.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { instrument, parse, WasmbinError, FUEL_EXPORT, DEPTH_EXPORT, MEMFAIL_EXPORT } from '../src/wasmbin.js';
-import { Plugin, LoadError, CallError, CLASS } from '../src/host.js';
+import { instrument, parse, WasmbinError, FUEL_EXPORT, DEPTH_EXPORT, MEMFAIL_EXPORT } from '../../src/runtime/wasmbin.js';
+import { Plugin, LoadError, CallError, CLASS } from '../../src/runtime/host.js';
 
 // --- a tiny assembler: enough for test modules -------------------------------------------------
 const u32 = (v) => { const o = []; do { let c = v & 0x7f; v >>>= 7; if (v) c |= 0x80; o.push(c); } while (v); return o; };

@@ -1,0 +1,145 @@
+// Errors of the pctl SDK. Every error the SDK raises on purpose is a PctlError whose `code` is one
+// of the wire codes of spec/protocol.md §3, so callers branch on `err.code` (or `instanceof` a
+// subclass) whether the error came from the broker, from NATS or from the SDK itself.
+
+/** The codes of spec/protocol.md §3. */
+export const CODES = Object.freeze([
+  'bad_request', 'not_found', 'exists', 'conflict', 'in_use', 'plugin_rejected', 'plugin_failed',
+  'fenced', 'change_in_progress', 'permission', 'unavailable', 'internal',
+]);
+
+/**
+ * Base class. `code` is a protocol.md §3 code; `detail` is the broker's optional JSON detail (for
+ * plugin_rejected: the conformance report); `remote` is true when the broker answered with it.
+ */
+export class PctlError extends Error {
+  constructor(code, message, { cause, detail, remote = false } = {}) {
+    super(message, cause === undefined ? undefined : { cause });
+    this.name = 'PctlError';
+    this.code = code;
+    if (detail !== undefined) this.detail = detail;
+    this.remote = remote;
+  }
+}
+
+/** bad_request: the request (or record) is malformed and retrying will not help. */
+export class BadRequestError extends PctlError {
+  constructor(message, opts) { super('bad_request', message, opts); this.name = 'BadRequestError'; }
+}
+
+/** not_found: unknown topic, plugin or group. */
+export class NotFoundError extends PctlError {
+  constructor(message, opts) { super('not_found', message, opts); this.name = 'NotFoundError'; }
+}
+
+/** exists: the thing to create exists already. */
+export class ExistsError extends PctlError {
+  constructor(message, opts) { super('exists', message, opts); this.name = 'ExistsError'; }
+}
+
+/** conflict: a concurrent change won (compare-and-set lost), or the topic is being created/deleted. */
+export class ConflictError extends PctlError {
+  constructor(message, opts) { super('conflict', message, opts); this.name = 'ConflictError'; }
+}
+
+/** in_use: a plugin still used by a topic. */
+export class InUseError extends PctlError {
+  constructor(message, opts) { super('in_use', message, opts); this.name = 'InUseError'; }
+}
+
+/** plugin_rejected: the broker's conformance run refused an uploaded module (detail: the report). */
+export class PluginRejectedError extends PctlError {
+  constructor(message, opts) { super('plugin_rejected', message, opts); this.name = 'PluginRejectedError'; }
+}
+
+/**
+ * plugin_failed: a partitioner module could not be loaded or failed a call. `plugin` is its
+ * metadata name, `digest` its SHA-256 (hex), `failure` the failure class phrase of
+ * conformance/hosts/README.md ("plugin trapped", "time limit exceeded", ...), and the message names
+ * them all. The record that needed the partition is not produced.
+ */
+export class PluginError extends PctlError {
+  constructor(message, { plugin = '', digest = '', failure = '', ...opts } = {}) {
+    super('plugin_failed', message, opts);
+    this.name = 'PluginError';
+    this.plugin = plugin;
+    this.digest = digest;
+    this.failure = failure;
+  }
+}
+
+/** fenced: the epoch a record was produced under has ended (the producer handles this itself). */
+export class FencedError extends PctlError {
+  constructor(message, opts) { super('fenced', message, opts); this.name = 'FencedError'; }
+}
+
+/** change_in_progress: another epoch change is under way. */
+export class ChangeInProgressError extends PctlError {
+  constructor(message, opts) { super('change_in_progress', message, opts); this.name = 'ChangeInProgressError'; }
+}
+
+/**
+ * permission: the credentials' role may not do this. `subject` is the NATS subject refused (when
+ * known) and `role` the role it needs ("producer", "consumer", "admin").
+ */
+export class PermissionError extends PctlError {
+  constructor(message, { subject = '', role = '', ...opts } = {}) {
+    super('permission', message, opts);
+    this.name = 'PermissionError';
+    this.subject = subject;
+    this.role = role;
+  }
+}
+
+/** unavailable: the broker (or a stream) did not answer, or the topic is being created. */
+export class UnavailableError extends PctlError {
+  constructor(message, opts) { super('unavailable', message, opts); this.name = 'UnavailableError'; }
+}
+
+/** internal: a bug or an unexpected reply. */
+export class InternalError extends PctlError {
+  constructor(message, opts) { super('internal', message, opts); this.name = 'InternalError'; }
+}
+
+const BY_CODE = {
+  bad_request: BadRequestError,
+  not_found: NotFoundError,
+  exists: ExistsError,
+  conflict: ConflictError,
+  in_use: InUseError,
+  plugin_rejected: PluginRejectedError,
+  plugin_failed: PluginError,
+  fenced: FencedError,
+  change_in_progress: ChangeInProgressError,
+  permission: PermissionError,
+  unavailable: UnavailableError,
+  internal: InternalError,
+};
+
+/** The PctlError of a wire code (an unknown code becomes `internal`, keeping the message). */
+export function errorFromCode(code, message, opts = {}) {
+  const C = BY_CODE[code];
+  if (!C) return new InternalError(`${message} (unknown error code ${JSON.stringify(code)})`, opts);
+  return new C(message, opts);
+}
+
+/**
+ * The role a refused subject needs, and a hint that says what to do, like the Go client's
+ * wire.RoleHint (spec/protocol.md §8).
+ */
+export function roleFor(subject) {
+  if (subject.startsWith('pctl.admin')) return ['admin', 'this needs the admin role (connect with the broker\'s admin.nk)'];
+  if (subject.startsWith('pctl.data') || subject.startsWith('pctl.produce')) {
+    return ['producer', 'producing needs the producer or admin role (producer.nk)'];
+  }
+  if (subject.startsWith('$KV.pctl-groups') || subject.startsWith('$JS.API.CONSUMER')) {
+    return ['consumer', 'consuming needs the consumer or admin role (consumer.nk)'];
+  }
+  return ['', 'check the role of the credentials you connect with'];
+}
+
+/** The PermissionError for a subject the server refused to let this connection publish to. */
+export function permissionError(subject, cause) {
+  const [role, hint] = roleFor(subject);
+  return new PermissionError(`permission denied: these credentials may not publish to ${subject}: ${hint}`, { subject, role, cause });
+}
