@@ -76,6 +76,9 @@ type Config struct {
 	// DisableGating turns off epoch gating in the consumers (benchmark baseline; order is then
 	// not guaranteed).
 	DisableGating bool
+	// PipelinedThin makes the thin producers keep many requests in flight (client.ThinProducer)
+	// instead of one at a time; they then do not retry across a broker restart.
+	PipelinedThin bool
 	// SlowMember makes member m0's handler take this long per record, so that the group lags
 	// unevenly and new-epoch records really have to wait for their parents.
 	SlowMember time.Duration
@@ -485,6 +488,9 @@ func (r *run) thinProducer(id string, seed int64) error {
 		return err
 	}
 	defer c.Close()
+	if r.cfg.PipelinedThin {
+		return r.pipelinedThin(c, id, seed)
+	}
 	nc := c.Conn()
 	rng := rand.New(rand.NewSource(seed))
 	pause := r.cfg.Pace / time.Duration(r.cfg.Records+1)
@@ -687,4 +693,32 @@ func (e *epochPartitioners) check(ctx context.Context, m *client.Message) bool {
 	}
 	want, err := p.Partition(m.Key, int32(ep.Partitions))
 	return err == nil && int(want) == m.Partition
+}
+
+// pipelinedThin is a thin producer with many requests in flight (client.ThinProducer).
+func (r *run) pipelinedThin(c *client.Client, id string, seed int64) error {
+	tp, err := c.NewThinProducer(r.cfg.Topic, client.ThinOptions{ID: id})
+	if err != nil {
+		return err
+	}
+	rng := rand.New(rand.NewSource(seed))
+	pause := r.cfg.Pace / time.Duration(r.cfg.Records+1)
+	for i := 0; i < r.cfg.Records; i++ {
+		rec := client.Record{Value: []byte(id + "-" + strconv.Itoa(i))}
+		if rng.Intn(50) == 0 {
+			rec.NoKey = true
+		} else {
+			rec.Key = keyOf(rng, r.cfg.Keys)
+		}
+		err := tp.Send(r.ctx, rec, func(res client.Result) {
+			r.logSent(verify.Sent{Producer: id, PSeq: res.ProducerSeq, Key: rec.Key, NoKey: rec.NoKey, Acked: res.Err == nil})
+		})
+		if err != nil {
+			return fmt.Errorf("thin producer %s: %w", id, err)
+		}
+		if pause > 0 && i%10 == 0 {
+			time.Sleep(pause * 10)
+		}
+	}
+	return tp.Close(r.ctx)
 }

@@ -102,3 +102,23 @@ func TestRandomised(t *testing.T) {
 		})
 	}
 }
+
+// TestHundredThousandRecords: 100,000 keyed records from 4 concurrent producers (2 partitioning
+// on the client, 2 thin ones through the broker's produce service), a group of 3 members: every
+// acknowledged record delivered, per-key order intact, every record in the partition its key's
+// function gives (checked by the scenario for each delivery).
+func TestHundredThousandRecords(t *testing.T) {
+	records := 25000
+	if raceEnabled || testing.Short() {
+		records = 2500
+	}
+	res, err := Run(context.Background(), Config{Seed: 7, DataDir: t.TempDir(), Partitions: 6, Partitioner: "kafka-murmur2",
+		Keys: 1000, ClientProducers: 2, ThinProducers: 2, PipelinedThin: true, Records: records, Members: 3, Pace: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logResult(t, res)
+	if !res.OK() || res.Acked != 4*records {
+		t.Fatalf("acked %d of %d; ok=%v", res.Acked, 4*records, res.OK())
+	}
+}
