@@ -1,1 +1,2 @@
-"""pctl ABI v1 vector runner on wasmtime (Python): see conformance/hosts/README.md."""
+"""pctl ABI v1 vector runner on wasmtime (Python): the command line of conformance/hosts/README.md
+over the Python SDK's host, pctl.runtime (sdk/python/src/pctl/runtime)."""

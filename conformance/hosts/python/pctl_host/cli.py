@@ -1,4 +1,5 @@
-"""The vector runner of conformance/hosts/README.md:
+"""The vector runner of conformance/hosts/README.md, a thin command line over the Python SDK's ABI
+host (sdk/python, package pctl.runtime):
 
     run [run] --wasm FILE --partitions N [--config K=V ...] [--config-hex HEX]
 
@@ -13,8 +14,7 @@ import json
 import re
 import sys
 
-from .config import ConfigError, encode_config
-from .host import CLASS, MAX_KEY, MAX_PARTITIONS, CallError, LoadError, Plugin, UsageError
+from pctl.runtime import CLASS, MAX_KEY, MAX_PARTITIONS, CallError, ConfigError, LoadError, Plugin, UsageError, encode_config
 
 USAGE = "usage: run --wasm FILE --partitions N [--config K=V ...] [--config-hex HEX] < hex keys, one per line"
 

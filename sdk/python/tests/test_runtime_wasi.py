@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from pctl_host.wasi import WASI, WASI_TIME, ProcExit, RandomStream
+from pctl.runtime.wasi import WASI, WASI_TIME, ProcExit, RandomStream
 
-VECTORS = json.loads((Path(__file__).resolve().parents[4] / "spec" / "vectors" / "wasi-random.json").read_text())
+VECTORS = json.loads((Path(__file__).resolve().parents[3] / "spec" / "vectors" / "wasi-random.json").read_text())
 
 
 class FakeMem:

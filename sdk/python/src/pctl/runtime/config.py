@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Iterable, Mapping, Union
+
+from ..errors import BadRequest
 
 _KEY_RE = re.compile(r"[A-Za-z0-9_.-]+")
 
 
-class ConfigError(ValueError):
+class ConfigError(BadRequest):
     """A pair that breaks the rules; the message starts with "bad partitioner config"."""
 
 
@@ -18,13 +21,19 @@ def _q(s: str) -> str:
     return json.dumps(s, ensure_ascii=False)
 
 
-def encode_config(pairs: list[str]) -> bytes:
-    """Encodes "K=V" strings (str; command-line arguments) canonically."""
+def encode_config(pairs: Union[Iterable[str], Mapping[str, str]]) -> bytes:
+    """Encodes "K=V" strings (str; command-line arguments), or a mapping of K to V, canonically."""
+    items: list[tuple[str, str]] = []
+    if isinstance(pairs, Mapping):
+        items = [(str(k), str(v)) for k, v in pairs.items()]
+    else:
+        for p in pairs:
+            k, sep, v = p.partition("=")
+            if not sep:
+                raise ConfigError(f"bad partitioner config: {_q(p)} has no '='; write KEY=VALUE")
+            items.append((k, v))
     seen: dict[str, str] = {}
-    for p in pairs:
-        k, sep, v = p.partition("=")
-        if not sep:
-            raise ConfigError(f"bad partitioner config: {_q(p)} has no '='; write KEY=VALUE")
+    for k, v in items:
         if not _KEY_RE.fullmatch(k):
             raise ConfigError(f"bad partitioner config: key {_q(k)} must match [A-Za-z0-9_.-]+")
         try:

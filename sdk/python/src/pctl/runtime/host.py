@@ -1,7 +1,10 @@
 """A host of spec/abi-v1.md on wasmtime: load checks (size, magic, features, import profile,
 exports, memory), the limits of §7 through the same rewriting as the Go host (wasmbin.py), the
 lifecycle of §3, single and batch partition calls, and errors that name the plugin and the failure
-class with the Go runtime's words (runtime/errors.go)."""
+class with the Go runtime's words (runtime/errors.go).
+
+`Plugin` is one prepared instance, used by one caller at a time and not replaced after a failure:
+`pctl.Partitioner` (partitioner.py) is the safe wrapper that the SDK and its users call."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from pathlib import Path
 
 import wasmtime
 
+from ..errors import BadRequest, PluginFailed
 from . import wasmbin
 from .wasi import WASI, WASI_FUNCS, WASI_MODULE, ProcExit
 
@@ -68,19 +72,21 @@ def code_name(c: int) -> str:
     return _CODE_NAMES.get(c, f"unknown error code {c}")
 
 
-class LoadError(Exception):
-    """A module refused at load (exit status 2)."""
+class LoadError(PluginFailed):
+    """A module refused at load (the conformance runner's exit status 2). `cls` is the failure
+    class (a CLASS phrase)."""
 
     def __init__(self, source: str, digest: str, cls: str, detail: str):
         who = source or "module"
         if digest:
             who += f" (sha256:{digest[:12]})"
-        super().__init__(f"{who}: {cls}: {detail}" if detail else f"{who}: {cls}")
+        super().__init__(f"{who}: {cls}: {detail}" if detail else f"{who}: {cls}", plugin=source, digest=digest)
         self.cls = cls
 
 
-class CallError(Exception):
-    """A failed call into a plugin (exit status 1)."""
+class CallError(PluginFailed):
+    """A failed call into a plugin (the conformance runner's exit status 1). `cls` is the
+    failure class, `op` the export called."""
 
     def __init__(self, digest: str, name: str, op: str, cls: str, detail: str = "", code: int = 0):
         s = f"plugin {name} (sha256:{digest[:12]}): {op}: {cls}"
@@ -90,11 +96,11 @@ class CallError(Exception):
             s += f" with code {code}"
         if detail:
             s += f": {detail}"
-        super().__init__(s)
-        self.cls, self.op, self.detail, self.code = cls, op, detail, code
+        super().__init__(s, plugin=name, digest=digest)
+        self.cls, self.op, self.detail_text, self.result_code = cls, op, detail, code
 
 
-class UsageError(Exception):
+class UsageError(BadRequest):
     """An error in the caller's input (exit status 2): bad n, key too long."""
 
 
@@ -172,10 +178,15 @@ _HOST_CODE = hashlib.sha256(Path(wasmbin.__file__).read_bytes() + Path(__file__)
 
 
 def _cache_dir() -> Path | None:
-    d = os.environ.get("PCTL_HOST_CACHE_DIR")
+    """Where compiled code is kept: $PCTL_CACHE_DIR (empty: no cache), else
+    $XDG_CACHE_HOME/pctl/wasmtime, else ~/.cache/pctl/wasmtime."""
+    d = os.environ.get("PCTL_CACHE_DIR")
     if d == "":
         return None
-    return Path(d) if d else Path(__file__).resolve().parent.parent / ".cache"
+    if d:
+        return Path(d)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pctl" / "wasmtime"
 
 
 def _compile(data: bytes, limits: wasmbin.InstrumentLimits) -> wasmtime.Module:
@@ -370,8 +381,8 @@ class Plugin:
             elif config:
                 raise fail(CLASS.CONFIG_UNSUPPORTED, f"it does not export pctl_configure, so its topic config must be empty (got {len(config)} bytes)")
         except CallError as e:
-            prefix = f"with code {e.code}: " if e.cls == CLASS.EXIT else f"{code_name(e.code)}: " if e.cls == CLASS.CODE else ""
-            raise fail(e.cls, f"{prefix}while loading: {e.op}: {e.detail}") from None
+            prefix = f"with code {e.result_code}: " if e.cls == CLASS.EXIT else f"{code_name(e.result_code)}: " if e.cls == CLASS.CODE else ""
+            raise fail(e.cls, f"{prefix}while loading: {e.op}: {e.detail_text}") from None
 
     # --- memory and calls ----------------------------------------------------------------------
 

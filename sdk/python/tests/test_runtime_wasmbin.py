@@ -3,8 +3,8 @@ runtime/internal/wasmbin), and of the host's refusals, on small modules assemble
 
 import pytest
 
-from pctl_host import wasmbin
-from pctl_host.host import CLASS, CallError, LoadError, Plugin
+from pctl.runtime import wasmbin
+from pctl.runtime.host import CLASS, CallError, LoadError, Plugin
 
 I32 = 0x7F
 
@@ -179,7 +179,7 @@ def test_instrumented_bytes_equal_the_node_port(tmp_path):
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is not installed")
-    root = Path(__file__).resolve().parents[4]
+    root = Path(__file__).resolve().parents[3]
     wasm = root / "plugins" / "murmur2" / "kafka-murmur2-go.wasm"
     js = root / "conformance" / "hosts" / "node" / "src" / "wasmbin.js"
     out = tmp_path / "node.wasm"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pctl_host.config import ConfigError, encode_config
+from pctl.runtime.config import ConfigError, encode_config
 
 
 def test_no_pairs_is_the_empty_config():

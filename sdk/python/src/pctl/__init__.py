@@ -1,0 +1,28 @@
+"""pctl: WebAssembly-pluggable partitioning on NATS JetStream, for Python.
+
+    import asyncio, pctl
+
+    async def main():
+        async with await pctl.connect("nats://127.0.0.1:4222", "producer.nk") as client:
+            producer = await client.producer("orders")
+            meta = await producer.produce(b"user-1", b"hello")
+            print(meta.partition, meta.epoch, meta.seq)
+            await producer.close()
+
+    asyncio.run(main())
+
+Offline: ``pctl.Partitioner.load("kafka-murmur2.wasm").partition(b"user-1", 12)``.
+The specs are spec/abi-v1.md (modules) and spec/protocol.md (the broker's protocol)."""
+
+from .client import Client, connect
+from .errors import (BadRequest, ChangeInProgress, Conflict, Exists, Fenced, InternalError, InUse, NotFound, PctlError,
+                     PermissionDenied, PluginFailed, PluginRejected, Unavailable, error_from_code)
+from .partitioner import Partitioner
+from .producer import Producer, RecordMetadata
+from .wire import Epoch, PartitionerRef, Topic
+
+__version__ = "0.1.0"
+
+__all__ = ["BadRequest", "ChangeInProgress", "Client", "Conflict", "Epoch", "Exists", "Fenced", "InUse", "InternalError",
+           "NotFound", "PartitionerRef", "Partitioner", "PctlError", "PermissionDenied", "PluginFailed", "PluginRejected",
+           "Producer", "RecordMetadata", "Topic", "Unavailable", "connect", "error_from_code"]

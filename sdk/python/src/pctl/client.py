@@ -1,0 +1,249 @@
+"""A connection to a pctl broker: the broker API (spec/protocol.md §3), plugins fetched by digest
+and verified, and the permission violations that NATS reports asynchronously."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+import nats
+import nats.errors
+
+from . import wire
+from .errors import BadRequest, InternalError, PermissionDenied, Unavailable, error_from_code, permission_denied
+from .partitioner import Partitioner
+
+if TYPE_CHECKING:
+    from .producer import Producer
+
+DEFAULT_SERVER = "nats://127.0.0.1:4222"
+
+_VIOLATION_RE = re.compile(r'permissions violation for (publish|subscription) to "([^"]+)"', re.IGNORECASE)
+
+# Verified module bytes by digest, shared by every client of the process: a digest names the
+# same bytes forever (abi-v1.md §1).
+_modules: dict[str, bytes] = {}
+
+
+async def connect(server: Optional[str] = None, creds: Optional[str] = None, **kwargs: Any) -> "Client":
+    """Connects to a broker; see :meth:`Client.connect`."""
+    return await Client.connect(server, creds, **kwargs)
+
+
+class Client:
+    """A connection to a pctl broker. Use it from one asyncio event loop.
+
+    ``async with await pctl.connect(...) as client:`` closes it at the end."""
+
+    def __init__(self, nc: "nats.aio.client.Client", server: str, creds: str, timeout: float, ack_timeout: float):
+        self._nc = nc
+        self.server = server
+        self.creds = creds
+        self.timeout = timeout
+        self.ack_timeout = ack_timeout
+        self._parts: dict[tuple, Partitioner] = {}
+        self._violation_listeners: list[Callable[[str, str], None]] = []
+
+    @classmethod
+    async def connect(cls, server: Optional[str] = None, creds: Optional[str] = None, *, name: str = "pctl-python",
+                      timeout: float = 30.0, connect_timeout: float = 10.0, ack_timeout: float = 5.0) -> "Client":
+        """Connects to the broker at `server` (default ``$PCTL_SERVER``, else
+        nats://127.0.0.1:4222) with the NKey seed file `creds` (default ``$PCTL_CREDS``; empty: no
+        credentials): admin.nk, producer.nk or consumer.nk from the broker's data directory.
+
+        `timeout` bounds each broker API request; `ack_timeout` the wait for a publish's
+        acknowledgement, after which the publish is ambiguous and retried with the same
+        deduplication id (spec/protocol.md §5.1); `connect_timeout` the first connection (after
+        it, the connection reconnects forever). Raises :class:`pctl.Unavailable` when no broker
+        answers, :class:`pctl.PermissionDenied` when it refuses the credentials."""
+        server = server or os.environ.get("PCTL_SERVER") or DEFAULT_SERVER
+        creds = creds if creds is not None else os.environ.get("PCTL_CREDS", "")
+        if creds and not os.path.isfile(creds):
+            raise BadRequest(f"credentials {creds}: no such file; use admin.nk, producer.nk or consumer.nk from the broker's data directory (creds= or PCTL_CREDS)")
+        client: Optional[Client] = None
+        errors: list[BaseException] = []
+        auth_failed = asyncio.Event()
+
+        async def on_error(e: BaseException) -> None:
+            if client is not None:
+                client._on_async_error(e)
+                return
+            errors.append(e)
+            if isinstance(e, nats.errors.AuthorizationError) or "authorization" in str(e).lower():
+                auth_failed.set()
+
+        nc = nats.aio.client.Client()
+        opts: dict[str, Any] = dict(servers=[server], name=name, error_cb=on_error, allow_reconnect=True,
+                                    max_reconnect_attempts=-1, reconnect_time_wait=0.25, connect_timeout=2)
+        if creds:
+            opts["nkeys_seed"] = creds
+        task = asyncio.ensure_future(nc.connect(**opts))
+        auth_wait = asyncio.ensure_future(auth_failed.wait())
+        try:
+            done, _ = await asyncio.wait({task, auth_wait}, timeout=connect_timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            auth_wait.cancel()
+        if task not in done or task.exception() is not None:
+            err = task.exception() if task in done else None
+            if task not in done:
+                task.cancel()
+                try:
+                    await task
+                except BaseException:  # noqa: BLE001 - cancelled or failed: we report below
+                    pass
+            try:
+                await nc.close()
+            except Exception:  # noqa: BLE001
+                pass
+            if auth_failed.is_set() or isinstance(err, nats.errors.AuthorizationError):
+                raise PermissionDenied(f"the broker at {server} refused the credentials {creds or '(none)'}; use admin.nk, producer.nk or consumer.nk from the broker's data directory (creds= or PCTL_CREDS)", creds=creds) from None
+            last = err or (errors[-1] if errors else None)
+            why = f": {last}" if last and str(last) else f" within {connect_timeout:g}s"
+            raise Unavailable(f"cannot connect to {server}{why}; is 'pctl serve' running? (server= or PCTL_SERVER)") from None
+        client = cls(nc, server, creds, timeout, ack_timeout)
+        return client
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    @property
+    def nc(self) -> "nats.aio.client.Client":
+        """The underlying nats-py connection."""
+        return self._nc
+
+    async def close(self) -> None:
+        """Closes the connection (pending publishes are flushed first)."""
+        if not self._nc.is_closed:
+            try:
+                await self._nc.drain()
+            except Exception:  # noqa: BLE001 - closing anyway
+                pass
+            if not self._nc.is_closed:
+                await self._nc.close()
+
+    async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    # --- permission violations -------------------------------------------------------------------
+
+    def _on_async_error(self, e: BaseException) -> None:
+        m = _VIOLATION_RE.search(str(e))
+        if not m:
+            return
+        op, subject = m.group(1).lower(), m.group(2)
+        for f in list(self._violation_listeners):
+            f(op, subject)
+
+    def _on_violation(self, f: Callable[[str, str], None]) -> Callable[[], None]:
+        self._violation_listeners.append(f)
+        return lambda: self._violation_listeners.remove(f) if f in self._violation_listeners else None
+
+    def permission_error(self, subject: str, op: str = "publish") -> PermissionDenied:
+        return permission_denied(subject, self.creds, "publish to" if op == "publish" else "subscribe to")
+
+    # --- requests --------------------------------------------------------------------------------
+
+    async def request(self, subject: str, body: Any = None, *, timeout: Optional[float] = None) -> "nats.aio.msg.Msg":
+        """A broker API request (JSON body, or raw bytes). Returns the reply message; an error
+        reply (header Pctl-Error) raises the PctlError of its code."""
+        if body is None:
+            data = b"{}"
+        elif isinstance(body, (bytes, bytearray)):
+            data = bytes(body)
+        else:
+            data = json.dumps(body).encode()
+        loop = asyncio.get_running_loop()
+        violated: asyncio.Future = loop.create_future()
+
+        def on_violation(op: str, subj: str) -> None:
+            if subj == subject and not violated.done():
+                violated.set_result(op)
+
+        stop = self._on_violation(on_violation)
+        req = asyncio.ensure_future(self._nc.request(subject, data, timeout=timeout or self.timeout))
+        try:
+            done, _ = await asyncio.wait({req, violated}, return_when=asyncio.FIRST_COMPLETED)
+            if violated in done:
+                req.cancel()
+                raise self.permission_error(subject, violated.result())
+            try:
+                msg = req.result()
+            except nats.errors.NoRespondersError:
+                raise Unavailable(f"no broker answers {subject}; is 'pctl serve' running and connected to {self.server}?") from None
+            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                # A violation may be reported just after the timeout.
+                try:
+                    op = await asyncio.wait_for(asyncio.shield(violated), 0.05)
+                    raise self.permission_error(subject, op) from None
+                except asyncio.TimeoutError:
+                    pass
+                raise Unavailable(f"the broker did not answer {subject} within {timeout or self.timeout:g}s") from None
+            except nats.errors.Error as e:
+                raise Unavailable(f"{subject}: {e}") from None
+        finally:
+            stop()
+        code = (msg.headers or {}).get(wire.HEADER_ERROR)
+        if code:
+            try:
+                er = json.loads(msg.data)
+            except ValueError:
+                er = {}
+            raise error_from_code(er.get("code") or code, er.get("message") or "", er.get("detail"))
+        return msg
+
+    async def request_json(self, subject: str, body: Any = None) -> Any:
+        msg = await self.request(subject, body)
+        try:
+            return json.loads(msg.data)
+        except ValueError as e:
+            raise InternalError(f"bad reply to {subject}: {e}") from None
+
+    # --- topics and plugins ----------------------------------------------------------------------
+
+    async def topic(self, name: str) -> wire.Topic:
+        """The topic's descriptor (spec/protocol.md §4). Raises :class:`pctl.NotFound` for an
+        unknown topic."""
+        wire.valid_name("topic name", name)
+        return wire.Topic.from_reply(await self.request_json(wire.API_TOPIC_GET, {"topic": name}))
+
+    async def module(self, digest: str) -> bytes:
+        """A plugin's bytes by digest (64 hex digits), verified: their SHA-256 must equal the
+        digest and the Pctl-Digest header (spec/protocol.md §3). Cached by digest."""
+        if digest in _modules:
+            return _modules[digest]
+        if not re.fullmatch(r"[0-9a-f]{64}", digest or ""):
+            raise BadRequest(f"plugin digest {digest!r}: 64 lowercase hex digits")
+        msg = await self.request(wire.API_PLUGIN_GET, {"plugin": digest})
+        got = hashlib.sha256(msg.data).hexdigest()
+        header = (msg.headers or {}).get(wire.HEADER_DIGEST, "")
+        if got != digest or header != digest:
+            raise InternalError(f"plugin {digest}: the bytes received hash to {got} (header {header or 'absent'}): refusing to run them")
+        _modules[digest] = bytes(msg.data)
+        return _modules[digest]
+
+    async def partitioner(self, ref: wire.PartitionerRef) -> Partitioner:
+        """The partitioner of an epoch: its module fetched by digest (verified, cached) and
+        loaded with the epoch's config. Raises :class:`pctl.PluginFailed` naming the plugin."""
+        k = (ref.digest, ref.config)
+        p = self._parts.get(k)
+        if p is None:
+            data = await self.module(ref.digest)
+            source = f"plugin {ref.name or 'unnamed'}"
+            # Compiling a large module takes a moment (once per digest: wasmtime's code is cached
+            # on disk): keep the event loop free meanwhile.
+            p = await asyncio.get_running_loop().run_in_executor(
+                None, lambda: Partitioner(data, config=ref.config, source=source))
+            p = self._parts.setdefault(k, p)
+        return p
+
+    async def producer(self, topic: str, **kwargs: Any) -> "Producer":
+        """A producer for `topic`; see :class:`pctl.Producer` for the options."""
+        from .producer import Producer
+        return await Producer.create(self, topic, **kwargs)
+
