@@ -60,6 +60,7 @@ func cmdConsume(e *env, args []string) int {
 	maxN := fs.Int("max", 0, "exit after `N` records (0: no limit)")
 	idle := fs.Duration("idle-exit", 0, "exit after `DURATION` without a new record (0: never)")
 	member := fs.String("member", "", "member `ID` in the group (default: random)")
+	stamps := fs.Bool("timestamps", false, "jsonl: add \"ts\", the delivery time in unix nanoseconds (lets 'pctl verify' order several members' outputs)")
 	heartbeat := fs.Duration("heartbeat", time.Second, "how often the member announces itself and rebalances; stopping takes up to this `DURATION`")
 	pos, st := parse(fs, args)
 	if st >= 0 {
@@ -117,7 +118,7 @@ func cmdConsume(e *env, args []string) int {
 	onViolation(c, func(subject string) {
 		cancel(fmt.Errorf("%w: these credentials may not use %s: consuming needs the consumer or admin role (consumer.nk)", wire.ErrPermission, subject))
 	})
-	out := &recordWriter{w: bufio.NewWriterSize(e.stdout, 64<<10), jsonl: *format == "jsonl", topic: topic, max: *maxN, last: time.Now()}
+	out := &recordWriter{w: bufio.NewWriterSize(e.stdout, 64<<10), jsonl: *format == "jsonl", stamps: *stamps, topic: topic, max: *maxN, last: time.Now()}
 	errMax := errors.New("--max reached")
 	errIdle := errors.New("idle")
 	out.onMax = func() {
@@ -190,7 +191,8 @@ func cmdConsume(e *env, args []string) int {
 type recordWriter struct {
 	mu    sync.Mutex
 	w     *bufio.Writer
-	jsonl bool
+	jsonl  bool
+	stamps bool
 	topic string
 	max   int
 	n     int
@@ -210,7 +212,7 @@ func (r *recordWriter) handle(ctx context.Context, m *client.Message) error {
 		return ctx.Err()
 	}
 	if r.jsonl {
-		r.buf = appendJSONRecord(r.buf[:0], r.topic, m)
+		r.buf = appendJSONRecord(r.buf[:0], r.topic, m, r.stamps)
 	} else {
 		r.buf = appendTextRecord(r.buf[:0], m)
 	}
@@ -305,10 +307,18 @@ type jsonRecord struct {
 	KeyB64    *string `json:"key_b64,omitempty"`
 	Value     *string `json:"value,omitempty"`
 	ValueB64  *string `json:"value_b64,omitempty"`
+	// Producer and PSeq identify the record (its Pctl-Producer and Pctl-Seq headers), for
+	// 'pctl verify --delivered'.
+	Producer string `json:"producer,omitempty"`
+	PSeq     uint64 `json:"pseq,omitempty"`
+	TS       int64  `json:"ts,omitempty"`
 }
 
-func appendJSONRecord(b []byte, topic string, m *client.Message) []byte {
-	jr := jsonRecord{Topic: topic, Partition: m.Partition, Epoch: m.Epoch, Seq: m.Seq}
+func appendJSONRecord(b []byte, topic string, m *client.Message, stamp bool) []byte {
+	jr := jsonRecord{Topic: topic, Partition: m.Partition, Epoch: m.Epoch, Seq: m.Seq, Producer: m.Producer, PSeq: m.ProducerSeq}
+	if stamp {
+		jr.TS = time.Now().UnixNano()
+	}
 	str := func(v []byte) (*string, *string) {
 		if utf8.Valid(v) {
 			s := string(v)

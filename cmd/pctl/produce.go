@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -64,6 +66,7 @@ const maxLineBytes = 40 << 20
 // sender is what produce needs of a producer: client.Producer (client-side partitioning) and
 // client.ThinProducer (the broker's produce service) both are.
 type sender interface {
+	ID() string
 	Send(ctx context.Context, rec client.Record, done func(client.Result)) error
 	Flush(ctx context.Context) error
 	Close(ctx context.Context) error
@@ -84,6 +87,7 @@ func cmdProduce(e *env, args []string) int {
 	brokerSide := fs.Bool("broker-side", false, "partition in the broker (its produce service) instead of on the client")
 	hexIn := fs.Bool("hex", false, "keys and values are hex-encoded")
 	id := fs.String("producer-id", "", "producer `ID` for deduplication (default: random)")
+	logPath := fs.String("log", "", "write one JSON line per record's fate to `FILE` (input for 'pctl verify --sent')")
 	pos, st := parse(fs, args)
 	if st >= 0 {
 		return st
@@ -129,6 +133,15 @@ func cmdProduce(e *env, args []string) int {
 		p = prod
 	}
 
+	var log *sentLog
+	if *logPath != "" {
+		f, err := os.Create(*logPath)
+		if err != nil {
+			return usageErr(e, cmd, "--log: %v", err)
+		}
+		log = &sentLog{w: bufio.NewWriter(f), f: f, producer: p.ID()}
+		defer log.close()
+	}
 	var tally produceTally
 	start := time.Now()
 	lines := make(chan inputLine, 1024)
@@ -165,7 +178,11 @@ loop:
 			continue
 		}
 		n := in.n
-		err := p.Send(e.ctx, in.rec, func(r client.Result) { tally.result(n, r) })
+		rec := in.rec
+		err := p.Send(e.ctx, rec, func(r client.Result) {
+			tally.result(n, r)
+			log.write(rec, r)
+		})
 		if err != nil {
 			if e.ctx.Err() != nil {
 				interrupted = true
@@ -459,4 +476,40 @@ func intSet(m map[int]bool) string {
 		s += fmt.Sprintf(" (%d)", len(xs))
 	}
 	return s
+}
+
+// sentLog writes --log: what 'pctl verify --sent' reads (verify.Sent, plus where the record went).
+type sentLog struct {
+	mu       sync.Mutex
+	w        *bufio.Writer
+	f        *os.File
+	producer string
+}
+
+func (l *sentLog) write(rec client.Record, r client.Result) {
+	if l == nil {
+		return
+	}
+	line := map[string]any{"producer": l.producer, "pseq": r.ProducerSeq, "acked": r.Err == nil}
+	if rec.NoKey {
+		line["nokey"] = true
+	} else {
+		line["key"] = rec.Key // JSON base64, as verify.Sent reads it
+	}
+	if r.Err == nil {
+		line["partition"], line["epoch"], line["seq"] = r.Partition, r.Epoch, r.Seq
+	} else {
+		line["error"] = r.Err.Error()
+	}
+	b, _ := json.Marshal(line)
+	l.mu.Lock()
+	l.w.Write(append(b, '\n'))
+	l.mu.Unlock()
+}
+
+func (l *sentLog) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.w.Flush()
+	l.f.Close()
 }

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"bufio"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"pctl.dev/pctl/partitioner"
+	"pctl.dev/pctl/runtime"
+)
+
+func init() {
+	register(command{name: "ancestry", summary: "compute split ancestry offline: which old partitions feed each new one", run: cmdAncestry})
+}
+
+const ancestryHelp = `
+Computes the partition-level split ancestry of an epoch change from N partitions with plugin P to
+M partitions with plugin Q (default: P again): for each new partition (child), the old partitions
+(parents) whose keys may now be in it.
+
+Sources, as the broker uses them:
+  declared  the plugin's own pctl_ancestry (only when the function and config do not change);
+  observed  both functions evaluated over the keys in --keys FILE (one key per line; --hex);
+  all       every old partition (nothing better is known).
+With both a declaration and --keys, the keys are also checked against the declaration, and any
+key that contradicts it is reported (exit 1).
+
+Examples:
+  pctl ancestry --plugin linear-murmur2 --from 4 --to 5
+  pctl ancestry --plugin librdkafka-consistent --from 6 --to 6 --to-plugin kafka-murmur2 --keys keys.txt
+`
+
+func cmdAncestry(e *env, args []string) int {
+	const cmd = "ancestry"
+	fs := newFlags(e, cmd, "ancestry --plugin P --from N --to M [--to-plugin Q] [--keys FILE] [--hex] [--config K=V] [--to-config K=V] [--json]", ancestryHelp)
+	plugin := fs.String("plugin", "", "the old epoch's plugin: built-in name, sha256:DIGEST or FILE.wasm (required)")
+	toPlugin := fs.String("to-plugin", "", "the new epoch's plugin (default: --plugin)")
+	from := fs.String("from", "", "old partition count (required)")
+	to := fs.String("to", "", "new partition count (required)")
+	keysFile := fs.String("keys", "", "`FILE` of keys, one per line, for observed ancestry")
+	hexKeys := fs.Bool("hex", false, "keys in --keys are hex-encoded")
+	asJSON := fs.Bool("json", false, "print JSON")
+	var cfgOld, cfgNew multiFlag
+	fs.Var(&cfgOld, "config", "old plugin config `K=V` (repeatable)")
+	fs.Var(&cfgNew, "to-config", "new plugin config `K=V` (repeatable; default: --config when the plugin is the same)")
+	pos, st := parse(fs, args)
+	if st >= 0 {
+		return st
+	}
+	if len(pos) > 0 || *plugin == "" {
+		return usageErr(e, cmd, "give --plugin, --from and --to (and no arguments); see --help")
+	}
+	nFrom, err := parsePartitions(*from)
+	if err != nil {
+		return usageErr(e, cmd, "--from: %v", strings.TrimPrefix(err.Error(), "--partitions "))
+	}
+	nTo, err := parsePartitions(*to)
+	if err != nil {
+		return usageErr(e, cmd, "--to: %v", strings.TrimPrefix(err.Error(), "--partitions "))
+	}
+	if nTo > 1<<20 {
+		return usageErr(e, cmd, "--to %d: at most 1048576 children are listed", nTo)
+	}
+	oldCfg, err := partitioner.EncodeConfig(cfgOld)
+	if err != nil {
+		return usageErr(e, cmd, "%v", err)
+	}
+	samePlugin := *toPlugin == "" || *toPlugin == *plugin
+	newCfg := oldCfg
+	if len(cfgNew) > 0 || !samePlugin {
+		if newCfg, err = partitioner.EncodeConfig(cfgNew); err != nil {
+			return usageErr(e, cmd, "%v", err)
+		}
+	}
+	if *toPlugin == "" {
+		*toPlugin = *plugin
+	}
+	lib, err := newLibrary(e, runtime.Config{})
+	if err != nil {
+		return failErr(e, cmd, err)
+	}
+	defer lib.Runtime().Close(e.ctx)
+	fOld, err := lib.Open(e.ctx, *plugin, oldCfg, runtime.PoolOptions{Size: 1})
+	if err != nil {
+		return openErr(e, cmd, err)
+	}
+	defer fOld.Close()
+	fNew, err := lib.Open(e.ctx, *toPlugin, newCfg, runtime.PoolOptions{Size: 1})
+	if err != nil {
+		return openErr(e, cmd, err)
+	}
+	defer fNew.Close()
+	sameFunc := fOld.Digest() == fNew.Digest() && string(oldCfg) == string(newCfg)
+
+	type child struct {
+		Child   int      `json:"child"`
+		Parents [][2]int `json:"parents"`
+	}
+	report := struct {
+		Source         string   `json:"source"`
+		From           int32    `json:"from"`
+		To             int32    `json:"to"`
+		Children       []child  `json:"children"`
+		Keys           int      `json:"keys,omitempty"`
+		Contradictions []string `json:"contradictions,omitempty"`
+	}{Source: "all", From: nFrom, To: nTo}
+
+	declared := map[int][]partitioner.Range{}
+	if sameFunc {
+		report.Source = "declared"
+		for c := int32(0); c < nTo; c++ {
+			rs, err := fOld.Ancestry(nFrom, nTo, c)
+			if err != nil {
+				if errors.Is(err, partitioner.ErrNoAncestry) {
+					report.Source = "all"
+					declared = map[int][]partitioner.Range{}
+					break
+				}
+				return failErr(e, cmd, err)
+			}
+			declared[int(c)] = rs
+		}
+	}
+	observed := map[int]map[int]bool{}
+	if *keysFile != "" {
+		f, err := os.Open(*keysFile)
+		if err != nil {
+			return usageErr(e, cmd, "--keys: %v", err)
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for line := 1; sc.Scan(); line++ {
+			key := []byte(sc.Text())
+			if *hexKeys {
+				if key, err = hex.DecodeString(sc.Text()); err != nil {
+					return usageErr(e, cmd, "--keys line %d: not hex: %v", line, err)
+				}
+			}
+			p, err1 := fOld.Partition(key, nFrom)
+			c, err2 := fNew.Partition(key, nTo)
+			if err1 != nil || err2 != nil {
+				return failErr(e, cmd, errors.Join(err1, err2))
+			}
+			if observed[int(c)] == nil {
+				observed[int(c)] = map[int]bool{}
+			}
+			observed[int(c)][int(p)] = true
+			report.Keys++
+			if rs, ok := declared[int(c)]; ok && !inRanges(rs, p) && len(report.Contradictions) < 20 {
+				report.Contradictions = append(report.Contradictions, fmt.Sprintf("key %q: partition %d of %d goes to child %d of %d, which declares parents %s", key, p, nFrom, c, nTo, rangesText(pairs(rs))))
+			}
+		}
+		if err := sc.Err(); err != nil {
+			return failErr(e, cmd, err)
+		}
+		if report.Source == "all" {
+			report.Source = "observed"
+		}
+	}
+	for c := 0; c < int(nTo); c++ {
+		ch := child{Child: c}
+		switch report.Source {
+		case "declared":
+			for _, r := range declared[c] {
+				ch.Parents = append(ch.Parents, [2]int{int(r.Lo), int(r.Hi)})
+			}
+		case "observed":
+			var ps []int
+			for p := range observed[c] {
+				ps = append(ps, p)
+			}
+			sort.Ints(ps)
+			for _, p := range ps {
+				if l := len(ch.Parents); l > 0 && ch.Parents[l-1][1] == p {
+					ch.Parents[l-1][1] = p + 1
+				} else {
+					ch.Parents = append(ch.Parents, [2]int{p, p + 1})
+				}
+			}
+		default:
+			ch.Parents = [][2]int{{0, int(nFrom)}}
+		}
+		report.Children = append(report.Children, ch)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(report)
+	} else {
+		w := bufio.NewWriter(e.stdout)
+		fmt.Fprintf(w, "ancestry %s -> %s, %d -> %d partitions: %s", fOld.Name(), fNew.Name(), nFrom, nTo, report.Source)
+		if report.Keys > 0 {
+			fmt.Fprintf(w, " (%d keys)", report.Keys)
+		}
+		fmt.Fprintln(w)
+		for _, ch := range report.Children {
+			fmt.Fprintf(w, "  %d <- %s\n", ch.Child, rangesText(ch.Parents))
+		}
+		for _, c := range report.Contradictions {
+			fmt.Fprintf(w, "CONTRADICTION: %s\n", c)
+		}
+		w.Flush()
+	}
+	if len(report.Contradictions) > 0 {
+		return exitFailure
+	}
+	return exitOK
+}
+
+func inRanges(rs []partitioner.Range, p int32) bool {
+	for _, r := range rs {
+		if p >= r.Lo && p < r.Hi {
+			return true
+		}
+	}
+	return false
+}
+
+func pairs(rs []partitioner.Range) [][2]int {
+	out := make([][2]int, len(rs))
+	for i, r := range rs {
+		out[i] = [2]int{int(r.Lo), int(r.Hi)}
+	}
+	return out
+}
