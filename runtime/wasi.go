@@ -105,12 +105,21 @@ func instantiateWASI(ctx context.Context, r wazero.Runtime) (api.Module, error) 
 	return b.Instantiate(ctx)
 }
 
+// inMemory reports whether [ptr, ptr+n) lies inside memory. Every function checks all its
+// pointers before it writes anything (spec/abi-v1.md §6.2: a bad pointer writes nothing).
+func inMemory(mem api.Memory, ptr, n uint32) bool {
+	return uint64(ptr)+uint64(n) <= uint64(mem.Size())
+}
+
 func zeroSizes(_ context.Context, mod api.Module, stack []uint64) {
 	mem := mod.Memory()
-	if !mem.WriteUint32Le(uint32(stack[0]), 0) || !mem.WriteUint32Le(uint32(stack[1]), 0) {
+	a, b := uint32(stack[0]), uint32(stack[1])
+	if !inMemory(mem, a, 4) || !inMemory(mem, b, 4) {
 		stack[0] = errnoFault
 		return
 	}
+	mem.WriteUint32Le(a, 0)
+	mem.WriteUint32Le(b, 0)
 	stack[0] = errnoSuccess
 }
 
@@ -150,7 +159,7 @@ func fdWrite(_ context.Context, mod api.Module, stack []uint64) {
 	}
 	mem := mod.Memory()
 	vec, ok := mem.Read(iovs, n*8)
-	if !ok || uint64(n)*8 > uint64(^uint32(0)) {
+	if !ok || uint64(n)*8 > uint64(^uint32(0)) || !inMemory(mem, nwritten, 4) {
 		stack[0] = errnoFault
 		return
 	}
@@ -158,10 +167,7 @@ func fdWrite(_ context.Context, mod api.Module, stack []uint64) {
 	for i := uint32(0); i < n; i++ {
 		total += binary.LittleEndian.Uint32(vec[i*8+4:])
 	}
-	if !mem.WriteUint32Le(nwritten, total) {
-		stack[0] = errnoFault
-		return
-	}
+	mem.WriteUint32Le(nwritten, total)
 	stack[0] = errnoSuccess
 }
 
@@ -174,7 +180,7 @@ func pollOneoff(_ context.Context, mod api.Module, stack []uint64) {
 	mem := mod.Memory()
 	subs, ok1 := mem.Read(in, nsubs*48)
 	events, ok2 := mem.Read(out, nsubs*32)
-	if !ok1 || !ok2 || uint64(nsubs)*48 > uint64(^uint32(0)) {
+	if !ok1 || !ok2 || uint64(nsubs)*48 > uint64(^uint32(0)) || !inMemory(mem, neventsPtr, 4) {
 		stack[0] = errnoFault
 		return
 	}
@@ -190,10 +196,7 @@ func pollOneoff(_ context.Context, mod api.Module, stack []uint64) {
 		}
 		e[10] = tag
 	}
-	if !mem.WriteUint32Le(neventsPtr, nsubs) {
-		stack[0] = errnoFault
-		return
-	}
+	mem.WriteUint32Le(neventsPtr, nsubs)
 	stack[0] = errnoSuccess
 }
 
