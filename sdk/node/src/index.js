@@ -1,0 +1,15 @@
+// pctl's Node.js SDK: produce to pctl topics with client-side partitioning (the topic's own
+// WebAssembly partitioner, run on Node's built-in WebAssembly), and compute partitions offline.
+//
+//   import { connect, Partitioner } from '@pctl/sdk';
+//
+// spec/protocol.md and spec/abi-v1.md are the contracts this package implements.
+
+export { connect, Client, DEFAULTS, readSeed } from './client.js';
+export { Producer, PRODUCER_DEFAULTS } from './producer.js';
+export { Partitioner, partition, configBytes } from './partitioner.js';
+export {
+  CODES, PctlError, BadRequestError, NotFoundError, ExistsError, ConflictError, InUseError,
+  PluginRejectedError, PluginError, FencedError, ChangeInProgressError, PermissionError,
+  UnavailableError, InternalError, errorFromCode,
+} from './errors.js';
