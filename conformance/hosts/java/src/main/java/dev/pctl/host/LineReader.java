@@ -1,5 +1,6 @@
 package dev.pctl.host;
 
+import dev.pctl.runtime.Plugin;
 import java.io.IOException;
 import java.io.InputStream;
 

@@ -1,5 +1,10 @@
 package dev.pctl.host;
 
+import dev.pctl.runtime.Config;
+import dev.pctl.runtime.Plugin;
+import dev.pctl.runtime.PluginException;
+import dev.pctl.runtime.PluginInstance;
+import dev.pctl.runtime.Watchdog;
 import java.io.BufferedOutputStream;
 import java.io.FileDescriptor;
 import java.io.FileInputStream;
@@ -36,6 +41,9 @@ import java.util.List;
  * <p>Arguments given as {@code --hex-args H...} are the real arguments, each hex-encoded (the
  * {@code run} script passes them so, so that config values reach the host byte for byte
  * whatever the JVM's locale).
+ *
+ * <p>The WebAssembly host itself is the Java SDK's runtime ({@code dev.pctl.runtime} in
+ * sdk/java): this command only reads flags and keys, batches them and prints partitions.
  */
 public final class Main {
     static final int EXIT_OK = 0;
@@ -52,6 +60,13 @@ public final class Main {
     public static void main(String[] args) throws InterruptedException {
         int[] status = {EXIT_FAILURE};
         PrintStream err = new PrintStream(new FileOutputStream(FileDescriptor.err), true, StandardCharsets.UTF_8);
+        // A call that ignores its interrupt must not hang the command: report it and exit 1.
+        Watchdog.onStuck((who, limitNanos) -> {
+            err.printf("pctl-java run: %s: time limit exceeded: a call ran past its limit of %d ms and did not stop "
+                    + "within %d ms of being interrupted; exiting%n", who, limitNanos / 1_000_000, Watchdog.GRACE_NANOS / 1_000_000);
+            err.flush();
+            Runtime.getRuntime().halt(EXIT_FAILURE);
+        });
         OutputStream out = new FileOutputStream(FileDescriptor.out);
         InputStream in = new FileInputStream(FileDescriptor.in);
         Thread worker = new Thread(null, () -> {
@@ -216,12 +231,11 @@ public final class Main {
                 return usage("--wasm " + wasm + ": cannot read: " + e.getMessage());
             }
 
-            Watchdog watchdog = new Watchdog(Thread.currentThread());
             Plugin plugin;
             PluginInstance inst;
             long t0 = System.nanoTime();
             try {
-                plugin = Plugin.load(bytes, wasm, options, watchdog);
+                plugin = Plugin.load(bytes, wasm, options);
             } catch (PluginException e) {
                 stderr.println("pctl-java run: " + e.getMessage());
                 return e.exitStatus();
@@ -260,6 +274,7 @@ public final class Main {
         private final int n;
         private final OutputStream out;
         private final PrintStream stderr;
+        private final boolean useBatch;
         private PluginInstance inst;
 
         // The current batch: keys i = arena[ends[i-1], ends[i]), read from line firstLine + i.
@@ -277,6 +292,7 @@ public final class Main {
             this.n = n;
             this.out = new BufferedOutputStream(stdout, 1 << 16);
             this.stderr = stderr;
+            this.useBatch = plugin.options().useBatch;
         }
 
         int run(InputStream stdin) {
@@ -331,7 +347,7 @@ public final class Main {
             if (count == 0) {
                 return;
             }
-            if (inst.hasBatch() && plugin.options.useBatch) {
+            if (inst.hasBatch() && useBatch) {
                 try {
                     ensureInstance();
                     inst.batch(arena, ends, count, n, results);
@@ -383,7 +399,8 @@ public final class Main {
         }
 
         private void ensureInstance() throws PluginException {
-            if (inst.broken) {
+            if (inst.isBroken()) {
+                inst.close();
                 inst = plugin.open(config);
             }
         }

@@ -3,6 +3,7 @@ package dev.pctl.host;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import dev.pctl.runtime.Plugin;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -85,10 +86,10 @@ class ModulesTest {
         "plugins/murmur2/kafka-murmur2-go.wasm, kafka-murmur2-go",
     })
     void metadata(String wasm, String name) throws Exception {
-        Plugin p = Plugin.load(TestSupport.read(TestSupport.repo(wasm)), wasm, new Plugin.Options(), new Watchdog(Thread.currentThread()));
-        assertEquals(name, p.name);
-        assertTrue(p.hasBatch);
-        assertEquals(1, p.abiVersion);
-        assertEquals(wasm.contains("-go"), p.wasiProfile);
+        Plugin p = Plugin.load(TestSupport.read(TestSupport.repo(wasm)), wasm, new Plugin.Options());
+        assertEquals(name, p.name());
+        assertTrue(p.hasBatch());
+        assertEquals(1, p.abiVersion());
+        assertEquals(wasm.contains("-go"), p.isWasiProfile());
     }
 }

@@ -1,5 +1,7 @@
 package dev.pctl.host;
 
+import dev.pctl.internal.Json;
+import dev.pctl.runtime.Plugin;
 import java.io.ByteArrayInputStream;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
@@ -23,8 +25,9 @@ final class TestSupport {
         return root().resolve(rel);
     }
 
+    /** The runtime's own test modules live with the runtime, in the Java SDK. */
     static Path resource(String name) {
-        return Path.of("src/test/resources/wasm").resolve(name).toAbsolutePath();
+        return root().resolve("sdk/java/src/test/resources/wasm").resolve(name);
     }
 
     @SuppressWarnings("unchecked")
@@ -74,9 +77,9 @@ final class TestSupport {
         return new Result(status[0], out.toString(StandardCharsets.UTF_8), err.toString(StandardCharsets.UTF_8));
     }
 
-    /** Loads a module on the calling thread (which then makes its calls). */
+    /** Loads a module. */
     static Plugin load(Path wasm, Plugin.Options o) throws Exception {
-        return Plugin.load(read(wasm), wasm.getFileName().toString(), o, new Watchdog(Thread.currentThread()));
+        return Plugin.load(read(wasm), wasm.getFileName().toString(), o);
     }
 
     /** Partitions the keys of stdin with an already loaded module (a fresh instance), as the command does. */

@@ -1,0 +1,231 @@
+package dev.pctl;
+
+import java.time.Instant;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.Collections;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * A topic's descriptor as the broker keeps it (spec/protocol.md §4): its epochs, oldest first;
+ * the last is {@linkplain #current() current}. Immutable. Fetched with {@link
+ * PctlClient#topic(String)}.
+ */
+public final class TopicDescriptor {
+    private final String name;
+    private final String id;
+    private final List<Epoch> epochs;
+    private final long revision;
+    private final boolean creating;
+    private final boolean deleting;
+    private final boolean changing;
+
+    TopicDescriptor(String name, String id, List<Epoch> epochs, long revision, boolean creating, boolean deleting, boolean changing) {
+        this.name = name;
+        this.id = id;
+        this.epochs = Collections.unmodifiableList(epochs);
+        this.revision = revision;
+        this.creating = creating;
+        this.deleting = deleting;
+        this.changing = changing;
+    }
+
+    /** The topic's name. */
+    public String name() {
+        return name;
+    }
+
+    /** The topic's id: random, new for every creation of the name. */
+    public String id() {
+        return id;
+    }
+
+    /** The epochs, oldest first. */
+    public List<Epoch> epochs() {
+        return epochs;
+    }
+
+    /** The current (last) epoch. */
+    public Epoch current() {
+        return epochs.get(epochs.size() - 1);
+    }
+
+    /** Epoch number e, or null if the descriptor does not hold it. */
+    public Epoch epoch(int e) {
+        if (epochs.isEmpty()) {
+            return null;
+        }
+        int i = e - epochs.get(0).number();
+        return i < 0 || i >= epochs.size() ? null : epochs.get(i);
+    }
+
+    /** The descriptor's revision in the broker's KV bucket. */
+    public long revision() {
+        return revision;
+    }
+
+    /** The topic is being created: not yet usable. */
+    public boolean creating() {
+        return creating;
+    }
+
+    /** The topic is being deleted. */
+    public boolean deleting() {
+        return deleting;
+    }
+
+    /** An epoch change is in progress (spec/protocol.md §7). */
+    public boolean changing() {
+        return changing;
+    }
+
+    @Override
+    public String toString() {
+        Epoch c = current();
+        return "topic " + name + " (epoch " + c.number() + ", " + c.partitions() + " partitions, " + c.partitioner().name() + ")";
+    }
+
+    /** One epoch: a partitioner and a partition count. */
+    public static final class Epoch {
+        private final int number;
+        private final PartitionerRef partitioner;
+        private final int partitions;
+        private final Instant started;
+        private final long[] boundaries;
+
+        Epoch(int number, PartitionerRef partitioner, int partitions, Instant started, long[] boundaries) {
+            this.number = number;
+            this.partitioner = partitioner;
+            this.partitions = partitions;
+            this.started = started;
+            this.boundaries = boundaries;
+        }
+
+        /** The epoch's number (1, 2, ...). */
+        public int number() {
+            return number;
+        }
+
+        /** The epoch's partitioner: the module's digest and the config. */
+        public PartitionerRef partitioner() {
+            return partitioner;
+        }
+
+        /** The epoch's partition count {@code N_e}. */
+        public int partitions() {
+            return partitions;
+        }
+
+        /** When the epoch started, or null. */
+        public Instant started() {
+            return started;
+        }
+
+        /** Whether the epoch has ended (it has boundaries). */
+        public boolean ended() {
+            return boundaries != null;
+        }
+
+        /**
+         * The stream sequence of partition q's last record of this epoch (0 if none), or -1 while
+         * the epoch is current.
+         */
+        public long boundary(int q) {
+            return boundaries == null || q < 0 || q >= boundaries.length ? -1 : boundaries[q];
+        }
+    }
+
+    /** An epoch's partitioner: the module's digest (its identity), its name and the config bytes. */
+    public static final class PartitionerRef {
+        private final String name;
+        private final String digest;
+        private final byte[] config;
+
+        PartitionerRef(String name, String digest, byte[] config) {
+            this.name = name;
+            this.digest = digest;
+            this.config = config;
+        }
+
+        /** The module's metadata name, for humans. */
+        public String name() {
+            return name;
+        }
+
+        /** The hex SHA-256 of the module. */
+        public String digest() {
+            return digest;
+        }
+
+        /** The config bytes (spec/abi-v1.md §2.5), empty for none (a copy). */
+        public byte[] config() {
+            return config.clone();
+        }
+
+        byte[] configRef() {
+            return config;
+        }
+    }
+
+    // ---- parsing -----------------------------------------------------------------------------
+
+    /** Reads a {@code topic.get} reply: {"topic": descriptor, "revision": R}. */
+    @SuppressWarnings("unchecked")
+    static TopicDescriptor fromReply(Object reply) {
+        Map<String, Object> r = map(reply, "reply");
+        Map<String, Object> t = map(r.get("topic"), "topic");
+        List<Epoch> epochs = new ArrayList<>();
+        Object eps = t.get("epochs");
+        if (!(eps instanceof List) || ((List<Object>) eps).isEmpty()) {
+            throw new InternalException("bad topic descriptor from the broker: no epochs");
+        }
+        for (Object o : (List<Object>) eps) {
+            Map<String, Object> e = map(o, "epoch");
+            Map<String, Object> p = map(e.get("partitioner"), "partitioner");
+            byte[] config = new byte[0];
+            if (p.get("config") instanceof String) {
+                config = Base64.getDecoder().decode((String) p.get("config"));
+            }
+            long[] b = null;
+            if (e.get("boundaries") instanceof List) {
+                List<Object> l = (List<Object>) e.get("boundaries");
+                b = new long[l.size()];
+                for (int i = 0; i < b.length; i++) {
+                    b[i] = num(l.get(i), "boundary");
+                }
+            }
+            Instant started = null;
+            if (e.get("started") instanceof String) {
+                try {
+                    started = Instant.parse((String) e.get("started"));
+                } catch (RuntimeException ex) {
+                    started = null;
+                }
+            }
+            epochs.add(new Epoch((int) num(e.get("epoch"), "epoch"), new PartitionerRef(str(p.get("name")), str(p.get("digest")), config),
+                    (int) num(e.get("partitions"), "partitions"), started, b));
+        }
+        return new TopicDescriptor(str(t.get("name")), str(t.get("id")), epochs, r.get("revision") == null ? 0 : num(r.get("revision"), "revision"),
+                Boolean.TRUE.equals(t.get("creating")), Boolean.TRUE.equals(t.get("deleting")), t.get("change") != null);
+    }
+
+    @SuppressWarnings("unchecked")
+    private static Map<String, Object> map(Object o, String what) {
+        if (!(o instanceof Map)) {
+            throw new InternalException("bad topic descriptor from the broker: " + what + " is not an object");
+        }
+        return (Map<String, Object>) o;
+    }
+
+    private static long num(Object o, String what) {
+        if (!(o instanceof Long)) {
+            throw new InternalException("bad topic descriptor from the broker: " + what + " is not an integer");
+        }
+        return (Long) o;
+    }
+
+    private static String str(Object o) {
+        return o instanceof String ? (String) o : "";
+    }
+}
