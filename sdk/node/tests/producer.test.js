@@ -1,0 +1,245 @@
+// Integration tests of the producer against a real broker (tests/broker.js: the Go binary built
+// from this repository, `pctl serve` on a temporary directory and a random port). What the SDK
+// produced is checked with the Go tools: `pctl consume` (every record, in order per key, in the
+// partition `pctl partition` computes) and JetStream direct gets (the headers of
+// spec/protocol.md §5.1).
+import { describe, test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { connect, NotFoundError, PermissionError, BadRequestError, UnavailableError } from '../src/index.js';
+import { startBroker, missingToolchain, pctlPartitions, consumeAll } from './broker.js';
+
+const skip = missingToolchain();
+const encoder = new TextEncoder();
+
+async function directGet(client, stream, seq) {
+  const m = await client.nc.request(`$JS.API.DIRECT.GET.${stream}`, encoder.encode(JSON.stringify({ seq })), { timeout: 5000 });
+  const h = {};
+  for (const [k, v] of m.headers) h[k] = v[0];
+  return { headers: h, data: new TextDecoder().decode(m.data) };
+}
+
+// Per key, the consumed values must be the sent ones in send order; each record in the partition
+// that pctl partition gives for its epoch's partition count.
+function checkConsumed(records, sent, partsByEpoch) {
+  const byKey = new Map();
+  for (const r of records) {
+    if (r.key === undefined) continue;
+    assert.equal(r.partition, partsByEpoch.get(r.epoch).get(r.key), `key ${JSON.stringify(r.key)} epoch ${r.epoch}: partition`);
+    byKey.set(r.key, [...(byKey.get(r.key) ?? []), r.value]);
+  }
+  for (const [k, values] of sent) assert.deepEqual(byKey.get(k), values, `key ${JSON.stringify(k)}: every record, in send order`);
+}
+
+describe('producer against a real broker', { skip: skip ?? false, timeout: 600_000 }, () => {
+  let broker;
+  let client;
+
+  before(async () => {
+    broker = await startBroker();
+    client = await connect({ server: broker.url, creds: broker.creds.producer });
+  });
+
+  after(async () => {
+    await client?.close();
+    await broker?.stop();
+  });
+
+  test('keyed and keyless records: partitions of pctl partition, order per key, headers of §5.1', async () => {
+    await broker.admin(['topic', 'create', 'orders', '--partitions', '5', '--partitioner', 'kafka-murmur2']);
+    const p = await client.producer('orders', { id: 'node-orders' });
+    const keys = ['', 'é', ...Array.from({ length: 48 }, (_, i) => `user-${i}`)];
+    const sent = new Map();
+    const promises = [];
+    for (let i = 0; i < 3000; i++) {
+      if (i % 10 === 9) {
+        promises.push(p.send({ value: `keyless-${i}` }));
+        continue;
+      }
+      const k = keys[i % keys.length];
+      sent.set(k, [...(sent.get(k) ?? []), `${k}:${i}`]);
+      promises.push(p.send({ key: k, value: `${k}:${i}` }));
+    }
+    const results = await Promise.all(promises);
+    await p.close();
+    const parts = await pctlPartitions(broker, keys, 5);
+    results.forEach((r, i) => {
+      assert.equal(r.pseq, i + 1);
+      assert.equal(r.epoch, 1);
+      if (i % 10 !== 9) assert.equal(r.partition, parts.get(keys[i % keys.length]), `record ${i + 1}`);
+    });
+    const keyless = results.filter((_, i) => i % 10 === 9);
+    assert.equal(new Set(keyless.map((r) => r.partition)).size, 5, 'keyless records are spread over every partition');
+
+    const records = await consumeAll(broker, 'orders', 'g1');
+    assert.equal(records.length, 3000);
+    assert.equal(records.filter((r) => r.key === undefined).length, 300);
+    checkConsumed(records, sent, new Map([[1, parts]]));
+
+    // Headers, read back with the admin role.
+    const admin = await connect({ server: broker.url, creds: broker.creds.admin });
+    try {
+      const e = results[1]; // key 'é'
+      const m = await directGet(admin, `PCTL_orders_${e.partition}`, e.seq);
+      assert.equal(m.headers['Pctl-Key'], `b64:${Buffer.from('é').toString('base64')}`);
+      assert.equal(m.headers['Pctl-Producer'], 'node-orders');
+      assert.equal(m.headers['Pctl-Seq'], '2');
+      assert.equal(m.headers['Nats-Msg-Id'], 'node-orders-2');
+      assert.equal(m.headers['Nats-Subject'], `pctl.data.orders.1.${e.partition}`);
+      assert.equal(m.data, 'é:1');
+      const empty = await directGet(admin, `PCTL_orders_${results[0].partition}`, results[0].seq);
+      assert.equal(empty.headers['Pctl-Key'], 'b64:', 'the empty key is b64:');
+      const kl = await directGet(admin, `PCTL_orders_${results[9].partition}`, results[9].seq);
+      assert.equal(kl.headers['Pctl-Key'], undefined, 'no Pctl-Key header for a keyless record');
+      assert.equal(kl.headers['Pctl-Seq'], '10');
+      assert.equal(kl.data, 'keyless-9');
+    } finally {
+      await admin.close();
+    }
+  });
+
+  test('an epoch change mid-run: nothing lost, order per key kept, unacknowledged records re-sent', async (t) => {
+    await broker.admin(['topic', 'create', 'grow', '--partitions', '3', '--partitioner', 'kafka-murmur2']);
+    const p = await client.producer('grow', { id: 'node-grow', maxBuffered: 4096 });
+    const keys = Array.from({ length: 500 }, (_, i) => `k${i}`);
+    const sent = new Map();
+    const promises = [];
+    let acked = 0;
+    let expand = null;
+    const total = 60000;
+    for (let i = 0; i < total; i++) {
+      const k = keys[(i * 7) % keys.length];
+      sent.set(k, [...(sent.get(k) ?? []), String(i)]);
+      promises.push(p.send({ key: k, value: String(i) }).then((r) => { acked++; return r; }));
+      if (expand === null && acked > 5000) expand = broker.admin(['topic', 'expand', 'grow', '--partitions', '7']);
+      await p.ready();
+    }
+    const results = await Promise.all(promises);
+    await expand;
+    await p.close();
+    assert.equal(results.length, total);
+    const epochs = results.map((r) => r.epoch);
+    assert.ok(epochs.includes(1) && epochs.includes(2), 'records under both epochs');
+    assert.equal(p.epoch, 2);
+    // Per key, a record's epoch never goes back.
+    const lastEpoch = new Map();
+    for (let i = 0; i < total; i++) {
+      const k = keys[(i * 7) % keys.length];
+      assert.ok((lastEpoch.get(k) ?? 1) <= results[i].epoch, `key ${k}: epoch went back at record ${i + 1}`);
+      lastEpoch.set(k, results[i].epoch);
+    }
+    const records = await consumeAll(broker, 'grow', 'g1');
+    assert.equal(records.length, total, 'every record stored exactly once');
+    const parts = new Map([[1, await pctlPartitions(broker, keys, 3)], [2, await pctlPartitions(broker, keys, 7)]]);
+    checkConsumed(records, sent, parts);
+    // The records answered under epoch 1 are exactly those consumed from epoch 1.
+    assert.equal(records.filter((r) => r.epoch === 1).length, epochs.filter((e) => e === 1).length);
+    t.diagnostic(`epoch change: ${p.resent} records re-sent under epoch 2`);
+  });
+
+  test('a record whose acknowledgement was lost is found in the fenced partition by its msg id', async () => {
+    await broker.admin(['topic', 'create', 'amb', '--partitions', '2', '--partitioner', 'kafka-murmur2']);
+    const p = await client.producer('amb', { id: 'node-amb' });
+    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => p.send({ key: `a${i}`, value: 'v' })));
+    await broker.admin(['topic', 'expand', 'amb', '--partitions', '3']);
+    const { topic } = await client.topic('amb');
+    assert.deepEqual(topic.epochs[0].boundaries.reduce((a, b) => a + b, 0), 20);
+    for (const r of [results[0], results[7], results[19]]) {
+      assert.equal(await p.findStored(topic, { pseq: r.pseq, epoch: 1, partition: r.partition }, undefined), r.seq);
+    }
+    assert.equal(await p.findStored(topic, { pseq: 999, epoch: 1, partition: 0 }, undefined), 0, 'never sent: not found');
+    // Sending again after the change goes to epoch 2.
+    const r = await p.send({ key: 'a0', value: 'again' });
+    assert.equal(r.epoch, 2);
+    assert.equal(r.pseq, 21);
+    await p.close();
+  });
+
+  test('plugins are fetched by digest, verified and cached', async () => {
+    const { topic } = await client.topic('orders');
+    const { digest } = topic.epochs[0].partitioner;
+    const bytes = await client.module(digest);
+    assert.equal(createHash('sha256').update(bytes).digest('hex'), digest);
+    assert.equal(await client.module(digest), bytes, 'cached');
+    const part = await client.partitioner(topic.epochs[0].partitioner);
+    assert.equal(part.digest, digest);
+    assert.equal(part.name, 'kafka-murmur2');
+    await assert.rejects(client.module('0'.repeat(64)), (e) => e.code === 'not_found');
+  });
+
+  test('unknown topic: NotFoundError', async () => {
+    await assert.rejects(client.producer('no-such-topic'), (e) => {
+      assert.ok(e instanceof NotFoundError);
+      assert.equal(e.code, 'not_found');
+      assert.equal(e.remote, true);
+      assert.match(e.message, /no-such-topic/);
+      return true;
+    });
+    await assert.rejects(client.producer('bad.name'), (e) => e instanceof BadRequestError && /topic name/.test(e.message));
+    await assert.rejects(client.producer('orders', { id: 'a b' }), (e) => e instanceof BadRequestError && /producer id/.test(e.message));
+  });
+
+  test('consumer credentials producing: PermissionError naming the subject and the role', async () => {
+    const c = await connect({ server: broker.url, creds: broker.creds.consumer });
+    try {
+      const p = await c.producer('orders', { id: 'node-perm' });
+      const rs = await Promise.allSettled([p.send({ key: 'x', value: '1' }), p.send({ value: '2' })]);
+      for (const r of rs) {
+        assert.equal(r.status, 'rejected');
+        assert.ok(r.reason instanceof PermissionError, r.reason);
+        assert.equal(r.reason.code, 'permission');
+        assert.equal(r.reason.role, 'producer');
+        assert.match(r.reason.subject, /^pctl\.data\.orders\.1\.\d$/);
+        assert.match(r.reason.message, /may not publish to pctl\.data\.orders\.1\.\d: producing needs the producer or admin role/);
+      }
+      await assert.rejects(p.flush(), PermissionError);
+      await assert.rejects(p.send({ key: 'y', value: '3' }), PermissionError, 'the producer stays failed');
+    } finally {
+      await c.close();
+    }
+  });
+
+  test('connection errors: bad credentials file, nobody listening', async () => {
+    await assert.rejects(connect({ server: broker.url, creds: `${broker.dir}/nope.nk` }), (e) => e instanceof BadRequestError && /credentials .*nope\.nk/.test(e.message));
+    await assert.rejects(connect({ server: broker.url, creds: fileURLToPath(import.meta.url) }), (e) => e instanceof BadRequestError && /no NKey seed/.test(e.message));
+    await assert.rejects(connect({ server: 'nats://127.0.0.1:1', creds: broker.creds.producer }), (e) => e instanceof UnavailableError && /pctl serve/.test(e.message));
+  });
+
+  test('the produce CLI: JSON line per record, exit 0 when all acknowledged', async () => {
+    const cli = fileURLToPath(new URL('../produce', import.meta.url));
+    const runCli = (creds, topic, input) => new Promise((resolve) => {
+      const c = spawn(cli, ['--server', broker.url, '--creds', creds, '--topic', topic, '--producer-id', 'node-cli'], { stdio: ['pipe', 'pipe', 'pipe'] });
+      let out = '';
+      let err = '';
+      c.stdout.setEncoding('utf8').on('data', (d) => { out += d; });
+      c.stderr.setEncoding('utf8').on('data', (d) => { err += d; });
+      c.on('close', (status) => resolve({ status, lines: out.trimEnd().split('\n').filter(Boolean).map((l) => JSON.parse(l)), err }));
+      c.stdin.end(input);
+    });
+    const input = 'a\t1\nb\t2\tx\nkeyless line\n\tempty key\na\t3\n';
+    const ok = await runCli(broker.creds.producer, 'orders', input);
+    assert.equal(ok.status, 0, ok.err);
+    assert.deepEqual(ok.lines.map((l) => l.pseq).sort(), [1, 2, 3, 4, 5]);
+    const parts = await pctlPartitions(broker, ['a', 'b', ''], 5);
+    const by = new Map(ok.lines.map((l) => [l.pseq, l]));
+    for (const [pseq, key] of [[1, 'a'], [2, 'b'], [4, ''], [5, 'a']]) {
+      assert.deepEqual(Object.keys(by.get(pseq)).sort(), ['acked', 'epoch', 'partition', 'pseq', 'seq']);
+      assert.equal(by.get(pseq).acked, true);
+      assert.equal(by.get(pseq).partition, parts.get(key));
+      assert.equal(by.get(pseq).epoch, 1);
+    }
+    assert.ok(by.get(5).seq > by.get(1).seq, 'same key, later seq');
+
+    const denied = await runCli(broker.creds.consumer, 'orders', 'a\t1\n');
+    assert.equal(denied.status, 1);
+    assert.equal(denied.lines.length, 1);
+    assert.equal(denied.lines[0].acked, false);
+    assert.match(denied.lines[0].error, /^permission: .*producer or admin role/);
+
+    const unknown = await runCli(broker.creds.producer, 'nope', 'a\t1\n');
+    assert.equal(unknown.status, 2);
+    assert.match(unknown.err, /nope/);
+  });
+});
