@@ -41,23 +41,34 @@ function parseArgs(argv) {
   return a;
 }
 
-async function* lines(stream) {
+// Yields the complete lines of each chunk of input as one array, so that a chunk's records are
+// sent in one synchronous run (nats.js then writes them to the socket together).
+async function* lineBatches(stream) {
   const dec = new StringDecoder('utf8');
   let rest = '';
   for await (const chunk of stream) {
     rest += dec.write(chunk);
-    let i;
-    while ((i = rest.indexOf('\n')) >= 0) {
-      yield rest.slice(0, i);
-      rest = rest.slice(i + 1);
-    }
+    const i = rest.lastIndexOf('\n');
+    if (i < 0) continue;
+    const batch = rest.slice(0, i).split('\n');
+    rest = rest.slice(i + 1);
+    yield batch;
   }
   rest += dec.end();
-  if (rest !== '') yield rest;
+  if (rest !== '') yield [rest];
 }
 
+// Output lines are gathered for the rest of the event-loop turn and written together (one write
+// per turn rather than one per record); a record's line is out as soon as the turn ends.
+let out = [];
 function write(obj) {
-  return process.stdout.write(JSON.stringify(obj) + '\n');
+  if (out.length === 0) setImmediate(flushOut);
+  out.push(JSON.stringify(obj));
+}
+function flushOut() {
+  if (out.length === 0) return;
+  process.stdout.write(out.join('\n') + '\n');
+  out = [];
 }
 
 async function main(argv) {
@@ -85,20 +96,21 @@ async function main(argv) {
   let failed = 0;
   let acked = 0;
   const all = [];
-  for await (const line of lines(process.stdin)) {
-    const tab = line.indexOf('\t');
-    const rec = tab < 0 ? { key: null, value: line } : { key: line.slice(0, tab), value: line.slice(tab + 1) };
-    const pseq = producer.seq + 1; // send() numbers records in call order
-    all.push(producer.send(rec).then(
-      (r) => { acked++; write({ pseq: r.pseq, acked: true, partition: r.partition, epoch: r.epoch, seq: r.seq }); },
-      (e) => {
+  const ok = (r) => { acked++; write({ pseq: r.pseq, acked: true, partition: r.partition, epoch: r.epoch, seq: r.seq }); };
+  for await (const batch of lineBatches(process.stdin)) {
+    for (const line of batch) {
+      const tab = line.indexOf('\t');
+      const rec = tab < 0 ? { key: null, value: line } : { key: line.slice(0, tab), value: line.slice(tab + 1) };
+      const pseq = producer.seq + 1; // send() numbers records in call order
+      all.push(producer.send(rec).then(ok, (e) => {
         failed++;
         write({ pseq, acked: false, error: `${e.code ?? 'internal'}: ${e.message}` });
-      },
-    ));
+      }));
+    }
     await producer.ready();
   }
   await Promise.all(all);
+  flushOut();
   await producer.close().catch(() => {});
   await client.close();
   process.stderr.write(`produce: ${acked} acknowledged, ${failed} failed, ${producer.resent} re-sent after an epoch change\n`);

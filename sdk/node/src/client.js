@@ -6,7 +6,6 @@ import { readFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { connect as natsConnect, nkeyAuthenticator, errors as natsErrors } from '@nats-io/transport-node';
 import { violationOf, isNoResponders, isTimeout } from './natserrors.js';
-import { jetstream } from '@nats-io/jetstream';
 import { fromSeed } from '@nats-io/nkeys';
 import { Partitioner } from './partitioner.js';
 import { Producer } from './producer.js';
@@ -99,7 +98,6 @@ export class Client {
   constructor(nc, opts) {
     this.nc = nc;
     this.opts = opts;
-    this.js = jetstream(nc, { timeout: opts.ackTimeout });
     this.modules = new Map(); // digest -> verified bytes
     this.partitioners = new Map(); // digest + config -> Partitioner
     this.violationListeners = new Set();

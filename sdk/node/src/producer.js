@@ -11,9 +11,9 @@
 // (the epoch was fenced). Everything runs on the event loop: no locks.
 
 import { headers as natsHeaders } from '@nats-io/transport-node';
-import { JetStreamApiError } from '@nats-io/jetstream';
 import { keyBytes } from './partitioner.js';
-import { violationOf, isNoResponders, isTimeout } from './natserrors.js';
+import { violationOf } from './natserrors.js';
+import { AckPublisher, AckTimeoutError, StreamError } from './publisher.js';
 import { BadRequestError, PctlError, UnavailableError, permissionError } from './errors.js';
 
 const NAME_RE = /^[A-Za-z0-9_-]{1,64}$/;
@@ -38,12 +38,10 @@ function randomId() {
   return Array.from(b, (x) => a[x % a.length]).join('');
 }
 
-// A publish error that no retry can fix: the stream refused the message itself.
+// A publish error that no retry can fix: the stream refused the message itself (too large).
 function permanent(err) {
-  if (err instanceof JetStreamApiError) {
-    return err.code === 10054 || /maximum message size|exceeds/i.test(err.message);
-  }
-  return /max(imum)?[_ ]payload|payload size/i.test(String(err?.message));
+  if (err instanceof StreamError) return err.code === 10054 || /maximum message size|exceeds/i.test(err.message);
+  return /max_payload|payload size/i.test(String(err?.message));
 }
 
 /**
@@ -70,6 +68,7 @@ export class Producer {
     const p = new Producer(client, topic, id, opts);
     const desc = await p.fetch();
     await p.install(desc);
+    p.pub = new AckPublisher(client.nc, client.opts.ackTimeout);
     p.stopViolation = client.onViolation((subject, v) => {
       if (subject.startsWith(`pctl.data.${topic}.`)) p.fail(permissionError(subject, v));
     });
@@ -214,8 +213,10 @@ export class Producer {
   message(pd) {
     const h = natsHeaders();
     if (pd.key !== null) h.set('Pctl-Key', `b64:${Buffer.from(pd.key.buffer, pd.key.byteOffset, pd.key.length).toString('base64')}`);
+    const seq = String(pd.pseq);
     h.set('Pctl-Producer', this.id);
-    h.set('Pctl-Seq', String(pd.pseq));
+    h.set('Pctl-Seq', seq);
+    h.set('Nats-Msg-Id', `${this.id}-${seq}`);
     return h;
   }
 
@@ -261,6 +262,7 @@ export class Producer {
     } finally {
       this.closed = true;
       this.stopViolation?.();
+      this.pub.close();
     }
   }
 
@@ -398,6 +400,7 @@ class Sink {
     this.partition = partition;
     this.queue = []; // not yet published, in order
     this.inflight = 0;
+    this.flying = new Set(); // the records of inflight
     this.failed = []; // failed this round: to retry or repartition
     this.cause = null;
     this.paused = false; // waiting for the control loop
@@ -426,14 +429,12 @@ class Sink {
     pd.tries++;
     pd.ambiguous = false;
     this.inflight++;
-    const opts = { headers: this.p.message(pd), msgID: `${this.p.id}-${pd.pseq}`, timeout: this.p.client.opts.ackTimeout };
-    let pr;
-    try {
-      pr = this.p.client.js.publish(pd.subject, pd.value, opts);
-    } catch (e) {
-      pr = Promise.reject(e);
-    }
-    pr.then((ack) => this.onAck(pd, ack), (err) => this.onErr(pd, err));
+    this.flying.add(pd);
+    this.p.pub.publish(pd.subject, pd.value, this.p.message(pd), (err, ack) => {
+      this.flying.delete(pd);
+      if (err) this.onErr(pd, err);
+      else this.onAck(pd, ack);
+    });
   }
 
   onAck(pd, ack) {
@@ -461,7 +462,7 @@ class Sink {
       this.p.settle(pd, null, this.aborted);
       return this.check();
     }
-    pd.ambiguous = isTimeout(err) && !isNoResponders(err);
+    pd.ambiguous = err instanceof AckTimeoutError;
     this.failed.push(pd);
     if (this.cause === null) this.cause = err;
     this.check();
@@ -511,7 +512,9 @@ class Sink {
     this.failed = [];
     this.queue = [];
     for (const pd of left) this.p.settle(pd, null, err);
-    // Records in flight settle as their answers come (an acknowledgement is still a success).
+    // Records in flight fail now: the producer is unusable, and a refused publish (permission)
+    // gets no answer at all. Their answers, if any come, are ignored.
+    for (const pd of this.flying) this.p.settle(pd, null, err);
     this.check();
   }
 }
