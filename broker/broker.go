@@ -185,8 +185,11 @@ func (b *Broker) Close() error {
 		_ = s.Drain()
 	}
 	b.wg.Wait()
-	closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	b.ps.close(closeCtx) // flushes the produce service: every accepted record gets its answer
+	// Flush the produce service: every accepted record gets its answer. Records that cannot be
+	// stored before the grace period ends (an epoch change stopped half way by this shutdown) get
+	// none: their senders were never told they are stored, and retry.
+	closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	b.ps.close(closeCtx)
 	cancel()
 	if b.stop != nil {
 		b.stop()
@@ -212,6 +215,32 @@ func (b *Broker) Close() error {
 		b.srv.WaitForShutdown()
 	}
 	return nil
+}
+
+// Abort stops the broker at once, as a crash would: no request in progress is answered, nothing is
+// flushed beyond what JetStream already stored. Fault-injection tests use it; a later Start on the
+// same data directory resumes whatever was in progress.
+func (b *Broker) Abort() {
+	for _, s := range b.subs {
+		_ = s.Unsubscribe()
+	}
+	if b.stop != nil {
+		b.stop()
+	}
+	if b.nc != nil {
+		b.nc.Close()
+	}
+	if b.ps.cl != nil {
+		b.ps.cl.Conn().Close()
+	}
+	if b.srv != nil {
+		b.srv.Shutdown()
+		b.srv.WaitForShutdown()
+	}
+	b.wg.Wait()
+	if b.rt != nil {
+		_ = b.rt.Close(context.Background())
+	}
 }
 
 // handler is one API endpoint.

@@ -692,7 +692,9 @@ func (w *worker) run(parent context.Context, h Handler, fail func(error)) {
 		}
 		return
 	}
-	it, err := cons.Messages()
+	// Short pull expiries and heartbeats: after a broker restart the reader notices the lost
+	// pull within seconds (the defaults let it stall for half a minute).
+	it, err := cons.Messages(jetstream.PullExpiry(3*time.Second), jetstream.PullHeartbeat(time.Second))
 	if err != nil {
 		if ctx.Err() == nil {
 			fail(fmt.Errorf("%w: read partition %d: %v", wire.ErrUnavailable, w.partition, err))

@@ -58,6 +58,8 @@ type ProducerOptions struct {
 	// MaxBuffered bounds records sent but not yet acknowledged; Send blocks beyond it.
 	// Default 65536.
 	MaxBuffered int
+	// Logf receives the producer's decisions after failures (retry in place, repartition).
+	Logf func(format string, args ...any)
 	// Partitioner overrides how the producer obtains a partitioner for an epoch (the broker's
 	// produce service passes its own, already loaded). Default: Client.Partitioner.
 	Partitioner func(ctx context.Context, p wire.Partitioner) (partitioner.Partitioner, error)
@@ -129,6 +131,9 @@ func (c *Client) NewProducer(ctx context.Context, topic string, opts ProducerOpt
 	}
 	if opts.MaxBuffered <= 0 {
 		opts.MaxBuffered = 65536
+	}
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
 	}
 	if opts.Partitioner == nil {
 		opts.Partitioner = func(ctx context.Context, p wire.Partitioner) (partitioner.Partitioner, error) {
@@ -408,12 +413,14 @@ func (p *Producer) control() {
 			desc = nil // broker unreachable: retry in place
 		}
 		if desc != nil && desc.Current().Epoch > ev.s.epoch {
+			p.opts.Logf("producer %s: partition %d of epoch %d: %v; epoch %d is current: re-sending %d+ records in order", p.id, ev.s.partition, ev.s.epoch, ev.cause, desc.Current().Epoch, len(ev.left))
 			p.repartition(ctx, ev, desc)
 			backoff = 50 * time.Millisecond
 			continue
 		}
 		// Same epoch: the stream is unavailable for a moment (or an epoch change is fencing it
 		// and not yet active). Retry the same records, in order, on the same subject.
+		p.opts.Logf("producer %s: partition %d of epoch %d: %v (descriptor: %v); retrying %d records in %v", p.id, ev.s.partition, ev.s.epoch, ev.cause, descEpoch(desc), len(ev.left), backoff)
 		time.Sleep(backoff)
 		if backoff < time.Second {
 			backoff *= 2
@@ -719,4 +726,15 @@ func permanent(err error) bool {
 		return strings.Contains(strings.ToLower(apiErr.Description), "maximum message size") || strings.Contains(apiErr.Description, "exceeds")
 	}
 	return errors.Is(err, nats.ErrMaxPayload)
+}
+
+func descEpoch(t *wire.Topic) string {
+	if t == nil {
+		return "unreachable"
+	}
+	s := fmt.Sprintf("epoch %d", t.Current().Epoch)
+	if t.Change != nil {
+		s += fmt.Sprintf(", changing to %d (%s)", t.Change.To, t.Change.State)
+	}
+	return s
 }

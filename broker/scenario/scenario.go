@@ -391,7 +391,7 @@ func (r *run) change(admin *client.Client, n int, ch Change) error {
 	// The broker "died" after fencing: stop it and start it again on the same data and port.
 	r.cfg.Logf("change %d: broker stopped after fencing (%v); restarting", n, err)
 	r.res.Restarted = true
-	r.broker().Close()
+	r.broker().Abort()
 	r.mu.Lock()
 	listen := r.listen
 	r.mu.Unlock()
@@ -440,7 +440,7 @@ func (r *run) clientProducer(id string, seed int64, wait chan struct{}) error {
 		return err
 	}
 	defer c.Close()
-	p, err := c.NewProducer(r.ctx, r.cfg.Topic, client.ProducerOptions{ID: id, MaxInFlight: 64})
+	p, err := c.NewProducer(r.ctx, r.cfg.Topic, client.ProducerOptions{ID: id, MaxInFlight: 64, Logf: r.cfg.Logf})
 	if err != nil {
 		return fmt.Errorf("producer %s: %w", id, err)
 	}
