@@ -1,0 +1,340 @@
+package dev.pctl;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.pctl.cli.Produce;
+import dev.pctl.internal.Json;
+import dev.pctl.runtime.Plugin;
+import io.nats.client.NKey;
+import java.io.ByteArrayInputStream;
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.security.SecureRandom;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.HexFormat;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The producer against a real broker ({@code pctl serve}, built from this repository), checked
+ * with the Go tools: records land where {@code pctl partition} says, {@code pctl consume} delivers
+ * every acknowledged record once and each key in send order, across an epoch change made with
+ * {@code pctl topic expand} in the middle of a run; and the errors a user meets.
+ */
+@Tag("broker")
+class ProducerBrokerTest {
+    private static Broker broker;
+
+    @BeforeAll
+    static void start() throws Exception {
+        broker = Broker.start();
+    }
+
+    @AfterAll
+    static void stop() throws Exception {
+        if (broker != null) {
+            broker.close();
+        }
+    }
+
+    private static void createTopic(String name, int partitions) throws Exception {
+        broker.pctlOk(null, "topic", "create", name, "--partitions", Integer.toString(partitions), "--partitioner", "kafka-murmur2");
+    }
+
+    /** What {@code pctl partition} (the Go host, wazero) says for each key. */
+    private static List<Integer> pctlPartition(List<byte[]> keys, int n) throws Exception {
+        StringBuilder in = new StringBuilder();
+        for (byte[] k : keys) {
+            in.append(HexFormat.of().formatHex(k)).append('\n');
+        }
+        String out = broker.pctlOffline(in.toString(), "partition", "--plugin", "kafka-murmur2", "--partitions", Integer.toString(n), "--hex");
+        List<Integer> ps = new ArrayList<>();
+        for (String l : out.split("\n")) {
+            if (!l.isEmpty()) {
+                ps.add(Integer.parseInt(l.trim()));
+            }
+        }
+        assertEquals(keys.size(), ps.size(), "one partition per key from pctl partition");
+        return ps;
+    }
+
+    /** Every record a new group gets, as {@code pctl consume --format jsonl} prints them. */
+    @SuppressWarnings("unchecked")
+    private static List<Map<String, Object>> consume(String topic, String group) throws Exception {
+        String out = broker.pctlOk(null, "consume", topic, "--group", group, "--from-beginning", "--format", "jsonl", "--idle-exit", "2s");
+        List<Map<String, Object>> recs = new ArrayList<>();
+        for (String l : out.split("\n")) {
+            if (!l.isBlank()) {
+                recs.add((Map<String, Object>) Json.parse(l));
+            }
+        }
+        return recs;
+    }
+
+    private static long num(Map<String, Object> r, String k) {
+        return (Long) r.get(k);
+    }
+
+    @Test
+    void recordsLandWherePctlPartitionSays() throws Exception {
+        createTopic("placement", 5);
+        List<ProducerRecord> sent = new ArrayList<>();
+        sent.add(ProducerRecord.keyed(new byte[0], "empty key".getBytes(StandardCharsets.UTF_8)));
+        for (int round = 0; round < 3; round++) {
+            for (int k = 0; k < 40; k++) {
+                sent.add(ProducerRecord.keyed("k" + k, "r" + round));
+            }
+            sent.add(ProducerRecord.keyless("keyless " + round));
+        }
+        List<CompletableFuture<RecordMetadata>> fs = new ArrayList<>();
+        try (PctlClient c = PctlClient.connect(broker.options(broker.producer));
+                Producer p = c.producer("placement", ProducerOptions.builder().id("placement-1").build())) {
+            for (ProducerRecord r : sent) {
+                fs.add(p.send(r));
+            }
+            p.flush();
+            assertEquals(0, p.resent());
+        }
+        List<byte[]> keys = new ArrayList<>();
+        List<Integer> keyed = new ArrayList<>();
+        for (int i = 0; i < sent.size(); i++) {
+            if (sent.get(i).hasKey()) {
+                keys.add(sent.get(i).key());
+                keyed.add(i);
+            }
+        }
+        List<Integer> want = pctlPartition(keys, 5);
+        Map<Long, RecordMetadata> bySeq = new HashMap<>();
+        for (int i = 0; i < sent.size(); i++) {
+            RecordMetadata md = fs.get(i).join();
+            assertEquals(i + 1, md.producerSeq(), "Pctl-Seq counts records from 1 in send order");
+            assertEquals(1, md.epoch());
+            assertFalse(md.duplicate());
+            bySeq.put(md.producerSeq(), md);
+        }
+        for (int j = 0; j < keyed.size(); j++) {
+            assertEquals((int) want.get(j), fs.get(keyed.get(j)).join().partition(), "record " + (keyed.get(j) + 1) + ": the partition pctl partition computes");
+        }
+
+        List<Map<String, Object>> got = consume("placement", "g-placement");
+        assertEquals(sent.size(), got.size(), "every acknowledged record is delivered once");
+        Map<String, Long> lastPseq = new HashMap<>();
+        for (Map<String, Object> r : got) {
+            long pseq = num(r, "pseq");
+            ProducerRecord rec = sent.get((int) pseq - 1);
+            RecordMetadata md = bySeq.get(pseq);
+            assertEquals("placement-1", r.get("producer"));
+            assertEquals((long) md.partition(), num(r, "partition"));
+            assertEquals(md.sequence(), num(r, "seq"));
+            assertEquals(new String(rec.value(), StandardCharsets.UTF_8), r.get("value"));
+            if (rec.hasKey()) {
+                assertEquals(new String(rec.key(), StandardCharsets.UTF_8), r.get("key"), "Pctl-Key carries the key (b64:, the empty key as b64:)");
+                String k = (String) r.get("key");
+                Long prev = lastPseq.put(k, pseq);
+                assertTrue(prev == null || prev < pseq, "key " + k + ": delivered in send order");
+            } else {
+                assertFalse(r.containsKey("key") || r.containsKey("key_b64"), "a keyless record has no Pctl-Key header");
+            }
+        }
+    }
+
+    @Test
+    void epochChangeInTheMiddleOfARun() throws Exception {
+        createTopic("grow", 3);
+        int keysN = 40;
+        int total = 3000;
+        List<CompletableFuture<RecordMetadata>> fs = new ArrayList<>();
+        List<ProducerRecord> sent = new ArrayList<>();
+        for (int i = 0; i < total; i++) {
+            sent.add(ProducerRecord.keyed("key-" + (i % keysN), Integer.toString(i)));
+        }
+        long resent;
+        try (PctlClient c = PctlClient.connect(broker.options(broker.producer));
+                Producer p = c.producer("grow", ProducerOptions.builder().id("grow-1").maxInFlight(64).build())) {
+            for (int i = 0; i < 500; i++) {
+                fs.add(p.send(sent.get(i)));
+            }
+            p.flush();
+            // Keep sending, at a pace that leaves records in flight, while the topic grows.
+            Thread sender = new Thread(() -> {
+                for (int i = 500; i < total; i++) {
+                    synchronized (fs) {
+                        fs.add(p.send(sent.get(i)));
+                    }
+                    if (i % 25 == 0) {
+                        try {
+                            Thread.sleep(2);
+                        } catch (InterruptedException e) {
+                            return;
+                        }
+                    }
+                }
+            });
+            sender.start();
+            Thread.sleep(100);
+            broker.pctlOk(null, "topic", "expand", "grow", "--partitions", "7");
+            sender.join();
+            p.flush();
+            assertEquals(2, p.epoch(), "the producer moved to the new epoch");
+            resent = p.resent();
+        }
+        assertEquals(total, fs.size());
+        List<byte[]> distinct = new ArrayList<>();
+        for (int k = 0; k < keysN; k++) {
+            distinct.add(("key-" + k).getBytes(StandardCharsets.UTF_8));
+        }
+        List<Integer> under3 = pctlPartition(distinct, 3);
+        List<Integer> under7 = pctlPartition(distinct, 7);
+        int[] perEpoch = new int[3];
+        for (int i = 0; i < total; i++) {
+            RecordMetadata md = fs.get(i).join();
+            int k = i % keysN;
+            perEpoch[md.epoch()]++;
+            int want = md.epoch() == 1 ? under3.get(k) : under7.get(k);
+            assertEquals(want, md.partition(), "record " + (i + 1) + " of epoch " + md.epoch() + ": the partition pctl partition computes for that epoch");
+        }
+        System.out.printf("epochChangeInTheMiddleOfARun: %d records in epoch 1, %d in epoch 2, %d re-sent after the fence%n", perEpoch[1], perEpoch[2], resent);
+        assertTrue(perEpoch[1] >= 500 && perEpoch[2] > 0, "records in both epochs: " + perEpoch[1] + " and " + perEpoch[2]);
+        assertTrue(resent > 0, "the fence made the producer re-send records under epoch 2");
+
+        List<Map<String, Object>> got = consume("grow", "g-grow");
+        assertEquals(total, got.size(), "every acknowledged record, once");
+        Map<String, Long> last = new HashMap<>();
+        for (Map<String, Object> r : got) {
+            String k = (String) r.get("key");
+            long v = Long.parseLong((String) r.get("value"));
+            Long prev = last.put(k, v);
+            assertTrue(prev == null || prev < v, k + ": " + v + " delivered after " + prev + ": per-key order must hold across the epoch change");
+        }
+    }
+
+    @Test
+    void unknownTopicAndBadNames() throws Exception {
+        try (PctlClient c = PctlClient.connect(broker.options(broker.producer))) {
+            NotFoundException e = assertThrows(NotFoundException.class, () -> c.producer("no-such-topic"));
+            assertEquals(ErrorCode.NOT_FOUND, e.code());
+            assertEquals("not_found", e.wireCode());
+            assertTrue(e.getMessage().contains("no-such-topic"), e.getMessage());
+            assertThrows(BadRequestException.class, () -> c.topic("bad name!"));
+            assertThrows(NotFoundException.class, () -> c.plugin("00".repeat(32)));
+        }
+    }
+
+    @Test
+    void consumerCredentialsCannotProduce() throws Exception {
+        createTopic("guarded", 2);
+        // A long acknowledgement timeout: the error must come from the server's permission
+        // violation, not from a timeout.
+        ClientOptions o = ClientOptions.builder().server(broker.url).creds(broker.consumer).ackTimeout(Duration.ofMinutes(2)).build();
+        try (PctlClient c = PctlClient.connect(o)) {
+            Producer p = c.producer("guarded");
+            CompletableFuture<RecordMetadata> f = p.send(ProducerRecord.keyed("k", "v"));
+            ExecutionException ee = assertThrows(ExecutionException.class, () -> f.get(60, TimeUnit.SECONDS));
+            PermissionDeniedException e = (PermissionDeniedException) ee.getCause();
+            assertEquals(ErrorCode.PERMISSION, e.code());
+            assertTrue(e.subject().startsWith("pctl.data.guarded.1."), e.subject());
+            assertEquals("producer or admin", e.role());
+            assertTrue(e.getMessage().contains("producer.nk"), e.getMessage());
+            assertThrows(PermissionDeniedException.class, () -> p.send(ProducerRecord.keyed("k", "v2")), "the producer failed for good");
+            assertThrows(PermissionDeniedException.class, p::close);
+        }
+    }
+
+    @Test
+    void connectErrors() throws Exception {
+        Path dir = Files.createTempDirectory("pctl-creds");
+        Path stranger = dir.resolve("stranger.nk");
+        Files.writeString(stranger, new String(NKey.createUser(new SecureRandom()).getSeed()) + "\n");
+        PermissionDeniedException refused = assertThrows(PermissionDeniedException.class, () -> PctlClient.connect(broker.options(stranger)));
+        assertTrue(refused.getMessage().contains("refused the credentials"), refused.getMessage());
+        Path garbage = dir.resolve("garbage.nk");
+        Files.writeString(garbage, "not a seed\n");
+        assertThrows(BadRequestException.class, () -> PctlClient.connect(broker.options(garbage)));
+        assertThrows(BadRequestException.class, () -> PctlClient.connect(broker.options(dir.resolve("missing.nk"))));
+        UnavailableException down = assertThrows(UnavailableException.class,
+                () -> PctlClient.connect(ClientOptions.builder().server("nats://127.0.0.1:1").creds(broker.producer).build()));
+        assertTrue(down.getMessage().contains("pctl serve"), down.getMessage());
+    }
+
+    @Test
+    void pluginsAreVerifiedAndCachedByDigest() throws Exception {
+        createTopic("plugins", 2);
+        try (PctlClient c = PctlClient.connect(broker.options(broker.producer))) {
+            TopicDescriptor d = c.topic("plugins");
+            TopicDescriptor.PartitionerRef ref = d.current().partitioner();
+            assertEquals("kafka-murmur2", ref.name());
+            byte[] bytes = c.plugin(ref.digest());
+            assertEquals(ref.digest(), Plugin.sha256(bytes));
+            assertArrayEquals(Files.readAllBytes(Repo.path("plugins/builtin/kafka-murmur2.wasm")), bytes, "the broker's built-in is the repository's module");
+            assertSame(bytes, c.plugin(ref.digest()), "cached by digest");
+            Partitioner p = c.partitioner(ref);
+            assertSame(p, c.partitioner(ref));
+            assertEquals(NativeMurmur2.partition("x".getBytes(StandardCharsets.UTF_8), 2), p.partition("x".getBytes(StandardCharsets.UTF_8), 2));
+        }
+    }
+
+    @Test
+    void theProduceCommand() throws Exception {
+        createTopic("cli", 3);
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        ByteArrayOutputStream err = new ByteArrayOutputStream();
+        String in = "a\t1\nb\t2\nkeyless\n\tempty key\na\t3";
+        int st = Produce.run(new String[] {"--server", broker.url, "--creds", broker.producer.toString(), "--topic", "cli", "--producer-id", "cli-1"},
+                new ByteArrayInputStream(in.getBytes(StandardCharsets.UTF_8)), out, new PrintStream(err, true, StandardCharsets.UTF_8));
+        assertEquals(0, st, err.toString(StandardCharsets.UTF_8));
+        String[] lines = out.toString(StandardCharsets.UTF_8).split("\n");
+        assertEquals(5, lines.length);
+        boolean[] seen = new boolean[6];
+        for (String l : lines) {
+            @SuppressWarnings("unchecked")
+            Map<String, Object> r = (Map<String, Object>) Json.parse(l);
+            assertEquals(Boolean.TRUE, r.get("acked"), l);
+            assertEquals(1L, r.get("epoch"));
+            assertNotNull(r.get("partition"));
+            assertTrue((Long) r.get("seq") >= 1);
+            seen[((Long) r.get("pseq")).intValue()] = true;
+        }
+        for (int i = 1; i <= 5; i++) {
+            assertTrue(seen[i], "pseq " + i);
+        }
+        List<Map<String, Object>> got = consume("cli", "g-cli");
+        assertEquals(5, got.size());
+        for (Map<String, Object> r : got) {
+            if (num(r, "pseq") == 4) {
+                assertEquals("", r.get("key"), "the empty key before a tab is a key");
+            }
+            if (num(r, "pseq") == 3) {
+                assertFalse(r.containsKey("key"), "a line without a tab is keyless");
+            }
+        }
+
+        ByteArrayOutputStream out2 = new ByteArrayOutputStream();
+        int st2 = Produce.run(new String[] {"--server", broker.url, "--creds", broker.consumer.toString(), "--topic", "cli"},
+                new ByteArrayInputStream("x\ty\n".getBytes(StandardCharsets.UTF_8)), out2, new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8));
+        assertEquals(1, st2);
+        String l = out2.toString(StandardCharsets.UTF_8).trim();
+        assertTrue(l.contains("\"acked\": false") && l.contains("permission denied"), l);
+
+        int st3 = Produce.run(new String[] {"--server", broker.url, "--creds", broker.producer.toString(), "--topic", "nope"},
+                new ByteArrayInputStream(new byte[0]), new ByteArrayOutputStream(), new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8));
+        assertEquals(2, st3, "an unknown topic is a usage error");
+    }
+}
