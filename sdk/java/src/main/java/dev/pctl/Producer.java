@@ -107,6 +107,7 @@ public final class Producer implements AutoCloseable {
     private final ExecutorService callbacks;
     private final Runnable stopListening;
     private final AtomicLong resent = new AtomicLong();
+    private final AtomicLong acks = new AtomicLong(); // acknowledgements so far (progress, for the retry backoff)
 
     Producer(PctlClient client, String topic, ProducerOptions opts) {
         this.client = client;
@@ -528,6 +529,7 @@ public final class Producer implements AutoCloseable {
             try {
                 PublishAck ack = h.future().join();
                 s.lastAcked = ack.getSeqno();
+                acks.incrementAndGet();
                 completeLocked(h.pd(), new RecordMetadata(h.pd().seq, s.partition, s.epoch, ack.getSeqno(), ack.isDuplicate()), null);
             } catch (CompletionException | CancellationException e) {
                 Throwable c = unwrap(e);
@@ -677,6 +679,7 @@ public final class Producer implements AutoCloseable {
 
     private void controlLoop() {
         long backoff = 50;
+        long acksSeen = 0;
         while (true) {
             Event ev;
             try {
@@ -718,8 +721,14 @@ public final class Producer implements AutoCloseable {
                     continue;
                 }
                 // Same epoch: the stream is unavailable for a moment (or an epoch change is between
-                // fencing and activation). Retry the same records, in order, on the same subject,
-                // with the same deduplication ids.
+                // fencing and activation), or an acknowledgement timed out. Retry the same records,
+                // in order, on the same subject, with the same deduplication ids; back off while
+                // nothing gets through.
+                long a = acks.get();
+                if (a != acksSeen) {
+                    acksSeen = a;
+                    backoff = 50;
+                }
                 Thread.sleep(backoff);
                 backoff = Math.min(backoff * 2, 1000);
                 lock.lock();
