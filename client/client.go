@@ -32,6 +32,12 @@ type Options struct {
 	Timeout time.Duration
 	// Runtime runs the partitioner modules. Default: a runtime of its own (closed by Close).
 	Runtime *runtime.Runtime
+	// ReconnectWait is the pause between reconnection attempts after the broker went away.
+	// Default 250ms (a restarted broker is back within a second or two).
+	ReconnectWait time.Duration
+	// AckTimeout bounds the wait for a publish acknowledgement; after it the publish counts as
+	// ambiguous and is retried with the same deduplication id. Default 5s.
+	AckTimeout time.Duration
 }
 
 // Client is a connection to a broker. It is safe for concurrent use.
@@ -67,8 +73,15 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	if opts.Name == "" {
 		opts.Name = "pctl-client"
 	}
+	if opts.ReconnectWait == 0 {
+		opts.ReconnectWait = 250 * time.Millisecond
+	}
+	if opts.AckTimeout == 0 {
+		opts.AckTimeout = 5 * time.Second
+	}
 	c := &Client{opts: opts, parts: map[string]*partitioner.WASM{}, modules: map[string][]byte{}, violations: map[string][]chan struct{}{}}
-	nopts := []nats.Option{nats.Name(opts.Name), nats.MaxReconnects(-1), nats.ErrorHandler(c.onAsyncError)}
+	nopts := []nats.Option{nats.Name(opts.Name), nats.MaxReconnects(-1), nats.ReconnectWait(opts.ReconnectWait),
+		nats.ReconnectJitter(50*time.Millisecond, 50*time.Millisecond), nats.ErrorHandler(c.onAsyncError)}
 	if opts.Creds != "" {
 		o, err := nats.NkeyOptionFromSeed(opts.Creds)
 		if err != nil {
@@ -84,7 +97,7 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 		return nil, fmt.Errorf("%w: cannot connect to %s: %v; is 'pctl serve' running? (--server or PCTL_SERVER)", wire.ErrUnavailable, opts.URL, err)
 	}
 	c.nc = nc
-	c.js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1<<16), jetstream.WithPublishAsyncTimeout(30*time.Second))
+	c.js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1<<16), jetstream.WithPublishAsyncTimeout(opts.AckTimeout))
 	if err != nil {
 		nc.Close()
 		return nil, err
