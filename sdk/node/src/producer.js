@@ -95,6 +95,7 @@ export class Producer {
     this.controlling = false;
     this.waiters = []; // {ready: bool, resolve}
     this.resent = 0; // records re-sent under a new epoch
+    this.recovered = 0; // records whose lost acknowledgement was found in a fenced partition
   }
 
   /** The epoch records are produced to now. */
@@ -178,10 +179,15 @@ export class Producer {
     }
     pd.epoch = cur.epoch;
     pd.partition = part;
+    pd.ambiguous = false; // a new partition and epoch (resolveAmbiguous ran before a repartition)
+    pd.floor = undefined;
     pd.subject = `pctl.data.${this.topic}.${cur.epoch}.${part}`;
     let s = this.sinks.get(part);
     if (!s) {
       s = new Sink(this, cur.epoch, part);
+      // Everything stored under this epoch is above the previous epoch's boundary.
+      const prev = this.desc.epochs[this.desc.epochs.length - 2];
+      s.lastAcked = prev?.boundaries?.[part] ?? 0;
       this.sinks.set(part, s);
     }
     s.push(pd);
@@ -333,7 +339,15 @@ export class Producer {
       this.switching = false;
       return;
     }
-    left = await this.resolveAmbiguous(desc, left, old);
+    try {
+      left = await this.resolveAmbiguous(desc, left);
+    } catch (e) {
+      // Re-sending a record that may be stored would store it twice: fail them all instead.
+      this.switching = false;
+      for (const pd of left) this.settle(pd, null, e);
+      this.fail(e);
+      return;
+    }
     try {
       await this.install(desc);
     } catch (e) {
@@ -351,44 +365,65 @@ export class Producer {
   }
 
   // A record whose acknowledgement was lost may be stored in the fenced partition: look for its
-  // msg id between the last sequence acknowledged there and the epoch's boundary (direct get).
-  async resolveAmbiguous(desc, left, sinks) {
-    const out = [];
+  // msg id there, above the last sequence acknowledged before its first publish to it (a record
+  // published later cannot be stored before one acknowledged earlier) and up to the epoch's
+  // boundary, with JetStream direct gets; one scan per partition. Found: the record is
+  // acknowledged there; not found: it is re-sent under the new epoch.
+  async resolveAmbiguous(desc, left) {
+    const byPart = new Map();
     for (const pd of left) {
-      if (!pd.ambiguous) {
-        out.push(pd);
-        continue;
-      }
-      const seq = await this.findStored(desc, pd, sinks.get(pd.partition));
-      if (seq > 0) {
-        this.settle(pd, { partition: pd.partition, epoch: pd.epoch, seq, duplicate: true });
-        continue;
-      }
-      pd.ambiguous = false;
-      out.push(pd);
+      if (pd.ambiguous) byPart.set(pd.partition, [...(byPart.get(pd.partition) ?? []), pd]);
     }
-    return out;
+    if (byPart.size === 0) return left;
+    const found = new Set();
+    for (const [q, pds] of byPart) {
+      const e = desc.epochs.find((x) => x.epoch === pds[0].epoch);
+      const boundary = e?.boundaries?.[q] ?? 0;
+      const want = new Map(pds.map((pd) => [`${this.id}-${pd.pseq}`, pd]));
+      const from = Math.min(...pds.map((pd) => pd.floor ?? 0)) + 1;
+      for await (const [seq, id] of this.scan(q, from, boundary)) {
+        const pd = want.get(id);
+        if (!pd || pd.floor >= seq) continue;
+        want.delete(id);
+        found.add(pd);
+        this.recovered++;
+        this.settle(pd, { partition: q, epoch: pd.epoch, seq, duplicate: true });
+        if (want.size === 0) break;
+      }
+    }
+    return left.filter((pd) => !found.has(pd));
   }
 
-  async findStored(desc, pd, sink) {
+  /** Test hook and building block: the sequence of this producer's record pseq in partition q of
+   * a fenced epoch (0: not stored there), searched from sequence `from`. */
+  async findStored(desc, pd, from = 1) {
     const e = desc.epochs.find((x) => x.epoch === pd.epoch);
-    const boundary = e?.boundaries?.[pd.partition];
-    if (!boundary) return 0;
     const id = `${this.id}-${pd.pseq}`;
-    const subject = `$JS.API.DIRECT.GET.PCTL_${this.topic}_${pd.partition}`;
-    for (let seq = (sink?.lastAcked ?? 0) + 1; seq <= boundary; seq++) {
-      for (let attempt = 0; attempt < 3; attempt++) {
+    for await (const [seq, mid] of this.scan(pd.partition, from, e?.boundaries?.[pd.partition] ?? 0)) {
+      if (mid === id) return seq;
+    }
+    return 0;
+  }
+
+  // Yields [seq, Nats-Msg-Id] of partition q's stream for from <= seq <= to (direct gets).
+  async* scan(q, from, to) {
+    const subject = `$JS.API.DIRECT.GET.PCTL_${this.topic}_${q}`;
+    for (let seq = Math.max(from, 1); seq <= to; seq++) {
+      for (let attempt = 0; ; attempt++) {
         try {
           const m = await this.client.nc.request(subject, encoder.encode(JSON.stringify({ seq })), { timeout: this.client.opts.timeout });
-          if (m.headers?.get('Nats-Msg-Id') === id) return seq;
-          break; // another record, or a deleted sequence (404)
+          if (m.headers?.code === 0 || m.headers?.code === undefined || m.headers?.code === 200) {
+            yield [seq, m.headers?.get('Nats-Msg-Id') ?? ''];
+          }
+          break; // a stored message, or a deleted sequence (404)
         } catch (err) {
-          if (violationOf(err)) return 0;
-          await sleep(100);
+          if (violationOf(err) || attempt >= 5) {
+            throw new UnavailableError(`cannot read partition ${q} of ${this.topic} at sequence ${seq} to find out whether records whose acknowledgement was lost are stored there: ${err.message}`, { cause: err });
+          }
+          await sleep(100 * (attempt + 1));
         }
       }
     }
-    return 0;
   }
 }
 
@@ -427,7 +462,7 @@ class Sink {
 
   publish(pd) {
     pd.tries++;
-    pd.ambiguous = false;
+    if (pd.floor === undefined) pd.floor = this.lastAcked;
     this.inflight++;
     this.flying.add(pd);
     this.p.pub.publish(pd.subject, pd.value, this.p.message(pd), (err, ack) => {
@@ -462,7 +497,9 @@ class Sink {
       this.p.settle(pd, null, this.aborted);
       return this.check();
     }
-    pd.ambiguous = err instanceof AckTimeoutError;
+    // Sticky: once an attempt's answer was lost the record may be stored here, whatever later
+    // attempts say (a later "no responders" says nothing about the earlier attempt).
+    if (err instanceof AckTimeoutError) pd.ambiguous = true;
     this.failed.push(pd);
     if (this.cause === null) this.cause = err;
     this.check();

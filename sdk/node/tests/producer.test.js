@@ -157,6 +157,42 @@ describe('producer against a real broker', { skip: skip ?? false, timeout: 600_0
     await p.close();
   });
 
+  test('lost acknowledgements (ackTimeout 2 ms): retried with the same msg id, stored once, in order, across an epoch change', async (t) => {
+    await broker.admin(['topic', 'create', 'lossy', '--partitions', '2', '--partitioner', 'kafka-murmur2']);
+    const c = await connect({ server: broker.url, creds: broker.creds.producer, ackTimeout: 2 });
+    try {
+      const p = await c.producer('lossy', { id: 'node-lossy', maxInFlight: 256 });
+      const keys = Array.from({ length: 40 }, (_, i) => `L${i}`);
+      const sent = new Map();
+      const promises = [];
+      let acked = 0;
+      let expand = null;
+      const total = 6000;
+      for (let i = 0; i < total; i++) {
+        const k = keys[i % keys.length];
+        sent.set(k, [...(sent.get(k) ?? []), String(i)]);
+        promises.push(p.send({ key: k, value: String(i) }).then((r) => { acked++; return r; }));
+        if (i % 500 === 499) {
+          while (acked < i - 1000) await new Promise((r) => setTimeout(r, 5));
+          if (expand === null && acked > 2000) expand = broker.admin(['topic', 'expand', 'lossy', '--partitions', '5']);
+        }
+      }
+      const results = await Promise.all(promises);
+      await expand;
+      await p.close();
+      const dups = results.filter((r) => r.duplicate).length;
+      t.diagnostic(`lost acknowledgements: ${dups} records acknowledged as duplicates of an earlier attempt, ${p.resent} re-sent under epoch 2, ${p.recovered} found stored in a fenced partition`);
+      assert.ok(dups > 0, 'some acknowledgements came late and the retry was deduplicated');
+      assert.ok(results.some((r) => r.epoch === 2));
+      const records = await consumeAll(broker, 'lossy', 'g1');
+      assert.equal(records.length, total, 'every record stored exactly once');
+      const parts = new Map([[1, await pctlPartitions(broker, keys, 2)], [2, await pctlPartitions(broker, keys, 5)]]);
+      checkConsumed(records, sent, parts);
+    } finally {
+      await c.close();
+    }
+  });
+
   test('plugins are fetched by digest, verified and cached', async () => {
     const { topic } = await client.topic('orders');
     const { digest } = topic.epochs[0].partitioner;
