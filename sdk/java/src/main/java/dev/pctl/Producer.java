@@ -436,7 +436,8 @@ public final class Producer implements AutoCloseable {
         int epoch;
         int partition;
         Message msg;
-        boolean ambiguous; // the last attempt may have been stored (its acknowledgement was lost)
+        boolean ambiguous; // an attempt under the current placement may be stored (its acknowledgement was lost)
+        long floor; // when ambiguous: a stored copy can only be after this stream sequence
         boolean done;
 
         Pending(long seq, ProducerRecord rec, Callback callback) {
@@ -540,7 +541,16 @@ public final class Producer implements AutoCloseable {
                 }
                 // After a failure, a later record that still got stored is acknowledged normally;
                 // for a fence this does not happen (every later publish is refused too).
-                h.pd().ambiguous = isTimeout(c);
+                if (isTimeout(c) && !h.pd().ambiguous) {
+                    // Once ambiguous, a record stays so until it is found or re-placed: a later
+                    // attempt refused by a fence does not undo an earlier one that may be stored.
+                    // Every record before it in this partition has its fate, so its stored copy,
+                    // if any, lies after the last acknowledgement seen so far; acknowledgements of
+                    // later records (which can arrive after this timeout) lie after it, so this
+                    // is the floor, not the last acknowledged sequence at the time of the fence.
+                    h.pd().ambiguous = true;
+                    h.pd().floor = s.lastAcked;
+                }
                 s.failed.add(h.pd());
                 if (s.cause == null) {
                     s.cause = c;
@@ -814,13 +824,9 @@ public final class Producer implements AutoCloseable {
                 left.addAll(ev.left()); // cannot happen (every sink is an old one); never drop a record
             }
         }
-        Map<Integer, Long> lastAcked = new HashMap<>();
-        for (Sink s : old) {
-            lastAcked.put(s.partition, s.lastAcked);
-        }
         // Records whose acknowledgement was lost may be stored in the fenced partition: look for
-        // them between the last acknowledged sequence and the partition's boundary.
-        left = resolveAmbiguous(d, left, lastAcked);
+        // them between their floor and the partition's boundary.
+        left = resolveAmbiguous(d, left);
         try {
             install(d);
         } catch (PctlException e) {
@@ -858,14 +864,14 @@ public final class Producer implements AutoCloseable {
         }
     }
 
-    private List<Pending> resolveAmbiguous(TopicDescriptor d, List<Pending> left, Map<Integer, Long> lastAcked) {
+    private List<Pending> resolveAmbiguous(TopicDescriptor d, List<Pending> left) {
         List<Pending> out = new ArrayList<>();
         for (Pending pd : left) {
             if (!pd.ambiguous) {
                 out.add(pd);
                 continue;
             }
-            long found = findStored(d, pd, lastAcked.getOrDefault(pd.partition, 0L));
+            long found = findStored(d, pd, pd.floor);
             if (found > 0) {
                 complete(pd, new RecordMetadata(pd.seq, pd.partition, pd.epoch, found, true), null);
                 continue;
@@ -876,25 +882,34 @@ public final class Producer implements AutoCloseable {
     }
 
     /** The stream sequence of pd's message in its fenced partition, or 0 if it is not there. */
-    private long findStored(TopicDescriptor d, Pending pd, long lastAcked) {
+    private long findStored(TopicDescriptor d, Pending pd, long floor) {
         TopicDescriptor.Epoch e = d.epoch(pd.epoch);
         long boundary = e == null ? -1 : e.boundary(pd.partition);
         String msgId = id + "-" + pd.seq;
         String subject = "$JS.API.DIRECT.GET.PCTL_" + topic + "_" + pd.partition;
-        for (long s = lastAcked + 1; s <= boundary; s++) {
-            try {
-                Message m = client.connection().request(subject, ("{\"seq\":" + s + "}").getBytes(StandardCharsets.UTF_8), client.options().requestTimeout());
-                if (m == null || m.isStatusMessage() || m.getHeaders() == null) {
-                    continue;
+        for (long s = floor + 1; s <= boundary; s++) {
+            for (int attempt = 0; ; attempt++) {
+                try {
+                    Message m = client.connection().request(subject, ("{\"seq\":" + s + "}").getBytes(StandardCharsets.UTF_8), client.options().requestTimeout());
+                    if (m == null) {
+                        throw new IllegalStateException("no answer");
+                    }
+                    if (!m.isStatusMessage() && m.getHeaders() != null && msgId.equals(m.getHeaders().getFirst("Nats-Msg-Id"))) {
+                        return s;
+                    }
+                    break; // another record, or none at this sequence (404)
+                } catch (InterruptedException ex) {
+                    Thread.currentThread().interrupt();
+                    return 0;
+                } catch (RuntimeException ex) {
+                    if (attempt >= 2) {
+                        // Unreadable: count it as absent. The record is then re-sent, and may be
+                        // stored twice (never lost).
+                        System.getLogger("dev.pctl").log(System.Logger.Level.WARNING,
+                                "producer {0}: cannot read sequence {1} of {2} to resolve record {3}: {4}", id, s, subject, pd.seq, ex.toString());
+                        break;
+                    }
                 }
-                if (msgId.equals(m.getHeaders().getFirst("Nats-Msg-Id"))) {
-                    return s;
-                }
-            } catch (InterruptedException ex) {
-                Thread.currentThread().interrupt();
-                return 0;
-            } catch (RuntimeException ex) {
-                // unreadable: treat as not found below
             }
         }
         return 0;
