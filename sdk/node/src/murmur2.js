@@ -4,9 +4,8 @@
 
 const M = 0x5bd1e995;
 
-/** Kafka's murmur2 of the key bytes, as an unsigned 32-bit number. */
-export function murmur2(key) {
-  const len = key.length;
+/** Kafka's murmur2 of the key bytes (the first len of them), as an unsigned 32-bit number. */
+export function murmur2(key, len = key.length) {
   let h = (0x9747b28c ^ len) >>> 0;
   const whole = len & ~3;
   let i = 0;
@@ -28,7 +27,7 @@ export function murmur2(key) {
   return h >>> 0;
 }
 
-/** kafka-murmur2's partition: (murmur2(key) & 0x7fffffff) % n. `toPositive`, not abs. */
-export function kafkaMurmur2(key, n) {
-  return (murmur2(key) & 0x7fffffff) % n;
+/** kafka-murmur2's partition: (murmur2(key) & 0x7fffffff) % n (`toPositive`, not abs). */
+export function kafkaMurmur2(key, n, len = key.length) {
+  return (murmur2(key, len) & 0x7fffffff) % n;
 }

@@ -145,10 +145,18 @@ export class Partitioner {
    * when the module fails (nothing is returned then, never a made-up partition).
    */
   partition(key, n) {
+    if ((n | 0) !== n || n < 1) checkN(n); // n is an int32 >= 1: in [1, 2^31-1]
+    const p = this.plugin ?? this.instance();
+    if (typeof key === 'string') {
+      try {
+        return p.partitionString(key, n);
+      } catch (e) {
+        if (!(e instanceof UsageError)) this.plugin = null;
+        throw mapRuntimeError(e, { name: p.name, digest: p.digest });
+      }
+    }
     const k = keyBytes(key);
-    checkN(n);
     if (k.length > LIMITS.maxKey) throw new BadRequestError(`key too long: ${k.length} bytes; the limit is ${LIMITS.maxKey} (spec/abi-v1.md §1.1)`);
-    const p = this.instance();
     try {
       return p.partition(k, n);
     } catch (e) {

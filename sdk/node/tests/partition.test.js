@@ -67,6 +67,8 @@ test('bad input: n, key length, keyless, config', () => {
     assert.throws(() => p.partition('k', n), (e) => e instanceof BadRequestError && e.code === 'bad_request' && /invalid partition count/.test(e.message), String(n));
   }
   assert.throws(() => p.partition(new Uint8Array(65537), 3), /key too long: 65537 bytes/);
+  assert.throws(() => p.partition('é'.repeat(32769), 3), (e) => e instanceof BadRequestError && /key too long: 65538 bytes/.test(e.message));
+  assert.equal(p.partition('é'.repeat(32768), 3), p.partition(Buffer.from('é'.repeat(32768)), 3), 'a string key of exactly PCTL_MAX_KEY bytes');
   assert.equal(typeof p.partition(new Uint8Array(65536), 3), 'number', 'a key of exactly PCTL_MAX_KEY is fine');
   assert.throws(() => p.partition(null, 3), /keyless record never reaches a partitioner/);
   assert.throws(() => Partitioner.loadSync(builtin, { config: { seed: '1' } }), (e) => e instanceof PluginError && e.failure === 'plugin takes no configuration');

@@ -306,6 +306,7 @@ export class Plugin {
     if (!this.u8 || this.u8.buffer !== b) {
       this.u8 = new Uint8Array(b);
       this.dv = new DataView(b);
+      this.nb = Buffer.from(b); // a Node Buffer view of the same memory, for string keys
     }
   }
 
@@ -346,6 +347,23 @@ export class Plugin {
     this.view();
     this.u8.set(key, this.buf);
     const r = this.call('pctl_partition', this.fnPartition, key.length, n);
+    if (r >= 0 && r < n) return r;
+    throw this.resultError('pctl_partition', r, n, -1);
+  }
+
+  /**
+   * The partition of a string key, its UTF-8 bytes written straight into the buffer (no copy in
+   * between: what a producer of string keys pays per record). Throws UsageError for a key over
+   * PCTL_MAX_KEY bytes.
+   */
+  partitionString(key, n) {
+    this.view();
+    if (key.length > LIMITS.maxKey / 3) {
+      const bytes = Buffer.byteLength(key, 'utf8');
+      if (bytes > LIMITS.maxKey) throw new UsageError(`${CLASS.keyTooLong}: ${bytes} bytes; the limit is ${LIMITS.maxKey} (spec/abi-v1.md §1.1)`);
+    }
+    const len = this.nb.utf8Write(key, this.buf);
+    const r = this.call('pctl_partition', this.fnPartition, len, n);
     if (r >= 0 && r < n) return r;
     throw this.resultError('pctl_partition', r, n, -1);
   }
