@@ -283,6 +283,25 @@ class ProducerBrokerTest {
     }
 
     @Test
+    void anOversizedRecordFailsAlone() throws Exception {
+        // 2 MiB: under the server's 16 MiB max_payload, over the streams' 1 MiB record size. The
+        // stream refuses it (a per-record failure, never retried); the records around it, in the
+        // same partition, are stored in order.
+        createTopic("big", 1);
+        try (PctlClient c = PctlClient.connect(broker.options(broker.producer)); Producer p = c.producer("big")) {
+            CompletableFuture<RecordMetadata> before = p.send(ProducerRecord.keyed("k", "before"));
+            CompletableFuture<RecordMetadata> big = p.send(ProducerRecord.keyed("k".getBytes(StandardCharsets.UTF_8), new byte[2 << 20]));
+            CompletableFuture<RecordMetadata> after = p.send(ProducerRecord.keyed("k", "after"));
+            p.flush();
+            ExecutionException e = assertThrows(ExecutionException.class, big::get);
+            BadRequestException bad = (BadRequestException) e.getCause();
+            assertTrue(bad.getMessage().contains("record 2"), bad.getMessage());
+            assertEquals(1, before.join().sequence());
+            assertEquals(2, after.join().sequence());
+        }
+    }
+
+    @Test
     void unknownTopicAndBadNames() throws Exception {
         try (PctlClient c = PctlClient.connect(broker.options(broker.producer))) {
             NotFoundException e = assertThrows(NotFoundException.class, () -> c.producer("no-such-topic"));
@@ -291,6 +310,8 @@ class ProducerBrokerTest {
             assertTrue(e.getMessage().contains("no-such-topic"), e.getMessage());
             assertThrows(BadRequestException.class, () -> c.topic("bad name!"));
             assertThrows(NotFoundException.class, () -> c.plugin("00".repeat(32)));
+            UnavailableException none = assertThrows(UnavailableException.class, () -> c.request("pctl.api.no.such.op", new byte[0]));
+            assertTrue(none.getMessage().contains("no broker answers pctl.api.no.such.op"), none.getMessage());
         }
     }
 
