@@ -40,6 +40,8 @@ describe('producer against a real broker', { skip: skip ?? false, timeout: 600_0
   before(async () => {
     broker = await startBroker();
     client = await connect({ server: broker.url, creds: broker.creds.producer });
+    // Shared by several tests (each checks only what it wrote itself).
+    await broker.admin(['topic', 'create', 'orders', '--partitions', '5', '--partitioner', 'kafka-murmur2']);
   });
 
   after(async () => {
@@ -48,7 +50,6 @@ describe('producer against a real broker', { skip: skip ?? false, timeout: 600_0
   });
 
   test('keyed and keyless records: partitions of pctl partition, order per key, headers of §5.1', async () => {
-    await broker.admin(['topic', 'create', 'orders', '--partitions', '5', '--partitioner', 'kafka-murmur2']);
     const p = await client.producer('orders', { id: 'node-orders' });
     const keys = ['', 'é', ...Array.from({ length: 48 }, (_, i) => `user-${i}`)];
     const sent = new Map();
@@ -241,6 +242,23 @@ describe('producer against a real broker', { skip: skip ?? false, timeout: 600_0
     await assert.rejects(connect({ server: broker.url, creds: `${broker.dir}/nope.nk` }), (e) => e instanceof BadRequestError && /credentials .*nope\.nk/.test(e.message));
     await assert.rejects(connect({ server: broker.url, creds: fileURLToPath(import.meta.url) }), (e) => e instanceof BadRequestError && /no NKey seed/.test(e.message));
     await assert.rejects(connect({ server: 'nats://127.0.0.1:1', creds: broker.creds.producer }), (e) => e instanceof UnavailableError && /pctl serve/.test(e.message));
+  });
+
+  test('examples/produce.js runs against the broker', async () => {
+    await broker.admin(['topic', 'create', 'example', '--partitions', '5', '--partitioner', 'kafka-murmur2']);
+    const ex = fileURLToPath(new URL('../examples/produce.js', import.meta.url));
+    const r = await new Promise((resolve) => {
+      const c = spawn(process.execPath, [ex, 'example'], { env: { ...process.env, PCTL_SERVER: broker.url, PCTL_CREDS: broker.creds.producer } });
+      let out = '';
+      let err = '';
+      c.stdout.setEncoding('utf8').on('data', (d) => { out += d; });
+      c.stderr.setEncoding('utf8').on('data', (d) => { err += d; });
+      c.on('close', (status) => resolve({ status, out, err }));
+    });
+    assert.equal(r.status, 0, r.err);
+    assert.match(r.out, /record 4: partition \d, epoch 1/);
+    const parts = await pctlPartitions(broker, ['customer-42'], 5);
+    assert.match(r.out, new RegExp(`customer-42 -> partition ${parts.get('customer-42')} of 5 \\(kafka-murmur2`));
   });
 
   test('the produce CLI: JSON line per record, exit 0 when all acknowledged', async () => {
