@@ -14,7 +14,7 @@ import { headers as natsHeaders } from '@nats-io/transport-node';
 import { keyBytes } from './partitioner.js';
 import { violationOf } from './natserrors.js';
 import { AckPublisher, AckTimeoutError, StreamError } from './publisher.js';
-import { BadRequestError, PctlError, UnavailableError, permissionError } from './errors.js';
+import { BadRequestError, ConflictError, PctlError, UnavailableError, permissionError } from './errors.js';
 
 const NAME_RE = /^[A-Za-z0-9_-]{1,64}$/;
 const encoder = new TextEncoder();
@@ -294,6 +294,10 @@ export class Producer {
       while (this.events.length > 0) {
         const s = this.events.shift();
         if (s.closed || s.aborted || !s.paused || this.fatal) continue;
+        if (this.client.nc.isClosed()) {
+          this.fail(new UnavailableError(`the connection to ${this.client.opts.server} is closed with ${this.unsettled} records of topic ${this.topic} not acknowledged; close producers before their client`));
+          continue;
+        }
         let desc = null;
         try {
           desc = await this.fetch();
@@ -303,6 +307,10 @@ export class Producer {
             continue;
           }
           // The broker is unreachable for now: retry in place below.
+        }
+        if (desc && desc.id !== this.desc.id) {
+          this.fail(new ConflictError(`topic ${this.topic} was deleted and created again while records were in flight (id ${this.desc.id} is now ${desc.id}); the records not acknowledged are not sent to the new topic`));
+          continue;
         }
         if (desc && desc.epochs[desc.epochs.length - 1].epoch > s.epoch) {
           await this.repartition(desc);

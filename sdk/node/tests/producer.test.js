@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
-import { connect, NotFoundError, PermissionError, BadRequestError, UnavailableError } from '../src/index.js';
+import { connect, NotFoundError, PermissionError, BadRequestError, UnavailableError, PctlError } from '../src/index.js';
 import { startBroker, missingToolchain, pctlPartitions, consumeAll } from './broker.js';
 
 const skip = missingToolchain();
@@ -236,6 +236,18 @@ describe('producer against a real broker', { skip: skip ?? false, timeout: 600_0
     } finally {
       await c.close();
     }
+  });
+
+  test('closing the client under a busy producer settles every record instead of hanging', async () => {
+    const c = await connect({ server: broker.url, creds: broker.creds.producer, ackTimeout: 200 });
+    const p = await c.producer('orders', { id: 'node-close' });
+    const all = Array.from({ length: 2000 }, (_, i) => p.send({ key: `c${i % 10}`, value: 'v' }));
+    const closing = c.close();
+    const rs = await Promise.allSettled(all);
+    await closing;
+    const failed = rs.filter((r) => r.status === 'rejected');
+    for (const r of failed) assert.ok(['unavailable', 'bad_request'].includes(r.reason.code), r.reason.message);
+    await assert.rejects(p.send({ key: 'x', value: 'late' }), (e) => e instanceof PctlError);
   });
 
   test('connection errors: bad credentials file, nobody listening', async () => {
