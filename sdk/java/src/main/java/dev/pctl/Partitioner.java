@@ -16,6 +16,7 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
+import java.util.concurrent.atomic.AtomicReference;
 
 /**
  * A partitioner module ready to compute partitions: {@code partition(key, n)} in {@code [0, n)},
@@ -53,13 +54,15 @@ public final class Partitioner implements AutoCloseable {
 
     private final Plugin plugin;
     private final byte[] config;
+    // Idle instances: one in a slot (no allocation on the single-threaded path), more in the deque.
+    private final AtomicReference<PluginInstance> idle = new AtomicReference<>();
     private final ConcurrentLinkedDeque<PluginInstance> pool = new ConcurrentLinkedDeque<>();
     private volatile boolean closed;
 
     private Partitioner(Plugin plugin, byte[] config, PluginInstance first) {
         this.plugin = plugin;
         this.config = config;
-        pool.add(first);
+        idle.set(first);
     }
 
     /** Loads a {@code .wasm} file with no config. */
@@ -234,7 +237,10 @@ public final class Partitioner implements AutoCloseable {
     }
 
     private <T> T attempt(Call<T> call) throws PluginException {
-        PluginInstance in = pool.pollFirst();
+        PluginInstance in = idle.getAndSet(null);
+        if (in == null) {
+            in = pool.pollFirst();
+        }
         if (in == null) {
             try {
                 in = plugin.open(config);
@@ -251,8 +257,11 @@ public final class Partitioner implements AutoCloseable {
         }
         if (in.isBroken() || closed) {
             in.close();
-        } else {
+        } else if (!idle.compareAndSet(null, in)) {
             pool.offerFirst(in);
+        }
+        if (closed) {
+            drain(); // a close that raced with this call
         }
         return r;
     }
@@ -339,7 +348,14 @@ public final class Partitioner implements AutoCloseable {
     @Override
     public void close() {
         closed = true;
-        PluginInstance in;
+        drain();
+    }
+
+    private void drain() {
+        PluginInstance in = idle.getAndSet(null);
+        if (in != null) {
+            in.close();
+        }
         while ((in = pool.pollFirst()) != null) {
             in.close();
         }
