@@ -107,6 +107,7 @@ public final class Producer implements AutoCloseable {
     private final ExecutorService callbacks;
     private final Runnable stopListening;
     private final AtomicLong resent = new AtomicLong();
+    private final AtomicLong found = new AtomicLong(); // ambiguous records found stored in a fenced partition
     private final AtomicLong acks = new AtomicLong(); // acknowledgements so far (progress, for the retry backoff)
 
     Producer(PctlClient client, String topic, ProducerOptions opts) {
@@ -152,6 +153,11 @@ public final class Producer implements AutoCloseable {
         } finally {
             lock.unlock();
         }
+    }
+
+    /** How many ambiguous records were found stored in a fenced partition (for tests). */
+    long foundAfterFence() {
+        return found.get();
     }
 
     /** How many records were re-sent under a new epoch after a fence. */
@@ -873,6 +879,7 @@ public final class Producer implements AutoCloseable {
             }
             long found = findStored(d, pd, pd.floor);
             if (found > 0) {
+                this.found.incrementAndGet();
                 complete(pd, new RecordMetadata(pd.seq, pd.partition, pd.epoch, found, true), null);
                 continue;
             }

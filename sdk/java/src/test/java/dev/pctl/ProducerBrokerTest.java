@@ -238,6 +238,7 @@ class ProducerBrokerTest {
         int total = 300;
         List<CompletableFuture<RecordMetadata>> fs = new ArrayList<>();
         long resent;
+        long found;
         try (PctlClient c = PctlClient.connect(o); Producer p = c.producer("lossy", ProducerOptions.builder().id("lossy-1").build())) {
             for (int i = 0; i < total; i++) {
                 fs.add(p.send(ProducerRecord.keyed("key-" + (i % 7), Integer.toString(i))));
@@ -247,13 +248,14 @@ class ProducerBrokerTest {
             }
             p.flush();
             resent = p.resent();
+            found = p.foundAfterFence();
         }
         int duplicates = 0;
         for (CompletableFuture<RecordMetadata> f : fs) {
             duplicates += f.join().duplicate() ? 1 : 0;
         }
-        System.out.printf("lostAcknowledgementsStoreNothingTwice: %d of %d acknowledged as duplicates of a stored copy, %d re-sent after the fence%n",
-                duplicates, total, resent);
+        System.out.printf("lostAcknowledgementsStoreNothingTwice: %d of %d acknowledged as duplicates of a stored copy (%d of them found in the fenced partition), %d re-sent after the fence%n",
+                duplicates, total, found, resent);
         List<Map<String, Object>> got = consume("lossy", "g-lossy");
         assertEquals(total, got.size(), "every record stored exactly once");
         Map<String, Long> last = new HashMap<>();
