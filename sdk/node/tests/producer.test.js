@@ -8,8 +8,8 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
-import { connect, NotFoundError, PermissionError, BadRequestError, UnavailableError, PctlError } from '../src/index.js';
-import { startBroker, missingToolchain, pctlPartitions, consumeAll } from './broker.js';
+import { connect, NotFoundError, PermissionError, BadRequestError, UnavailableError, PctlError, PluginError, Partitioner } from '../src/index.js';
+import { startBroker, missingToolchain, pctlPartitions, consumeAll, root } from './broker.js';
 
 const skip = missingToolchain();
 const encoder = new TextEncoder();
@@ -204,6 +204,37 @@ describe('producer against a real broker', { skip: skip ?? false, timeout: 600_0
     assert.equal(part.digest, digest);
     assert.equal(part.name, 'kafka-murmur2');
     await assert.rejects(client.module('0'.repeat(64)), (e) => e.code === 'not_found');
+  });
+
+  test('a partitioner that fails a key: that record fails with a PluginError naming the plugin, the others are produced', async () => {
+    await broker.admin(['topic', 'create', 'trappy', '--partitions', '4', '--partitioner', 'kafka-murmur2']);
+    const c = await connect({ server: broker.url, creds: broker.creds.producer });
+    try {
+      // The broker's conformance refuses a module that traps, so none can be a topic's partitioner:
+      // stand one in for the topic's module in the client's cache (digest/config -> Partitioner).
+      const { topic } = await c.topic('trappy');
+      const { digest, config } = topic.epochs[0].partitioner;
+      c.partitioners.set(`${digest}/${config ?? ''}`, Partitioner.loadSync(`${root}runtime/testdata/hostile/trap-some-keys.wasm`));
+      const p = await c.producer('trappy', { id: 'node-trappy' });
+      const rs = await Promise.allSettled([
+        p.send({ key: 'ab', value: '1' }),
+        p.send({ key: new Uint8Array([0xff, 0x01]), value: '2' }),
+        p.send({ key: 'abc', value: '3' }),
+      ]);
+      assert.equal(rs[0].status, 'fulfilled');
+      assert.equal(rs[0].value.partition, 2, 'key_len % n');
+      assert.equal(rs[2].value.partition, 3);
+      assert.equal(rs[1].status, 'rejected');
+      const e = rs[1].reason;
+      assert.ok(e instanceof PluginError);
+      assert.equal(e.code, 'plugin_failed');
+      assert.equal(e.plugin, 'trap-some-keys');
+      assert.equal(e.failure, 'plugin trapped');
+      assert.match(e.message, /^plugin trap-some-keys \(sha256:[0-9a-f]{12}\): pctl_partition: plugin trapped/);
+      await p.close();
+    } finally {
+      await c.close();
+    }
   });
 
   test('unknown topic: NotFoundError', async () => {

@@ -409,7 +409,9 @@ export class Plugin {
       off += key.length;
     }
     const status = this.call('pctl_partition_batch', this.fnBatch, count, n);
-    if (status !== 0) throw this.resultError('pctl_partition_batch', status, n, -1);
+    // A status is 0 or a negative error code; a positive one is undefined: an unknown error code
+    // (spec/abi-v1.md §2.4), never "out of range".
+    if (status !== 0) throw new CallError(this.digest, this.name, 'pctl_partition_batch', CLASS.code, 'the batch as a whole failed', status);
     this.view();
     for (let k = 0; k < count; k++) {
       const r = this.dv.getInt32(this.buf + 4 * k, true);

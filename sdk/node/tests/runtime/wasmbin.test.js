@@ -134,3 +134,16 @@ test('a loop without end is stopped by the work budget (time limit)', () => {
   const p = Plugin.open(partitioner({ partitionCode: [0x03, 0x40, 0x0c, 0, 0x0b, 0x41, 0] }));
   assert.throws(() => p.partitionAll([Buffer.alloc(0)], 3), (e) => e instanceof CallError && e.cls === CLASS.timeLimit);
 });
+
+test('a positive batch status is an unknown error code, not a partition out of range (abi-v1 §2.4)', () => {
+  for (const status of [1, 5, 1000]) {
+    // pctl_partition_batch (type 2: (i32, i32) -> i32) returns the constant status.
+    const p = Plugin.open(partitioner({ extraFuncs: [[2, [], [0x41, ...s32(status)]]], extraExports: [['pctl_partition_batch', 0, 3]] }));
+    assert.throws(() => p.partitionAll([Buffer.alloc(1), Buffer.alloc(2)], 7), (e) => {
+      assert.ok(e instanceof CallError);
+      assert.equal(e.cls, CLASS.code);
+      assert.match(e.message, new RegExp(`pctl_partition_batch: plugin returned an error code unknown error code ${status}`));
+      return true;
+    });
+  }
+});
