@@ -12,7 +12,7 @@ import java.util.Random;
  * run. A plain harness (no JMH): warm-up rounds, then the best of several timed rounds for each.
  *
  * <pre>
- *   sdk/java/bench [keys] [rounds]      (after sdk/java/setup)
+ *   sdk/java/bench [keys (200000)] [rounds (25)]
  * </pre>
  */
 public final class PartitionBench {
@@ -24,7 +24,7 @@ public final class PartitionBench {
 
     public static void main(String[] args) throws Exception {
         int nKeys = args.length > 0 ? Integer.parseInt(args[0]) : 200_000;
-        int rounds = args.length > 1 ? Integer.parseInt(args[1]) : 7;
+        int rounds = args.length > 1 ? Integer.parseInt(args[1]) : 25;
         int n = 1000;
         Random rnd = new Random(42);
         List<byte[]> keys = new ArrayList<>(nKeys);
