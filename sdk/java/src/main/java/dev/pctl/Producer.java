@@ -731,6 +731,16 @@ public final class Producer implements AutoCloseable {
                     failAll(ev.left(), e);
                     continue;
                 }
+                String originalId = currentId();
+                if (d != null && !d.id().equals(originalId)) {
+                    // Deleted and created again: a new topic that happens to have the same name.
+                    PctlException e = new NotFoundException(String.format(
+                            "topic %s was deleted (and created again as a new topic, id %s, not %s): records not yet acknowledged were not stored; make a new producer",
+                            topic, d.id(), originalId));
+                    fail(e);
+                    failAll(ev.left(), e);
+                    continue;
+                }
                 if (d != null && d.current().number() > ev.sink().epoch) {
                     repartition(ev, d);
                     backoff = 50;
@@ -769,6 +779,15 @@ public final class Producer implements AutoCloseable {
                 fail(err);
                 failAll(ev.left(), err);
             }
+        }
+    }
+
+    private String currentId() {
+        lock.lock();
+        try {
+            return desc.id();
+        } finally {
+            lock.unlock();
         }
     }
 

@@ -304,6 +304,20 @@ class ProducerBrokerTest {
     }
 
     @Test
+    void aDeletedTopicFailsTheProducer() throws Exception {
+        createTopic("doomed", 2);
+        try (PctlClient c = PctlClient.connect(broker.options(broker.producer))) {
+            Producer p = c.producer("doomed");
+            p.send(ProducerRecord.keyed("k", "1")).join();
+            broker.pctlOk(null, "topic", "delete", "doomed");
+            ExecutionException e = assertThrows(ExecutionException.class, () -> p.send(ProducerRecord.keyed("k", "2")).get(60, TimeUnit.SECONDS));
+            NotFoundException nf = (NotFoundException) e.getCause();
+            assertTrue(nf.getMessage().contains("doomed"), nf.getMessage());
+            assertThrows(NotFoundException.class, p::close, "the producer failed for good");
+        }
+    }
+
+    @Test
     void unknownTopicAndBadNames() throws Exception {
         try (PctlClient c = PctlClient.connect(broker.options(broker.producer))) {
             NotFoundException e = assertThrows(NotFoundException.class, () -> c.producer("no-such-topic"));
