@@ -110,7 +110,14 @@ type pending struct {
 	epoch     int
 	partition int
 	msg       *nats.Msg
-	ambiguous bool // the last attempt may have been stored (its acknowledgement was lost)
+	// ambiguous: some attempt's acknowledgement was lost, so the record may be stored; it stays
+	// set until a search proves otherwise (a later "no responders" says nothing about it).
+	ambiguous bool
+	// floor is the sink's last acknowledged sequence before the record's first publish in its
+	// current partition: if stored, the record is above it (a later record's acknowledgement
+	// may be above the record itself).
+	floor    uint64
+	floorSet bool
 	tries     int
 }
 
@@ -281,6 +288,7 @@ func (p *Producer) assignLocked(pd *pending) error {
 		part = int(r)
 	}
 	pd.epoch, pd.partition = cur.Epoch, part
+	pd.floorSet = false // its floor is taken at its first publish in this partition
 	pd.msg = p.message(pd)
 	s := p.sinks[part]
 	if s == nil {
@@ -514,8 +522,8 @@ func (p *Producer) findStored(ctx context.Context, desc *wire.Topic, pd *pending
 		return 0, false
 	}
 	from := uint64(1)
-	if s != nil {
-		from = s.lastAcked.Load() + 1
+	if pd.floorSet {
+		from = pd.floor + 1
 	}
 	stream, err := p.c.js.Stream(ctx, wire.StreamName(p.topic, pd.partition))
 	if err != nil {
@@ -633,6 +641,9 @@ func (s *sink) run() {
 		}
 		for _, pd := range batch {
 			pd.tries++
+			if !pd.floorSet {
+				pd.floor, pd.floorSet = s.lastAcked.Load(), true
+			}
 			fut, err := s.p.c.js.PublishMsgAsync(pd.msg, jetstream.WithRetryAttempts(0))
 			if err != nil {
 				if permanent(err) {
@@ -687,7 +698,9 @@ func (s *sink) run() {
 			case permanent(err):
 				s.p.finish(head.pd, Result{Partition: s.partition, Epoch: s.epoch, Err: fmt.Errorf("%w: record %d refused by partition %d: %v", wire.ErrBadRequest, head.pd.seq, s.partition, err)})
 			default:
-				head.pd.ambiguous = errors.Is(err, jetstream.ErrAsyncPublishTimeout)
+				if errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
+					head.pd.ambiguous = true
+				}
 				failed = append(failed, head.pd)
 				if cause == nil {
 					cause = err
