@@ -43,7 +43,16 @@ final class Broker implements AutoCloseable {
     /** The pctl binary, built from the repository with go into a temporary directory. */
     static synchronized Path pctl() throws IOException, InterruptedException {
         if (binary == null) {
-            Path out = Files.createTempDirectory("pctl-java-it").resolve("pctl");
+            Path tmp = Files.createTempDirectory("pctl-java-it");
+            Path out = tmp.resolve("pctl");
+            Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+                try {
+                    Files.deleteIfExists(out);
+                    Files.deleteIfExists(tmp);
+                } catch (IOException e) {
+                    // left in the temporary directory
+                }
+            }));
             Process p = new ProcessBuilder("go", "build", "-o", out.toString(), "./cmd/pctl")
                     .directory(Repo.root().toFile()).redirectErrorStream(true).start();
             String log = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);

@@ -353,7 +353,7 @@ class ProducerBrokerTest {
 
     @Test
     void connectErrors() throws Exception {
-        Path dir = Files.createTempDirectory("pctl-creds");
+        Path dir = Files.createTempDirectory(broker.dir, "creds");
         Path stranger = dir.resolve("stranger.nk");
         Files.writeString(stranger, new String(NKey.createUser(new SecureRandom()).getSeed()) + "\n");
         PermissionDeniedException refused = assertThrows(PermissionDeniedException.class, () -> PctlClient.connect(broker.options(stranger)));
