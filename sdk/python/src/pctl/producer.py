@@ -115,6 +115,7 @@ class Producer:
         self._part: Optional["Partitioner"] = None
         self._sinks: dict[int, _Sink] = {}
         self._held: list[_Pending] = []
+        self._unassigned: list[_Pending] = []
         self._switching = False
         self._seq = 0
         self._buffered = 0
@@ -199,10 +200,11 @@ class Producer:
         if self._switching:
             self._held.append(pd)
         else:
-            try:
-                self._assign(pd)
-            except PctlError as e:
-                self._finish(pd, error=e)
+            # Partitioned in batches (one crossing into the module for many keys) just after the
+            # current run of sends, in send order.
+            self._unassigned.append(pd)
+            if len(self._unassigned) == 1:
+                asyncio.get_running_loop().call_soon(self._assign_unassigned)
         return fut
 
     async def produce(self, key: Optional[Data], value: Data = b"") -> RecordMetadata:
@@ -220,12 +222,14 @@ class Producer:
             raise self._fatal
 
     async def close(self, timeout: Optional[float] = None) -> None:
-        """Flushes and stops the producer. Records still unacknowledged after `timeout` fail."""
-        err: Optional[BaseException] = None
+        """Waits for every record's fate (up to `timeout` seconds; records still unacknowledged
+        then fail with :class:`pctl.Unavailable`) and stops the producer. It does not raise the
+        producer's fatal error: every record's future already carries its fate, and `flush`
+        raises it."""
         try:
             await self.flush(timeout)
-        except PctlError as e:
-            err = e
+        except PctlError:
+            pass
         self._closed = True
         self._space.set()
         if self._buffered:
@@ -241,8 +245,6 @@ class Producer:
                 await self._sub.unsubscribe()
             except Exception:  # noqa: BLE001 - the connection may be gone
                 pass
-        if err is not None and not isinstance(err, Unavailable):
-            raise err
 
     async def __aenter__(self) -> "Producer":
         return self
@@ -274,13 +276,36 @@ class Producer:
         self._desc = desc
         self._sinks = {}
 
-    def _assign(self, pd: _Pending) -> None:
-        """Partitions a record under the current epoch and queues it on its sink."""
+    def _assign_unassigned(self) -> None:
+        pds, self._unassigned = self._unassigned, []
+        if pds:
+            self._assign_many(pds)
+
+    def _assign_many(self, pds: list) -> None:
+        """Partitions records (in send order) under the current epoch and queues each on the
+        sink of its partition; a record whose key the module fails on fails alone."""
+        cur = self._desc.current
+        keyed = [pd for pd in pds if pd.key is not None]
+        parts: dict = {}
+        if keyed:
+            try:
+                for pd, q in zip(keyed, self._part.partition_many([pd.key for pd in keyed], cur.partitions)):
+                    parts[pd] = q
+            except PluginFailed:
+                pass  # find the record(s) it failed on, one call each, below
+        for pd in pds:
+            try:
+                self._assign(pd, parts.get(pd))
+            except PctlError as e:
+                self._finish(pd, error=e)
+
+    def _assign(self, pd: _Pending, part: Optional[int] = None) -> None:
+        """Queues a record on the sink of its partition under the current epoch."""
         cur = self._desc.current
         if pd.key is None:
             part = self._rr % cur.partitions
             self._rr += 1
-        else:
+        elif part is None:
             try:
                 part = self._part.partition(pd.key, cur.partitions)
             except PluginFailed as e:
@@ -312,7 +337,8 @@ class Producer:
         """Fails every record not yet acknowledged; a fatal error also refuses later sends."""
         if fatal and self._fatal is None:
             self._fatal = err
-        held, self._held = self._held, []
+        held, self._held = self._held + self._unassigned, []
+        self._unassigned = []
         for pd in held:
             self._finish(pd, error=err)
         for s in list(self._sinks.values()):
@@ -364,7 +390,6 @@ class Producer:
     # --- control: transient failures and fences ------------------------------------------------
 
     async def _control(self) -> None:
-        backoff = 0.05
         while True:
             ev: _Event = await self._events.get()
             if ev.final or ev.cause is None:
@@ -379,17 +404,18 @@ class Producer:
                 desc = None  # broker unreachable: retry in place
             if desc is not None and desc.current.epoch > ev.sink.epoch:
                 await self._repartition(ev, desc)
-                backoff = 0.05
                 continue
             # Same epoch: the stream is unavailable for a moment, or an epoch change is between
-            # fencing and activation. Retry the same records, in order, on the same subject.
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 1.0)
+            # fencing and activation. Retry the same records, in order, on the same subject, after
+            # a pause that doubles (50 ms to 1 s) while the sink fails without any acknowledgement.
+            await asyncio.sleep(min(0.05 * (1 << min(ev.sink.failures - 1, 5)), 1.0))
             ev.sink.resume(ev.left)
 
     async def _repartition(self, first: _Event, desc: wire.Topic) -> None:
         """Moves every unacknowledged record to the new epoch, in the original order."""
         self._switching = True
+        self._held.extend(self._unassigned)  # sent, not yet partitioned: they follow the rest
+        self._unassigned = []
         old = dict(self._sinks)
         left = list(first.left)
         waiting = set(old.values())
@@ -414,16 +440,12 @@ class Producer:
             for pd in left:
                 self._finish(pd, error=e)
             return
+        self.resent += len(left)
         left.extend(self._held)
         self._held = []
         left.sort(key=lambda pd: pd.seq)
         self._switching = False
-        for pd in left:
-            try:
-                self._assign(pd)
-                self.resent += 1
-            except PctlError as e:
-                self._finish(pd, error=e)
+        self._assign_many(left)
 
     async def _resolve_ambiguous(self, desc: wire.Topic, left: list, sinks: dict) -> list:
         """A record whose acknowledgement was lost may be stored in its fenced partition: look for
@@ -470,6 +492,7 @@ class _Sink:
         self.aborted: Optional[BaseException] = None
         self.wake = asyncio.Event()
         self.last_acked = 0
+        self.failures = 0  # failure events since the last acknowledgement
         self.task = asyncio.ensure_future(self.run())
 
     def push(self, pd: _Pending) -> None:
@@ -520,13 +543,17 @@ class _Sink:
                         cause = e
                         failed.append(pd)
                         break
-                    inflight.append((pd, fut, loop.time() + timeout))
+                    # A retry of an ambiguous publish waits longer each time (up to 64 times
+                    # ack_timeout): an ack timeout below the broker's answer time must not
+                    # make the producer retry forever.
+                    inflight.append((pd, fut, loop.time() + timeout * (1 << min(pd.tries - 1, 6))))
             while inflight and inflight[0][1].done():
                 pd, fut, _ = inflight.popleft()
                 e = fut.exception()
                 if e is None:
                     seq, dup = fut.result()
                     self.last_acked = seq
+                    self.failures = 0
                     p._finish(pd, RecordMetadata(self.partition, self.epoch, seq, pd.seq, dup))
                 elif _permanent(e):
                     p._finish(pd, error=BadRequest(f"record {pd.seq} refused by partition {self.partition}: {e}"))
@@ -560,13 +587,16 @@ class _Sink:
                     p._events.put_nowait(_Event(self, left, None, final=True))
                     return
                 self.paused = True
+                self.failures += 1
                 p._events.put_nowait(_Event(self, left, cause))
                 failed, cause = [], None
                 continue
             if self.closing:
                 return
+            # Nothing in flight: wait for records to send (unless paused: a paused sink waits for
+            # the control task to resume or stop it), an abort, a stop or a close.
             self.wake.clear()
-            if self.queue or self.aborted is not None or self.stopping or self.closing:
+            if (self.queue and not self.paused) or self.aborted is not None or self.stopping or self.closing:
                 continue
             await self.wake.wait()
 

@@ -1,0 +1,5 @@
+//go:build !race
+
+package crosslang
+
+const raceEnabled = false
