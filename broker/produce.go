@@ -79,8 +79,8 @@ func (b *Broker) produce(m *nats.Msg) {
 	rec := client.Record{Value: m.Data, NoKey: true}
 	if id := m.Header.Get(wire.HeaderProducer); id != "" {
 		seq, err := strconv.ParseUint(m.Header.Get(wire.HeaderSeq), 10, 64)
-		if err != nil || seq == 0 || strings.ContainsAny(id, " .*>") {
-			respondErr(m, fmt.Errorf("%w: a request with %s %q needs %s, a positive integer (got %q), and an id without spaces, dots or wildcards", wire.ErrBadRequest, wire.HeaderProducer, id, wire.HeaderSeq, m.Header.Get(wire.HeaderSeq)))
+		if err != nil || seq == 0 || wire.ValidGroup(id) != nil {
+			respondErr(m, fmt.Errorf("%w: a request with %s %q needs %s, a positive integer (got %q), and an id of 1 to 64 characters of A-Z a-z 0-9 _ -", wire.ErrBadRequest, wire.HeaderProducer, id, wire.HeaderSeq, m.Header.Get(wire.HeaderSeq)))
 			return
 		}
 		rec.Origin = &client.Origin{Producer: id, Seq: seq}

@@ -147,8 +147,8 @@ func (c *Client) NewProducer(ctx context.Context, topic string, opts ProducerOpt
 			return c.Partitioner(ctx, p)
 		}
 	}
-	if strings.ContainsAny(opts.ID, " .*>") {
-		return nil, fmt.Errorf("%w: producer id %q may not contain spaces, dots or wildcards", wire.ErrBadRequest, opts.ID)
+	if err := wire.ValidGroup(opts.ID); err != nil {
+		return nil, fmt.Errorf("%w: producer id %q: 1 to 64 characters of A-Z a-z 0-9 _ - (spec/protocol.md §2)", wire.ErrBadRequest, opts.ID)
 	}
 	p := &Producer{c: c, topic: topic, id: opts.ID, opts: opts, sinks: map[int]*sink{}, events: make(chan event, 64), done: make(chan struct{})}
 	p.cond = sync.NewCond(&p.mu)

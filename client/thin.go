@@ -136,8 +136,8 @@ func (c *Client) NewThinProducer(topic string, opts ThinOptions) (*ThinProducer,
 	if opts.ID == "" {
 		opts.ID = nuid.Next()
 	}
-	if strings.ContainsAny(opts.ID, " .*>") || opts.ID == "" {
-		return nil, fmt.Errorf("%w: producer id %q may not contain spaces, dots or wildcards", wire.ErrBadRequest, opts.ID)
+	if wire.ValidGroup(opts.ID) != nil {
+		return nil, fmt.Errorf("%w: producer id %q: 1 to 64 characters of A-Z a-z 0-9 _ - (spec/protocol.md §2)", wire.ErrBadRequest, opts.ID)
 	}
 	if opts.MaxInFlight <= 0 {
 		opts.MaxInFlight = 4096

@@ -96,8 +96,8 @@ func cmdProduce(e *env, args []string) int {
 	if st >= 0 {
 		return st
 	}
-	if *id != "" && (strings.ContainsAny(*id, " .*>\t") || len(*id) > 128) {
-		return usageErr(e, cmd, "--producer-id %q: at most 128 characters without spaces, dots or wildcards", *id)
+	if *id != "" && wire.ValidGroup(*id) != nil {
+		return usageErr(e, cmd, "--producer-id %q: 1 to 64 characters of A-Z a-z 0-9 _ -", *id)
 	}
 	var rt *runtime.Runtime
 	if !*brokerSide {

@@ -129,7 +129,7 @@ func TestProduceHexAndBinary(t *testing.T) {
 	admin := cliFor(t, b, broker.RoleAdmin)
 	expect(t, admin.run("", "topic", "create", "bin", "--partitions", "1", "--partitioner", "jump"), exitOK)
 	// key 00 ff, value c3 28 (not UTF-8); the empty key with the value "-"; a keyless "hex:" value.
-	r := cliFor(t, b, broker.RoleProducer).run("00ff\tc328\n\t2d\n6865783a31\n", "produce", "bin", "--hex")
+	r := cliFor(t, b, broker.RoleProducer).run("00ff\tc328\n\t2d\n6865783a31\n", "produce", "bin", "--hex", "--producer-id", "p1")
 	expect(t, r, exitOK, "3 records, 3 acknowledged")
 	cons := cliFor(t, b, broker.RoleConsumer)
 	r = cons.run("", "consume", "bin", "--group", "text", "--from-beginning", "--max", "3")
@@ -140,9 +140,9 @@ func TestProduceHexAndBinary(t *testing.T) {
 	}
 	r = cons.run("", "consume", "bin", "--group", "json", "--from-beginning", "--max", "3", "--format", "jsonl")
 	expect(t, r, exitOK)
-	want = `{"topic":"bin","partition":0,"epoch":1,"seq":1,"key_b64":"AP8=","value_b64":"wyg="}
-{"topic":"bin","partition":0,"epoch":1,"seq":2,"key":"","value":"-"}
-{"topic":"bin","partition":0,"epoch":1,"seq":3,"value":"hex:1"}
+	want = `{"topic":"bin","partition":0,"epoch":1,"seq":1,"key_b64":"AP8=","value_b64":"wyg=","producer":"p1","pseq":1}
+{"topic":"bin","partition":0,"epoch":1,"seq":2,"key":"","value":"-","producer":"p1","pseq":2}
+{"topic":"bin","partition":0,"epoch":1,"seq":3,"value":"hex:1","producer":"p1","pseq":3}
 `
 	if r.stdout != want {
 		t.Fatalf("jsonl output:\n%s\nwant\n%s", r.stdout, want)
