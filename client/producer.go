@@ -118,7 +118,7 @@ type pending struct {
 	// may be above the record itself).
 	floor    uint64
 	floorSet bool
-	tries     int
+	tries    int
 }
 
 type event struct {
