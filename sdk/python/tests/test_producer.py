@@ -16,10 +16,12 @@ import pctl
 from conftest import SDK
 
 
-def consume(broker, topic: str, group: str = "check") -> list:
-    """Every record of the topic, as `pctl consume --format jsonl` prints them, in delivery order."""
-    p = broker.pctl("consume", topic, "--group", group, "--from-beginning", "--format", "jsonl", "--idle-exit", "2s",
-                    creds=broker.consumer, timeout=180)
+def consume(broker, topic: str, expect: int, group: str = "check") -> list:
+    """The topic's records, as `pctl consume --format jsonl` prints them, in delivery order: stops
+    after `expect` records (a loaded machine can pause longer than any short idle time), or
+    after 15 s without one."""
+    p = broker.pctl("consume", topic, "--group", group, "--from-beginning", "--format", "jsonl", "--max", str(expect),
+                    "--idle-exit", "15s", creds=broker.consumer, timeout=180)
     return [json.loads(line) for line in p.stdout.splitlines() if line]
 
 
@@ -59,7 +61,7 @@ def test_records_land_where_pctl_partition_says_in_order(broker):
     assert [m.producer_seq for m in res] == list(range(1, len(records) + 1))
     assert sorted({m.partition for (k, _), m in zip(records, res) if k is None}) == [0, 1, 2, 3], "keyless records go round-robin"
 
-    got = consume(broker, topic)
+    got = consume(broker, topic, len(records))
     assert len(got) == len(records), "every acknowledged record is delivered, once"
     seen: dict = {}
     keyless = 0
@@ -149,7 +151,7 @@ def test_epoch_change_mid_run_keeps_per_key_order(broker, ack_timeout, nkeys, ro
         by_key.setdefault(keys[i % len(keys)], []).append(m.epoch)
     assert all(e == sorted(e) for e in by_key.values())
 
-    got = consume(broker, topic)
+    got = consume(broker, topic, len(res))
     assert len(got) == len(res)
     seen: dict = {}
     for r in got:
@@ -167,7 +169,7 @@ def test_lost_acknowledgements_are_retried_without_storing_twice(broker):
     records = [(k, str(r).encode()) for r in range(6) for k in keys]
     p, res = run(_produce(broker, topic, records, producer_id="amb-1", ack_timeout=0.0005))
     assert all(isinstance(r, pctl.RecordMetadata) for r in res), [r for r in res if not isinstance(r, pctl.RecordMetadata)][:3]
-    got = consume(broker, topic)
+    got = consume(broker, topic, len(records))
     assert len(got) == len(records), "a retry never stores a second copy"
     seen: dict = {}
     for r in got:
@@ -235,7 +237,7 @@ def test_a_record_too_large_fails_alone(broker):
     p, res = run(_produce(broker, topic, records, producer_id="big-1"))
     assert isinstance(res[0], pctl.RecordMetadata) and isinstance(res[2], pctl.RecordMetadata)
     assert isinstance(res[1], pctl.BadRequest), res[1]
-    assert [r["value"] for r in consume(broker, topic)] == ["small-1", "small-2"]
+    assert [r["value"] for r in consume(broker, topic, 2)] == ["small-1", "small-2"]
 
 
 def test_bad_arguments(broker):
@@ -274,7 +276,7 @@ def test_produce_command(broker):
     for i in range(50):
         assert by[i + 1]["partition"] == want[f"key-{i % 7}".encode()]
     assert by[52]["partition"] == want[b""] and by[53]["partition"] == want[b"last"]
-    got = {r["value"]: r for r in consume(broker, topic)}
+    got = {r["value"]: r for r in consume(broker, topic, 53)}
     assert "key" not in got["no tab here"], "a line without a tab is keyless"
     assert got["empty key"]["key"] == "", "a line starting with a tab has the empty key (and \\r\\n is a line end)"
     assert got["line"]["key"] == "last"

@@ -141,8 +141,11 @@ class Producer:
         """Fetches the topic's descriptor and partitioner and returns a ready producer.
 
         `producer_id` identifies the producer in the records' Pctl-Producer header and their
-        deduplication ids (default: random); give a stable one to have retries after a restart
-        deduplicated. `max_in_flight` bounds unacknowledged publishes per partition;
+        deduplication ids `<id>-<seq>` (default: random). Sequences start at 1 for every
+        producer, so a second producer with the id of one that wrote less than 2 minutes ago
+        (JetStream's deduplication window) has its records taken for duplicates of the first's:
+        they are acknowledged with ``duplicate=True`` and not stored. Reuse an id only to have
+        one producer's retries deduplicated. `max_in_flight` bounds unacknowledged publishes per partition;
         `max_buffered` the records sent and not yet acknowledged (`send` waits beyond it)."""
         wire.valid_name("topic name", topic)
         if producer_id is None:
