@@ -221,11 +221,15 @@ def test_producer_credentials_cannot_use_admin_api(broker):
 
 
 def test_connection_errors(broker, tmp_path):
-    with pytest.raises(pctl.BadRequest, match="no such file"):
+    with pytest.raises(pctl.BadRequest, match="No such file"):
         run(pctl.connect(broker.url, str(tmp_path / "missing.nk")))
-    bogus = tmp_path / "bogus.nk"
+    garbage = tmp_path / "garbage.nk"
+    garbage.write_text("hello\n")
+    with pytest.raises(pctl.BadRequest, match="not an NKey user seed"):
+        run(pctl.connect(broker.url, str(garbage)))
+    bogus = tmp_path / "bogus.nk"  # a valid seed of a user the broker does not know
     bogus.write_text("SUAAVPVYLIAM5EC3IYPTGHKKZLUOIFJPKFZXQIB6LLVW4YYXQ5VNE5P5WM\n")
-    with pytest.raises((pctl.PermissionDenied, pctl.Unavailable)):
+    with pytest.raises(pctl.PermissionDenied, match="refused the credentials"):
         run(pctl.connect(broker.url, str(bogus), connect_timeout=5))
     with pytest.raises(pctl.Unavailable, match="cannot connect"):
         run(pctl.connect("nats://127.0.0.1:1", broker.producer, connect_timeout=1.5))

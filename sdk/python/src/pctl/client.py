@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import socket
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import nats
@@ -32,6 +33,25 @@ _modules: dict[str, bytes] = {}
 async def connect(server: Optional[str] = None, creds: Optional[str] = None, **kwargs: Any) -> "Client":
     """Connects to a broker; see :meth:`Client.connect`."""
     return await Client.connect(server, creds, **kwargs)
+
+
+def _check_seed_file(path: str) -> None:
+    """Refuses a credentials file that is missing or holds no NKey user seed, before connecting
+    (nats-py would retry such a connection until connect_timeout)."""
+    hint = "use admin.nk, producer.nk or consumer.nk from the broker's data directory (creds= or PCTL_CREDS)"
+    try:
+        with open(path, "rb") as f:
+            text = f.read(1 << 16)
+    except OSError as e:
+        raise BadRequest(f"credentials {path}: {e.strerror or e}; {hint}") from None
+    seeds = [w for w in text.split() if w.startswith(b"SU")]
+    try:
+        import nkeys
+        nkeys.from_seed(bytearray(seeds[0]))
+    except ImportError:
+        return
+    except Exception:  # noqa: BLE001 - nkeys raises its own error types
+        raise BadRequest(f"credentials {path}: not an NKey user seed file (a line starting with SU); {hint}") from None
 
 
 class Client:
@@ -62,11 +82,11 @@ class Client:
         answers, :class:`pctl.PermissionDenied` when it refuses the credentials."""
         server = server or os.environ.get("PCTL_SERVER") or DEFAULT_SERVER
         creds = creds if creds is not None else os.environ.get("PCTL_CREDS", "")
-        if creds and not os.path.isfile(creds):
-            raise BadRequest(f"credentials {creds}: no such file; use admin.nk, producer.nk or consumer.nk from the broker's data directory (creds= or PCTL_CREDS)")
+        if creds:
+            _check_seed_file(creds)
         client: Optional[Client] = None
         errors: list[BaseException] = []
-        auth_failed = asyncio.Event()
+        give_up = asyncio.Event()  # an error that waiting cannot cure
 
         async def on_error(e: BaseException) -> None:
             if client is not None:
@@ -74,7 +94,9 @@ class Client:
                 return
             errors.append(e)
             if isinstance(e, nats.errors.AuthorizationError) or "authorization" in str(e).lower():
-                auth_failed.set()
+                give_up.set()
+            elif isinstance(e, (ConnectionRefusedError, socket.gaierror)):
+                give_up.set()  # nothing listens there (or no such host): no use waiting
 
         nc = nats.aio.client.Client()
         opts: dict[str, Any] = dict(servers=[server], name=name, error_cb=on_error, allow_reconnect=True,
@@ -82,7 +104,7 @@ class Client:
         if creds:
             opts["nkeys_seed"] = creds
         task = asyncio.ensure_future(nc.connect(**opts))
-        auth_wait = asyncio.ensure_future(auth_failed.wait())
+        auth_wait = asyncio.ensure_future(give_up.wait())
         try:
             done, _ = await asyncio.wait({task, auth_wait}, timeout=connect_timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -99,7 +121,8 @@ class Client:
                 await nc.close()
             except Exception:  # noqa: BLE001
                 pass
-            if auth_failed.is_set() or isinstance(err, nats.errors.AuthorizationError):
+            refused = any(isinstance(x, nats.errors.AuthorizationError) or "authorization" in str(x).lower() for x in errors)
+            if refused or isinstance(err, nats.errors.AuthorizationError):
                 raise PermissionDenied(f"the broker at {server} refused the credentials {creds or '(none)'}; use admin.nk, producer.nk or consumer.nk from the broker's data directory (creds= or PCTL_CREDS)", creds=creds) from None
             last = err or (errors[-1] if errors else None)
             why = f": {last}" if last and str(last) else f" within {connect_timeout:g}s"

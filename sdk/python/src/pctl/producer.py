@@ -454,35 +454,52 @@ class Producer:
         """A record whose acknowledgement was lost may be stored in its fenced partition: look for
         its Nats-Msg-Id between the last acknowledged sequence and the partition's boundary
         (spec/protocol.md §5.1). Found: it is acknowledged there; not found: it is re-sent."""
+        groups: dict = {}
+        for pd in left:
+            if pd.ambiguous:
+                groups.setdefault(pd.partition, []).append(pd)
+        found: dict = {}
+        for part, pds in groups.items():
+            s = sinks.get(part)
+            found.update(await self._find_stored(desc, pds[0].epoch, part, s.last_acked if s else 0,
+                                                 {pd.headers[wire.HEADER_MSG_ID] for pd in pds}))
         out = []
         for pd in left:
-            if not pd.ambiguous:
-                out.append(pd)
-                continue
-            s = sinks.get(pd.partition)
-            seq = await self._find_stored(desc, pd, s.last_acked if s else 0)
-            if seq:
-                self._finish(pd, RecordMetadata(pd.partition, pd.epoch, seq, pd.seq, duplicate=True))
-                continue
-            pd.ambiguous = False
+            if pd.ambiguous:
+                pd.ambiguous = False
+                seq = found.get(pd.headers[wire.HEADER_MSG_ID])
+                if seq:
+                    self._finish(pd, RecordMetadata(pd.partition, pd.epoch, seq, pd.seq, duplicate=True))
+                    continue
             out.append(pd)
         return out
 
-    async def _find_stored(self, desc: wire.Topic, pd: _Pending, last_acked: int) -> int:
-        e = desc.epoch(pd.epoch)
-        if e is None or not e.boundaries or pd.partition >= len(e.boundaries):
-            return 0
-        subject = f"$JS.API.DIRECT.GET.{wire.stream_name(self.topic, pd.partition)}"
-        want = pd.headers[wire.HEADER_MSG_ID]
-        # Newest first: an ambiguous record is among the last ones before the boundary.
-        for seq in range(e.boundaries[pd.partition], last_acked, -1):
+    async def _find_stored(self, desc: wire.Topic, epoch: int, partition: int, last_acked: int, ids: set) -> dict:
+        """Msg id -> stream sequence of those of `ids` stored in the partition after last_acked,
+        up to the epoch's boundary: direct gets, newest first (an ambiguous record is among the
+        last ones), 64 at a time, each sequence read once."""
+        e = desc.epoch(epoch)
+        if e is None or not e.boundaries or partition >= len(e.boundaries):
+            return {}
+        subject = f"$JS.API.DIRECT.GET.{wire.stream_name(self.topic, partition)}"
+        nc, want, found = self._c.nc, set(ids), {}
+
+        async def get(seq: int):
             try:
-                m = await self._c.nc.request(subject, json.dumps({"seq": seq}).encode(), timeout=self._c.timeout)
+                return seq, await nc.request(subject, json.dumps({"seq": seq}).encode(), timeout=self._c.timeout)
             except (nats.errors.Error, asyncio.TimeoutError):
-                continue
-            if (m.headers or {}).get(wire.HEADER_MSG_ID) == want:
-                return seq
-        return 0
+                return seq, None
+
+        seq = e.boundaries[partition]
+        while seq > last_acked and want:
+            batch = range(seq, max(last_acked, seq - 64), -1)
+            for n, m in await asyncio.gather(*(get(n) for n in batch)):
+                mid = (m.headers or {}).get(wire.HEADER_MSG_ID) if m is not None else None
+                if mid in want:
+                    want.discard(mid)
+                    found[mid] = n
+            seq -= len(batch)
+        return found
 
 
 class _Sink:
