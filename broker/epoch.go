@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -127,16 +128,21 @@ func (b *Broker) runChange(ctx context.Context, name string) error {
 					subj = wire.DataSubject(t.Name, ch.To, q)
 				}
 				// Moving the stream off the old subject is the fence: from now on JetStream
-				// refuses old-epoch publishes to it. No new-epoch record exists before
-				// activation, so the last sequence is the boundary, however often this runs.
+				// refuses old-epoch publishes to it. But publishes the stream accepted just
+				// before the move may still be queued inside the server, to be stored after it,
+				// so the last sequence right after the move is not yet the boundary. A fence
+				// marker published to the new subject queues behind them: every old-epoch
+				// record is below the marker, every new-epoch record (none exists before
+				// activation) above it. Its deduplication id makes a re-run after a crash get
+				// the same marker, so the boundary is the same however often this runs.
 				if err := b.setSubject(ctx, t.Name, q, subj); err != nil {
 					return err
 				}
-				last, err := b.lastSeq(ctx, t.Name, q)
+				marker, err := b.fenceMarker(ctx, t, ch.To, q, subj)
 				if err != nil {
 					return err
 				}
-				ch.Boundaries[q] = last
+				ch.Boundaries[q] = marker - 1
 				ch.Fenced[q] = true
 				return nil
 			})
@@ -196,16 +202,17 @@ func (b *Broker) setSubject(ctx context.Context, topic string, q int, subject st
 	return nil
 }
 
-func (b *Broker) lastSeq(ctx context.Context, topic string, q int) (uint64, error) {
-	s, err := b.js.Stream(ctx, wire.StreamName(topic, q))
+// fenceMarker publishes partition q's fence marker for the change to epoch `to` and returns its
+// stream sequence (spec/protocol.md §7).
+func (b *Broker) fenceMarker(ctx context.Context, t *wire.Topic, to, q int, subject string) (uint64, error) {
+	m := nats.NewMsg(subject)
+	m.Header.Set(wire.HeaderFence, strconv.Itoa(to))
+	m.Header.Set(wire.HeaderMsgID, fmt.Sprintf("pctl-fence-%s-%d-%d", t.ID, to, q))
+	ack, err := b.js.PublishMsg(ctx, m, jetstream.WithExpectStream(wire.StreamName(t.Name, q)))
 	if err != nil {
-		return 0, fmt.Errorf("%w: stream %s: %v", wire.ErrUnavailable, wire.StreamName(topic, q), err)
+		return 0, fmt.Errorf("%w: fence marker of %s: %v", wire.ErrUnavailable, wire.StreamName(t.Name, q), err)
 	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return info.State.LastSeq, nil
+	return ack.Sequence, nil
 }
 
 // declaredAncestry returns the partition-level ancestry that is available at once: identity for

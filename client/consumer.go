@@ -604,6 +604,7 @@ type worker struct {
 	committed uint64
 	rev       uint64 // KV revision of our PartitionState
 	isLost    bool
+	iter      jetstream.MessagesContext // the partition reader, stopped by stop()
 	// leaseUntil is when our lease ends by our own clock (measured from before the write that
 	// set it). The worker delivers nothing past leaseUntil minus a margin: by then another
 	// member may take the partition over.
@@ -624,10 +625,15 @@ func (w *worker) lost() bool {
 
 func (w *worker) stop() {
 	w.mu.Lock()
-	c := w.cancel
+	c, it := w.cancel, w.iter
 	w.mu.Unlock()
 	if c != nil {
 		c()
+	}
+	if it != nil {
+		// The reader may be re-creating its server-side consumer (after a broker restart, or
+		// forever on a connection that closed): stopping it ends that retry loop.
+		it.Stop()
 	}
 	<-w.done
 }
@@ -702,6 +708,12 @@ func (w *worker) run(parent context.Context, h Handler, fail func(error)) {
 		return
 	}
 	defer it.Stop()
+	w.mu.Lock()
+	w.iter = it
+	w.mu.Unlock()
+	if ctx.Err() != nil {
+		return
+	}
 	// Records already past: a boundary at or before our start position may still owe its
 	// keys-revoked step (for example right after this member took the partition over).
 	w.passBoundaries(ctx, start-1)
@@ -722,6 +734,14 @@ func (w *worker) run(parent context.Context, h Handler, fail func(error)) {
 		}
 		md, err := msg.Metadata()
 		if err != nil {
+			continue
+		}
+		if msg.Headers().Get(wire.HeaderFence) != "" {
+			// A fence marker, not a record: nothing to deliver, but the position moves past it.
+			w.mu.Lock()
+			w.delivered = md.Sequence.Stream
+			w.mu.Unlock()
+			w.passBoundaries(ctx, md.Sequence.Stream)
 			continue
 		}
 		m := &Message{Topic: cn.topic, Partition: w.partition, Seq: md.Sequence.Stream, Value: msg.Data(), NoKey: true}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
@@ -97,19 +98,23 @@ type Result struct {
 	Epochs               []wire.Epoch
 	Reports              []verify.Report
 	WrongPartition       int // keyed deliveries whose partition is not f_epoch(key)
-	Gated                int64
-	MaxGateWait          time.Duration
-	GateWaits            []time.Duration
-	Resent               int64
-	ChangeTimes          []time.Duration // how long each repartition took
-	Elapsed              time.Duration
-	Restarted            bool
-	Killed               bool
+	// MisplacedRecords counts stored records on the wrong side of a boundary: a record of epoch
+	// x stored after epoch x's boundary of its partition, or before epoch x-1's (an audit of
+	// every stream after the run).
+	MisplacedRecords int
+	Gated            int64
+	MaxGateWait      time.Duration
+	GateWaits        []time.Duration
+	Resent           int64
+	ChangeTimes      []time.Duration // how long each repartition took
+	Elapsed          time.Duration
+	Restarted        bool
+	Killed           bool
 }
 
 // OK reports whether the checker found nothing wrong.
 func (r *Result) OK() bool {
-	if r.WrongPartition > 0 || len(r.Reports) == 0 {
+	if r.WrongPartition > 0 || r.MisplacedRecords > 0 || len(r.Reports) == 0 {
 		return false
 	}
 	for _, rep := range r.Reports {
@@ -154,19 +159,20 @@ func (c *Config) defaults() {
 }
 
 type run struct {
-	cfg    Config
-	ctx    context.Context
-	mu     sync.Mutex
-	b      *broker.Broker
-	url    string
-	listen string
-	sent   []verify.Sent
-	deliv  []verify.Delivered
-	order  atomic.Int64
-	acked  atomic.Int64
-	wrong  atomic.Int64
-	res    Result
-	fenceN atomic.Int32 // changes started, for the restart fault
+	cfg       Config
+	ctx       context.Context
+	mu        sync.Mutex
+	b         *broker.Broker
+	url       string
+	listen    string
+	sent      []verify.Sent
+	deliv     []verify.Delivered
+	order     atomic.Int64
+	acked     atomic.Int64
+	wrong     atomic.Int64
+	res       Result
+	fenceN    atomic.Int32 // changes started, for the restart fault
+	restarted atomic.Bool  // the broker was restarted (read by the broker's step hook)
 }
 
 // Run executes a scenario.
@@ -308,6 +314,11 @@ func Run(parent context.Context, cfg Config) (*Result, error) {
 	desc, _, err := admin.Topic(context.Background(), cfg.Topic)
 	if err == nil {
 		r.res.Epochs = desc.Epochs
+		n, err := auditBoundaries(context.Background(), admin, desc)
+		if err != nil {
+			return nil, fmt.Errorf("audit: %w", err)
+		}
+		r.res.MisplacedRecords = n
 	}
 	r.mu.Lock()
 	r.res.Sent = len(r.sent)
@@ -337,7 +348,7 @@ func (r *run) startBroker(listen string) error {
 		listen = "127.0.0.1:0"
 	}
 	hook := func(topic, state string) error {
-		if r.cfg.RestartDuring > 0 && int(r.fenceN.Load()) == r.cfg.RestartDuring && state == "fenced" && !r.res.Restarted {
+		if r.cfg.RestartDuring > 0 && int(r.fenceN.Load()) == r.cfg.RestartDuring && state == "fenced" && !r.restarted.Load() {
 			return errBrokerDies
 		}
 		return nil
@@ -385,11 +396,12 @@ func (r *run) change(admin *client.Client, n int, ch Change) error {
 		r.cfg.Logf("epoch change %d (%s) done", n, ch)
 		return nil
 	}
-	if r.cfg.RestartDuring != n || r.res.Restarted {
+	if r.cfg.RestartDuring != n || r.restarted.Load() {
 		return err
 	}
 	// The broker "died" after fencing: stop it and start it again on the same data and port.
 	r.cfg.Logf("change %d: broker stopped after fencing (%v); restarting", n, err)
+	r.restarted.Store(true)
 	r.res.Restarted = true
 	r.broker().Abort()
 	r.mu.Lock()
@@ -721,4 +733,52 @@ func (r *run) pipelinedThin(c *client.Client, id string, seed int64) error {
 		}
 	}
 	return tp.Close(r.ctx)
+}
+
+// auditBoundaries reads every partition stream and counts records stored on the wrong side of
+// a boundary (see Result.MisplacedRecords).
+func auditBoundaries(ctx context.Context, c *client.Client, t *wire.Topic) (int, error) {
+	bad := 0
+	for q := 0; q < t.MaxPartitions(); q++ {
+		s, err := c.JetStream().Stream(ctx, wire.StreamName(t.Name, q))
+		if err != nil {
+			return 0, err
+		}
+		last := s.CachedInfo().State.LastSeq
+		if last == 0 {
+			continue
+		}
+		cons, err := c.JetStream().OrderedConsumer(ctx, wire.StreamName(t.Name, q), jetstream.OrderedConsumerConfig{HeadersOnly: true})
+		if err != nil {
+			return 0, err
+		}
+		it, err := cons.Messages()
+		if err != nil {
+			return 0, err
+		}
+		for {
+			m, err := it.Next()
+			if err != nil {
+				it.Stop()
+				return 0, err
+			}
+			md, _ := m.Metadata()
+			seq := md.Sequence.Stream
+			if m.Headers().Get(wire.HeaderFence) == "" {
+				if _, x, _, err := wire.ParseDataSubject(m.Subject()); err == nil {
+					if e := t.Epoch(x); e != nil && q < len(e.Boundaries) && seq > e.Boundaries[q] {
+						bad++ // stored after its own epoch ended in this partition
+					}
+					if p := t.Epoch(x - 1); p != nil && q < len(p.Boundaries) && seq <= p.Boundaries[q] {
+						bad++ // stored before the previous epoch ended in this partition
+					}
+				}
+			}
+			if seq >= last {
+				break
+			}
+		}
+		it.Stop()
+	}
+	return bad, nil
 }

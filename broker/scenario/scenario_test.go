@@ -16,7 +16,7 @@ func logResult(t *testing.T, res *Result) {
 			t.Log("  ", ex)
 		}
 	}
-	t.Logf("acked %d, deliveries %d, wrong partition %d, gated %d, max wait %v, resent %d, elapsed %v", res.Acked, res.Deliveries, res.WrongPartition, res.Gated, res.MaxGateWait, res.Resent, res.Elapsed)
+	t.Logf("acked %d, deliveries %d, wrong partition %d, misplaced records %d, gated %d, max wait %v, resent %d, elapsed %v", res.Acked, res.Deliveries, res.WrongPartition, res.MisplacedRecords, res.Gated, res.MaxGateWait, res.Resent, res.Elapsed)
 }
 
 func TestScenarioBasic(t *testing.T) {

@@ -49,6 +49,9 @@ const (
 	HeaderMsgID = "Nats-Msg-Id"
 	// HeaderError carries an API error code on a reply that failed (with a JSON body).
 	HeaderError = "Pctl-Error"
+	// HeaderFence marks a fence marker: not a record, but the message the broker stores in a
+	// partition stream when it fences it (its value: the new epoch). Consumers skip it.
+	HeaderFence = "Pctl-Fence"
 )
 
 var topicRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
