@@ -16,12 +16,12 @@ import pctl
 from conftest import SDK
 
 
-def consume(broker, topic: str, expect: int, group: str = "check") -> list:
+def consume(broker, topic: str, expect: int, group: str = "check", idle: str = "15s") -> list:
     """The topic's records, as `pctl consume --format jsonl` prints them, in delivery order: stops
     after `expect` records (a loaded machine can pause longer than any short idle time), or
     after 15 s without one."""
     p = broker.pctl("consume", topic, "--group", group, "--from-beginning", "--format", "jsonl", "--max", str(expect),
-                    "--idle-exit", "15s", creds=broker.consumer, timeout=180)
+                    "--idle-exit", idle, creds=broker.consumer, timeout=180)
     return [json.loads(line) for line in p.stdout.splitlines() if line]
 
 
@@ -293,3 +293,30 @@ def test_produce_command(broker):
     assert denied.returncode == 1
     o = json.loads(denied.stdout.decode().splitlines()[0])
     assert o["pseq"] == 1 and o["acked"] is False and "producer" in o["error"]
+
+
+def test_a_deleted_and_recreated_topic_stops_the_producer(broker):
+    # spec/protocol.md §5.1, known limits: the new topic's subjects would take the old producer's
+    # records; the producer watches pctl.events.topic.<topic> and compares the topic id.
+    topic = broker.create_topic(2)
+
+    async def go():
+        async with await pctl.connect(broker.url, broker.producer) as c:
+            p = await c.producer(topic)
+            await p.produce(b"k", b"before")
+            for args in (["delete", topic], ["create", topic, "--partitions", "2", "--partitioner", "kafka-murmur2"]):
+                admin = await asyncio.create_subprocess_exec(str(broker.bin), "topic", *args, "--server", broker.url,
+                                                             "--creds", broker.admin, stdout=subprocess.DEVNULL)
+                assert await admin.wait() == 0
+            for _ in range(100):
+                try:
+                    await p.produce(b"k", b"after")
+                except pctl.NotFound as e:
+                    return e
+                await asyncio.sleep(0.05)
+            return None
+
+    e = run(go())
+    assert e is not None, "the producer went on writing into the re-created topic"
+    assert topic in str(e) and ("deleted" in str(e))
+    assert consume(broker, topic, 0, idle="2s") == [], "nothing of the old producer reached the new topic"

@@ -66,15 +66,18 @@ def _permanent(e: BaseException) -> bool:
 
 
 class _Pending:
-    __slots__ = ("seq", "key", "value", "future", "epoch", "partition", "subject", "headers", "ambiguous", "tries")
+    __slots__ = ("seq", "key", "value", "future", "epoch", "partition", "subject", "headers", "ambiguous", "tries", "floor")
 
     def __init__(self, seq: int, key: Optional[bytes], value: bytes, future: asyncio.Future):
         self.seq, self.key, self.value, self.future = seq, key, value, future
         self.epoch = self.partition = 0
         self.subject = ""
         self.headers: dict = {}
-        self.ambiguous = False
+        self.ambiguous = False  # from its first lost acknowledgement until a search clears it
         self.tries = 0
+        # The partition's last acknowledged sequence when the record was first published there:
+        # if stored, it is above this (spec/protocol.md §5.1, the ambiguous search's floor).
+        self.floor: Optional[int] = None
 
 
 class _Event:
@@ -132,6 +135,8 @@ class Producer:
         self._inbox = ""
         self._sub = None
         self._control_task: Optional[asyncio.Task] = None
+        self._event_check: Optional[asyncio.Future] = None
+        self._events_sub = None
         self._stop_listening = None
         self.resent = 0  # records re-sent under a new epoch after a fence
 
@@ -159,6 +164,7 @@ class Producer:
         nc = client.nc
         p._inbox = nc.new_inbox()
         p._sub = await nc.subscribe(p._inbox + ".*", cb=p._on_reply)
+        p._events_sub = await nc.subscribe(f"pctl.events.topic.{topic}", cb=p._on_event)
         p._stop_listening = client._on_violation(p._on_violation)
         p._control_task = asyncio.ensure_future(p._control())
         return p
@@ -243,11 +249,14 @@ class Producer:
             self._control_task.cancel()
         if self._stop_listening:
             self._stop_listening()
-        if self._sub is not None:
-            try:
-                await self._sub.unsubscribe()
-            except Exception:  # noqa: BLE001 - the connection may be gone
-                pass
+        for sub in (self._sub, self._events_sub):
+            if sub is not None:
+                try:
+                    await sub.unsubscribe()
+                except Exception:  # noqa: BLE001 - the connection may be gone
+                    pass
+        if self._event_check is not None:
+            self._event_check.cancel()
 
     async def __aenter__(self) -> "Producer":
         return self
@@ -313,7 +322,7 @@ class Producer:
                 part = self._part.partition(pd.key, cur.partitions)
             except PluginFailed as e:
                 raise PluginFailed(f"record {pd.seq} of producer {self.id}: {e}", plugin=e.plugin, digest=e.digest) from None
-        pd.epoch, pd.partition = cur.epoch, part
+        pd.epoch, pd.partition, pd.floor = cur.epoch, part, None
         pd.subject = wire.data_subject(self.topic, cur.epoch, part)
         h = {wire.HEADER_PRODUCER: self.id, wire.HEADER_SEQ: str(pd.seq), wire.HEADER_MSG_ID: f"{self.id}-{pd.seq}"}
         if pd.key is not None:
@@ -347,6 +356,28 @@ class Producer:
         for s in list(self._sinks.values()):
             s.abort(err)
         self._space.set()
+
+    def _check_same_topic(self, desc: wire.Topic) -> None:
+        """A topic deleted and created again under the same name is another topic (a new id):
+        its subjects would take this producer's records (spec/protocol.md §5.1, known limits)."""
+        if self._desc is not None and desc.id and self._desc.id and desc.id != self._desc.id:
+            raise NotFound(f"topic {self.topic} was deleted and created again (id {self._desc.id} is now {desc.id}); "
+                           f"producer {self.id} stops: create a new producer to write to the new topic")
+
+    async def _on_event(self, _msg: Any) -> None:
+        """pctl.events.topic.<topic>: the descriptor changed. Checks that the topic is still the
+        same one (epoch changes are found by the fence itself)."""
+        if self._event_check is not None and not self._event_check.done():
+            return
+        self._event_check = asyncio.ensure_future(self._recheck())
+
+    async def _recheck(self) -> None:
+        try:
+            self._check_same_topic(await self._c.topic(self.topic))
+        except NotFound as e:
+            self._fail(e if "created again" in str(e) else NotFound(f"topic {self.topic} was deleted: {e}"))
+        except PctlError:
+            pass  # unreachable for a moment: the next publish failure re-reads the descriptor
 
     def _on_violation(self, op: str, subject: str) -> None:
         if subject.startswith(f"{wire.DATA_PREFIX}.{self.topic}."):
@@ -399,6 +430,7 @@ class Producer:
                 continue
             try:
                 desc: Optional[wire.Topic] = await self._fetch()
+                self._check_same_topic(desc)
             except (NotFound, PermissionDenied) as e:
                 self._fail(e)
                 ev.sink.abort(e)
@@ -434,7 +466,7 @@ class Producer:
                     waiting.discard(ev.sink)
         for s in old.values():
             s.close()
-        left = await self._resolve_ambiguous(desc, left, old)
+        left = await self._resolve_ambiguous(desc, left)
         try:
             await self._install(desc)
         except PctlError as e:
@@ -450,7 +482,7 @@ class Producer:
         self._switching = False
         self._assign_many(left)
 
-    async def _resolve_ambiguous(self, desc: wire.Topic, left: list, sinks: dict) -> list:
+    async def _resolve_ambiguous(self, desc: wire.Topic, left: list) -> list:
         """A record whose acknowledgement was lost may be stored in its fenced partition: look for
         its Nats-Msg-Id between the last acknowledged sequence and the partition's boundary
         (spec/protocol.md §5.1). Found: it is acknowledged there; not found: it is re-sent."""
@@ -460,9 +492,10 @@ class Producer:
                 groups.setdefault(pd.partition, []).append(pd)
         found: dict = {}
         for part, pds in groups.items():
-            s = sinks.get(part)
-            found.update(await self._find_stored(desc, pds[0].epoch, part, s.last_acked if s else 0,
-                                                 {pd.headers[wire.HEADER_MSG_ID] for pd in pds}))
+            # The floor is taken before each record's first publish, not now: with pipelining a
+            # later record's acknowledgement can be above an ambiguous record.
+            floor = min(pd.floor or 0 for pd in pds)
+            found.update(await self._find_stored(desc, pds[0].epoch, part, floor, {pd.headers[wire.HEADER_MSG_ID] for pd in pds}))
         out = []
         for pd in left:
             if pd.ambiguous:
@@ -474,8 +507,8 @@ class Producer:
             out.append(pd)
         return out
 
-    async def _find_stored(self, desc: wire.Topic, epoch: int, partition: int, last_acked: int, ids: set) -> dict:
-        """Msg id -> stream sequence of those of `ids` stored in the partition after last_acked,
+    async def _find_stored(self, desc: wire.Topic, epoch: int, partition: int, floor: int, ids: set) -> dict:
+        """Msg id -> stream sequence of those of `ids` stored in the partition above floor,
         up to the epoch's boundary: direct gets, newest first (an ambiguous record is among the
         last ones), 64 at a time, each sequence read once."""
         e = desc.epoch(epoch)
@@ -491,8 +524,8 @@ class Producer:
                 return seq, None
 
         seq = e.boundaries[partition]
-        while seq > last_acked and want:
-            batch = range(seq, max(last_acked, seq - 64), -1)
+        while seq > floor and want:
+            batch = range(seq, max(floor, seq - 64), -1)
             for n, m in await asyncio.gather(*(get(n) for n in batch)):
                 mid = (m.headers or {}).get(wire.HEADER_MSG_ID) if m is not None else None
                 if mid in want:
@@ -554,6 +587,8 @@ class _Sink:
                 while self.queue and len(inflight) < p._max_in_flight:
                     pd = self.queue.popleft()
                     pd.tries += 1
+                    if pd.floor is None:
+                        pd.floor = self.last_acked
                     try:
                         fut = await p._publish(pd)
                     except Exception as e:  # noqa: BLE001 - connection closed, payload too large...
