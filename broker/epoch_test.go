@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,16 +153,15 @@ func TestShrinkRetiresPartitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := 0
+	var got atomic.Int64
 	rctx, rcancel := context.WithCancel(ctx)
 	err = cn.Run(rctx, func(ctx context.Context, m *client.Message) error {
-		got++
-		if got == 500 {
+		if got.Add(1) == 500 {
 			rcancel()
 		}
 		return nil
 	})
-	if err != nil || got != 500 {
-		t.Fatalf("consumed %d of 500 (%v): the retired partitions' records must be delivered too", got, err)
+	if err != nil || got.Load() != 500 {
+		t.Fatalf("consumed %d of 500 (%v): the retired partitions' records must be delivered too", got.Load(), err)
 	}
 }

@@ -110,3 +110,17 @@ func (t *Topic) Validate() error {
 	}
 	return nil
 }
+
+// FenceMarkers counts the fence markers in partition q's stream with sequences in (from, to]:
+// one right after each ended epoch's boundary of q (spec/protocol.md §7).
+func (t *Topic) FenceMarkers(q int, from, to uint64) int {
+	n := 0
+	for _, e := range t.Epochs {
+		if q < len(e.Boundaries) {
+			if m := e.Boundaries[q] + 1; m > from && m <= to {
+				n++
+			}
+		}
+	}
+	return n
+}

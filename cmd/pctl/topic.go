@@ -586,7 +586,8 @@ position (every record up to it is drained), the stream's last sequence and the 
 				pv.End = ends[q]
 			}
 			if pv.End > p {
-				pv.Lag = pv.End - p
+				// Records, not messages: fence markers (§6.4 of the protocol) are not counted.
+				pv.Lag = pv.End - p - uint64(t.FenceMarkers(q, p, pv.End))
 			}
 			v.Lag += pv.Lag
 			v.Partitions = append(v.Partitions, pv)
