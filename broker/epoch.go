@@ -153,6 +153,9 @@ func (b *Broker) runChange(ctx context.Context, name string) error {
 			t.Epochs = append(t.Epochs, wire.Epoch{Epoch: ch.To, Partitioner: ch.Partition, Partitions: ch.Partitions, Started: time.Now().UTC(), Ancestry: anc})
 			t.Change = nil
 			if _, err := b.putTopic(ctx, t, rev); err != nil {
+				if errors.Is(err, wire.ErrConflict) {
+					continue // re-read and activate again (idempotent)
+				}
 				return err
 			}
 			b.cfg.Logf("topic %s: epoch %d active (%d partitions, %s; boundaries %v; ancestry %s)", t.Name, ch.To, ch.Partitions, ch.Partition.Name, cur.Boundaries, anc.Source)
@@ -176,6 +179,11 @@ func (b *Broker) runChange(ctx context.Context, name string) error {
 			return err
 		}
 		if _, err := b.putTopic(ctx, t, rev); err != nil {
+			if errors.Is(err, wire.ErrConflict) {
+				// Another writer (the background ancestry of an earlier epoch) changed the
+				// descriptor: re-read it and run this step again; steps are idempotent.
+				continue
+			}
 			return err
 		}
 		if b.cfg.StepHook != nil {

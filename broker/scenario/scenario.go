@@ -701,10 +701,10 @@ func (e *epochPartitioners) check(ctx context.Context, m *client.Message) bool {
 	}
 	p, err := e.c.Partitioner(ctx, ep.Partitioner)
 	if err != nil {
-		return false
+		return true // cannot tell (a crashed member's connection is closed): only a definite mismatch counts
 	}
 	want, err := p.Partition(m.Key, int32(ep.Partitions))
-	return err == nil && int(want) == m.Partition
+	return err != nil || int(want) == m.Partition
 }
 
 // pipelinedThin is a thin producer with many requests in flight (client.ThinProducer).
