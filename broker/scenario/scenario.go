@@ -463,24 +463,8 @@ func (r *run) clientProducer(id string, seed int64, wait chan struct{}) error {
 			return r.ctx.Err()
 		}
 	}
-	rng := rand.New(rand.NewSource(seed))
-	pause := r.cfg.Pace / time.Duration(r.cfg.Records+1)
-	for i := 0; i < r.cfg.Records; i++ {
-		rec := client.Record{Value: []byte(id + "-" + strconv.Itoa(i))}
-		if rng.Intn(50) == 0 {
-			rec.NoKey = true
-		} else {
-			rec.Key = keyOf(rng, r.cfg.Keys)
-		}
-		err := p.Send(r.ctx, rec, func(res client.Result) {
-			r.logSent(verify.Sent{Producer: id, PSeq: res.ProducerSeq, Key: rec.Key, NoKey: rec.NoKey, Acked: res.Err == nil})
-		})
-		if err != nil {
-			return fmt.Errorf("producer %s: %w", id, err)
-		}
-		if pause > 0 && i%10 == 0 {
-			time.Sleep(pause * 10)
-		}
+	if err := r.sendRecords(id, seed, p.Send); err != nil {
+		return err
 	}
 	if err := p.Close(r.ctx); err != nil {
 		return fmt.Errorf("producer %s: %w", id, err)
@@ -713,6 +697,15 @@ func (r *run) pipelinedThin(c *client.Client, id string, seed int64) error {
 	if err != nil {
 		return err
 	}
+	if err := r.sendRecords(id, seed, tp.Send); err != nil {
+		return err
+	}
+	return tp.Close(r.ctx)
+}
+
+// sendRecords sends Records records (one in fifty keyless), spread over Pace, and logs each
+// record's fate for the checker.
+func (r *run) sendRecords(id string, seed int64, send func(context.Context, client.Record, func(client.Result)) error) error {
 	rng := rand.New(rand.NewSource(seed))
 	pause := r.cfg.Pace / time.Duration(r.cfg.Records+1)
 	for i := 0; i < r.cfg.Records; i++ {
@@ -722,17 +715,17 @@ func (r *run) pipelinedThin(c *client.Client, id string, seed int64) error {
 		} else {
 			rec.Key = keyOf(rng, r.cfg.Keys)
 		}
-		err := tp.Send(r.ctx, rec, func(res client.Result) {
+		err := send(r.ctx, rec, func(res client.Result) {
 			r.logSent(verify.Sent{Producer: id, PSeq: res.ProducerSeq, Key: rec.Key, NoKey: rec.NoKey, Acked: res.Err == nil})
 		})
 		if err != nil {
-			return fmt.Errorf("thin producer %s: %w", id, err)
+			return fmt.Errorf("producer %s: %w", id, err)
 		}
 		if pause > 0 && i%10 == 0 {
 			time.Sleep(pause * 10)
 		}
 	}
-	return tp.Close(r.ctx)
+	return nil
 }
 
 // auditBoundaries reads every partition stream and counts records stored on the wrong side of
