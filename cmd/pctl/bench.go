@@ -24,7 +24,7 @@ import (
 )
 
 func init() {
-	register(command{name: "bench", summary: "measure produce throughput against raw JetStream (bench produce)", run: cmdBench})
+	register(command{name: "bench", summary: "benchmarks: produce throughput vs raw JetStream (bench produce), epoch gating (bench epoch)", run: cmdBench})
 }
 
 const benchHelp = `
