@@ -78,7 +78,11 @@ func ensureCredentials(dir string) (map[string]string, error) {
 // CredsPath is where the broker writes a role's NKey seed.
 func CredsPath(dir, role string) string { return filepath.Join(dir, role+".nk") }
 
-// permissions returns the NATS permissions of a role (spec/protocol.md §7).
+// RolePermissions returns the NATS permissions of one of the three role users (spec/protocol.md
+// §8); nil means everything (admin). An external cluster's configuration uses the same sets.
+func RolePermissions(role string) *server.Permissions { return permissions(role) }
+
+// permissions returns the NATS permissions of a role (spec/protocol.md §8).
 func permissions(role string) *server.Permissions {
 	inbox := []string{"_INBOX.>", wire.EventsPrefix + ".>"}
 	switch role {
