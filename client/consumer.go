@@ -30,7 +30,80 @@ type Message struct {
 	Value       []byte
 	Producer    string // producer id, if the producer set it
 	ProducerSeq uint64
+	// Misplaced is set on a record that is not where the topic's partitioner puts it (delivered
+	// only with ConsumerOptions.Misplaced = MisplacedDeliver): no order is promised for it.
+	Misplaced *Misplacement
 }
+
+// Misplacement says why a stored record is not in its key's partition (spec/protocol.md §6.6).
+// Only a producer that bypasses the partitioner (a bug, or a hostile client with a producer
+// credential) can store one: pctl's producers and the produce service never do.
+type Misplacement struct {
+	// Expected is the partition the epoch's partitioner gives the key, or -1 when the record
+	// has no usable key or epoch (Reason says which).
+	Expected int
+	Reason   string
+}
+
+// MisplacedPolicy is what a member does with a misplaced record.
+type MisplacedPolicy int
+
+const (
+	// MisplacedStop (the default) stops the member before the record: Run returns a
+	// *MisplacedError (errors.Is(err, ErrMisplaced)). Nothing after it in that partition is
+	// delivered until the group is run with another policy.
+	MisplacedStop MisplacedPolicy = iota
+	// MisplacedDeliver delivers the record with Message.Misplaced set, in its stream's order;
+	// it is neither gated nor counted in key-level callbacks.
+	MisplacedDeliver
+	// MisplacedSkip does not deliver the record; the group's position moves past it.
+	MisplacedSkip
+)
+
+// String returns the policy's name, as the CLI spells it.
+func (p MisplacedPolicy) String() string {
+	switch p {
+	case MisplacedStop:
+		return "stop"
+	case MisplacedDeliver:
+		return "deliver"
+	case MisplacedSkip:
+		return "skip"
+	}
+	return "MisplacedPolicy(" + strconv.Itoa(int(p)) + ")"
+}
+
+// ParseMisplacedPolicy parses "stop", "deliver" or "skip".
+func ParseMisplacedPolicy(s string) (MisplacedPolicy, error) {
+	for _, p := range []MisplacedPolicy{MisplacedStop, MisplacedDeliver, MisplacedSkip} {
+		if p.String() == s {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: misplaced-record policy %q: give stop, deliver or skip", wire.ErrBadRequest, s)
+}
+
+// ErrMisplaced is matched (errors.Is) by the error of a member stopped by a misplaced record.
+var ErrMisplaced = errors.New("misplaced record")
+
+// MisplacedError is returned by Run when a misplaced record stopped the member (MisplacedStop).
+type MisplacedError struct {
+	Topic     string
+	Partition int
+	Seq       uint64 // the record's stream sequence
+	Epoch     int
+	Key       []byte
+	Misplacement
+}
+
+func (e *MisplacedError) Error() string {
+	return fmt.Sprintf("misplaced record in topic %s partition %d at sequence %d (epoch %d, key %q): %s. "+
+		"A producer bypassed the partitioner; the group stopped before this record. To go on, consume with the deliver (flagged) or skip policy (pctl consume --misplaced deliver|skip)",
+		e.Topic, e.Partition, e.Seq, e.Epoch, e.Key, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrMisplaced) hold.
+func (e *MisplacedError) Unwrap() error { return ErrMisplaced }
 
 // KeyChange describes keys that move between partitions at an epoch change (KIP-253's key-level
 // rebalance listener). Moved tells, for any key, whether it is one of them.
@@ -67,6 +140,13 @@ type ConsumerOptions struct {
 	// DisableGating delivers new-epoch records without waiting for their parents (for the
 	// benchmark that measures what gating costs: order is NOT guaranteed then).
 	DisableGating bool
+	// Misplaced is what the member does with a record stored in a partition its key does not
+	// map to under its epoch's partitioner (or with a key header it cannot decode). Default
+	// MisplacedStop; see RATIONALE.md for why.
+	Misplaced MisplacedPolicy
+	// OnMisplaced, if set, runs for every misplaced record the member reads, before the policy
+	// applies (so also for skipped ones and the one that stops the member).
+	OnMisplaced func(m *Message)
 
 	// OnAssigned and OnRevoked run when the member gains or gives up partitions.
 	OnAssigned func(partitions []int)
@@ -123,6 +203,8 @@ type ConsumerStats struct {
 	// of the group's positions (after a reconnect, or when the watch fell behind).
 	ReaderRestarts int64
 	WatchRestarts  int64
+	// Misplaced counts misplaced records read (whatever the policy did with them).
+	Misplaced int64
 }
 
 // NewConsumer prepares a member of a group; Run starts it.
@@ -990,19 +1072,45 @@ func (w *worker) deliver(ctx context.Context, msg jetstream.Msg, h Handler, fail
 		return true
 	}
 	m := &Message{Topic: cn.topic, Partition: w.partition, Seq: md.Sequence.Stream, Value: msg.Data(), NoKey: true}
-	if _, e, _, err := wire.ParseDataSubject(msg.Subject()); err == nil {
-		m.Epoch = e
-	}
 	hdr := msg.Headers()
-	if v := hdr.Get(wire.HeaderKey); v != "" {
-		if k, err := wire.DecodeKey(v); err == nil {
-			m.Key, m.NoKey = k, false
-		}
-	}
 	m.Producer = hdr.Get(wire.HeaderProducer)
 	m.ProducerSeq, _ = strconv.ParseUint(hdr.Get(wire.HeaderSeq), 10, 64)
+	mp, err := w.placement(ctx, m, msg.Subject(), hdr)
+	if err != nil {
+		if ctx.Err() == nil {
+			fail(err)
+		}
+		return false
+	}
+	if mp != nil {
+		m.Misplaced = mp
+		cn.mu.Lock()
+		cn.stats.Misplaced++
+		cn.mu.Unlock()
+		cn.opts.Logf("member %s: partition %d: misplaced record at %d (epoch %d, key %q): %s", cn.opts.Member, w.partition, m.Seq, m.Epoch, m.Key, mp.Reason)
+		if cn.opts.OnMisplaced != nil {
+			cn.opts.OnMisplaced(m)
+		}
+		switch cn.opts.Misplaced {
+		case MisplacedSkip:
+			if !w.holdLease(ctx) {
+				return false
+			}
+			w.mu.Lock()
+			w.delivered = m.Seq
+			w.mu.Unlock()
+			w.passBoundaries(ctx, m.Seq)
+			return true
+		case MisplacedDeliver:
+		default:
+			if ctx.Err() == nil {
+				fail(&MisplacedError{Topic: cn.topic, Partition: w.partition, Seq: m.Seq, Epoch: m.Epoch, Key: m.Key, Misplacement: *mp})
+			}
+			return false
+		}
+	}
 
-	if !cn.opts.DisableGating && !m.NoKey {
+	if !cn.opts.DisableGating && !m.NoKey && m.Misplaced == nil {
 		if err := w.gate(ctx, m); err != nil {
 			if ctx.Err() == nil {
 				fail(err)
@@ -1027,6 +1135,72 @@ func (w *worker) deliver(ctx context.Context, msg jetstream.Msg, h Handler, fail
 	cn.mu.Unlock()
 	w.passBoundaries(ctx, m.Seq)
 	return true
+}
+
+// placement decodes the record's epoch and key into m and checks that the record is in its key's
+// partition under that epoch's partitioner (spec/protocol.md §6.6). It returns nil for a record
+// in its place (and for a keyless one), a Misplacement otherwise; an error only when the
+// partitioner cannot be run (the member stops: it cannot tell).
+func (w *worker) placement(ctx context.Context, m *Message, subject string, hdr nats.Header) (*Misplacement, error) {
+	cn := w.cn
+	_, e, q, err := wire.ParseDataSubject(subject)
+	if err == nil {
+		m.Epoch = e
+	}
+	v := hdr.Get(wire.HeaderKey)
+	if v == "" && len(hdr.Values(wire.HeaderKey)) == 0 {
+		return nil, nil // keyless: any partition will do
+	}
+	k, kerr := wire.DecodeKey(v)
+	if kerr != nil {
+		return &Misplacement{Expected: -1, Reason: fmt.Sprintf("its %s header %.40q is not b64:<standard base64>", wire.HeaderKey, v)}, nil
+	}
+	m.Key, m.NoKey = k, false
+	if err != nil {
+		return &Misplacement{Expected: -1, Reason: fmt.Sprintf("its subject %q is not an epoch's record subject", subject)}, nil
+	}
+	if q != w.partition {
+		return &Misplacement{Expected: -1, Reason: fmt.Sprintf("its subject %q names partition %d", subject, q)}, nil
+	}
+	for {
+		cn.mu.Lock()
+		ep, cur := cn.desc.Epoch(e), cn.desc.Current().Epoch
+		cn.mu.Unlock()
+		if ep != nil {
+			break
+		}
+		if e <= cur {
+			return &Misplacement{Expected: -1, Reason: fmt.Sprintf("the topic has no epoch %d", e)}, nil
+		}
+		// A record of an epoch newer than our descriptor (its streams are bound before the
+		// descriptor says it is active): wait for the descriptor.
+		cn.refresh(ctx)
+		cn.mu.Lock()
+		known := cn.desc.Epoch(e) != nil
+		cn.mu.Unlock()
+		if !known {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	cn.mu.Lock()
+	ep := cn.desc.Epoch(e)
+	cn.mu.Unlock()
+	f, err := cn.partitionerFor(ctx, ep)
+	if err != nil {
+		return nil, err
+	}
+	want, err := f.Partition(k, int32(ep.Partitions))
+	if err != nil {
+		return nil, fmt.Errorf("%w: partition of key %x in epoch %d: %v", wire.ErrPluginFailed, k, ep.Epoch, err)
+	}
+	if int(want) != w.partition {
+		return &Misplacement{Expected: int(want), Reason: fmt.Sprintf("epoch %d's partitioner (%d partitions) puts the key in partition %d", e, ep.Partitions, want)}, nil
+	}
+	return nil, nil
 }
 
 // holdLease makes sure the lease still has a safe margin before a delivery, renewing it if

@@ -283,3 +283,65 @@ func TestReaderReplacedWhenItsConsumerIsPaused(t *testing.T) {
 		t.Errorf("ReaderRestarts = %d, want at least 4 (one per paused reader)", st.ReaderRestarts)
 	}
 }
+
+// TestMemberWatchesAgainAfterReconnect: the group's positions watch is a server-side consumer too;
+// after the broker restarts (the member reconnects), the member makes it again, and keeps
+// delivering.
+func TestMemberWatchesAgainAfterReconnect(t *testing.T) {
+	dir := t.TempDir()
+	b, err := broker.Start(context.Background(), broker.Config{DataDir: dir, Listen: "127.0.0.1:0", ConformanceKeys: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := b.ClientURL()
+	defer func() { b.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	admin := thinConnect(t, b, broker.RoleAdmin)
+	if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: "t", Partitions: 2, Partitioner: "kafka-murmur2"}); err != nil {
+		t.Fatal(err)
+	}
+	prod := thinConnect(t, b, broker.RoleProducer)
+	p, err := prod.NewProducer(ctx, "t", client.ProducerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked := map[uint64]bool{}
+	var amu sync.Mutex
+	send := func(n int) {
+		for i := 0; i < n; i++ {
+			r, err := p.Produce(ctx, client.Record{Key: []byte(fmt.Sprintf("k%d", i)), Value: []byte("v")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			amu.Lock()
+			acked[r.ProducerSeq] = true
+			amu.Unlock()
+		}
+	}
+	send(20)
+	cons := thinConnect(t, b, broker.RoleConsumer)
+	cn, err := cons.NewConsumer(ctx, "t", client.ConsumerOptions{Group: "g", FromBeginning: true, Heartbeat: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &deliveryLog{seqs: map[uint64]bool{}}
+	rctx, rcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- cn.Run(rctx, log.handle) }()
+	defer func() {
+		rcancel()
+		<-done
+	}()
+	all := func() bool { amu.Lock(); defer amu.Unlock(); return len(log.missing(acked)) == 0 }
+	waitFor(t, 30*time.Second, "the first records are delivered", all)
+
+	b.Close()
+	b, err = broker.Start(context.Background(), broker.Config{DataDir: dir, Listen: url[len("nats://"):], ConformanceKeys: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the member watches the group's positions again", func() bool { return cn.Stats().WatchRestarts > 0 })
+	send(20)
+	waitFor(t, 30*time.Second, "records stored after the restart are delivered", all)
+}
