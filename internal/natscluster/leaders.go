@@ -83,8 +83,11 @@ func (c *Cluster) reachable() []int {
 
 // MetaLeader returns the index of the JetStream meta leader: the node that a majority of the
 // cluster names as leader (asked through the monitoring endpoint, /jsz). It waits until there is
-// one, or ctx ends.
+// one, or ctx ends. A single node is its own leader.
 func (c *Cluster) MetaLeader(ctx context.Context) (int, error) {
+	if len(c.nodes) == 1 {
+		return 0, nil // a single server is not clustered: it decides alone
+	}
 	quorum := len(c.nodes)/2 + 1
 	var last string
 	for {

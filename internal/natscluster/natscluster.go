@@ -37,6 +37,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"pctl.dev/pctl/internal/natsconf"
+	"pctl.dev/pctl/internal/netproxy"
 )
 
 // Options configures a cluster. The zero value is 3 nodes, JetStream with sync_interval always,
@@ -56,11 +57,11 @@ type Options struct {
 	MaxPayload int
 	// Users are NKey users every node accepts besides the full-permission one of Creds().
 	Users []natsconf.User
-	// RouteVia, if set, is asked once per ordered pair of nodes for the address node from uses to
-	// reach node to's route listener at target: return a proxy's address there to be able to cut
-	// routes (partitions). Nodes then advertise no usable route address, so that gossip never
-	// opens a route around the proxies.
-	RouteVia func(from, to int, target string) (string, error)
+	// ProxiedRoutes sends every route between two nodes through a loopback TCP proxy of its own
+	// (package netproxy), so that CutRoutes, Isolate and Heal can partition the cluster. Nodes
+	// then advertise no usable route address, so that gossip never opens a route around the
+	// proxies.
+	ProxiedRoutes bool
 	// Extra is appended to every node's configuration file.
 	Extra string
 	// Logf, if set, receives the harness's own log lines (starts, kills, restarts).
@@ -93,6 +94,8 @@ type Cluster struct {
 
 	connMu sync.Mutex
 	conn   *nats.Conn // for JetStream API requests (StreamLeader)
+
+	proxies map[[2]int]*netproxy.Proxy // [from, to] -> the proxy of from's route to to
 }
 
 type node struct {
@@ -202,6 +205,7 @@ func (c *Cluster) startAll() error {
 		return err
 	}
 	c.nodes = make([]*node, n)
+	c.proxies = nil
 	for i := range c.nodes {
 		nd := &node{idx: i, name: fmt.Sprintf("n%d", i+1), port: ports[3*i], cport: ports[3*i+1], httpPort: ports[3*i+2]}
 		nd.dir = filepath.Join(c.dir, nd.name)
@@ -228,14 +232,20 @@ func (c *Cluster) startAll() error {
 					continue
 				}
 				target := fmt.Sprintf("127.0.0.1:%d", other.cport)
-				if c.opts.RouteVia != nil {
-					if target, err = c.opts.RouteVia(i, j, target); err != nil {
-						return fmt.Errorf("route from %s to %s: %w", nd.name, other.name, err)
+				if c.opts.ProxiedRoutes {
+					px, err := netproxy.New(target)
+					if err != nil {
+						return fmt.Errorf("route proxy from %s to %s: %w", nd.name, other.name, err)
 					}
+					if c.proxies == nil {
+						c.proxies = map[[2]int]*netproxy.Proxy{}
+					}
+					c.proxies[[2]int{i, j}] = px
+					target = px.Addr()
 				}
 				cfg.Routes = append(cfg.Routes, target)
 			}
-			if c.opts.RouteVia != nil {
+			if c.opts.ProxiedRoutes {
 				// Port 1 refuses at once: a gossiped (implicit) route goes nowhere, only the
 				// configured ones through the proxies exist.
 				cfg.ClusterAdvertise = "127.0.0.1:1"
@@ -510,6 +520,9 @@ func (c *Cluster) Close() {
 func (c *Cluster) killAll() {
 	for i := range c.nodes {
 		_ = c.Kill(i)
+	}
+	for _, px := range c.proxies {
+		px.Close()
 	}
 }
 

@@ -2,7 +2,9 @@ package natscluster_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -175,4 +177,111 @@ func TestBadBinary(t *testing.T) {
 		t.Fatal("a missing binary started a cluster")
 	}
 	t.Log(err)
+}
+
+// TestPartition isolates the meta leader behind its route proxies: the other two elect a new
+// one and keep accepting writes, no route to the isolated node exists (gossip opens none around
+// the proxies), and after Heal the cluster is whole again with every write on every replica.
+func TestPartition(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts nats-server processes")
+	}
+	c := natscluster.Start(t, natscluster.Options{Nodes: 3, ProxiedRoutes: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	meta, err := c.MetaLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A connection to a node of the majority side.
+	other := (meta + 1) % 3
+	nc, err := nats.Connect(c.NodeURL(other), nkeyOpt(t, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "P", Subjects: []string{"p"}, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Isolate(meta); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := c.MetaLeader(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m != meta {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for i := range 10 {
+		for {
+			actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := js.Publish(actx, "p", []byte(fmt.Sprint(i)), jetstream.WithMsgID(fmt.Sprint(i)))
+			cancel()
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("publish on the majority side: %v", err)
+			}
+		}
+	}
+	for j := range 3 {
+		if j == meta {
+			continue
+		}
+		if routes := routesTo(t, c, j, c.Name(meta)); routes != 0 {
+			t.Fatalf("%s has %d routes to the isolated %s", c.Name(j), routes, c.Name(meta))
+		}
+	}
+	if err := c.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitState(ctx, t, c, "P", 10)
+	if routes := routesTo(t, c, other, c.Name(meta)); routes == 0 {
+		t.Fatalf("after Heal %s has no route to %s", c.Name(other), c.Name(meta))
+	}
+	if err := natscluster.Start(t, natscluster.Options{Nodes: 1}).Isolate(0); err == nil {
+		t.Fatal("Isolate without proxied routes did not fail")
+	}
+}
+
+func nkeyOpt(t *testing.T, c *natscluster.Cluster) nats.Option {
+	opt, err := nats.NkeyOptionFromSeed(c.Creds())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return opt
+}
+
+// routesTo counts node i's routes to the server named remote, from its /routez.
+func routesTo(t *testing.T, c *natscluster.Cluster, i int, remote string) int {
+	t.Helper()
+	resp, err := http.Get(c.MonitorURL(i) + "/routez")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var rz struct {
+		Routes []struct {
+			RemoteName string `json:"remote_name"`
+		} `json:"routes"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&rz); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range rz.Routes {
+		if r.RemoteName == remote {
+			n++
+		}
+	}
+	return n
 }
