@@ -78,8 +78,8 @@ func ensureCredentials(dir string) (map[string]string, error) {
 // CredsPath is where the broker writes a role's NKey seed.
 func CredsPath(dir, role string) string { return filepath.Join(dir, role+".nk") }
 
-// RolePermissions returns the NATS permissions of one of the three role users (spec/protocol.md
-// §8); nil means everything (admin). An external cluster's configuration uses the same sets.
+// RolePermissions returns the NATS permissions of a role (spec/protocol.md §8), nil meaning
+// everything; 'pctl nats-server config' writes them into an external cluster's configuration.
 func RolePermissions(role string) *server.Permissions { return permissions(role) }
 
 // permissions returns the NATS permissions of a role (spec/protocol.md §8).

@@ -35,7 +35,7 @@ type Message struct {
 	Misplaced *Misplacement
 }
 
-// Misplacement says why a stored record is not in its key's partition (spec/protocol.md §6.6).
+// Misplacement says why a stored record is not in its key's partition (spec/protocol.md §6.8).
 // Only a producer that bypasses the partitioner (a bug, or a hostile client with a producer
 // credential) can store one: pctl's producers and the produce service never do.
 type Misplacement struct {
@@ -1138,7 +1138,7 @@ func (w *worker) deliver(ctx context.Context, msg jetstream.Msg, h Handler, fail
 }
 
 // placement decodes the record's epoch and key into m and checks that the record is in its key's
-// partition under that epoch's partitioner (spec/protocol.md §6.6). It returns nil for a record
+// partition under that epoch's partitioner (spec/protocol.md §6.8). It returns nil for a record
 // in its place (and for a keyless one), a Misplacement otherwise; an error only when the
 // partitioner cannot be run (the member stops: it cannot tell).
 func (w *worker) placement(ctx context.Context, m *Message, subject string, hdr nats.Header) (*Misplacement, error) {

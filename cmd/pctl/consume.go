@@ -42,7 +42,7 @@ base64) instead; a keyless record has no key field.
 
 --misplaced says what to do with a record stored in a partition its key does not map to under
 its epoch's partitioner (or whose key header cannot be decoded): only a producer that bypasses
-the partitioner stores one (spec/protocol.md §6.6). stop (default): exit 1 before the record,
+the partitioner stores one (spec/protocol.md §6.8). stop (default): exit 1 before the record,
 naming it; deliver: print it, flagged (jsonl: "misplaced": true, "expected_partition" (absent
 when the key or epoch is unusable) and "misplaced_reason"; text: a sixth field
 "misplaced:<expected partition or ->"), in its stream's order, no order promised for its key;
