@@ -121,6 +121,28 @@ def header_block_size(headers: Iterable[tuple[str, str]]) -> int:
     return n
 
 
+async def publish_raw(nc: Any, subject: str, data: bytes, reply: str, header_block: bytes) -> None:
+    """Publishes a message with a header block built by the caller (encode_header_block), so that
+    a header name may carry several values in order, which nats-py's dict of headers cannot. The
+    checks and the flush are nats-py's own publish path (nats-py is pinned to one version)."""
+    if nc.is_closed:
+        raise nats.errors.ConnectionClosedError
+    if nc.is_draining_pubs:
+        raise nats.errors.ConnectionDrainingError
+    size = len(data) + len(header_block)
+    if not nc.is_connected:
+        if nc._max_pending_size <= 0 or size + nc._pending_data_size > nc._max_pending_size:
+            raise nats.errors.OutboundBufferLimitError
+    if size > nc._max_payload:
+        raise nats.errors.MaxPayloadError
+    from nats.protocol.command import hpub_cmd
+    nc.stats["out_msgs"] += 1
+    nc.stats["out_bytes"] += len(data)
+    await nc._send_command(hpub_cmd(subject, reply, header_block, data))
+    if nc._flush_queue is not None and nc._flush_queue.empty():
+        await nc._flush_pending()
+
+
 # --- JetStream acknowledgement subjects -----------------------------------------------------------
 
 
