@@ -172,6 +172,8 @@ class Client:
             f(op, subject)
 
     def _on_violation(self, f: Callable[[str, str], None]) -> Callable[[], None]:
+        """Registers f(op, subject) for every permissions violation the server reports. nats-py
+        reports the subject in lower case: listeners compare case-insensitively."""
         self._violation_listeners.append(f)
         return lambda: self._violation_listeners.remove(f) if f in self._violation_listeners else None
 
@@ -213,8 +215,10 @@ class Client:
         loop = asyncio.get_running_loop()
         violated: asyncio.Future = loop.create_future()
 
+        low = subject.lower()
+
         def on_violation(op: str, subj: str) -> None:
-            if subj == subject and not violated.done():
+            if subj.lower() == low and not violated.done():
                 violated.set_result(op)
 
         stop = self._on_violation(on_violation)

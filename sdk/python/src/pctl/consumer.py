@@ -305,6 +305,12 @@ class Consumer:
                 if part.stopped or self._parts.get(part.q) is not part:
                     continue
                 if item.record is None:
+                    if item.parent > 1:
+                        # The marker says that epoch parent-1 ended here: make sure the descriptor
+                        # knows it, so that the keys-revoked step runs before the position moves
+                        # past the marker (children wait for that, see _gate).
+                        await self._ended_epoch(item.parent - 1)
+                        self._compute_next_boundary(part)
                     await self._pass_marker(part, item.seq)
                     continue
                 if not await self._hold_lease(part):
@@ -953,12 +959,12 @@ class Consumer:
             while not part.stopped:
                 batch = await reader.next_batch()
                 items = [_parse(raw, topic, q, token) for raw in batch]
-                parents = await self._parents(items) if self._gating else None
+                parents = await self._parents(items) if (self._gating or self._on_keys_assigned) else None
                 for i, it in enumerate(items):
                     if part.stopped:
                         return
-                    if isinstance(it, int):
-                        seq, rec, parent = it, None, -1
+                    if isinstance(it, tuple):
+                        (seq, parent), rec = it, None  # a fence marker: parent carries its epoch
                     else:
                         seq, rec, parent = it.seq, it, -1
                         if parents is not None and rec.key is not None and parents[i] is not None:
@@ -981,22 +987,27 @@ class Consumer:
             self._fail(e)
 
     async def _parents(self, items: list) -> Optional[list]:
-        """For the keyed records of a batch whose epoch has undrained older epochs: their
-        partitions in those epochs, {epoch: partition}, one batch call per epoch (None for a record
-        that needs no gate)."""
+        """For the keyed records of a batch: their partitions in the older epochs that matter,
+        {epoch: partition}, one batch call into each epoch's module (None for a record that needs
+        none). Those are the epochs the group has not fully drained (for the gate) and, when there
+        is a keys-assigned callback, the previous epoch (to know where the key came from)."""
         t = self._desc
         first = t.epochs[0].epoch if t.epochs else 1
-        drained = self._drained_through()
+        drained = self._drained_through() if self._gating else 1 << 62
+        announce = self._on_keys_assigned is not None
         need: dict[int, list] = {}
         out: list = [None] * len(items)
         for i, it in enumerate(items):
-            if isinstance(it, int) or it.key is None or it.epoch <= first or it.epoch - 1 <= drained:
+            if isinstance(it, tuple) or it.key is None or it.epoch <= first:
+                continue
+            lo = max(drained + 1, first)
+            if announce:
+                lo = min(lo, it.epoch - 1)
+            if lo >= it.epoch:
                 continue
             out[i] = {}
-            for e in range(max(drained + 1, first), it.epoch):
+            for e in range(lo, it.epoch):
                 need.setdefault(e, []).append(i)
-        if not need:
-            return out
         for e, idx in need.items():
             ep = await self._ended_epoch(e)
             f = await self._partitioner(ep)
@@ -1028,7 +1039,7 @@ class Consumer:
         waited = False
         prev = parents.get(rec.epoch - 1, -1)
         for e in sorted(parents, reverse=True):
-            if e <= self._drained_through():
+            if not self._gating or e <= self._drained_through():
                 break
             qe = parents[e]
             if qe == part.q:
@@ -1065,6 +1076,21 @@ class Consumer:
                     self._logf(f"member {self.member}: partition {part.q}: record {rec.seq} (epoch {rec.epoch}) still waits "
                                f"for partition {qe} to reach {boundary} (epoch {e} boundary); the group is at {self._position(qe)}"
                                + ("; with auto_commit off, gates open only when the parents' records are committed" if not self.auto_commit else ""))
+        if (self._on_keys_assigned is not None and prev >= 0 and prev != part.q
+                and (part.q, rec.epoch, prev) not in self._assigned_done):
+            # KIP-253's handover: the old owner runs keys-revoked before it moves past the fence
+            # marker (boundary + 1), so keys-assigned here waits for that, up to a session timeout
+            # (an owner that stopped at the boundary, e.g. a retired partition it let go).
+            ep = await self._ended_epoch(rec.epoch - 1)
+            b = ep.boundaries[prev] + 1
+            until = time.monotonic() + self._session
+            while self._position(prev) < b and time.monotonic() < until:
+                if part.stopped or part.gen != self._gen:
+                    raise _Stop()
+                try:
+                    await asyncio.wait_for(self._pos_event.wait(), min(self._hb, max(0.01, until - time.monotonic())))
+                except asyncio.TimeoutError:
+                    pass
         if waited:
             d = time.monotonic() - started
             self.stats.gated += 1
@@ -1109,7 +1135,8 @@ class Consumer:
             raise self._fatal
 
     def _on_violation(self, op: str, subject: str) -> None:
-        if subject.startswith("$JS.API") or subject.startswith(f"$KV.{GROUPS_BUCKET}"):
+        low = subject.lower()  # nats-py reports it in lower case
+        if low.startswith("$js.api") or low.startswith(f"$kv.{GROUPS_BUCKET}"):
             self._fail(self._c.permission_error(subject, op))
 
     async def _callback(self, cb: Optional[Callback], arg: Any) -> None:
@@ -1123,8 +1150,8 @@ class Consumer:
 # --- helpers --------------------------------------------------------------------------------------------
 
 
-def _parse(raw: RawRecord, topic: str, q: int, owner: int) -> Union[Record, int]:
-    """A record from a stream message, or its sequence for a fence marker."""
+def _parse(raw: RawRecord, topic: str, q: int, owner: int) -> Union[Record, tuple]:
+    """A record from a stream message, or (sequence, epoch it starts) for a fence marker."""
     key = None
     producer = ""
     pseq = 0
@@ -1152,7 +1179,7 @@ def _parse(raw: RawRecord, topic: str, q: int, owner: int) -> Union[Record, int]
                     t = parse_time(v)
                     ts = -1 if t is None else t
                 elif n == HEADER_FENCE:
-                    return raw.seq
+                    return raw.seq, (int(v) if v.isdigit() else 0)
             elif c0 != "nats-":
                 lst = headers.get(n)
                 if lst is None:

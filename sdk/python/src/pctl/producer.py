@@ -423,8 +423,9 @@ class Producer:
             pass  # unreachable for a moment: the next publish failure re-reads the descriptor
 
     def _on_violation(self, op: str, subject: str) -> None:
-        if subject.startswith(f"{wire.DATA_PREFIX}.{self.topic}."):
-            self._fail(self._c.permission_error(subject, op))
+        prefix = f"{wire.DATA_PREFIX}.{self.topic}."
+        if subject.lower().startswith(prefix.lower()):  # nats-py reports the subject in lower case
+            self._fail(self._c.permission_error(prefix + subject[len(prefix):], op))
 
     # --- publishing ------------------------------------------------------------------------------
 
