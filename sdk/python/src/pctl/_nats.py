@@ -221,8 +221,9 @@ class KV:
     behind, spec/protocol.md §6.6), writes are JetStream publishes with
     ``Nats-Expected-Last-Subject-Sequence`` for compare-and-set."""
 
-    def __init__(self, client: Any, bucket: str):
+    def __init__(self, client: Any, bucket: str, timeout: Optional[float] = None):
         self.c = client
+        self.timeout = timeout  # per request (default: the client's); a reply lost in a restart costs this much
         self.bucket = bucket
         self.stream = f"KV_{bucket}"
         self.prefix = f"$KV.{bucket}."
@@ -230,7 +231,8 @@ class KV:
     async def get(self, key: str) -> Optional[KVEntry]:
         """The key's latest entry (a deleted key's tombstone too), or None."""
         try:
-            r = await js_request(self.c, f"$JS.API.STREAM.MSG.GET.{self.stream}", {"last_by_subj": self.prefix + key})
+            r = await js_request(self.c, f"$JS.API.STREAM.MSG.GET.{self.stream}", {"last_by_subj": self.prefix + key},
+                                 timeout=self.timeout)
         except JSError as e:
             if e.err_code == ERR_NO_MESSAGE or e.code == 404:
                 return None
@@ -250,7 +252,7 @@ class KV:
 
     async def _publish(self, key: str, value: bytes, headers: dict) -> int:
         try:
-            r = await js_request(self.c, self.prefix + key, value, headers=headers or None)
+            r = await js_request(self.c, self.prefix + key, value, headers=headers or None, timeout=self.timeout)
         except JSError as e:
             if e.err_code == ERR_WRONG_LAST_SEQ:
                 raise KVConflict(f"{key} changed (compare-and-set lost)") from None

@@ -124,10 +124,19 @@ async def _run(args: argparse.Namespace, idle: float, heartbeat: float, out: IO[
             pass
     cn: Optional[Consumer] = None
     status = 0
+
+    async def on_revoked(_partitions: list) -> None:
+        # A partition handed to another member: what was printed is committed first, so that the
+        # next owner does not deliver it again (duplicates only after a crash).
+        out.flush()
+        if cn is not None:
+            await cn.commit()
+
     try:
         try:
             cn = await c.consumer(args.topic, args.group, member=args.member, from_beginning=args.from_beginning,
-                                  auto_commit=False, heartbeat=heartbeat, session_timeout=max(6.0, 3 * heartbeat))
+                                  auto_commit=False, heartbeat=heartbeat, session_timeout=max(6.0, 3 * heartbeat),
+                                  on_revoked=on_revoked)
         except PctlError as e:
             print(f"consume: {e}", file=sys.stderr)
             return 2 if isinstance(e, (BadRequest, NotFound)) else 1

@@ -170,7 +170,9 @@ class Consumer:
         self._on_keys_assigned, self._on_keys_revoked = on_keys_assigned, on_keys_revoked
         self._logf = logf or (lambda s: None)
         self._desc = topic
-        self._kv = _nats.KV(client, GROUPS_BUCKET)
+        # Group-state requests time out after the session timeout (at least 2 s), as the Go member's
+        # do: one lost in a broker restart must not hold a heartbeat or a commit for long.
+        self._kv = _nats.KV(client, GROUPS_BUCKET, timeout=max(2.0, session_timeout))
         self._prefix = f"{topic.id}.{group}."
         self._subj_prefix = f"$KV.{GROUPS_BUCKET}.{self._prefix}"
         self.stats = ConsumerStats()

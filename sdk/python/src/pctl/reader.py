@@ -97,6 +97,8 @@ class StreamReader:
         self._last_data = self._last_check = time.monotonic()
         # Silence after which the reader asks the server whether it misses something.
         self.stale_after = 5 * heartbeat
+        # Each API request's timeout: a reply lost in a broker restart must not hold the reader long.
+        self.op_timeout = max(2.0, 5 * heartbeat)
 
     # --- public ------------------------------------------------------------------------------------
 
@@ -203,7 +205,7 @@ class StreamReader:
             cfg["filter_subject"] = self.filter
         try:
             r = await _nats.js_request(self.c, f"$JS.API.CONSUMER.CREATE.{self.stream}.{name}",
-                                       {"stream_name": self.stream, "config": cfg, "action": "create"})
+                                       {"stream_name": self.stream, "config": cfg, "action": "create"}, timeout=self.op_timeout)
         except _nats.JSError as e:
             if e.err_code == _nats.ERR_STREAM_NOT_FOUND:
                 raise NotFound(f"stream {self.stream} does not exist (was the topic deleted?)") from None
@@ -268,7 +270,7 @@ class StreamReader:
         before, name = self.next_seq, self._consumer
         why = ""
         try:
-            info = await _nats.js_request(self.c, f"$JS.API.CONSUMER.INFO.{self.stream}.{name}", {})
+            info = await _nats.js_request(self.c, f"$JS.API.CONSUMER.INFO.{self.stream}.{name}", {}, timeout=self.op_timeout)
             delivered = int((info.get("delivered") or {}).get("stream_seq") or 0)
             pending = int(info.get("num_pending") or 0)
             if delivered >= before:
@@ -284,7 +286,7 @@ class StreamReader:
             return False
         if not why and self.filter is None:
             try:
-                info = await _nats.js_request(self.c, f"$JS.API.STREAM.INFO.{self.stream}", {})
+                info = await _nats.js_request(self.c, f"$JS.API.STREAM.INFO.{self.stream}", {}, timeout=self.op_timeout)
             except (_nats.JSError, PctlError):
                 return False
             last = int((info.get("state") or {}).get("last_seq") or 0)
