@@ -10,6 +10,10 @@ exactly as ``pctl consume T --group G --format jsonl --timestamps`` prints it::
 - a key or value that is not valid UTF-8 is given as "key_b64" / "value_b64" (standard base64)
   instead; a keyless record has no key field; "producer" and "pseq" are omitted when the record has
   no Pctl-Producer / Pctl-Seq; "ts" is the delivery time in unix nanoseconds;
+- with --misplaced deliver, a record stored outside its key's partition (spec/protocol.md §6.8) is
+  printed with "misplaced":true, "expected_partition" (absent when its key or epoch is unusable)
+  and "misplaced_reason"; with stop (the default) the member stops before it (exit 1), with skip
+  it goes past it; every one is reported on standard error;
 - strings are escaped as Go's encoding/json does (<, >, & and U+2028/U+2029 as \\u escapes), so the
   lines are byte for byte those of the Go command.
 
@@ -88,6 +92,12 @@ def jsonl_line(topic: str, r: Record, ts: int) -> str:
         parts += [',"pseq":', str(r.producer_seq)]
     if ts:
         parts += [',"ts":', str(ts)]
+    mp = r.misplaced
+    if mp is not None:
+        parts.append(',"misplaced":true')
+        if mp.expected >= 0:
+            parts += [',"expected_partition":', str(mp.expected)]
+        parts += [',"misplaced_reason":', go_json_string(mp.reason)]
     parts.append("}\n")
     return "".join(parts)
 
@@ -103,6 +113,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--idle-exit", default="0", help="exit after this Go duration without a new record (0: never)")
     p.add_argument("--max", type=int, default=0, help="exit after N records (0: no limit)")
     p.add_argument("--heartbeat", default="1s", help="how often the member announces itself and rebalances (Go duration)")
+    p.add_argument("--misplaced", default="stop", choices=["stop", "deliver", "skip"],
+                   help="a record outside its key's partition (protocol §6.8): stop before it (default), deliver it flagged, or skip it")
     return p
 
 
@@ -132,11 +144,16 @@ async def _run(args: argparse.Namespace, idle: float, heartbeat: float, out: IO[
         if cn is not None:
             await cn.commit()
 
+    def on_misplaced(r: Record) -> None:
+        key = "-" if r.key is None else r.key.decode("utf-8", "backslashreplace")
+        print(f"consume: misplaced record: partition {r.partition} seq {r.seq} epoch {r.epoch} key {key}: "
+              f"{r.misplaced.reason if r.misplaced else ''} (--misplaced {args.misplaced})", file=sys.stderr)
+
     try:
         try:
             cn = await c.consumer(args.topic, args.group, member=args.member, from_beginning=args.from_beginning,
                                   auto_commit=False, heartbeat=heartbeat, session_timeout=max(6.0, 3 * heartbeat),
-                                  on_revoked=on_revoked)
+                                  on_revoked=on_revoked, misplaced=args.misplaced, on_misplaced=on_misplaced)
         except PctlError as e:
             print(f"consume: {e}", file=sys.stderr)
             return 2 if isinstance(e, (BadRequest, NotFound)) else 1

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional, Union
 from . import _nats, wire
 from .errors import BadRequest, Conflict, NotFound, PctlError, PermissionDenied, Unavailable
 from .reader import RawRecord, ReaderClosed, StreamReader
-from .record import HEADER_FENCE, HEADER_TIME, KeyChange, Record, decode_key, parse_time
+from .record import HEADER_FENCE, HEADER_TIME, KeyChange, Misplacement, Record, decode_key, parse_time
 
 if TYPE_CHECKING:
     from .client import Client
@@ -40,6 +40,20 @@ GROUPS_BUCKET = "pctl-groups"
 
 Callback = Callable[..., Union[None, Awaitable[None]]]
 SeekTarget = Union[str, datetime]
+
+
+class MisplacedRecord(PctlError):
+    """A record is stored outside its key's partition (spec/protocol.md §6.8) and the member's
+    policy is "stop": the member stopped before it (everything before it was delivered; nothing
+    after it in that partition is, until the group runs with ``misplaced="deliver"`` or
+    ``"skip"``). Names the topic, partition, sequence, epoch, key and `misplacement`."""
+    code = "internal"
+
+    def __init__(self, topic: str, partition: int, seq: int, epoch: int, key: Optional[bytes], mp: Misplacement):
+        super().__init__(f"misplaced record in topic {topic} partition {partition} at sequence {seq} (epoch {epoch}, key {key!r}): "
+                         f"{mp.reason}. A producer bypassed the partitioner; the group stopped before this record. To go on, "
+                         f"consume with misplaced=\"deliver\" (flagged) or \"skip\" (consume --misplaced deliver|skip)")
+        self.topic, self.partition, self.seq, self.epoch, self.key, self.misplacement = topic, partition, seq, epoch, key, mp
 
 
 class CommitFailed(Conflict):
@@ -58,6 +72,7 @@ class ConsumerStats:
     commits: int = 0
     lost: int = 0
     resets: int = 0
+    misplaced: int = 0
 
 
 class _PState:
@@ -89,11 +104,12 @@ def _parse_pstate(rev: int, data: bytes) -> Optional[_PState]:
 
 
 class _Item:
-    """A queued record or fence marker of an owned partition."""
-    __slots__ = ("part", "seq", "record", "parent")
+    """A queued record, fence marker (record None, parent: the epoch it starts; 0 for a skipped
+    misplaced record) or stop (error set) of an owned partition."""
+    __slots__ = ("part", "seq", "record", "parent", "error")
 
-    def __init__(self, part: "_Part", seq: int, record: Optional[Record], parent: int):
-        self.part, self.seq, self.record, self.parent = part, seq, record, parent
+    def __init__(self, part: "_Part", seq: int, record: Optional[Record], parent: int, error: Optional[BaseException] = None):
+        self.part, self.seq, self.record, self.parent, self.error = part, seq, record, parent, error
 
 
 class _Stop(Exception):
@@ -153,8 +169,10 @@ class Consumer:
                  auto_commit: bool, heartbeat: float, session_timeout: float, commit_interval: float, gating: bool,
                  max_buffered: int, on_assigned: Optional[Callback], on_revoked: Optional[Callback],
                  on_keys_assigned: Optional[Callback], on_keys_revoked: Optional[Callback],
-                 logf: Optional[Callable[[str], None]]):
+                 logf: Optional[Callable[[str], None]], misplaced: str = "stop", on_misplaced: Optional[Callback] = None):
         self._c = client
+        self._misplaced = misplaced
+        self._on_misplaced = on_misplaced
         self.topic = topic.name
         self.topic_id = topic.id
         self.group = group
@@ -211,8 +229,11 @@ class Consumer:
                      max_buffered: int = 512, on_assigned: Optional[Callback] = None,
                      on_revoked: Optional[Callback] = None, on_keys_assigned: Optional[Callback] = None,
                      on_keys_revoked: Optional[Callback] = None,
-                     logf: Optional[Callable[[str], None]] = None) -> "Consumer":
+                     logf: Optional[Callable[[str], None]] = None, misplaced: str = "stop",
+                     on_misplaced: Optional[Callback] = None) -> "Consumer":
         """Joins `group` on `topic` (see :meth:`pctl.Client.consumer`)."""
+        if misplaced not in ("stop", "deliver", "skip"):
+            raise BadRequest(f"misplaced={misplaced!r}: give \"stop\", \"deliver\" or \"skip\" (spec/protocol.md §6.8)")
         wire.valid_name("topic name", topic)
         wire.valid_name("consumer group", group)
         if member is None:
@@ -227,7 +248,8 @@ class Consumer:
         cn = cls(client, t, group, member, from_beginning=from_beginning, auto_commit=auto_commit, heartbeat=heartbeat,
                  session_timeout=session_timeout, commit_interval=commit_interval, gating=gating,
                  max_buffered=max_buffered, on_assigned=on_assigned, on_revoked=on_revoked,
-                 on_keys_assigned=on_keys_assigned, on_keys_revoked=on_keys_revoked, logf=logf)
+                 on_keys_assigned=on_keys_assigned, on_keys_revoked=on_keys_revoked, logf=logf, misplaced=misplaced,
+                 on_misplaced=on_misplaced)
         await cn._start()
         return cn
 
@@ -306,6 +328,9 @@ class Consumer:
                     part.space.set()
                 if part.stopped or self._parts.get(part.q) is not part:
                     continue
+                if item.error is not None:
+                    self._fail(item.error)
+                    self._check_fatal()
                 if item.record is None:
                     if item.parent > 1:
                         # The marker says that epoch parent-1 ended here: make sure the descriptor
@@ -939,7 +964,8 @@ class Consumer:
 
     def _start_part(self, part: _Part) -> None:
         part.reader = StreamReader(self._c, wire.stream_name(self.topic, part.q), part.start + 1, heartbeat=self._hb,
-                                   batch=256, max_buffer=1024, logf=self._logf)
+                                   batch=256, max_buffer=1024, logf=self._logf,
+                                   filter_subject=f"{wire.DATA_PREFIX}.{self.topic}.>", whole_stream=True)
         part.task = asyncio.ensure_future(self._run_part(part))
 
     def _stop_part(self, part: _Part) -> None:
@@ -961,24 +987,30 @@ class Consumer:
             while not part.stopped:
                 batch = await reader.next_batch()
                 items = [_parse(raw, topic, q, token) for raw in batch]
+                await self._place(items, q)
                 parents = await self._parents(items) if (self._gating or self._on_keys_assigned) else None
                 for i, it in enumerate(items):
                     if part.stopped:
                         return
+                    err = None
                     if isinstance(it, tuple):
                         (seq, parent), rec = it, None  # a fence marker: parent carries its epoch
                     else:
                         seq, rec, parent = it.seq, it, -1
-                        if parents is not None and rec.key is not None and parents[i] is not None:
+                        if rec.misplaced is not None:
+                            rec, err = await self._misplaced_record(part, rec)  # err: nothing after it here
+                        elif parents is not None and rec.key is not None and parents[i] is not None:
                             parent = await self._gate(part, rec, parents[i])
                     while part.queued >= self._max_buffered and not part.stopped:
                         part.space.clear()
                         await part.space.wait()
-                    if part.stopped:
+                    if part.stopped and err is None:
                         return
                     part.queued += 1
-                    self._ready.append(_Item(part, seq, rec, parent))
+                    self._ready.append(_Item(part, seq, rec, parent, err))
                     self._wake.set()
+                    if err is not None:
+                        return
         except (asyncio.CancelledError, ReaderClosed, _Stop):
             return
         except (NotFound, PermissionDenied) as e:
@@ -987,6 +1019,53 @@ class Consumer:
             self._fail(e)
         except Exception as e:  # noqa: BLE001 - a bug: fail the member loudly rather than stall
             self._fail(e)
+
+    async def _place(self, items: list, q: int) -> None:
+        """§6.8: marks every keyed record that is not in its key's partition for its own epoch
+        (one batch call into each epoch's module), or that has no usable key or epoch."""
+        by_epoch: dict[int, list] = {}
+        for it in items:
+            if isinstance(it, tuple) or it.misplaced is not None or it.key is None:
+                continue
+            if it.epoch not in by_epoch:
+                by_epoch[it.epoch] = []
+            by_epoch[it.epoch].append(it)
+        for e, recs in by_epoch.items():
+            ep = await self._known_epoch(e)
+            if ep is None:
+                for r in recs:
+                    r.misplaced = Misplacement(-1, f"the topic has no epoch {e}")
+                continue
+            f = await self._partitioner(ep)
+            for r, want in zip(recs, f.partition_many([r.key for r in recs], ep.partitions)):
+                if want != q:
+                    r.misplaced = Misplacement(want, f"epoch {e}'s partitioner ({ep.partitions} partitions) puts the key in partition {want}")
+
+    async def _known_epoch(self, e: int) -> Optional[wire.Epoch]:
+        """Epoch e of the descriptor; a record of an epoch newer than the descriptor waits for it
+        (its streams are bound before it is active). None: the topic has no such epoch."""
+        while True:
+            ep = self._desc.epoch(e)
+            if ep is not None:
+                return ep
+            if not self._desc.epochs or e <= self._desc.current.epoch:
+                return None
+            await self._refresh()
+            self._check_fatal()
+            if self._desc.epoch(e) is None:
+                await asyncio.sleep(0.05)
+
+    async def _misplaced_record(self, part: _Part, rec: Record) -> tuple:
+        """Applies the misplaced policy: (record to queue or None for a skip, stop error or None)."""
+        mp = rec.misplaced
+        self.stats.misplaced += 1
+        self._logf(f"member {self.member}: partition {part.q}: misplaced record at {rec.seq} (epoch {rec.epoch}, key {rec.key!r}): {mp.reason}")
+        await self._callback(self._on_misplaced, rec)
+        if self._misplaced == "deliver":
+            return rec, None
+        if self._misplaced == "skip":
+            return None, None
+        return None, MisplacedRecord(self.topic, part.q, rec.seq, rec.epoch, rec.key, mp)
 
     async def _parents(self, items: list) -> Optional[list]:
         """For the keyed records of a batch: their partitions in the older epochs that matter,
@@ -1000,7 +1079,7 @@ class Consumer:
         need: dict[int, list] = {}
         out: list = [None] * len(items)
         for i, it in enumerate(items):
-            if isinstance(it, tuple) or it.key is None or it.epoch <= first:
+            if isinstance(it, tuple) or it.key is None or it.misplaced is not None or it.epoch <= first:
                 continue
             lo = max(drained + 1, first)
             if announce:
@@ -1153,8 +1232,10 @@ class Consumer:
 
 
 def _parse(raw: RawRecord, topic: str, q: int, owner: int) -> Union[Record, tuple]:
-    """A record from a stream message, or (sequence, epoch it starts) for a fence marker."""
+    """A record from a stream message, or (sequence, epoch it starts) for a fence marker. A keyed
+    record whose key header or subject is unusable comes out marked misplaced (§6.8)."""
     key = None
+    key_hdr: Optional[str] = None
     producer = ""
     pseq = 0
     ts = -1
@@ -1172,7 +1253,8 @@ def _parse(raw: RawRecord, topic: str, q: int, owner: int) -> Union[Record, tupl
             c0 = n[:5].lower()
             if c0 == "pctl-":
                 if n == wire.HEADER_KEY:
-                    key = decode_key(v)
+                    if key_hdr is None:
+                        key_hdr = v
                 elif n == wire.HEADER_PRODUCER:
                     producer = v
                 elif n == wire.HEADER_SEQ:
@@ -1188,13 +1270,56 @@ def _parse(raw: RawRecord, topic: str, q: int, owner: int) -> Union[Record, tupl
                     headers[n] = [v]
                 else:
                     lst.append(v)
-    epoch = 0
+    epoch, sq, subject_ok = 0, -1, False
     parts = raw.subject.split(b".")
-    if len(parts) == 5 and parts[3].isdigit():
-        epoch = int(parts[3])
+    if len(parts) == 5 and parts[0] == b"pctl" and parts[1] == b"data":
+        e, p = _atoi(parts[3]), _atoi(parts[4])
+        if e is not None and p is not None:
+            epoch, sq, subject_ok = e, p, True
     if ts < 0:
         ts = raw.time_ns // 1_000_000
-    return Record(topic, q, epoch, raw.seq, key, raw.data, headers, ts, raw.time_ns, producer, pseq, owner)
+    mp = None
+    if key_hdr is not None:
+        key = decode_key(key_hdr)
+        if key is None:
+            mp = Misplacement(-1, f"its {wire.HEADER_KEY} header {_go_quote(key_hdr[:40])} is not b64:<standard base64>")
+        elif not subject_ok:
+            mp = Misplacement(-1, f"its subject {_go_quote(raw.subject.decode('utf-8', 'replace'))} is not an epoch's record subject")
+        elif sq != q:
+            mp = Misplacement(-1, f"its subject {_go_quote(raw.subject.decode('utf-8', 'replace'))} names partition {sq}")
+    r = Record(topic, q, epoch, raw.seq, key, raw.data, headers, ts, raw.time_ns, producer, pseq, owner)
+    if mp is not None:
+        r.misplaced = mp
+    return r
+
+
+def _atoi(b: bytes) -> Optional[int]:
+    """Go's strconv.Atoi on a subject token."""
+    s = b.decode("ascii", "replace")
+    body = s[1:] if s[:1] in ("+", "-") else s
+    if not body.isdigit() or not body.isascii():
+        return None
+    return int(s)
+
+
+def _go_quote(s: str) -> str:
+    """Go's %q of a string (printable characters as they are)."""
+    out = ['"']
+    for ch in s:
+        if ch == '"' or ch == "\\":
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7f:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
 
 
 def _ended(t: wire.Topic):

@@ -66,10 +66,14 @@ class StreamReader:
 
     def __init__(self, client: "Client", stream: str, start_seq: int = 1, *, filter_subject: Optional[str] = None,
                  last_per_subject: bool = False, batch: int = 256, max_buffer: int = 1024, expires: float = 5.0,
-                 heartbeat: float = 1.0, inactive: float = 60.0, logf: Optional[Callable[[str], None]] = None):
+                 heartbeat: float = 1.0, inactive: float = 60.0, logf: Optional[Callable[[str], None]] = None,
+                 whole_stream: Optional[bool] = None):
         self.c = client
         self.stream = stream
         self.filter = filter_subject
+        # whole_stream: the filter matches every message of the stream (so the stream's last
+        # sequence says what the reader must get); default: no filter.
+        self.whole = filter_subject is None if whole_stream is None else whole_stream
         self._last_per_subject = last_per_subject
         self.next_seq = max(1, start_seq)  # the stream sequence the reader wants next
         self.batch = batch
@@ -204,7 +208,10 @@ class StreamReader:
         if self.filter:
             cfg["filter_subject"] = self.filter
         try:
-            r = await _nats.js_request(self.c, f"$JS.API.CONSUMER.CREATE.{self.stream}.{name}",
+            # The filter travels in the subject too: that is what a credential limited to some
+            # subjects can allow (the Go client does the same, spec/protocol.md §6.7).
+            api = f"$JS.API.CONSUMER.CREATE.{self.stream}.{name}" + (f".{self.filter}" if self.filter else "")
+            r = await _nats.js_request(self.c, api,
                                        {"stream_name": self.stream, "config": cfg, "action": "create"}, timeout=self.op_timeout)
         except _nats.JSError as e:
             if e.err_code == _nats.ERR_STREAM_NOT_FOUND:
@@ -284,7 +291,7 @@ class StreamReader:
                 return False
         except PctlError:
             return False
-        if not why and self.filter is None:
+        if not why and self.whole:
             try:
                 info = await _nats.js_request(self.c, f"$JS.API.STREAM.INFO.{self.stream}", {}, timeout=self.op_timeout)
             except (_nats.JSError, PctlError):

@@ -113,6 +113,15 @@ class KeyChange:
     moved: Callable[[bytes], bool] = field(repr=False, compare=False)
 
 
+@dataclass(frozen=True)
+class Misplacement:
+    """Why a record is not where its key belongs (spec/protocol.md §6.8): `expected` is the
+    partition the record's epoch's partitioner gives its key, or -1 when the record has no usable
+    key or epoch (`reason` says which)."""
+    expected: int
+    reason: str
+
+
 class Record:
     """A record delivered to a consumer-group member.
 
@@ -122,10 +131,13 @@ class Record:
     - `timestamp`: unix milliseconds, the producer's ``Pctl-Time``, else when the stream stored the
       record; `stored_ns`: when the stream stored it, unix nanoseconds;
     - `partition`, `epoch`, `seq` (stream sequence in the partition's stream), `producer` and
-      `producer_seq` (its ``Pctl-Producer``/``Pctl-Seq``, "" and 0 when absent)."""
+      `producer_seq` (its ``Pctl-Producer``/``Pctl-Seq``, "" and 0 when absent);
+    - `misplaced`: a :class:`Misplacement` when the record is stored outside its key's partition
+      and the member delivers such records (``misplaced="deliver"``), else None. No order is
+      promised for a misplaced record's key."""
 
     __slots__ = ("topic", "partition", "epoch", "seq", "key", "value", "headers", "timestamp", "stored_ns", "producer",
-                 "producer_seq", "_owner")
+                 "producer_seq", "misplaced", "_owner")
 
     def __init__(self, topic: str, partition: int, epoch: int, seq: int, key: Optional[bytes], value: bytes,
                  headers: dict, timestamp: int, stored_ns: int, producer: str, producer_seq: int, owner: int = 0):
@@ -133,6 +145,7 @@ class Record:
         self.key, self.value, self.headers = key, value, headers
         self.timestamp, self.stored_ns = timestamp, stored_ns
         self.producer, self.producer_seq = producer, producer_seq
+        self.misplaced: Optional[Misplacement] = None
         self._owner = owner  # which ownership of the partition delivered it (for commit)
 
     def header(self, name: str, default: Optional[str] = None) -> Optional[str]:
