@@ -729,7 +729,16 @@ func TestHosts(t *testing.T) {
 		}
 	})
 
-	for _, h := range hosts {
+	// Under -race the hosts in other languages are set up (a missing one still fails with
+	// PCTL_REQUIRE_TOOLCHAINS=1) but not run: the race detector sees nothing of another process,
+	// and the run without -race (scripts/test.sh runs TestHosts there too) runs every one of
+	// them on every module and key.
+	runHosts := hosts
+	if hostsRace {
+		t.Logf("under -race: the %d hosts in other languages are ready but not run; the run without -race runs them", len(hosts))
+		runHosts = nil
+	}
+	for _, h := range runHosts {
 		spawn("hosts/"+h.name, func(t *testing.T) {
 			hostStart := time.Now()
 			t.Run("agreement", func(t *testing.T) {
