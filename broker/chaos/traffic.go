@@ -323,7 +323,11 @@ func (r *run) change(admin *client.Client, ch Change) ChangeRecord {
 // before epoch x-1's.
 func auditBoundaries(ctx context.Context, c *client.Client, t *wire.Topic) (int, error) {
 	bad := 0
-	for q := 0; q < t.MaxPartitions(); q++ {
+	n := 0 // the committed epochs' streams (a change stuck in "planned" has not made its own)
+	for _, e := range t.Epochs {
+		n = max(n, e.Partitions)
+	}
+	for q := 0; q < n; q++ {
 		s, err := c.JetStream().Stream(ctx, wire.StreamName(t.Name, q))
 		if err != nil {
 			return 0, err
