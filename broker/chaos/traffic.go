@@ -26,7 +26,9 @@ type pendingCount struct {
 	resolved *atomic.Int64
 }
 
-func recordID(producer string, seq uint64) string { return producer + "-" + strconv.FormatUint(seq, 10) }
+func recordID(producer string, seq uint64) string {
+	return producer + "-" + strconv.FormatUint(seq, 10)
+}
 
 func (r *run) logSent(s verify.Sent, err error) {
 	r.mu.Lock()
