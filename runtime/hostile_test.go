@@ -245,7 +245,7 @@ func TestHostileAtCall(t *testing.T) {
 // differently flips one of them.
 func TestFuelEdge(t *testing.T) {
 	key := func(op byte, v uint32) []byte {
-		return binary.LittleEndian.AppendUint32([]byte{op}, v)
+		return binary.LittleEndian.AppendUint32([]byte{'f', 'u', 'e', 'l', op}, v)
 	}
 	tests := []struct {
 		name string
@@ -253,14 +253,15 @@ func TestFuelEdge(t *testing.T) {
 		want int32 // -1: time limit
 		used int64 // the fuel the call used, when it succeeds
 	}{
-		{"memory.fill: the whole budget", key('m', 2147481685), 0, 1 << 31},
-		{"memory.fill: one unit more", key('m', 2147481686), -1, 0},
-		{"memory.fill: nothing", key('m', 0), 0, 43 + 15},
-		{"memory.fill: exactly one chunk", key('m', 1<<24), 0, 43 + 15 + 1<<24},
-		{"memory.fill: one chunk and a byte", key('m', 1<<24+1), 0, 43 + 2*15 + 1<<24 + 1},
-		{"random_get: within the budget", key('r', 33554175), 1, 43 + 16384 + 64*33554175},
+		{"memory.fill: the whole budget", key('m', 2147481680), 0, 1 << 31},
+		{"memory.fill: one unit more", key('m', 2147481681), -1, 0},
+		{"memory.fill: nothing", key('m', 0), 0, 48 + 15},
+		{"memory.fill: exactly one chunk", key('m', 1<<24), 0, 48 + 15 + 1<<24},
+		{"memory.fill: one chunk and a byte", key('m', 1<<24+1), 0, 48 + 2*15 + 1<<24 + 1},
+		{"random_get: within the budget", key('r', 33554175), 1, 48 + 16384 + 64*33554175},
 		{"random_get: over it", key('r', 33554176), -1, 0},
-		{"random_get: nothing", key('r', 0), 1, 43 + 16384},
+		{"random_get: nothing", key('r', 0), 1, 48 + 16384},
+		{"another key: the whole top level is charged at entry", []byte("fuel"), 4, 48},
 	}
 	for _, engine := range []runtime.Engine{runtime.EngineCompiler, runtime.EngineInterpreter} {
 		rt := newRuntime(t, runtime.Config{Engine: engine})
