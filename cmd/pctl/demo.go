@@ -133,17 +133,20 @@ func printDemo(w io.Writer, r *scenario.Result) {
 	fmt.Fprintf(w, "faults    member crashed and replaced: %v; broker restarted mid-change: %v\n", r.Killed, r.Restarted)
 	fmt.Fprintf(w, "groups\n")
 	for _, rep := range r.Reports {
-		fmt.Fprintf(w, "  %-8s %d delivered: %d lost, %d order violations, %d duplicates\n", rep.Group, rep.Deliveries, rep.Lost, rep.Violations, rep.Duplicates)
+		fmt.Fprintf(w, "  %-8s %d delivered: %d lost, %d order violations, %d wrong keys, %d unexpected, %d duplicates\n", rep.Group, rep.Deliveries, rep.Lost, rep.Violations, rep.WrongKey, rep.Unexpected, rep.Duplicates)
 		for _, ex := range rep.Examples {
 			fmt.Fprintf(w, "           %s\n", ex)
 		}
 	}
 	fmt.Fprintf(w, "gates     %d records waited for an older partition; longest wait %v, p99 %v\n", r.Gated, r.MaxGateWait.Round(time.Millisecond), percentile(r.GateWaits, 0.99).Round(time.Millisecond))
-	fmt.Fprintf(w, "placement %d keyed deliveries outside the partition their epoch's function gives\n", r.WrongPartition)
+	fmt.Fprintf(w, "placement %d keyed deliveries checked against their epoch's function: %d outside their partition, %d could not be checked\n", r.Placement.Checked, r.Placement.Wrong, r.Placement.Errors)
+	for _, ex := range r.Placement.Examples {
+		fmt.Fprintf(w, "           %s\n", ex)
+	}
 	if r.OK() {
 		fmt.Fprintf(w, "\nOK: per-key order held across %d epoch changes (grow, shrink, swap to a new function); nothing acknowledged was lost (%v)\n", len(r.Epochs)-1, r.Elapsed.Round(time.Millisecond))
 	} else {
-		fmt.Fprintf(w, "\nFAIL: the checker found problems (above)\n")
+		fmt.Fprintf(w, "\nFAIL: the checker found problems: %s\n", strings.Join(r.Failures(), "; "))
 	}
 }
 
@@ -176,7 +179,7 @@ func demoJSON(r *scenario.Result) any {
 		"ok": r.OK(), "sent": r.Sent, "acked": r.Acked, "resent": r.Resent, "keys": r.Keys,
 		"epochs": r.Epochs, "groups": r.Reports, "gated": r.Gated,
 		"max_gate_wait_ms": r.MaxGateWait.Milliseconds(), "p99_gate_wait_ms": percentile(r.GateWaits, 0.99).Milliseconds(),
-		"wrong_partition": r.WrongPartition, "member_killed": r.Killed, "broker_restarted": r.Restarted,
+		"wrong_partition": r.WrongPartition, "placement": r.Placement, "failures": r.Failures(), "sent_logs_reused_seqs": r.Verify.ReusedSeqs, "member_killed": r.Killed, "broker_restarted": r.Restarted,
 		"elapsed_ms": r.Elapsed.Milliseconds(),
 	}
 }
