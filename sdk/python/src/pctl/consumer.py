@@ -1418,21 +1418,34 @@ def _seek_target(to: SeekTarget) -> tuple:
     raise BadRequest(f"seek to {type(to).__name__}: give \"beginning\", \"end\" or an aware datetime")
 
 
-async def _target(client: "Client", stream: str, kind: str, tms: int) -> int:
+async def _target(client: "Client", topic: str, q: int, kind: str, tms: int) -> int:
+    """A seek's target in partition stream q (§6.6): 0, the last sequence, or one below the first
+    message stored at or after tms. For a time, a reader created to start there tells: the server
+    reports it as delivered up to the sequence before its start (this needs only what a consumer
+    credential scoped to the topic may do, §8.2)."""
+    stream = wire.stream_name(topic, q)
     if kind == "beginning":
         return 0
     last = await _last_seq(client, stream)
-    if kind == "end":
+    if kind == "end" or last == 0:
         return last
     when = datetime.fromtimestamp(tms / 1000, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+    name = "pctl_seek_" + secrets.token_hex(8)
+    filt = f"{wire.DATA_PREFIX}.{topic}.>"
+    cfg = {"name": name, "ack_policy": "none", "deliver_policy": "by_start_time", "opt_start_time": when,
+           "mem_storage": True, "num_replicas": 1, "inactive_threshold": int(10e9), "filter_subject": filt}
     try:
-        r = await _nats.js_request(client, f"$JS.API.STREAM.MSG.GET.{stream}", {"start_time": when})
+        r = await _nats.js_request(client, f"$JS.API.CONSUMER.CREATE.{stream}.{name}.{filt}",
+                                   {"stream_name": stream, "config": cfg, "action": "create"})
     except _nats.JSError as e:
-        if e.err_code in (_nats.ERR_NO_MESSAGE, _nats.ERR_STREAM_NOT_FOUND) or e.code == 404:
-            return last
+        if e.err_code == _nats.ERR_STREAM_NOT_FOUND:
+            return 0
         raise Unavailable(f"seek {stream} to {when}: {e}") from None
-    seq = int((r.get("message") or {}).get("seq") or 0)
-    return max(0, seq - 1) if seq else last
+    try:
+        await _nats.js_request(client, f"$JS.API.CONSUMER.DELETE.{stream}.{name}", {})
+    except (PctlError, _nats.JSError):
+        pass  # removed by its inactive threshold anyway
+    return min(last, int((r.get("delivered") or {}).get("stream_seq") or 0))
 
 
 async def reset_group(client: "Client", topic: str, group: str, kind: str, tms: int = 0, *,
@@ -1455,7 +1468,7 @@ async def reset_group(client: "Client", topic: str, group: str, kind: str, tms: 
             except (ValueError, TypeError, AttributeError):
                 gen = 0
         m = _max_partitions(desc)
-        positions = list(await asyncio.gather(*(_target(client, wire.stream_name(topic, q), kind, tms) for q in range(m))))
+        positions = list(await asyncio.gather(*(_target(client, topic, q, kind, tms) for q in range(m))))
         body: dict[str, Any] = {"generation": gen + 1, "to": kind, "positions": positions, "by": by, "at": _now_rfc3339()}
         if kind == "time":
             body["time"] = tms
