@@ -48,7 +48,7 @@ type Config struct {
 	Bin string
 	// Brokers is the number of 'pctl serve' processes [2].
 	Brokers int
-	// Traffic is how long the producers send [12s].
+	// Traffic is how long the producers send [15s].
 	Traffic time.Duration
 	// Rate is each producer's records per second [150].
 	Rate int
@@ -77,7 +77,7 @@ func (c *Config) defaults() error {
 		c.Brokers = 2
 	}
 	if c.Traffic == 0 {
-		c.Traffic = 12 * time.Second
+		c.Traffic = 15 * time.Second
 	}
 	if c.Rate == 0 {
 		c.Rate = 150
@@ -141,6 +141,9 @@ type Result struct {
 	LiveMissing, LateMissing int64
 	// WorstStall is the longest gap between two live deliveries while the traffic flowed.
 	WorstStall time.Duration
+	// SetupRetries counts topic creations refused as unavailable right after the brokers were
+	// ready (see Run).
+	SetupRetries int
 	// Problems are failures of the run itself that are not the checkers' (a change that never
 	// completed, a broker that did not come back, a group member that returned an error).
 	Problems []string
@@ -226,7 +229,11 @@ func (r *Result) Summary() string {
 	}
 	var cs []string
 	for _, c := range r.Changes {
-		cs = append(cs, fmt.Sprintf("%s in %v", c.Change, c.Took.Round(time.Millisecond)))
+		if c.Done {
+			cs = append(cs, fmt.Sprintf("%s in %v", c.Change, c.Took.Round(time.Millisecond)))
+		} else {
+			cs = append(cs, fmt.Sprintf("%s NOT DONE (%d attempts)", c.Change, c.Attempts))
+		}
 	}
 	verdict := "OK"
 	if !r.OK() {
@@ -299,8 +306,20 @@ func Run(parent context.Context, cfg Config) (*Result, error) {
 	}
 	defer admin.Close()
 	r.admin = admin
-	if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: Topic, Partitions: initialPartitions, Partitioner: initialPartitioner}); err != nil {
-		return nil, fmt.Errorf("chaos: create topic: %w", err)
+	// Right after the brokers' ready lines, their subscriptions may not have reached the node the
+	// admin is connected to (interest crosses routes asynchronously): a "no broker answers" then
+	// is retried for a few seconds, and counted (SetupRetries).
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		_, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: Topic, Partitions: initialPartitions, Partitioner: initialPartitioner})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, wire.ErrUnavailable) || time.Now().After(deadline) {
+			return nil, fmt.Errorf("chaos: create topic: %w", err)
+		}
+		r.res.SetupRetries++
+		r.cfg.Logf("chaos: create topic: %v; again", err)
+		time.Sleep(100 * time.Millisecond)
 	}
 	if info, err := r.cluster.Stream(ctx, wire.StreamName(Topic, 0)); err != nil || len(info.Replicas) != 2 {
 		return nil, fmt.Errorf("chaos: the topic's first partition stream is not on 3 nodes: %+v %v", info, err)

@@ -26,7 +26,9 @@ type pendingCount struct {
 	resolved *atomic.Int64
 }
 
-func recordID(producer string, seq uint64) string { return producer + "-" + strconv.FormatUint(seq, 10) }
+func recordID(producer string, seq uint64) string {
+	return producer + "-" + strconv.FormatUint(seq, 10)
+}
 
 func (r *run) logSent(s verify.Sent, err error) {
 	r.mu.Lock()
@@ -323,7 +325,11 @@ func (r *run) change(admin *client.Client, ch Change) ChangeRecord {
 // before epoch x-1's.
 func auditBoundaries(ctx context.Context, c *client.Client, t *wire.Topic) (int, error) {
 	bad := 0
-	for q := 0; q < t.MaxPartitions(); q++ {
+	n := 0 // the committed epochs' streams (a change stuck in "planned" has not made its own)
+	for _, e := range t.Epochs {
+		n = max(n, e.Partitions)
+	}
+	for q := 0; q < n; q++ {
 		s, err := c.JetStream().Stream(ctx, wire.StreamName(t.Name, q))
 		if err != nil {
 			return 0, err
