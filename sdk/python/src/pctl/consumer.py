@@ -461,12 +461,15 @@ class Consumer:
         revoked = sorted(p.q for p in parts if not p.lost)
         if revoked:
             await self._callback(self._on_revoked, revoked)
-        for part in parts:
-            if not part.lost:
-                try:
-                    await asyncio.wait_for(self._release(part), self._session)
-                except (PctlError, asyncio.TimeoutError):
-                    pass
+        async def release(part: _Part) -> None:
+            try:
+                await self._release(part)
+            except PctlError:
+                pass
+        try:
+            await asyncio.wait_for(asyncio.gather(*(release(p) for p in parts if not p.lost)), self._session)
+        except asyncio.TimeoutError:
+            pass  # the broker is away: the leases expire by themselves
         self._parts = {}
         try:
             await asyncio.wait_for(self._kv.delete(self._prefix + f"m.{self.member}"), 5.0)
