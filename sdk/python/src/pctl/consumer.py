@@ -220,6 +220,7 @@ class Consumer:
         self._stop_listening: Optional[Callable[[], None]] = None
         self._parts_cache: dict[tuple, "Partitioner"] = {}
         self._refreshing: Optional[asyncio.Task] = None
+        self._started_at = _now_rfc3339()
 
     # --- creation -------------------------------------------------------------------------------------
 
@@ -460,12 +461,15 @@ class Consumer:
         revoked = sorted(p.q for p in parts if not p.lost)
         if revoked:
             await self._callback(self._on_revoked, revoked)
-        for part in parts:
-            if not part.lost:
-                try:
-                    await asyncio.wait_for(self._release(part), self._session)
-                except (PctlError, asyncio.TimeoutError):
-                    pass
+        async def release(part: _Part) -> None:
+            try:
+                await self._release(part)
+            except PctlError:
+                pass
+        try:
+            await asyncio.wait_for(asyncio.gather(*(release(p) for p in parts if not p.lost)), self._session)
+        except asyncio.TimeoutError:
+            pass  # the broker is away: the leases expire by themselves
         self._parts = {}
         try:
             await asyncio.wait_for(self._kv.delete(self._prefix + f"m.{self.member}"), 5.0)
@@ -794,10 +798,11 @@ class Consumer:
     # --- membership and rebalancing -----------------------------------------------------------------
 
     async def _heartbeat_once(self) -> None:
-        body = json.dumps({"id": self.member, "started": _now_rfc3339(), "heartbeat": _now_rfc3339(),
+        body = json.dumps({"id": self.member, "started": self._started_at, "heartbeat": _now_rfc3339(),
                            "owns": self.assignment}).encode()
         try:
-            await self._kv.put(self._prefix + f"m.{self.member}", body)
+            # Short: a heartbeat held up by a lost reply would make the others think us gone.
+            await self._kv.put(self._prefix + f"m.{self.member}", body, timeout=max(1.0, self._hb))
         except PermissionDenied as e:
             self._fail(e)
         except PctlError:
@@ -814,7 +819,7 @@ class Consumer:
 
     async def _refresh(self) -> None:
         try:
-            t = await _fetch_topic(self._c, self.topic)
+            t = await _fetch_topic(self._c, self.topic, timeout=max(1.0, 2 * self._hb))
         except NotFound:
             self._fail(NotFound(f"topic {self.topic} was deleted; member {self.member} of group {self.group} stops"))
             return
@@ -1377,11 +1382,11 @@ def _now_rfc3339() -> str:
     return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-async def _fetch_topic(client: "Client", topic: str) -> wire.Topic:
+async def _fetch_topic(client: "Client", topic: str, timeout: Optional[float] = None) -> wire.Topic:
     deadline = time.monotonic() + client.timeout
     while True:
         try:
-            t = await client.topic(topic)
+            t = await client.topic(topic, timeout=timeout)
         except Unavailable as e:
             if "being created" in str(e) and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
