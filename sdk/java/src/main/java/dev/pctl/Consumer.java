@@ -130,6 +130,10 @@ public final class Consumer implements AutoCloseable {
     private long resets;
     private long misplacedCount;
 
+    /** For the tests only: keep the drained-epochs cache across seeks (Pulsar's bug), so a test can show it breaks order. */
+    boolean keepDrainedAcrossSeeksForTest;
+    private int keptDrained;
+
     private final AtomicReference<Thread> owner = new AtomicReference<>();
     private int depth; // re-entry of the owning thread (callbacks calling commit)
     private final AtomicInteger refreshing = new AtomicInteger(); // 0 idle, 1 refreshing, 2 one more wanted
@@ -352,6 +356,16 @@ public final class Consumer implements AutoCloseable {
         mu.lock();
         try {
             return gen;
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    /** The newest epoch the group has fully drained (for tests). */
+    int drainedThrough() {
+        mu.lock();
+        try {
+            return drainedThroughLocked();
         } finally {
             mu.unlock();
         }
@@ -2527,6 +2541,10 @@ public final class Consumer implements AutoCloseable {
                 break;
             }
             d++;
+        }
+        if (keepDrainedAcrossSeeksForTest) {
+            d = Math.max(d, keptDrained);
+            keptDrained = d;
         }
         drainedGen = gen;
         drainedEpoch = d;
