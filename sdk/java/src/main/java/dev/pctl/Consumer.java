@@ -1,7 +1,5 @@
 package dev.pctl;
 
-import io.nats.client.Dispatcher;
-import io.nats.client.impl.Headers;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayDeque;
@@ -97,7 +95,7 @@ public final class Consumer implements AutoCloseable {
     private final long sessionNanos;
     private final Duration opTimeout;
     private final String startedAt = JsApi.now();
-    private final Dispatcher dispatcher;
+    private final RawConn raw;
     private final ScheduledExecutorService timer;
 
     private final ReentrantLock mu = new ReentrantLock();
@@ -143,7 +141,7 @@ public final class Consumer implements AutoCloseable {
     private final AtomicLong retiredRecoveries = new AtomicLong();
     private final Map<String, int[]> subjects = new java.util.concurrent.ConcurrentHashMap<>();
     private Runnable stopViolations;
-    private io.nats.client.Subscription events;
+    private int events;
 
     // ---- state records ------------------------------------------------------------------------
 
@@ -224,7 +222,7 @@ public final class Consumer implements AutoCloseable {
         this.kv = new GroupKv(c, opTimeout);
         this.prefix = topicId + "." + group + ".";
         this.subjPrefix = GroupKv.PREFIX + prefix;
-        this.dispatcher = c.connection().createDispatcher();
+        this.raw = c.raw();
         this.timer = Executors.newScheduledThreadPool(2, r -> {
             Thread th = new Thread(r, "pctl-consumer-" + member + "-timer");
             th.setDaemon(true);
@@ -261,21 +259,21 @@ public final class Consumer implements AutoCloseable {
             }
         });
         ensureGroup();
-        watch = new StreamReader(c, dispatcher, GroupKv.STREAM, 1, subjPrefix + ">", false, true, 512, 1 << 20, o.heartbeat(), this::log);
+        watch = new StreamReader(c, raw, GroupKv.STREAM, 1, subjPrefix + ">", false, true, 512, 1 << 20, o.heartbeat(), this::log);
         watchThread = new Thread(this::watchLoop, "pctl-consumer-" + member + "-watch");
         watchThread.setDaemon(true);
         watchThread.start();
         try {
-            events = dispatcher.subscribe("pctl.events.topic." + topic, m -> {
+            events = raw.subscribe("pctl.events.topic." + topic, m -> {
                 // Events are hints: one refresh at a time (events meanwhile make one more), and
                 // none for what JetStream relays (spec/protocol.md §8.4).
-                if (m.getReplyTo() != null && m.getReplyTo().startsWith("$JS.")) {
+                if (m.reply() != null && m.reply().startsWith("$JS.")) {
                     return;
                 }
                 refreshSoon();
             });
         } catch (RuntimeException e) {
-            events = null; // best effort: the heartbeat refreshes the descriptor anyway
+            events = 0; // best effort: the heartbeat refreshes the descriptor anyway
         }
         // The first assignment needs the group's members and positions.
         try {
@@ -644,20 +642,12 @@ public final class Consumer implements AutoCloseable {
                 Thread.currentThread().interrupt();
             }
         }
-        if (events != null) {
-            try {
-                dispatcher.unsubscribe(events);
-            } catch (RuntimeException e) {
-                // closed already
-            }
+        if (events != 0) {
+            raw.unsubscribe(events);
+            events = 0;
         }
         if (stopViolations != null) {
             stopViolations.run();
-        }
-        try {
-            c.connection().closeDispatcher(dispatcher);
-        } catch (RuntimeException e) {
-            // the connection is closed already
         }
     }
 
@@ -1280,8 +1270,7 @@ public final class Consumer implements AutoCloseable {
         }
         String kind = name.substring(0, dot);
         String rest = name.substring(dot + 1);
-        Headers h = raw.headers();
-        String op = h == null ? null : h.getFirst("KV-Operation");
+        String op = RecordHeaders.first(raw.headers(), "KV-Operation");
         op = op == null ? "" : op.trim();
         StreamReader r = null;
         mu.lock();
@@ -1826,7 +1815,7 @@ public final class Consumer implements AutoCloseable {
     // ---- partition fetchers -------------------------------------------------------------------
 
     private void startPart(Part p) {
-        StreamReader r = new StreamReader(c, dispatcher, "PCTL_" + topic + "_" + p.q, p.start + 1, "pctl.data." + topic + ".>", true, false, 256,
+        StreamReader r = new StreamReader(c, raw, "PCTL_" + topic + "_" + p.q, p.start + 1, "pctl.data." + topic + ".>", true, false, 256,
                 1024, o.heartbeat(), this::log);
         readers.add(r);
         Thread t = new Thread(() -> runPart(p), "pctl-consumer-" + member + "-p" + p.q);
@@ -2025,50 +2014,67 @@ public final class Consumer implements AutoCloseable {
      * whose key header or subject is unusable comes out marked misplaced (§6.8).
      */
     private Object parse(StreamReader.Raw raw, Part p) {
-        Headers h = raw.headers();
         String keyHdr = null;
         boolean hasKey = false;
         String producer = "";
         long pseq = 0;
         long ts = -1;
         Map<String, List<String>> app = Collections.emptyMap();
-        if (h != null && !h.isEmpty()) {
-            List<String> fence = h.get(HEADER_FENCE);
-            if (fence != null) {
-                String v = fence.isEmpty() ? "" : fence.get(0).trim();
-                return new long[] {raw.seq(), digits(v) ? parseLongOr(v, 0) : 0};
-            }
-            List<String> kv = h.get(HEADER_KEY);
-            if (kv != null) {
-                hasKey = true;
-                keyHdr = kv.isEmpty() ? "" : kv.get(0).trim();
-            }
-            String pr = h.getFirst(HEADER_PRODUCER);
-            if (pr != null) {
-                producer = pr.trim();
-            }
-            String sq = h.getFirst(HEADER_SEQ);
-            if (sq != null && digits(sq.trim())) {
-                pseq = parseLongOr(sq.trim(), 0);
-            }
-            String tm = h.getFirst(HEADER_TIME);
-            if (tm != null) {
-                ts = parseTime(tm.trim());
-            }
-            for (Map.Entry<String, List<String>> e : h.entrySet()) {
-                String n = e.getKey();
+        if (raw.headers() != null) {
+            boolean seenProducer = false;
+            boolean seenSeq = false;
+            boolean seenTime = false;
+            for (String[] kv : RecordHeaders.parse(raw.headers())) {
+                String n = kv[0];
+                String v = kv[1];
+                switch (n) {
+                    case HEADER_FENCE:
+                        if (v.isEmpty()) {
+                            break; // as Go's member: only a non-empty Pctl-Fence marks a fence marker
+                        }
+                        return new long[] {raw.seq(), digits(v) ? parseLongOr(v, 0) : 0};
+                    case HEADER_KEY:
+                        if (!hasKey) {
+                            hasKey = true;
+                            keyHdr = v;
+                        }
+                        continue;
+                    case HEADER_PRODUCER:
+                        if (!seenProducer) {
+                            seenProducer = true;
+                            producer = v;
+                        }
+                        continue;
+                    case HEADER_SEQ:
+                        if (!seenSeq) {
+                            seenSeq = true;
+                            pseq = digits(v) ? parseLongOr(v, 0) : 0;
+                        }
+                        continue;
+                    case HEADER_TIME:
+                        if (!seenTime) {
+                            seenTime = true;
+                            ts = parseTime(v);
+                        }
+                        continue;
+                    default:
+                        break;
+                }
                 if (n.regionMatches(true, 0, "pctl-", 0, 5) || n.regionMatches(true, 0, "nats-", 0, 5)) {
                     continue; // a protocol header: not the application's
                 }
-                if (n.isEmpty() || n.chars().anyMatch(Character::isWhitespace)) {
+                if (n.chars().anyMatch(Character::isWhitespace)) {
                     continue;
                 }
                 if (app.isEmpty()) {
                     app = new LinkedHashMap<>();
                 }
-                app.put(n, List.copyOf(e.getValue()));
+                app.computeIfAbsent(n, x -> new ArrayList<>(1)).add(v);
             }
             if (!app.isEmpty()) {
+                for (Map.Entry<String, List<String>> e : app.entrySet()) {
+                    e.setValue(Collections.unmodifiableList(e.getValue()));
+                }
                 app = Collections.unmodifiableMap(app);
             }
         }

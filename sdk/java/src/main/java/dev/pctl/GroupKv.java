@@ -1,6 +1,5 @@
 package dev.pctl;
 
-import io.nats.client.Message;
 import io.nats.client.impl.Headers;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -44,15 +43,16 @@ final class GroupKv {
     /** The key's latest entry, or null if it has none. */
     Entry get(String key) {
         String subject = "$JS.API.DIRECT.GET." + STREAM + "." + PREFIX + key;
-        Message m = c.rawRequest(subject, null, new byte[0], timeout);
-        Headers h = m.getHeaders();
-        if (m.isStatusMessage()) {
-            if (m.getStatus().getCode() == 404) {
+        // On the raw connection: the entry's headers are whatever its writer put there.
+        RawConn.Msg m = c.raw().request(subject, new byte[0], timeout);
+        int status = m.status();
+        if (status != 0) {
+            if (status == 404) {
                 return null;
             }
-            throw new UnavailableException("read " + key + " of the group state: status " + m.getStatus().getMessageWithCode());
+            throw new UnavailableException("read " + key + " of the group state: status " + status + " " + m.statusDescription());
         }
-        String seq = h == null ? null : h.getFirst("Nats-Sequence");
+        String seq = m.header("Nats-Sequence");
         long rev;
         try {
             rev = seq == null ? 0 : Long.parseLong(seq.trim());
@@ -62,8 +62,8 @@ final class GroupKv {
         if (rev == 0) {
             throw new UnavailableException("read " + key + " of the group state: a direct get answer without Nats-Sequence");
         }
-        String op = h.getFirst("KV-Operation");
-        return new Entry(key, m.getData() == null ? new byte[0] : m.getData(), rev, op == null ? "" : op.trim());
+        String op = m.header("KV-Operation");
+        return new Entry(key, m.data() == null ? new byte[0] : m.data(), rev, op == null ? "" : op.trim());
     }
 
     private long publish(String key, byte[] value, Headers h, Duration t) throws Conflict {

@@ -65,6 +65,9 @@ public final class PctlClient implements AutoCloseable {
     private final List<java.util.function.Consumer<String>> violationListeners = new CopyOnWriteArrayList<>();
     private final List<Runnable> reconnectListeners = new CopyOnWriteArrayList<>();
 
+    private AuthHandler auth;
+    private RawConn raw;
+
     private PctlClient(ClientOptions opts, Connection conn, JetStream js) {
         this.opts = opts;
         this.conn = conn;
@@ -85,6 +88,7 @@ public final class PctlClient implements AutoCloseable {
      */
     public static PctlClient connect(ClientOptions opts) {
         PctlClient[] self = new PctlClient[1];
+        AuthHandler[] authRef = new AuthHandler[1];
         Options.Builder b = new Options.Builder()
                 .server(opts.server())
                 .connectionName(opts.connectionName())
@@ -108,6 +112,7 @@ public final class PctlClient implements AutoCloseable {
                 });
         if (opts.creds() != null) {
             AuthHandler auth = nkeyAuth(opts.creds());
+            authRef[0] = auth;
             b.authHandler(auth);
             if (!opts.sharedInbox()) {
                 // spec/protocol.md §8.3: replies to this client go to an inbox only it may read.
@@ -147,6 +152,7 @@ public final class PctlClient implements AutoCloseable {
             throw new UnavailableException("cannot use JetStream at " + opts.server() + ": " + e.getMessage(), e);
         }
         PctlClient c = new PctlClient(opts, conn, js);
+        c.auth = authRef[0];
         self[0] = c;
         return c;
     }
@@ -192,6 +198,22 @@ public final class PctlClient implements AutoCloseable {
                 return null;
             }
         };
+    }
+
+    /** An -ERR of the raw connection (same handling as jnats' error listener's). */
+    void reportServerError(String error) {
+        onServerError(error);
+    }
+
+    /**
+     * The raw connection consumers receive records on (see {@link RawConn}: jnats cannot parse
+     * every header a record may carry), made on first use and closed with the client.
+     */
+    synchronized RawConn raw() {
+        if (raw == null) {
+            raw = new RawConn(this, opts.server(), auth, conn.getOptions().getInboxPrefix(), opts.connectionName() + " (records)");
+        }
+        return raw;
     }
 
     private void onServerError(String error) {
@@ -489,6 +511,11 @@ public final class PctlClient implements AutoCloseable {
             }
         }
         partitioners.clear();
+        synchronized (this) {
+            if (raw != null) {
+                raw.close();
+            }
+        }
         closeQuietly(conn);
     }
 

@@ -249,6 +249,9 @@ public final class Producer implements AutoCloseable {
                 assignLocked(pd);
             } catch (PctlException e) {
                 completeLocked(pd, null, e);
+            } catch (RuntimeException e) {
+                // Never leave a record without a fate (close would wait for it forever).
+                completeLocked(pd, null, new InternalException("record " + pd.seq + " could not be sent: " + e, e));
             }
         } finally {
             lock.unlock();

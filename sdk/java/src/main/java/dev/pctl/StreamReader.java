@@ -1,9 +1,5 @@
 package dev.pctl;
 
-import io.nats.client.Dispatcher;
-import io.nats.client.Message;
-import io.nats.client.Subscription;
-import io.nats.client.impl.Headers;
 import java.nio.charset.StandardCharsets;
 import java.security.SecureRandom;
 import java.time.Duration;
@@ -48,12 +44,13 @@ import java.util.function.Consumer;
  * delivers twice or out of order: the position only moves by exactly the sequences received in
  * order from the current consumer.
  *
- * <p>One thread reads ({@link #nextBatch}); the connection's dispatcher thread delivers; {@link
+ * <p>Messages come on a {@link RawConn} (never through jnats' header parser: a record may carry any
+ * header bytes). One thread reads ({@link #nextBatch}); the raw connection's thread delivers; {@link
  * #close} and {@link #restart} may come from anywhere. No lock is held across a network call.
  */
 final class StreamReader implements AutoCloseable {
     /** A stream message as the reader received it. */
-    record Raw(long seq, String subject, Headers headers, byte[] data, long timeNanos, long pending) {}
+    record Raw(long seq, String subject, byte[] headers, byte[] data, long timeNanos, long pending) {}
 
     /** The reader was closed. */
     static final class Closed extends Exception {
@@ -88,7 +85,7 @@ final class StreamReader implements AutoCloseable {
     });
 
     private final PctlClient c;
-    private final Dispatcher dispatcher;
+    private final RawConn conn;
     final String stream;
     private final String filter;
     private final boolean whole;
@@ -120,7 +117,7 @@ final class StreamReader implements AutoCloseable {
     private long lastData;
     private long lastCheck;
     private boolean caughtUp;
-    private Subscription sub;
+    private int sub;
     private Runnable stopListening;
     final Stats stats = new Stats();
 
@@ -130,10 +127,10 @@ final class StreamReader implements AutoCloseable {
      * whole}: the filter matches every message of the stream (so the stream's last sequence says
      * what the reader must get).
      */
-    StreamReader(PctlClient c, Dispatcher dispatcher, String stream, long startSeq, String filter, boolean whole, boolean lastPerSubject,
+    StreamReader(PctlClient c, RawConn conn, String stream, long startSeq, String filter, boolean whole, boolean lastPerSubject,
             int batch, int maxBuffer, Duration heartbeat, Consumer<String> logf) {
         this.c = c;
-        this.dispatcher = dispatcher;
+        this.conn = conn;
         this.stream = stream;
         this.filter = filter;
         this.whole = whole;
@@ -147,7 +144,7 @@ final class StreamReader implements AutoCloseable {
         this.inactiveNanos = TimeUnit.SECONDS.toNanos(60);
         this.opTimeout = Duration.ofNanos(Math.max(TimeUnit.SECONDS.toNanos(2), 5 * heartbeatNanos));
         this.logf = logf;
-        this.inbox = c.connection().createInbox();
+        this.inbox = conn.newInbox();
         long now = System.nanoTime();
         this.lastData = now;
         this.lastCheck = now;
@@ -272,7 +269,7 @@ final class StreamReader implements AutoCloseable {
     @Override
     public void close() {
         String name;
-        Subscription s;
+        int s;
         Runnable stop;
         lock.lock();
         try {
@@ -290,12 +287,8 @@ final class StreamReader implements AutoCloseable {
         if (stop != null) {
             stop.run();
         }
-        if (s != null) {
-            try {
-                dispatcher.unsubscribe(s);
-            } catch (RuntimeException e) {
-                // the dispatcher or connection is closed already
-            }
+        if (s != 0) {
+            conn.unsubscribe(s);
         }
         deleteConsumer(name);
     }
@@ -310,9 +303,9 @@ final class StreamReader implements AutoCloseable {
             if (closed) {
                 return;
             }
-            if (sub == null) {
-                sub = dispatcher.subscribe(inbox + ".>", this::onMessage);
-                stopListening = c.onReconnect(() -> needReset("reconnect"));
+            if (sub == 0) {
+                sub = conn.subscribe(inbox + ".>", this::onMessage);
+                stopListening = conn.onReconnect(() -> needReset("reconnect"));
             }
             if (reset != null && consumer != null) {
                 logf.accept("reader " + stream + ": re-creating its consumer at " + nextSeq + " (" + reset + ")");
@@ -349,7 +342,7 @@ final class StreamReader implements AutoCloseable {
         if (p != null) {
             String body = "{\"batch\":" + batch + ",\"expires\":" + expiresNanos + ",\"idle_heartbeat\":" + heartbeatNanos + "}";
             try {
-                c.connection().publish("$JS.API.CONSUMER.MSG.NEXT." + stream + "." + name, inbox + "." + g + "." + p[0],
+                conn.publish("$JS.API.CONSUMER.MSG.NEXT." + stream + "." + name, inbox + "." + g + "." + p[0],
                         body.getBytes(StandardCharsets.US_ASCII));
             } catch (RuntimeException e) {
                 lock.lock();
@@ -556,19 +549,20 @@ final class StreamReader implements AutoCloseable {
         }
     }
 
-    // ---- messages (on the dispatcher's thread) ------------------------------------------------
+    // ---- messages (on the raw connection's thread) ---------------------------------------------
 
-    private void onMessage(Message m) {
-        String reply = m.getReplyTo();
+    private void onMessage(RawConn.Msg m) {
+        String reply = m.reply();
         if (reply != null && reply.startsWith("$JS.ACK.")) {
             onRecord(m, reply);
             return;
         }
-        if (!m.isStatusMessage()) {
+        int status = m.status();
+        if (status == 0) {
             return;
         }
         // A status: its subject is the reply subject of the pull it is about, <inbox>.<gen>.<pull>.
-        String subj = m.getSubject();
+        String subj = m.subject();
         if (subj.length() <= inbox.length() + 1) {
             return;
         }
@@ -585,8 +579,7 @@ final class StreamReader implements AutoCloseable {
         } catch (NumberFormatException e) {
             return;
         }
-        int status = m.getStatus().getCode();
-        String desc = String.valueOf(m.getStatus().getMessage());
+        String desc = m.statusDescription();
         lock.lock();
         try {
             if (closed || g != gen) {
@@ -598,8 +591,7 @@ final class StreamReader implements AutoCloseable {
                 if (current) {
                     lostInRow = 0;
                 }
-                Headers h = m.getHeaders();
-                String last = h == null ? null : h.getFirst("Nats-Last-Consumer");
+                String last = m.header("Nats-Last-Consumer");
                 if (last != null) {
                     try {
                         long l = Long.parseLong(last.trim());
@@ -647,7 +639,7 @@ final class StreamReader implements AutoCloseable {
         }
     }
 
-    private void onRecord(Message m, String reply) {
+    private void onRecord(RawConn.Msg m, String reply) {
         // $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>, or the v2 form
         // $JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>.<token>
         int[] dots = new int[16];
@@ -701,7 +693,7 @@ final class StreamReader implements AutoCloseable {
             }
             nextSeq = sseq + 1;
             stats.received++;
-            buf.addLast(new Raw(sseq, m.getSubject(), m.getHeaders(), m.getData(), ts, pending));
+            buf.addLast(new Raw(sseq, m.subject(), m.headers(), m.data(), ts, pending));
             if (pending == 0) {
                 caughtUp = true;
             }
