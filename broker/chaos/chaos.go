@@ -505,7 +505,7 @@ func (r *run) startCluster() error {
 		}
 		r.creds[role] = path
 		var perms *natsconf.Permissions
-		if p := broker.RolePermissions(role); p != nil {
+		if p := broker.UserPermissions(role, pub); p != nil { // the role's, with its private inbox
 			perms = &natsconf.Permissions{}
 			if p.Publish != nil {
 				perms.PublishAllow, perms.PublishDeny = p.Publish.Allow, p.Publish.Deny
