@@ -38,8 +38,16 @@ type Broker struct {
 	ctx   context.Context
 	stop  context.CancelFunc
 
-	changeMu sync.Mutex // serialises epoch-change steps within this process
-	ps       produceService
+	floors descriptorFloors // descriptor revisions this broker wrote or read (descriptors.go)
+	locks  topicLocks       // one epoch change, creation or deletion at a time per topic, in this process
+
+	// The background retry loop (reconcile.go) and the observed-ancestry scans: stopped first by
+	// Close and Abort.
+	loopCtx   context.Context
+	loopStop  context.CancelFunc
+	loopWG    sync.WaitGroup
+	observing sync.Map // "topic/epoch" -> true while this process scans for observed ancestry
+	ps        produceService
 }
 
 // Start starts a broker: the embedded server (unless Config.NATSURL), the buckets, the services,
@@ -51,6 +59,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	}
 	b := &Broker{cfg: cfg, parts: make(map[string]*partitioner.WASM)}
 	b.ctx, b.stop = context.WithCancel(context.Background())
+	b.loopCtx, b.loopStop = context.WithCancel(b.ctx)
 	ok := false
 	defer func() {
 		if !ok {
@@ -89,6 +98,8 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if err := b.resume(ctx); err != nil {
 		return nil, err
 	}
+	b.loopWG.Add(1)
+	go b.retryLoop()
 	ok = true
 	return b, nil
 }
@@ -181,6 +192,10 @@ func (b *Broker) Conn() *nats.Conn { return b.nc }
 // JetStream has persisted every acknowledged record before acknowledging it, so nothing
 // acknowledged is lost.
 func (b *Broker) Close() error {
+	if b.loopStop != nil {
+		b.loopStop()
+	}
+	b.loopWG.Wait()
 	for _, s := range b.subs {
 		_ = s.Drain()
 	}
@@ -221,6 +236,9 @@ func (b *Broker) Close() error {
 // flushed beyond what JetStream already stored. Fault-injection tests use it; a later Start on the
 // same data directory resumes whatever was in progress.
 func (b *Broker) Abort() {
+	if b.loopStop != nil {
+		b.loopStop()
+	}
 	for _, s := range b.subs {
 		_ = s.Unsubscribe()
 	}
@@ -238,6 +256,7 @@ func (b *Broker) Abort() {
 		b.srv.WaitForShutdown()
 	}
 	b.wg.Wait()
+	b.loopWG.Wait()
 	if b.rt != nil {
 		_ = b.rt.Close(context.Background())
 	}

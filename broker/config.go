@@ -37,6 +37,10 @@ type Config struct {
 	Logf func(format string, args ...any)
 	// ProduceTimeout bounds one publish of the produce service. Default 10s.
 	ProduceTimeout time.Duration
+	// RetryInterval is how often the broker looks for unfinished work (a topic being created or
+	// deleted, an epoch change, pending ancestry) that made no progress for two intervals, and
+	// retries it with a backoff of up to 30s. Default 2s.
+	RetryInterval time.Duration
 	// StepHook, if set, runs after each recorded step of an epoch change (state "created",
 	// "fenced", "active"). Returning an error stops the change there, as if the broker had died:
 	// fault-injection tests use it, and a later Start resumes the change.
@@ -68,6 +72,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
+	}
+	if c.RetryInterval <= 0 {
+		c.RetryInterval = 2 * time.Second
 	}
 	if c.ProduceTimeout == 0 {
 		c.ProduceTimeout = 10 * time.Second

@@ -85,7 +85,7 @@ func (b *Broker) apiTopicRepartition(ctx context.Context, m *nats.Msg) (any, err
 	}
 	b.cfg.Logf("topic %s: epoch %d -> %d planned (%d -> %d partitions, %s -> %s)", t.Name, cur.Epoch, cur.Epoch+1, cur.Partitions, n, cur.Partitioner.Name, p.Name)
 	if err := b.runChange(ctx, t.Name); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w (the change to epoch %d is recorded and the broker keeps retrying it; 'pctl topic describe %s' shows its state)", err, cur.Epoch+1, t.Name)
 	}
 	t, rev, err := b.getTopic(ctx, t.Name)
 	if err != nil {
@@ -96,8 +96,14 @@ func (b *Broker) apiTopicRepartition(ctx context.Context, m *nats.Msg) (any, err
 
 // runChange drives a topic's epoch change from its recorded state to activation.
 func (b *Broker) runChange(ctx context.Context, name string) error {
-	b.changeMu.Lock()
-	defer b.changeMu.Unlock()
+	mu := b.locks.get(name)
+	mu.Lock()
+	defer mu.Unlock()
+	return b.runChangeLocked(ctx, name)
+}
+
+// runChangeLocked is runChange with the topic's lock held.
+func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 	for {
 		t, rev, err := b.getTopic(ctx, name)
 		if err != nil {
@@ -163,13 +169,7 @@ func (b *Broker) runChange(ctx context.Context, name string) error {
 				_ = b.cfg.StepHook(name, "active")
 			}
 			if anc.Source == "pending" {
-				b.wg.Add(1)
-				go func() {
-					defer b.wg.Done()
-					if err := b.observeAncestry(b.ctx, name, ch.To); err != nil {
-						b.cfg.Logf("topic %s: observed ancestry of epoch %d: %v", name, ch.To, err)
-					}
-				}()
+				b.observeInBackground(name, ch.To)
 			}
 			return nil
 		default:

@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -23,48 +22,6 @@ import (
 
 // MaxTopicPartitions is the most partitions a topic may have.
 const MaxTopicPartitions = 16384
-
-func (b *Broker) getTopic(ctx context.Context, name string) (*wire.Topic, uint64, error) {
-	if err := wire.ValidTopic(name); err != nil {
-		return nil, 0, err
-	}
-	e, err := b.topic.Get(ctx, name)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, fmt.Errorf("%w: topic %q does not exist; create it with 'pctl topic create %s --partitions N --partitioner NAME'", wire.ErrNotFound, name, name)
-	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("%w: read topic %s: %v", wire.ErrUnavailable, name, err)
-	}
-	var t wire.Topic
-	if err := json.Unmarshal(e.Value(), &t); err != nil {
-		return nil, 0, fmt.Errorf("%w: descriptor of %s is corrupt: %v", wire.ErrInternal, name, err)
-	}
-	return &t, e.Revision(), nil
-}
-
-// putTopic replaces a descriptor by compare-and-set on rev; a concurrent change makes it fail
-// with ErrConflict.
-func (b *Broker) putTopic(ctx context.Context, t *wire.Topic, rev uint64) (uint64, error) {
-	body, err := json.Marshal(t)
-	if err != nil {
-		return 0, err
-	}
-	nrev, err := b.topic.Update(ctx, t.Name, body, rev)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyExists) || strings.Contains(err.Error(), "wrong last sequence") {
-			return 0, fmt.Errorf("%w: topic %s changed concurrently (revision %d is no longer current)", wire.ErrConflict, t.Name, rev)
-		}
-		return 0, fmt.Errorf("%w: write topic %s: %v", wire.ErrUnavailable, t.Name, err)
-	}
-	b.announce(t.Name)
-	return nrev, nil
-}
-
-// announce tells clients that a topic's descriptor changed (best effort; clients also refresh
-// when a publish is fenced).
-func (b *Broker) announce(topic string) {
-	_ = b.nc.Publish(wire.TopicEventSubject(topic), nil)
-}
 
 func (b *Broker) apiTopicGet(ctx context.Context, m *nats.Msg) (any, error) {
 	var req wire.TopicRequest
@@ -116,8 +73,7 @@ func (b *Broker) apiTopicCreate(ctx context.Context, m *nats.Msg) (any, error) {
 	}
 	t := &wire.Topic{Name: req.Topic, ID: nuid.Next(), Created: time.Now().UTC(), Creating: true,
 		Epochs: []wire.Epoch{{Epoch: 1, Partitioner: p, Partitions: req.Partitions, Started: time.Now().UTC()}}}
-	body, _ := json.Marshal(t)
-	rev, err := b.topic.Create(ctx, t.Name, body)
+	rev, err := b.createTopicKey(ctx, t)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			if old, _, gerr := b.getTopic(ctx, t.Name); gerr == nil {
@@ -128,8 +84,12 @@ func (b *Broker) apiTopicCreate(ctx context.Context, m *nats.Msg) (any, error) {
 		}
 		return nil, fmt.Errorf("%w: %v", wire.ErrUnavailable, err)
 	}
-	if err := b.finishCreate(ctx, t, rev); err != nil {
-		return nil, err
+	mu := b.locks.get(t.Name)
+	mu.Lock()
+	err = b.finishCreate(ctx, t, rev)
+	mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("%w (the topic is recorded as being created; the broker keeps retrying)", err)
 	}
 	t, rev, err = b.getTopic(ctx, t.Name)
 	if err != nil {
@@ -211,6 +171,12 @@ func (b *Broker) apiTopicDelete(ctx context.Context, m *nats.Msg) (any, error) {
 	if err := decode(m, &req); err != nil {
 		return nil, err
 	}
+	if err := wire.ValidTopic(req.Topic); err != nil {
+		return nil, err
+	}
+	mu := b.locks.get(req.Topic)
+	mu.Lock()
+	defer mu.Unlock()
 	t, rev, err := b.getTopic(ctx, req.Topic)
 	if err != nil {
 		return nil, err
@@ -221,7 +187,10 @@ func (b *Broker) apiTopicDelete(ctx context.Context, m *nats.Msg) (any, error) {
 			return nil, err
 		}
 	}
-	return struct{}{}, b.finishDelete(ctx, t, rev)
+	if err := b.finishDelete(ctx, t, rev); err != nil {
+		return nil, fmt.Errorf("%w (the topic is recorded as being deleted; the broker keeps retrying)", err)
+	}
+	return struct{}{}, nil
 }
 
 func (b *Broker) finishDelete(ctx context.Context, t *wire.Topic, rev uint64) error {
@@ -242,11 +211,7 @@ func (b *Broker) finishDelete(ctx context.Context, t *wire.Topic, rev uint64) er
 			}
 		}
 	}
-	if err := b.topic.Delete(ctx, t.Name, jetstream.LastRevision(rev)); err != nil {
-		return fmt.Errorf("%w: %v", wire.ErrUnavailable, err)
-	}
-	b.announce(t.Name)
-	return nil
+	return b.deleteTopicKey(ctx, t.Name, rev)
 }
 
 // resolvePartitioner turns a reference (built-in name or digest of an uploaded plugin) into an
@@ -328,34 +293,4 @@ func (b *Broker) partitionerFor(ctx context.Context, p wire.Partitioner) (*parti
 	}
 	b.parts[key] = w
 	return w, nil
-}
-
-// resume finishes what a previous run left: topics being created or deleted, epoch changes.
-func (b *Broker) resume(ctx context.Context) error {
-	lister, err := b.topic.ListKeys(ctx)
-	if err != nil {
-		return fmt.Errorf("broker: list topics: %w", err)
-	}
-	var names []string
-	for k := range lister.Keys() {
-		names = append(names, k)
-	}
-	for _, name := range names {
-		t, rev, err := b.getTopic(ctx, name)
-		if err != nil {
-			continue
-		}
-		switch {
-		case t.Deleting:
-			err = b.finishDelete(ctx, t, rev)
-		case t.Creating:
-			err = b.finishCreate(ctx, t, rev)
-		case t.Change != nil:
-			err = b.runChange(ctx, t.Name)
-		}
-		if err != nil {
-			b.cfg.Logf("resume topic %s: %v", name, err)
-		}
-	}
-	return nil
 }
