@@ -126,6 +126,13 @@ func (b *Broker) startEmbedded() error {
 		NoSigs:     true,
 		NoLog:      true,
 	}
+	if b.cfg.SyncInterval == 0 {
+		// fsync before acknowledging (sync_interval: always); see Config.SyncInterval.
+		opts.SyncAlways = true
+		opts.SyncInterval = 2 * time.Minute
+	} else {
+		opts.SyncInterval = b.cfg.SyncInterval
+	}
 	for role, pub := range users {
 		opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: pub, Permissions: permissions(role)})
 	}
@@ -278,6 +285,7 @@ func (b *Broker) subscribe() error {
 		wire.AdminTopicNew:  b.apiTopicCreate,
 		wire.AdminTopicDel:  b.apiTopicDelete,
 		wire.AdminTopicEdit: b.apiTopicRepartition,
+		wire.AdminTopicSet:  b.apiTopicSet,
 	}
 	for subj, h := range routes {
 		h := h

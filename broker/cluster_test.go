@@ -3,6 +3,8 @@ package broker_test
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -90,4 +92,114 @@ func clusterLoad(t *testing.T, ctx context.Context, admin *client.Client) {
 			return
 		}
 	}
+}
+
+// TestClusterStuckChangeIsRetried: an epoch change that cannot proceed because the only node of a
+// partition stream is down is finished by the broker itself once the node is back, without a
+// restart of the broker, and the stuck step is logged once, not once per retry. Before the retry
+// loop, the change stayed unfinished until 'pctl serve' restarted, and every later change was
+// refused with change_in_progress.
+func TestClusterStuckChangeIsRetried(t *testing.T) {
+	skipShortCluster(t)
+	c := startCluster(t, 3)
+	logs := &logLines{}
+	cfg := cfgDefault()
+	cfg.Replicas = 1
+	cfg.RetryInterval = 200 * time.Millisecond
+	cfg.Logf = logs.logf(t)
+	b := startClusterBroker(t, c, cfg)
+	defer b.Close()
+	admin := clusterClient(t, c, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// Find a topic whose partition 0 lives on another node than the descriptor bucket (R1 here),
+	// so that stopping that node stops the partition and nothing an epoch change needs besides.
+	buckets := map[string]bool{streamNode(t, ctx, admin, "KV_"+wire.TopicsBucket): true}
+	var name, node string
+	for i := 0; i < 20 && name == ""; i++ {
+		n := fmt.Sprintf("stuck%d", i)
+		if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: n, Partitions: 1, Partitioner: "kafka-murmur2"}); err != nil {
+			t.Fatal(err)
+		}
+		if nd := streamNode(t, ctx, admin, wire.StreamName(n, 0)); !buckets[nd] {
+			name, node = n, nd
+		}
+	}
+	if name == "" {
+		t.Skip("every partition stream landed on the descriptor bucket's node")
+	}
+	idx := int(node[1] - '0')
+	c.Stop(idx)
+	_, err := admin.Repartition(ctx, wire.RepartitionRequest{Topic: name, Partitions: 2})
+	if err == nil {
+		t.Fatal("the change succeeded with the partition's only node down")
+	}
+	t.Logf("with node %s down: %v", node, err)
+	time.Sleep(2 * time.Second) // several retry intervals: retries while the node is down
+	c.Restart(idx)
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		desc, _, err := admin.Topic(ctx, name)
+		if err == nil && desc.Change == nil && desc.Current().Epoch == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("90s after node %s came back the change is still unfinished: %+v (%v)", node, desc, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if n := logs.count("attempt"); n < 1 || n > 3 {
+		t.Errorf("the stuck step was logged %d times as a failed attempt; want once (or a couple of times as its error changed):\n%s", n, logs.String())
+	}
+	if logs.count("finished") < 1 {
+		t.Errorf("no log line says the change finished:\n%s", logs.String())
+	}
+}
+
+// streamNode returns the name of the node leading a stream.
+func streamNode(t *testing.T, ctx context.Context, cl *client.Client, stream string) string {
+	t.Helper()
+	s, err := cl.JetStream().Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci := s.CachedInfo().Cluster
+	if ci == nil || ci.Leader == "" {
+		t.Fatalf("stream %s has no leader", stream)
+	}
+	return ci.Leader
+}
+
+// logLines collects a broker's log lines (and passes them to t.Logf).
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) logf(t *testing.T) func(string, ...any) {
+	return func(format string, args ...any) {
+		line := fmt.Sprintf(format, args...)
+		l.mu.Lock()
+		l.lines = append(l.lines, line)
+		l.mu.Unlock()
+		t.Log(line)
+	}
+}
+
+func (l *logLines) count(sub string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, s := range l.lines {
+		if strings.Contains(s, sub) {
+			n++
+		}
+	}
+	return n
+}
+
+func (l *logLines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
 }

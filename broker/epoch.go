@@ -48,6 +48,9 @@ func (b *Broker) apiTopicRepartition(ctx context.Context, m *nats.Msg) (any, err
 		case t.Change != nil:
 			return nil, fmt.Errorf("%w: topic %s is already changing to epoch %d (state %s, started %s); wait for it to finish ('pctl topic describe %s')",
 				wire.ErrChangeInProgress, t.Name, t.Change.To, t.Change.State, t.Change.Started.Format(time.RFC3339), t.Name)
+		case t.Reconfig != nil:
+			return nil, fmt.Errorf("%w: topic %s is changing its replicas or placement (to R%d, started %s); wait for it to finish ('pctl topic describe %s')",
+				wire.ErrChangeInProgress, t.Name, t.Reconfig.Replicas, t.Reconfig.Started.Format(time.RFC3339), t.Name)
 		case t.Creating || t.Deleting:
 			return nil, fmt.Errorf("%w: topic %s is being created or deleted", wire.ErrConflict, t.Name)
 		}
@@ -104,6 +107,7 @@ func (b *Broker) runChange(ctx context.Context, name string) error {
 
 // runChangeLocked is runChange with the topic's lock held.
 func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
+	stale := 0
 	for {
 		t, rev, err := b.getTopic(ctx, name)
 		if err != nil {
@@ -121,10 +125,10 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 					return nil // fenced and moved to the new subject in the next step
 				}
 				subj := wire.DataSubject(t.Name, ch.To, q)
-				if err := b.ensureStream(ctx, t.Name, q, subj); err != nil {
+				if err := b.ensureStream(ctx, t, q, subj, ch.To); err != nil {
 					return err
 				}
-				return b.setSubject(ctx, t.Name, q, subj) // a retired stream coming back
+				return b.setSubject(ctx, t.Name, q, subj, ch.To) // a retired stream coming back
 			})
 			ch.State = stateCreated
 		case stateCreated:
@@ -141,7 +145,7 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 				// record is below the marker, every new-epoch record (none exists before
 				// activation) above it. Its deduplication id makes a re-run after a crash get
 				// the same marker, so the boundary is the same however often this runs.
-				if err := b.setSubject(ctx, t.Name, q, subj); err != nil {
+				if err := b.setSubject(ctx, t.Name, q, subj, ch.To); err != nil {
 					return err
 				}
 				marker, err := b.fenceMarker(ctx, t, ch.To, q, subj)
@@ -175,6 +179,12 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 		default:
 			return fmt.Errorf("%w: topic %s has an epoch change in unknown state %q", wire.ErrInternal, name, ch.State)
 		}
+		if errors.Is(err, wire.ErrConflict) && stale < 10 {
+			// A stream is bound for a later epoch than this step's: the descriptor read moved on
+			// meanwhile (another broker finished the step and more). Re-read it.
+			stale++
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -194,20 +204,49 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 	}
 }
 
-func (b *Broker) setSubject(ctx context.Context, topic string, q int, subject string) error {
+// setSubject binds partition q's stream to subject for the change to epoch `epoch`. A stream
+// already bound by a later epoch's change is left alone and the step fails with ErrConflict: this
+// step belongs to a change that has been overtaken (its broker was paused between reading the
+// descriptor and acting), and moving the stream back would unfence it. The check and the update
+// are not atomic (JetStream has no compare-and-set on stream configurations), so this narrows
+// the window to the time between one stream info and one stream update.
+func (b *Broker) setSubject(ctx context.Context, topic string, q int, subject string, epoch int) error {
 	s, err := b.js.Stream(ctx, wire.StreamName(topic, q))
 	if err != nil {
 		return fmt.Errorf("%w: stream %s: %v", wire.ErrUnavailable, wire.StreamName(topic, q), err)
 	}
 	cfg := s.CachedInfo().Config
-	if len(cfg.Subjects) == 1 && cfg.Subjects[0] == subject {
+	if bound := bindingEpoch(cfg); bound > epoch {
+		return fmt.Errorf("%w: stream %s is bound for epoch %d already; the step for epoch %d is stale", wire.ErrConflict, cfg.Name, bound, epoch)
+	}
+	if len(cfg.Subjects) == 1 && cfg.Subjects[0] == subject && bindingEpoch(cfg) == epoch {
 		return nil
 	}
 	cfg.Subjects = []string{subject}
+	meta := map[string]string{}
+	for k, v := range cfg.Metadata {
+		meta[k] = v
+	}
+	meta[metaBindingEpoch] = strconv.Itoa(epoch)
+	cfg.Metadata = meta
 	if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
 		return fmt.Errorf("%w: move stream %s to %s: %v", wire.ErrUnavailable, cfg.Name, subject, err)
 	}
 	return nil
+}
+
+// bindingEpoch is the epoch whose change last bound a stream: from its metadata, else (a stream
+// bound before the metadata existed) from its subject; 0 if neither says.
+func bindingEpoch(cfg jetstream.StreamConfig) int {
+	if v, err := strconv.Atoi(cfg.Metadata[metaBindingEpoch]); err == nil {
+		return v
+	}
+	if len(cfg.Subjects) == 1 {
+		if _, e, _, err := wire.ParseDataSubject(cfg.Subjects[0]); err == nil {
+			return e
+		}
+	}
+	return 0
 }
 
 // fenceMarker publishes partition q's fence marker for the change to epoch `to` and returns its

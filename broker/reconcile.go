@@ -56,6 +56,8 @@ func unfinished(t *wire.Topic) string {
 		return "creation"
 	case t.Change != nil:
 		return fmt.Sprintf("change to epoch %d (state %s)", t.Change.To, t.Change.State)
+	case t.Reconfig != nil:
+		return fmt.Sprintf("change to R%d, placement tags %v", t.Reconfig.Replicas, t.Reconfig.PlacementTags)
 	}
 	for _, e := range t.Epochs {
 		if e.Ancestry != nil && e.Ancestry.Source == "pending" {
@@ -85,6 +87,8 @@ func (b *Broker) finishLocked(ctx context.Context, name string) error {
 		return b.finishCreate(ctx, t, rev)
 	case t.Change != nil:
 		return b.runChangeLocked(ctx, name)
+	case t.Reconfig != nil:
+		return b.finishReconfigLocked(ctx, name)
 	}
 	for _, e := range t.Epochs {
 		if e.Ancestry != nil && e.Ancestry.Source == "pending" {

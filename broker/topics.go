@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -67,12 +68,20 @@ func (b *Broker) apiTopicCreate(ctx context.Context, m *nats.Msg) (any, error) {
 	if req.Partitions < 1 || req.Partitions > MaxTopicPartitions {
 		return nil, fmt.Errorf("%w: --partitions %d: a topic has 1 to %d partitions", wire.ErrBadRequest, req.Partitions, MaxTopicPartitions)
 	}
+	replicas := req.Replicas
+	if replicas == 0 {
+		replicas = b.cfg.Replicas
+	}
+	if err := validPlacement(replicas, req.PlacementTags); err != nil {
+		return nil, err
+	}
 	p, err := b.resolvePartitioner(ctx, req.Partitioner, req.Config)
 	if err != nil {
 		return nil, err
 	}
 	t := &wire.Topic{Name: req.Topic, ID: nuid.Next(), Created: time.Now().UTC(), Creating: true,
-		Epochs: []wire.Epoch{{Epoch: 1, Partitioner: p, Partitions: req.Partitions, Started: time.Now().UTC()}}}
+		Epochs:   []wire.Epoch{{Epoch: 1, Partitioner: p, Partitions: req.Partitions, Started: time.Now().UTC()}},
+		Replicas: replicas, PlacementTags: req.PlacementTags}
 	rev, err := b.createTopicKey(ctx, t)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
@@ -87,6 +96,18 @@ func (b *Broker) apiTopicCreate(ctx context.Context, m *nats.Msg) (any, error) {
 	mu := b.locks.get(t.Name)
 	mu.Lock()
 	err = b.finishCreate(ctx, t, rev)
+	if err != nil && errors.Is(err, wire.ErrBadRequest) {
+		// The cluster can never hold these streams (too few servers for the replicas, no server
+		// with the placement tags): undo the creation rather than retry it for ever.
+		if t, rev, gerr := b.getTopic(ctx, req.Topic); gerr == nil && t.Creating {
+			t.Deleting = true
+			if rev, gerr = b.putTopic(ctx, t, rev); gerr == nil {
+				_ = b.finishDelete(ctx, t, rev)
+			}
+		}
+		mu.Unlock()
+		return nil, err
+	}
 	mu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("%w (the topic is recorded as being created; the broker keeps retrying)", err)
@@ -103,7 +124,7 @@ func (b *Broker) apiTopicCreate(ctx context.Context, m *nats.Msg) (any, error) {
 func (b *Broker) finishCreate(ctx context.Context, t *wire.Topic, rev uint64) error {
 	cur := t.Current()
 	err := b.forPartitions(ctx, cur.Partitions, func(q int) error {
-		return b.ensureStream(ctx, t.Name, q, wire.DataSubject(t.Name, cur.Epoch, q))
+		return b.ensureStream(ctx, t, q, wire.DataSubject(t.Name, cur.Epoch, q), cur.Epoch)
 	})
 	if err != nil {
 		return err
@@ -146,24 +167,84 @@ func (b *Broker) forPartitions(ctx context.Context, n int, f func(q int) error) 
 	return first
 }
 
-// ensureStream creates partition q's stream with the given subject if it does not exist. An
-// existing stream is left as it is (its subject is the epoch machinery's business).
-func (b *Broker) ensureStream(ctx context.Context, topic string, q int, subject string) error {
+// ensureStream creates partition q's stream bound to subject, the binding of epoch `epoch`, with
+// the topic's replicas and placement, if it does not exist. An existing stream is left as it is
+// (its subject is the epoch machinery's business, its replicas the reconfiguration's).
+func (b *Broker) ensureStream(ctx context.Context, t *wire.Topic, q int, subject string, epoch int) error {
 	_, err := b.js.CreateStream(ctx, jetstream.StreamConfig{
-		Name:        wire.StreamName(topic, q),
-		Description: fmt.Sprintf("pctl topic %s partition %d", topic, q),
+		Name:        wire.StreamName(t.Name, q),
+		Description: fmt.Sprintf("pctl topic %s partition %d", t.Name, q),
 		Subjects:    []string{subject},
 		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,
 		Duplicates:  2 * time.Minute,
 		MaxMsgSize:  b.cfg.MaxRecordBytes,
-		Replicas:    b.cfg.Replicas,
+		Replicas:    b.replicas(t),
+		Placement:   placement(t.PlacementTags),
 		AllowDirect: true,
+		Metadata:    map[string]string{metaBindingEpoch: strconv.Itoa(epoch)},
 	})
 	if err == nil || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		return nil
 	}
-	return fmt.Errorf("%w: create stream %s: %v", wire.ErrUnavailable, wire.StreamName(topic, q), err)
+	return streamError(fmt.Sprintf("create stream %s", wire.StreamName(t.Name, q)), b.replicas(t), t.PlacementTags, err)
+}
+
+// metaBindingEpoch is the stream metadata key that records which epoch's change last bound the
+// stream's subject, so that a step of an older change (a broker that was paused, then resumed)
+// never moves it back (setSubject).
+const metaBindingEpoch = "pctl_binding_epoch"
+
+// replicas returns a topic's replicas (the broker's default for descriptors that predate them).
+func (b *Broker) replicas(t *wire.Topic) int {
+	if t.Replicas > 0 {
+		return t.Replicas
+	}
+	return b.cfg.Replicas
+}
+
+func placement(tags []string) *jetstream.Placement {
+	if len(tags) == 0 {
+		return nil
+	}
+	return &jetstream.Placement{Tags: tags}
+}
+
+// MaxReplicas is JetStream's largest replication factor.
+const MaxReplicas = 5
+
+func validPlacement(replicas int, tags []string) error {
+	if replicas < 1 || replicas > MaxReplicas {
+		return fmt.Errorf("%w: --replicas %d: a partition stream has 1 to %d replicas", wire.ErrBadRequest, replicas, MaxReplicas)
+	}
+	for _, tag := range tags {
+		if tag == "" || tag == "!" || strings.ContainsAny(tag, " \t\n,") {
+			return fmt.Errorf("%w: --placement-tags: tag %q is empty or has a space or comma; give tags such as az:1,ssd", wire.ErrBadRequest, tag)
+		}
+	}
+	return nil
+}
+
+// streamError words a failed stream create or update: what the cluster cannot do (a bad request,
+// never retried) or a transient failure (unavailable, retried).
+func streamError(what string, replicas int, tags []string, err error) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case 10074: // replicas > 1 not supported in non-clustered mode
+			return fmt.Errorf("%w: %s: %d replicas need a JetStream cluster; this server runs alone (use --replicas 1, or 'pctl serve --nats URL' on a cluster)", wire.ErrBadRequest, what, replicas)
+		case 10005, 10023: // no suitable peers for placement; insufficient resources
+			return fmt.Errorf("%w: %s: the cluster has no %d servers with room%s (%s); use fewer --replicas or other --placement-tags", wire.ErrBadRequest, what, replicas, tagText(tags), apiErr.Description)
+		}
+	}
+	return fmt.Errorf("%w: %s: %v", wire.ErrUnavailable, what, err)
+}
+
+func tagText(tags []string) string {
+	if len(tags) == 0 {
+		return ""
+	}
+	return " and placement tags " + strings.Join(tags, ",")
 }
 
 func (b *Broker) apiTopicDelete(ctx context.Context, m *nats.Msg) (any, error) {
