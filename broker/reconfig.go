@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"pctl.dev/pctl/broker/wire"
 )
@@ -143,26 +144,45 @@ func (b *Broker) revertReconfigLocked(ctx context.Context, name string) error {
 }
 
 // reconfigureStream sets a stream's replicas and placement tags, leaving the rest of its
-// configuration (its subject above all) as it is.
+// configuration (its subject above all) as it is. JetStream neither scales and moves a stream in
+// one update nor takes an update while a move is in progress, so a change of both goes in two
+// updates (shrinking scales first, growing moves first), each retried while a move is under way.
 func (b *Broker) reconfigureStream(ctx context.Context, stream string, replicas int, tags []string) error {
-	s, err := b.js.Stream(ctx, stream)
-	if err != nil {
-		return fmt.Errorf("%w: stream %s: %v", wire.ErrUnavailable, stream, err)
+	for {
+		s, err := b.js.Stream(ctx, stream)
+		if err != nil {
+			return fmt.Errorf("%w: stream %s: %v", wire.ErrUnavailable, stream, err)
+		}
+		cfg := s.CachedInfo().Config
+		var have []string
+		if cfg.Placement != nil {
+			have = cfg.Placement.Tags
+		}
+		sameTags := slices.Equal(have, tags)
+		switch {
+		case cfg.Replicas == replicas && sameTags:
+			return nil
+		case cfg.Replicas != replicas && !sameTags && replicas > cfg.Replicas:
+			cfg.Placement = placement(tags) // move first, then grow
+		case cfg.Replicas != replicas:
+			cfg.Replicas = replicas // shrink first (or only scale)
+		default:
+			cfg.Placement = placement(tags)
+		}
+		_, err = b.js.UpdateStream(ctx, cfg)
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && (apiErr.ErrorCode == 10124 || apiErr.ErrorCode == 10226) { // a move, or another reconfiguration, in progress
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%w: update stream %s: a move is still in progress: %v", wire.ErrUnavailable, stream, ctx.Err())
+			case <-time.After(250 * time.Millisecond):
+			}
+			continue
+		}
+		if err != nil {
+			return streamError("update stream "+stream, replicas, tags, err)
+		}
 	}
-	cfg := s.CachedInfo().Config
-	var have []string
-	if cfg.Placement != nil {
-		have = cfg.Placement.Tags
-	}
-	if cfg.Replicas == replicas && slices.Equal(have, tags) {
-		return nil
-	}
-	cfg.Replicas = replicas
-	cfg.Placement = placement(tags)
-	if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
-		return streamError("update stream "+stream, replicas, tags, err)
-	}
-	return nil
 }
 
 func errorsIsConflict(err error) bool { return errors.Is(err, wire.ErrConflict) }

@@ -234,7 +234,7 @@ func streamError(what string, replicas int, tags []string, err error) error {
 		case 10074: // replicas > 1 not supported in non-clustered mode
 			return fmt.Errorf("%w: %s: %d replicas need a JetStream cluster; this server runs alone (use --replicas 1, or 'pctl serve --nats URL' on a cluster)", wire.ErrBadRequest, what, replicas)
 		case 10005, 10023: // no suitable peers for placement; insufficient resources
-			return fmt.Errorf("%w: %s: the cluster has no %d servers with room%s (%s); use fewer --replicas or other --placement-tags", wire.ErrBadRequest, what, replicas, tagText(tags), apiErr.Description)
+			return fmt.Errorf("%w: %s: the cluster cannot place %d replica(s)%s now (%s): too few JetStream servers are running with room%s; start them, or use fewer --replicas or other --placement-tags", wire.ErrBadRequest, what, replicas, tagText(tags), apiErr.Description, tagText(tags))
 		}
 	}
 	return fmt.Errorf("%w: %s: %v", wire.ErrUnavailable, what, err)
@@ -244,7 +244,7 @@ func tagText(tags []string) string {
 	if len(tags) == 0 {
 		return ""
 	}
-	return " and placement tags " + strings.Join(tags, ",")
+	return " with placement tags " + strings.Join(tags, ",")
 }
 
 func (b *Broker) apiTopicDelete(ctx context.Context, m *nats.Msg) (any, error) {
