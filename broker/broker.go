@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/partitioner"
@@ -21,6 +22,7 @@ import (
 
 // Broker is a running broker. Start it with Start; stop it with Close.
 type Broker struct {
+	id    string // random, new at every start: names this broker to thin clients (§5.2)
 	cfg   Config
 	srv   *server.Server // nil with Config.NATSURL
 	nc    *nats.Conn
@@ -57,7 +59,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, parts: make(map[string]*partitioner.WASM)}
+	b := &Broker{cfg: cfg, parts: make(map[string]*partitioner.WASM), id: nuid.Next()}
 	b.ctx, b.stop = context.WithCancel(context.Background())
 	b.loopCtx, b.loopStop = context.WithCancel(b.ctx)
 	ok := false
@@ -192,6 +194,9 @@ func (b *Broker) ClientURL() string {
 // CredsPath returns the credentials file of a role (embedded mode).
 func (b *Broker) CredsPath(role string) string { return CredsPath(b.cfg.DataDir, role) }
 
+// ID returns the broker's id: random, new at every start (spec/protocol.md §5.2).
+func (b *Broker) ID() string { return b.id }
+
 // Conn returns the broker's own NATS connection (full permissions), for tests and tools.
 func (b *Broker) Conn() *nats.Conn { return b.nc }
 
@@ -301,12 +306,16 @@ func (b *Broker) subscribe() error {
 		}
 		b.subs = append(b.subs, s)
 	}
-	s, err := b.nc.QueueSubscribe(wire.ProducePrefix+".*", "pctl-broker", b.produce)
-	if err != nil {
-		return err
+	// The produce service: the shared subject (one broker of the queue group) and this broker's
+	// own (spec/protocol.md §5.2). Each subscription handles its requests in arrival order.
+	for _, subj := range []string{wire.ProducePrefix + ".*", wire.ProduceBrokerSubject("*", b.id)} {
+		s, err := b.nc.QueueSubscribe(subj, "pctl-broker", b.produce)
+		if err != nil {
+			return err
+		}
+		_ = s.SetPendingLimits(1<<20, 256<<20)
+		b.subs = append(b.subs, s)
 	}
-	_ = s.SetPendingLimits(1<<20, 256<<20)
-	b.subs = append(b.subs, s)
 	return b.nc.Flush()
 }
 
@@ -352,7 +361,10 @@ type detailed struct {
 func (d *detailed) Error() string { return d.err.Error() }
 func (d *detailed) Unwrap() error { return d.err }
 
-func respondErr(m *nats.Msg, err error) {
+func respondErr(m *nats.Msg, err error) { respondErrWith(m, err, nil) }
+
+// respondErrWith answers with an error reply carrying extra headers.
+func respondErrWith(m *nats.Msg, err error, headers nats.Header) {
 	reply := wire.ErrorReply{Code: wire.Code(err), Message: err.Error()}
 	var d *detailed
 	if errors.As(err, &d) {
@@ -360,6 +372,9 @@ func respondErr(m *nats.Msg, err error) {
 	}
 	body, _ := json.Marshal(reply)
 	out := nats.NewMsg(m.Reply)
+	for k, v := range headers {
+		out.Header[k] = v
+	}
 	out.Header.Set(wire.HeaderError, reply.Code)
 	out.Data = body
 	_ = m.RespondMsg(out)

@@ -206,3 +206,10 @@ func clusterClient(t testing.TB, c *testCluster, url string) *client.Client {
 
 // cfgDefault is a broker configuration for cluster tests (the helpers fill in the rest).
 func cfgDefault() broker.Config { return broker.Config{} }
+
+func skipShortCluster(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("cluster test: skipped with -short")
+	}
+}

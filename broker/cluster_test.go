@@ -14,13 +14,6 @@ import (
 	"pctl.dev/pctl/client"
 )
 
-func skipShortCluster(t *testing.T) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("cluster test: skipped with -short")
-	}
-}
-
 // TestClusterRepartitionCompletes: on a 3-node cluster with R3 topics, every repartition answers
 // with the new epoch active and leaves no change in progress. Before reads that decide went to
 // the stream leader (and were checked against the revision the broker last wrote), a direct get

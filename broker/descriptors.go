@@ -28,6 +28,15 @@ import (
 // is current or staleReadLimit has passed. RATIONALE.md, "Why read descriptors from the stream
 // leader?".
 
+// opTimeout bounds one JetStream API call of the broker (a request's own deadline is minutes
+// long): a call that a cluster does not answer (a node down, an election) fails after it, so that
+// the step that made it fails, releases the topic's lock, and is retried.
+const opTimeout = 10 * time.Second
+
+func opContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, opTimeout)
+}
+
 // staleReadLimit bounds how long a read waits for the leader to catch up with this broker's own
 // last write before it fails with wire.ErrUnavailable.
 const staleReadLimit = 10 * time.Second
@@ -172,6 +181,8 @@ func (b *Broker) putTopic(ctx context.Context, t *wire.Topic, rev uint64) (uint6
 	if err != nil {
 		return 0, err
 	}
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	nrev, err := b.topic.Update(ctx, t.Name, body, rev)
 	if err != nil {
 		if isWrongLastSequence(err) {
@@ -191,6 +202,8 @@ func (b *Broker) createTopicKey(ctx context.Context, t *wire.Topic) (uint64, err
 	if err != nil {
 		return 0, err
 	}
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	rev, err := b.topic.Create(ctx, t.Name, body)
 	if err != nil {
 		return 0, err
@@ -202,6 +215,8 @@ func (b *Broker) createTopicKey(ctx context.Context, t *wire.Topic) (uint64, err
 // deleteTopicKey removes a descriptor by compare-and-set on rev, and raises the floor past the
 // delete marker so that this broker never again takes the deleted descriptor for current.
 func (b *Broker) deleteTopicKey(ctx context.Context, name string, rev uint64) error {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	if err := b.topic.Delete(ctx, name, jetstream.LastRevision(rev)); err != nil {
 		if isWrongLastSequence(err) {
 			return fmt.Errorf("%w: topic %s changed concurrently (revision %d is no longer current)", wire.ErrConflict, name, rev)

@@ -211,6 +211,8 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 // are not atomic (JetStream has no compare-and-set on stream configurations), so this narrows
 // the window to the time between one stream info and one stream update.
 func (b *Broker) setSubject(ctx context.Context, topic string, q int, subject string, epoch int) error {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	s, err := b.js.Stream(ctx, wire.StreamName(topic, q))
 	if err != nil {
 		return fmt.Errorf("%w: stream %s: %v", wire.ErrUnavailable, wire.StreamName(topic, q), err)
@@ -255,6 +257,8 @@ func (b *Broker) fenceMarker(ctx context.Context, t *wire.Topic, to, q int, subj
 	m := nats.NewMsg(subject)
 	m.Header.Set(wire.HeaderFence, strconv.Itoa(to))
 	m.Header.Set(wire.HeaderMsgID, fmt.Sprintf("pctl-fence-%s-%d-%d", t.ID, to, q))
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	ack, err := b.js.PublishMsg(ctx, m, jetstream.WithExpectStream(wire.StreamName(t.Name, q)))
 	if err != nil {
 		return 0, fmt.Errorf("%w: fence marker of %s: %v", wire.ErrUnavailable, wire.StreamName(t.Name, q), err)

@@ -143,6 +143,8 @@ func (b *Broker) resume(ctx context.Context) error {
 }
 
 func (b *Broker) topicNames(ctx context.Context) ([]string, error) {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	lister, err := b.topic.ListKeys(ctx)
 	if err != nil {
 		return nil, err

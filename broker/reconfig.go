@@ -149,7 +149,9 @@ func (b *Broker) revertReconfigLocked(ctx context.Context, name string) error {
 // updates (shrinking scales first, growing moves first), each retried while a move is under way.
 func (b *Broker) reconfigureStream(ctx context.Context, stream string, replicas int, tags []string) error {
 	for {
-		s, err := b.js.Stream(ctx, stream)
+		octx, cancel := opContext(ctx)
+		s, err := b.js.Stream(octx, stream)
+		cancel()
 		if err != nil {
 			return fmt.Errorf("%w: stream %s: %v", wire.ErrUnavailable, stream, err)
 		}
@@ -169,7 +171,9 @@ func (b *Broker) reconfigureStream(ctx context.Context, stream string, replicas 
 		default:
 			cfg.Placement = placement(tags)
 		}
-		_, err = b.js.UpdateStream(ctx, cfg)
+		octx, cancel = opContext(ctx)
+		_, err = b.js.UpdateStream(octx, cfg)
+		cancel()
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && (apiErr.ErrorCode == 10124 || apiErr.ErrorCode == 10226) { // a move, or another reconfiguration, in progress
 			select {

@@ -171,6 +171,8 @@ func (b *Broker) forPartitions(ctx context.Context, n int, f func(q int) error) 
 // the topic's replicas and placement, if it does not exist. An existing stream is left as it is
 // (its subject is the epoch machinery's business, its replicas the reconfiguration's).
 func (b *Broker) ensureStream(ctx context.Context, t *wire.Topic, q int, subject string, epoch int) error {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	_, err := b.js.CreateStream(ctx, jetstream.StreamConfig{
 		Name:        wire.StreamName(t.Name, q),
 		Description: fmt.Sprintf("pctl topic %s partition %d", t.Name, q),
@@ -276,6 +278,8 @@ func (b *Broker) apiTopicDelete(ctx context.Context, m *nats.Msg) (any, error) {
 
 func (b *Broker) finishDelete(ctx context.Context, t *wire.Topic, rev uint64) error {
 	err := b.forPartitions(ctx, t.MaxPartitions(), func(q int) error {
+		ctx, cancel := opContext(ctx)
+		defer cancel()
 		err := b.js.DeleteStream(ctx, wire.StreamName(t.Name, q))
 		if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return fmt.Errorf("%w: delete stream %s: %v", wire.ErrUnavailable, wire.StreamName(t.Name, q), err)
