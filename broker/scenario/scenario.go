@@ -13,6 +13,7 @@ import (
 	"math/rand"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,8 +97,17 @@ type Result struct {
 	Keys                 int
 	Deliveries           int
 	Epochs               []wire.Epoch
-	Reports              []verify.Report
-	WrongPartition       int // keyed deliveries whose partition is not f_epoch(key)
+	// Groups are the consumer groups the run started ("live", and "late" with LateMembers):
+	// each must have a report in Verify.
+	Groups []string
+	// Verify is the order checker's verdict (client/verify), with Options.Groups = Groups and,
+	// when no crash was injected (no member killed, no broker restarted), NoDuplicates.
+	Verify  *verify.Result
+	Reports []verify.Report // Verify.Groups
+	// Placement checks every keyed delivery's partition against f_epoch(key), computed
+	// independently of the producers (CheckPlacements).
+	Placement      PlacementReport
+	WrongPartition int // Placement.Wrong
 	// MisplacedRecords counts stored records on the wrong side of a boundary: a record of epoch
 	// x stored after epoch x's boundary of its partition, or before epoch x-1's (an audit of
 	// every stream after the run).
@@ -112,17 +122,38 @@ type Result struct {
 	Killed           bool
 }
 
-// OK reports whether the checker found nothing wrong.
-func (r *Result) OK() bool {
-	if r.WrongPartition > 0 || r.MisplacedRecords > 0 || len(r.Reports) == 0 {
-		return false
+// OK reports whether the checkers found nothing wrong: the order checker passed with a report
+// for every group the run started, every keyed delivery was checked and found in its
+// partition, and the audit found no record on the wrong side of a boundary.
+func (r *Result) OK() bool { return len(r.Failures()) == 0 }
+
+// Failures says what is wrong, one line per problem; empty when OK.
+func (r *Result) Failures() []string {
+	out := []string{}
+	if r.Verify == nil {
+		return []string{"the order checker did not run"}
 	}
-	for _, rep := range r.Reports {
-		if !rep.OK() {
-			return false
+	if !r.Verify.OK() {
+		out = append(out, "order checker: "+strings.Join(r.Verify.Failures, ", "))
+	}
+	if len(r.Groups) == 0 {
+		out = append(out, "no consumer group ran")
+	}
+	for _, g := range r.Groups {
+		if r.Verify.Group(g) == nil {
+			out = append(out, "group "+g+" has no report")
 		}
 	}
-	return true
+	if r.Placement.Wrong > 0 {
+		out = append(out, fmt.Sprintf("%d keyed deliveries outside f_epoch(key)", r.Placement.Wrong))
+	}
+	if r.Placement.Errors > 0 {
+		out = append(out, fmt.Sprintf("%d keyed deliveries whose partition could not be checked", r.Placement.Errors))
+	}
+	if r.MisplacedRecords > 0 {
+		out = append(out, fmt.Sprintf("%d stored records on the wrong side of a boundary", r.MisplacedRecords))
+	}
+	return out
 }
 
 func (c *Config) defaults() {
@@ -167,9 +198,9 @@ type run struct {
 	listen    string
 	sent      []verify.Sent
 	deliv     []verify.Delivered
+	places    []Placement // keyed deliveries, for the placement check
 	order     atomic.Int64
 	acked     atomic.Int64
-	wrong     atomic.Int64
 	res       Result
 	fenceN    atomic.Int32 // changes started, for the restart fault
 	restarted atomic.Bool  // the broker was restarted (read by the broker's step hook)
@@ -311,26 +342,31 @@ func Run(parent context.Context, cfg Config) (*Result, error) {
 		}
 	}
 
+	// The checks after the run: nothing here may pass because it could not tell.
 	desc, _, err := admin.Topic(context.Background(), cfg.Topic)
-	if err == nil {
-		r.res.Epochs = desc.Epochs
-		n, err := auditBoundaries(context.Background(), admin, desc)
-		if err != nil {
-			return nil, fmt.Errorf("audit: %w", err)
-		}
-		r.res.MisplacedRecords = n
+	if err != nil {
+		return nil, fmt.Errorf("topic descriptor after the run: %w", err)
+	}
+	r.res.Epochs = desc.Epochs
+	n, err := auditBoundaries(context.Background(), admin, desc)
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	r.res.MisplacedRecords = n
+	for _, g := range groups {
+		r.res.Groups = append(r.res.Groups, g.name)
 	}
 	r.mu.Lock()
-	r.res.Sent = len(r.sent)
-	r.res.Deliveries = len(r.deliv)
-	r.res.Reports = verify.Check(r.sent, r.deliv)
-	if len(r.res.Reports) == 0 {
-		r.res.Reports = []verify.Report{verify.CheckGroup(group.name, r.sent, nil)}
-	}
+	sent, deliv, places := r.sent, r.deliv, r.places
 	r.mu.Unlock()
+	r.res.Placement = CheckPlacements(context.Background(), desc, admin.Module, places)
+	r.res.WrongPartition = r.res.Placement.Wrong
+	r.res.Sent = len(sent)
+	r.res.Deliveries = len(deliv)
+	r.res.Verify = verify.Check(sent, deliv, verify.Options{Groups: r.res.Groups, NoDuplicates: !r.res.Killed && !r.res.Restarted})
+	r.res.Reports = r.res.Verify.Groups
 	r.res.Acked = int(acked)
 	r.res.Keys = cfg.Keys
-	r.res.WrongPartition = int(r.wrong.Load())
 	r.res.Gated, r.res.MaxGateWait, r.res.GateWaits = stats.gated, stats.maxWait, stats.waits
 	r.res.Elapsed = time.Since(start)
 	_ = total
@@ -570,7 +606,6 @@ func (g *groupRun) add(id string) error {
 	}
 	ctx, cancel := context.WithCancel(r.ctx)
 	m := &member{c: c, cn: cn, cancel: cancel, done: make(chan error, 1)}
-	parts := newEpochPartitioners(c, r.cfg.Topic)
 	go func() {
 		slow := time.Duration(0)
 		if id == "m0" {
@@ -580,14 +615,13 @@ func (g *groupRun) add(id string) error {
 			if slow > 0 {
 				time.Sleep(slow)
 			}
-			order := r.order.Add(1)
-			if !msg.NoKey && !parts.check(ctx, msg) {
-				r.wrong.Add(1)
-			}
-			key := msg.Key
-			d := verify.Delivered{Group: g.name, Member: id, Order: order, Producer: msg.Producer, PSeq: msg.ProducerSeq, Key: key, NoKey: msg.NoKey}
+			d := verify.Delivered{Group: g.name, Member: id, Producer: msg.Producer, PSeq: msg.ProducerSeq, Key: msg.Key, NoKey: msg.NoKey}
 			r.mu.Lock()
+			d.Order = r.order.Add(1)
 			r.deliv = append(r.deliv, d)
+			if !msg.NoKey {
+				r.places = append(r.places, Placement{Epoch: msg.Epoch, Partition: msg.Partition, Key: msg.Key})
+			}
 			r.mu.Unlock()
 			if _, dup := g.seen.LoadOrStore(msg.Producer+"-"+strconv.FormatUint(msg.ProducerSeq, 10), true); !dup {
 				g.unique.Add(1)
@@ -653,43 +687,6 @@ func (g *groupRun) stopAll() groupStats {
 }
 
 func (g *groupRun) delivered() int64 { return g.unique.Load() }
-
-// epochPartitioners checks that a delivered record sits in f_epoch(key).
-type epochPartitioners struct {
-	c     *client.Client
-	topic string
-	mu    sync.Mutex
-	desc  *wire.Topic
-}
-
-func newEpochPartitioners(c *client.Client, topic string) *epochPartitioners {
-	return &epochPartitioners{c: c, topic: topic}
-}
-
-func (e *epochPartitioners) check(ctx context.Context, m *client.Message) bool {
-	e.mu.Lock()
-	desc := e.desc
-	e.mu.Unlock()
-	if desc == nil || desc.Epoch(m.Epoch) == nil {
-		t, _, err := e.c.Topic(ctx, e.topic)
-		if err != nil {
-			return true // cannot tell; the order checker still runs
-		}
-		e.mu.Lock()
-		e.desc, desc = t, t
-		e.mu.Unlock()
-	}
-	ep := desc.Epoch(m.Epoch)
-	if ep == nil {
-		return false
-	}
-	p, err := e.c.Partitioner(ctx, ep.Partitioner)
-	if err != nil {
-		return true // cannot tell (a crashed member's connection is closed): only a definite mismatch counts
-	}
-	want, err := p.Partition(m.Key, int32(ep.Partitions))
-	return err != nil || int(want) == m.Partition
-}
 
 // pipelinedThin is a thin producer with many requests in flight (client.ThinProducer).
 func (r *run) pipelinedThin(c *client.Client, id string, seed int64) error {

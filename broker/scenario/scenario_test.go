@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"slices"
 	"testing"
 	"time"
+
+	"pctl.dev/pctl/client/verify"
 )
 
 func logResult(t *testing.T, res *Result) {
@@ -16,7 +19,18 @@ func logResult(t *testing.T, res *Result) {
 			t.Log("  ", ex)
 		}
 	}
-	t.Logf("acked %d, deliveries %d, wrong partition %d, misplaced records %d, gated %d, max wait %v, resent %d, elapsed %v", res.Acked, res.Deliveries, res.WrongPartition, res.MisplacedRecords, res.Gated, res.MaxGateWait, res.Resent, res.Elapsed)
+	t.Logf("acked %d, deliveries %d, placement: %d checked, %d wrong, %d errors; misplaced records %d, gated %d, max wait %v, resent %d, elapsed %v", res.Acked, res.Deliveries, res.Placement.Checked, res.Placement.Wrong, res.Placement.Errors, res.MisplacedRecords, res.Gated, res.MaxGateWait, res.Resent, res.Elapsed)
+	for _, ex := range res.Placement.Examples {
+		t.Log("  ", ex)
+	}
+	if res.Verify != nil {
+		for _, ex := range res.Verify.Examples {
+			t.Log("  ", ex)
+		}
+	}
+	if f := res.Failures(); len(f) > 0 {
+		t.Logf("failures: %q", f)
+	}
 }
 
 func TestScenarioBasic(t *testing.T) {
@@ -43,8 +57,26 @@ func TestCheckerCatchesUngatedConsumers(t *testing.T) {
 		t.Fatal(err)
 	}
 	logResult(t, res)
-	if res.OK() {
-		t.Fatal("without gating the checker should have found order violations")
+	// The run must fail for the right reason, and for that reason only: order violations, with
+	// nothing lost, nothing delivered with a wrong key or unexpected, no duplicate (no crash was
+	// injected), every delivery in its partition and every record on its side of a boundary.
+	violations := 0
+	for _, rep := range res.Reports {
+		violations += rep.Violations
+	}
+	if res.OK() || violations == 0 {
+		t.Fatalf("without gating the checker should have found order violations; found %d (failures %q)", violations, res.Failures())
+	}
+	if !slices.Equal(res.Verify.Failures, []string{verify.FailOrder}) {
+		t.Errorf("the order checker failed with %q; want only %q", res.Verify.Failures, verify.FailOrder)
+	}
+	for _, rep := range res.Reports {
+		if rep.Lost > 0 || rep.WrongKey > 0 || rep.Unexpected > 0 || rep.Duplicates > 0 {
+			t.Errorf("group %s: %s", rep.Group, rep)
+		}
+	}
+	if len(res.Reports) != 2 || res.Placement.Checked == 0 || !res.Placement.OK() || res.MisplacedRecords > 0 {
+		t.Errorf("%d reports; placement: %d checked, %d wrong, %d errors; %d misplaced records", len(res.Reports), res.Placement.Checked, res.Placement.Wrong, res.Placement.Errors, res.MisplacedRecords)
 	}
 }
 

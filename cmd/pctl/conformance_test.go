@@ -124,7 +124,7 @@ func TestConformanceUsage(t *testing.T) {
 		{"non-numeric --keys", []string{"jump", "--keys", "many"}, "invalid value"},
 		{"--seed 0", []string{"jump", "--seed", "0"}, "--seed 0"},
 		{"bad --config", []string{"jump", "--config", "novalue"}, "has no '='"},
-		{"unknown flag", []string{"jump", "--fast"}, "flag provided but not defined"},
+		{"unknown flag", []string{"jump", "--fast"}, "unknown flag --fast (run 'pctl conformance --help' for the flags)"},
 	}
 	if os.Geteuid() != 0 { // root reads any file
 		tests = append(tests, struct {

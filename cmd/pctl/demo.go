@@ -35,10 +35,16 @@ function gives. Exit status 0 only if the checker found nothing wrong.
 
 --faults also restarts the broker in the middle of an epoch change (it must finish the change
 after restarting, and producers and consumers must ride it out).
+
+--cluster runs it on a real NATS cluster instead: three JetStream nodes started from this binary
+('pctl nats-server', on free 127.0.0.1 ports, data in a temporary directory), topics with 3
+replicas and two brokers ('pctl serve --nats'). In the middle of the epoch changes it kills -9
+the node leading a partition stream (and starts it again), and kills -9 a broker (and starts it
+again); every change must still complete and the checker must still find nothing wrong.
 `
 
 func cmdDemo(e *env, args []string) int {
-	fs := newFlags(e, "demo", "demo [--records N] [--keys K] [--seed S] [--faults] [--json] [--verbose] [--data DIR]", demoHelp)
+	fs := newFlags(e, "demo", "demo [--records N] [--keys K] [--seed S] [--faults | --cluster] [--json] [--verbose] [--data DIR]", demoHelp)
 	records := fs.Int("records", 2000, "records per producer")
 	keys := fs.Int("keys", 200, "distinct keys")
 	seed := fs.Int64("seed", 1, "random seed (the run is otherwise the same)")
@@ -46,6 +52,7 @@ func cmdDemo(e *env, args []string) int {
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	verbose := fs.Bool("verbose", false, "log what the broker and the group members do (stderr)")
 	data := fs.String("data", "", "keep the broker's data in `DIR` (default: a temporary directory, removed)")
+	cluster := fs.Bool("cluster", false, "run on a 3-node NATS cluster of processes with 2 brokers, killing a node and a broker mid-change")
 	pos, st := parse(fs, args)
 	if st >= 0 {
 		return st
@@ -55,6 +62,12 @@ func cmdDemo(e *env, args []string) int {
 	}
 	if *records < 1 || *keys < 1 {
 		return usageErr(e, "demo", "--records and --keys must be at least 1")
+	}
+	if *cluster {
+		if *faults {
+			return usageErr(e, "demo", "--faults and --cluster are two different runs; --cluster has its own faults")
+		}
+		return clusterDemo(e, clusterDemoOpts{records: *records, keys: *keys, seed: *seed, json: *asJSON, verbose: *verbose, data: *data})
 	}
 	dir := *data
 	if dir == "" {
@@ -133,17 +146,20 @@ func printDemo(w io.Writer, r *scenario.Result) {
 	fmt.Fprintf(w, "faults    member crashed and replaced: %v; broker restarted mid-change: %v\n", r.Killed, r.Restarted)
 	fmt.Fprintf(w, "groups\n")
 	for _, rep := range r.Reports {
-		fmt.Fprintf(w, "  %-8s %d delivered: %d lost, %d order violations, %d duplicates\n", rep.Group, rep.Deliveries, rep.Lost, rep.Violations, rep.Duplicates)
+		fmt.Fprintf(w, "  %-8s %d delivered: %d lost, %d order violations, %d wrong keys, %d unexpected, %d duplicates\n", rep.Group, rep.Deliveries, rep.Lost, rep.Violations, rep.WrongKey, rep.Unexpected, rep.Duplicates)
 		for _, ex := range rep.Examples {
 			fmt.Fprintf(w, "           %s\n", ex)
 		}
 	}
 	fmt.Fprintf(w, "gates     %d records waited for an older partition; longest wait %v, p99 %v\n", r.Gated, r.MaxGateWait.Round(time.Millisecond), percentile(r.GateWaits, 0.99).Round(time.Millisecond))
-	fmt.Fprintf(w, "placement %d keyed deliveries outside the partition their epoch's function gives\n", r.WrongPartition)
+	fmt.Fprintf(w, "placement %d keyed deliveries checked against their epoch's function: %d outside their partition, %d could not be checked\n", r.Placement.Checked, r.Placement.Wrong, r.Placement.Errors)
+	for _, ex := range r.Placement.Examples {
+		fmt.Fprintf(w, "           %s\n", ex)
+	}
 	if r.OK() {
 		fmt.Fprintf(w, "\nOK: per-key order held across %d epoch changes (grow, shrink, swap to a new function); nothing acknowledged was lost (%v)\n", len(r.Epochs)-1, r.Elapsed.Round(time.Millisecond))
 	} else {
-		fmt.Fprintf(w, "\nFAIL: the checker found problems (above)\n")
+		fmt.Fprintf(w, "\nFAIL: the checker found problems: %s\n", strings.Join(r.Failures(), "; "))
 	}
 }
 
@@ -176,7 +192,7 @@ func demoJSON(r *scenario.Result) any {
 		"ok": r.OK(), "sent": r.Sent, "acked": r.Acked, "resent": r.Resent, "keys": r.Keys,
 		"epochs": r.Epochs, "groups": r.Reports, "gated": r.Gated,
 		"max_gate_wait_ms": r.MaxGateWait.Milliseconds(), "p99_gate_wait_ms": percentile(r.GateWaits, 0.99).Milliseconds(),
-		"wrong_partition": r.WrongPartition, "member_killed": r.Killed, "broker_restarted": r.Restarted,
+		"wrong_partition": r.WrongPartition, "placement": r.Placement, "failures": r.Failures(), "sent_logs_reused_seqs": r.Verify.ReusedSeqs, "member_killed": r.Killed, "broker_restarted": r.Restarted,
 		"elapsed_ms": r.Elapsed.Milliseconds(),
 	}
 }

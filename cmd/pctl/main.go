@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -34,6 +35,9 @@ type env struct {
 	stdout io.Writer
 	stderr io.Writer
 	getenv func(string) string
+	// capture, when set, receives each FlagSet a command builds instead of letting it run
+	// ('pctl completion').
+	capture func(*flag.FlagSet)
 }
 
 type command struct {
@@ -102,17 +106,59 @@ time (for example a plugin that traps), 2 bad usage or input (nothing was done).
 // process, such as tests, each have their own).
 var helpOut sync.Map // *flag.FlagSet -> io.Writer
 
-// newFlags returns a FlagSet whose usage text starts with the command's synopsis.
+// captureOf maps a FlagSet to a function that wants to see it instead of having the command run
+// ('pctl completion' collects every command's flags this way).
+var captureOf sync.Map // *flag.FlagSet -> func(*flag.FlagSet)
+
+// newFlags returns a FlagSet whose usage text starts with the command's synopsis and lists the
+// flags GNU-style (--name VALUE).
 func newFlags(e *env, name, synopsis, help string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	helpOut.Store(fs, e.stdout)
+	if e.capture != nil {
+		captureOf.Store(fs, e.capture)
+	}
 	fs.Usage = func() {
 		out := fs.Output()
 		fmt.Fprintf(out, "Usage: pctl %s\n\n%s\n\nFlags:\n", synopsis, strings.TrimSpace(help))
-		fs.PrintDefaults()
+		printFlags(out, fs)
 	}
 	return fs
+}
+
+// printFlags lists a FlagSet's flags GNU-style: "  --name VALUE" and its usage on the next line,
+// with the default when it is not the zero value.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		line := "  " + flagDashes(f.Name) + f.Name
+		if name != "" {
+			line += " " + name
+		}
+		fmt.Fprintln(w, line)
+		usage = strings.ReplaceAll(usage, "\n", "\n      ")
+		if def := f.DefValue; def != "" && def != "false" && def != "0" && def != "0s" && def != "[]" {
+			if fmt.Sprintf("%T", f.Value) == "*flag.stringValue" || strings.ContainsAny(def, " \t") {
+				def = fmt.Sprintf("%q", def)
+			}
+			usage += fmt.Sprintf(" (default %s)", def)
+		}
+		fmt.Fprintf(w, "      %s\n", usage)
+	})
+}
+
+// gnuFlag turns the flag package's "-name" in an error message into "--name", as the help shows.
+var flagNameRE = regexp.MustCompile(`(^|[ :])-([A-Za-z][A-Za-z0-9-]+)`)
+
+func gnuFlag(msg string) string {
+	return flagNameRE.ReplaceAllStringFunc(msg, func(m string) string {
+		i := strings.IndexByte(m, '-')
+		if len(m)-i-1 == 1 {
+			return m
+		}
+		return m[:i] + "-" + m[i:]
+	})
 }
 
 // parse parses flags that may be interleaved with positional arguments ("pctl plugin inspect
@@ -134,12 +180,34 @@ func parse(fs *flag.FlagSet, args []string) ([]string, int) {
 			return nil, exitOK
 		}
 	}
+	if c, ok := captureOf.LoadAndDelete(fs); ok {
+		c.(func(*flag.FlagSet))(fs)
+		return nil, exitOK
+	}
+	// Parse quietly: on a bad flag print one line naming it and where the flags are, not the
+	// whole help text.
+	out := fs.Output()
+	fs.SetOutput(io.Discard)
+	defer fs.SetOutput(out)
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return nil, exitOK
 			}
+			msg := err.Error()
+			if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+				if len(name) > 1 && !strings.HasPrefix(name, "-") {
+					name = "-" + name
+				}
+				msg = "unknown flag -" + name
+				if hint := closestFlag(fs, strings.TrimLeft(name, "-")); hint != "" {
+					msg += "; did you mean --" + hint + "?"
+				}
+			} else {
+				msg = gnuFlag(msg)
+			}
+			fmt.Fprintf(out, "pctl %s: %s (run 'pctl %s --help' for the flags)\n", fs.Name(), msg, fs.Name())
 			return nil, exitUsage
 		}
 		rest := fs.Args()
@@ -153,6 +221,40 @@ func parse(fs *flag.FlagSet, args []string) ([]string, int) {
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+}
+
+// closestFlag returns the defined flag nearest to a mistyped name (edit distance at most 2), or "".
+func closestFlag(fs *flag.FlagSet, name string) string {
+	if len(name) < 3 {
+		return ""
+	}
+	best, bestD := "", 3
+	fs.VisitAll(func(f *flag.Flag) {
+		if d := editDistance(name, f.Name); d < bestD {
+			best, bestD = f.Name, d
+		}
+	})
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // multiFlag collects a repeatable flag (--config K=V --config K2=V2).

@@ -606,7 +606,7 @@ func TestPluginNewUsage(t *testing.T) {
 		{"a file", []string{"--lang", "go", file}, "not a directory"},
 		{"bad name", []string{"--lang", "c", "--name", "My_Plugin", filepath.Join(base, "a")}, "--name"},
 		{"bad derived name", []string{"--lang", "c", filepath.Join(base, "My_Plugin")}, "give one with --name"},
-		{"bad flag", []string{"--lang", "c", "--nmae", "x", filepath.Join(base, "a")}, "flag provided but not defined"},
+		{"bad flag", []string{"--lang", "c", "--nmae", "x", filepath.Join(base, "a")}, "unknown flag --nmae; did you mean --name?"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -24,10 +24,26 @@ order), and reports, per group:
   - lost records: acknowledged to a producer, never delivered;
   - order violations: for a producer and a key, a record delivered for the first time before an
     earlier acknowledged record of the same producer and key;
-  - duplicates: records delivered again (allowed after a member crash).
+  - wrong keys: a record delivered with another key than it was sent with (or keyless when it
+    was sent with a key, or the other way round);
+  - unexpected records: delivered, but no sent log contains them. The check assumes that the
+    logs of ALL producers were given; with --partial-logs, records of producers that no log
+    names are counted as "from producers without a log" instead (a producer whose log was
+    given must still have logged every record delivered);
+  - duplicates: records delivered again (allowed after a member crash; --no-duplicates makes
+    them a failure, for runs without a crash);
 
---delivered takes FILE (group "default") or GROUP=FILE; repeat it for more members or groups.
-Exit status 0 if no group lost a record or broke an order, 1 otherwise, 2 for bad input.
+and, for the sent logs, a (producer, pseq) that appears more than once: a producer that reused a
+sequence number (or the same log given twice). The records are never merged: the check fails.
+
+--delivered takes FILE (group "default") or GROUP=FILE; repeat it for more members or groups. A
+group named there, or with --expect-group GROUP, is checked even if it delivered nothing (an
+empty file): then every acknowledged record is lost.
+Exit status 0 if every check passed, 1 if any failed, 2 for bad input. --json prints every
+count: {"sent", "acked", "producers", "reused_seqs", "failures": [...], "groups": [{"group",
+"deliveries", "distinct", "lost", "violations", "wrong_key", "duplicates", "unacked",
+"unexpected", "unlogged", "failures": [...], "examples": [...]}, ...]}; "failures" is empty
+when that part is OK.
 
 Example:
   pctl produce orders --log sent.jsonl < records.tsv
@@ -37,17 +53,20 @@ Example:
 
 func cmdVerify(e *env, args []string) int {
 	const cmd = "verify"
-	fs := newFlags(e, cmd, "verify --sent FILE [--sent FILE...] --delivered [GROUP=]FILE [...] [--json]", verifyHelp)
-	var sentFiles, delivFiles multiFlag
-	fs.Var(&sentFiles, "sent", "producer log `FILE` (repeatable)")
+	fs := newFlags(e, cmd, "verify --sent FILE [--sent FILE...] --delivered [GROUP=]FILE [...] [--expect-group GROUP...] [--partial-logs] [--no-duplicates] [--json]", verifyHelp)
+	var sentFiles, delivFiles, expect multiFlag
+	fs.Var(&sentFiles, "sent", "producer log `FILE` (repeatable); give every producer's log unless --partial-logs")
 	fs.Var(&delivFiles, "delivered", "consumer output `[GROUP=]FILE` (repeatable)")
-	asJSON := fs.Bool("json", false, "print the reports as JSON")
+	fs.Var(&expect, "expect-group", "a `GROUP` that must have delivered every acknowledged record, even if no --delivered file names it (repeatable)")
+	partial := fs.Bool("partial-logs", false, "not every producer's log was given: records of producers without a log are not failures")
+	noDups := fs.Bool("no-duplicates", false, "fail on any duplicate delivery (for runs where no member crashed)")
+	asJSON := fs.Bool("json", false, "print the result as JSON, with every count")
 	pos, st := parse(fs, args)
 	if st >= 0 {
 		return st
 	}
-	if len(pos) > 0 || len(sentFiles) == 0 || len(delivFiles) == 0 {
-		return usageErr(e, cmd, "give at least one --sent FILE and one --delivered [GROUP=]FILE, and no other arguments")
+	if len(pos) > 0 || len(sentFiles) == 0 || (len(delivFiles) == 0 && len(expect) == 0) {
+		return usageErr(e, cmd, "give at least one --sent FILE and one --delivered [GROUP=]FILE (or --expect-group GROUP), and no other arguments")
 	}
 	var sent []verify.Sent
 	for _, f := range sentFiles {
@@ -64,14 +83,33 @@ func cmdVerify(e *env, args []string) int {
 		}
 		sent = append(sent, s...)
 	}
+	opts := verify.Options{PartialLogs: *partial, NoDuplicates: *noDups}
+	named := map[string]bool{}
+	for _, g := range expect {
+		if g == "" {
+			return usageErr(e, cmd, "--expect-group: give a group name")
+		}
+		if !named[g] {
+			named[g] = true
+			opts.Groups = append(opts.Groups, g)
+		}
+	}
 	var delivered []verify.Delivered
-	perGroup := map[string]int{}
+	files := map[string]int{}      // outputs per group
+	unstamped := map[string]bool{} // a group with an output line without "ts"
 	for _, arg := range delivFiles {
 		group, file := "default", arg
 		if g, f, ok := strings.Cut(arg, "="); ok {
 			group, file = g, f
 		}
-		perGroup[group]++
+		if group == "" || file == "" {
+			return usageErr(e, cmd, "--delivered %q: give FILE or GROUP=FILE", arg)
+		}
+		if !named[group] {
+			named[group] = true
+			opts.Groups = append(opts.Groups, group)
+		}
+		files[group]++
 		line := int64(0)
 		ds, err := readVerifyFile(file, func(b []byte) (verify.Delivered, error) {
 			var r struct {
@@ -88,9 +126,11 @@ func cmdVerify(e *env, args []string) int {
 				return verify.Delivered{}, fmt.Errorf("no \"producer\"/\"pseq\" fields (is this 'pctl consume --format jsonl' output?)")
 			}
 			line++
-			d := verify.Delivered{Group: group, Producer: r.Producer, PSeq: r.PSeq, Order: line}
+			d := verify.Delivered{Group: group, Member: file, Producer: r.Producer, PSeq: r.PSeq, Order: line}
 			if r.TS != 0 {
 				d.Order = r.TS
+			} else {
+				unstamped[group] = true
 			}
 			switch {
 			case r.Key != nil:
@@ -109,29 +149,22 @@ func cmdVerify(e *env, args []string) int {
 		if err != nil {
 			return usageErr(e, cmd, "--delivered %s: %v", file, err)
 		}
-		if perGroup[group] > 1 && len(ds) > 0 && ds[0].Order < 1e15 {
-			return usageErr(e, cmd, "group %s has several outputs: consume with --timestamps so that they can be merged in delivery order", group)
-		}
 		delivered = append(delivered, ds...)
 	}
-	reports := verify.Check(sent, delivered)
-	ok := true
-	for _, r := range reports {
-		ok = ok && r.OK()
+	for g, n := range files {
+		if n > 1 && unstamped[g] {
+			return usageErr(e, cmd, "group %s has %d outputs and some lines have no \"ts\": consume with --timestamps so that they can be merged in delivery order", g, n)
+		}
 	}
+	res := verify.Check(sent, delivered, opts)
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(reports)
+		_ = enc.Encode(res)
 	} else {
-		for _, r := range reports {
-			fmt.Fprintln(e.stdout, r)
-			for _, ex := range r.Examples {
-				fmt.Fprintf(e.stdout, "  %s\n", ex)
-			}
-		}
+		fmt.Fprintln(e.stdout, res)
 	}
-	if !ok {
+	if !res.OK() {
 		return exitFailure
 	}
 	return exitOK

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -64,6 +66,106 @@ func TestVerifyRoundTrip(t *testing.T) {
 		t.Fatalf("verify of a doctored run: exit %d\n%s", code, out)
 	}
 	_ = time.Second
+}
+
+// TestVerifyFails: pctl verify exits 1 on every wrong outcome, each reported as its own kind,
+// and 0 on the right ones. The files are in the formats of 'pctl produce --log' (keys base64)
+// and 'pctl consume --format jsonl'. On the old checker the cases marked (was 0) exited 0.
+func TestVerifyFails(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name string, lines ...string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// "YQ==" is "a", "Yg==" is "b".
+	sent := file("sent.jsonl",
+		`{"producer":"p","pseq":1,"key":"YQ==","acked":true}`,
+		`{"producer":"p","pseq":2,"key":"Yg==","acked":true}`,
+		`{"producer":"p","pseq":3,"key":"YQ==","acked":true}`,
+		`{"producer":"p","pseq":4,"nokey":true,"acked":true}`,
+		`{"producer":"p","pseq":5,"key":"YQ==","acked":false,"error":"timeout"}`)
+	reused := file("reused.jsonl",
+		`{"producer":"p","pseq":1,"key":"YQ==","acked":true}`,
+		`{"producer":"p","pseq":2,"key":"Yg==","acked":true}`,
+		`{"producer":"p","pseq":3,"key":"YQ==","acked":true}`,
+		`{"producer":"p","pseq":3,"key":"Yg==","acked":true}`,
+		`{"producer":"p","pseq":4,"nokey":true,"acked":true}`)
+	rec := func(pseq int, key string) string {
+		if key == "-" {
+			return fmt.Sprintf(`{"topic":"t","partition":0,"epoch":1,"seq":%d,"value":"v","producer":"p","pseq":%d}`, pseq, pseq)
+		}
+		return fmt.Sprintf(`{"topic":"t","partition":0,"epoch":1,"seq":%d,"key":%q,"value":"v","producer":"p","pseq":%d}`, pseq, key, pseq)
+	}
+	good := file("good.jsonl", rec(1, "a"), rec(2, "b"), rec(3, "a"), rec(4, "-"))
+	empty := file("empty.jsonl")
+	wrongKey := file("wrongkey.jsonl", rec(1, "a"), rec(2, "a"), rec(3, "a"), rec(4, "-"))
+	keyedKeyless := file("keyed.jsonl", rec(1, "a"), rec(2, "b"), rec(3, "a"), rec(4, ""))
+	phantom := file("phantom.jsonl", rec(1, "a"), rec(2, "b"), rec(3, "a"), rec(4, "-"), rec(9, "a"))
+	stranger := file("stranger.jsonl", rec(1, "a"), rec(2, "b"), rec(3, "a"), rec(4, "-"),
+		`{"topic":"t","partition":0,"epoch":1,"seq":9,"key":"a","value":"v","producer":"other","pseq":1}`)
+	dup := file("dup.jsonl", rec(1, "a"), rec(2, "b"), rec(1, "a"), rec(3, "a"), rec(4, "-"))
+	unacked := file("unacked.jsonl", rec(1, "a"), rec(2, "b"), rec(3, "a"), rec(4, "-"), rec(5, "a"))
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want []string
+	}{
+		{"correct", []string{"--sent", sent, "--delivered", "g=" + good}, 0, []string{"group g: ", "0 lost", ": OK", "\nOK"}},
+		{"an unacknowledged record may be delivered", []string{"--sent", sent, "--delivered", "g=" + unacked}, 0, []string{"1 unacknowledged delivered"}},
+		{"empty group (was 0)", []string{"--sent", sent, "--delivered", "g=" + empty}, 1, []string{"group g: ", "0 deliveries", "4 lost", "delivered nothing", "FAILED: lost"}},
+		{"expected group missing", []string{"--sent", sent, "--delivered", "g=" + good, "--expect-group", "late"}, 1, []string{"group late: ", "4 lost", "FAILED: lost"}},
+		{"expected group alone", []string{"--sent", sent, "--expect-group", "late"}, 1, []string{"group late: ", "4 lost"}},
+		{"wrong key (was 0)", []string{"--sent", sent, "--delivered", "g=" + wrongKey}, 1, []string{"1 wrong keys", `sent with key "b" and delivered with key "a"`, "FAILED: wrong-key"}},
+		{"keyless record delivered with a key (was 0)", []string{"--sent", sent, "--delivered", "g=" + keyedKeyless}, 1, []string{"1 wrong keys", "FAILED: wrong-key"}},
+		{"reused sequence (was 0)", []string{"--sent", reused, "--delivered", "g=" + good}, 1, []string{"1 reused", "used sequence 3 for more than one record", "FAILED: reused-seq"}},
+		{"the same log twice", []string{"--sent", sent, "--sent", sent, "--delivered", "g=" + good}, 1, []string{"5 reused", "FAILED: reused-seq"}},
+		{"phantom record (was 0)", []string{"--sent", sent, "--delivered", "g=" + phantom}, 1, []string{"1 unexpected", "no sent log contains it", "FAILED: unexpected"}},
+		{"partial logs still catch a known producer's phantom", []string{"--sent", sent, "--delivered", "g=" + phantom, "--partial-logs"}, 1, []string{"1 unexpected"}},
+		{"unknown producer (was 0)", []string{"--sent", sent, "--delivered", "g=" + stranger}, 1, []string{"1 unexpected", "FAILED: unexpected"}},
+		{"unknown producer with partial logs", []string{"--sent", sent, "--delivered", "g=" + stranger, "--partial-logs"}, 0, []string{"1 from producers without a log", "\nOK"}},
+		{"duplicates are counted", []string{"--sent", sent, "--delivered", "g=" + dup}, 0, []string{"1 duplicates"}},
+		{"duplicates fail with --no-duplicates", []string{"--sent", sent, "--delivered", "g=" + dup, "--no-duplicates"}, 1, []string{"1 duplicates", "FAILED: duplicates"}},
+		{"several outputs need timestamps", []string{"--sent", sent, "--delivered", "g=" + good, "--delivered", "g=" + good}, 2, nil},
+		{"no delivered file and no expected group", []string{"--sent", sent}, 2, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, errOut, code := runVerify(tc.args...)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d\n%s%s", code, tc.code, out, errOut)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("stdout does not say %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+	// --json: every count, for scripts.
+	out, _, code := runVerify("--sent", sent, "--delivered", "g="+wrongKey, "--expect-group", "late", "--json")
+	var res struct {
+		ReusedSeqs *int     `json:"reused_seqs"`
+		Failures   []string `json:"failures"`
+		Groups     []map[string]any
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 1 || res.ReusedSeqs == nil || len(res.Groups) != 2 {
+		t.Fatalf("--json: exit %d, %v:\n%s", code, err, out)
+	}
+	if !slices.Equal(res.Failures, []string{"wrong-key", "lost"}) {
+		t.Errorf("--json failures %v", res.Failures)
+	}
+	for _, k := range []string{"deliveries", "distinct", "lost", "violations", "wrong_key", "duplicates", "unacked", "unexpected", "unlogged", "failures"} {
+		if _, ok := res.Groups[0][k]; !ok {
+			t.Errorf("--json group has no %q:\n%s", k, out)
+		}
+	}
+	if res.Groups[0]["group"] != "g" || res.Groups[0]["wrong_key"] != 1.0 || res.Groups[1]["group"] != "late" || res.Groups[1]["lost"] != 4.0 {
+		t.Errorf("--json groups: %v", res.Groups)
+	}
 }
 
 func runVerify(args ...string) (string, string, int) {
