@@ -87,7 +87,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := b.ensureBuckets(ctx); err != nil {
+	if err := b.ensureBucketsWaiting(ctx); err != nil {
 		return nil, err
 	}
 	b.rt, err = runtime.New(ctx, runtime.Config{CacheDir: filepath.Join(cfg.DataDir, "wazero-cache")})
@@ -160,6 +160,54 @@ func (b *Broker) startEmbedded() error {
 		return fmt.Errorf("broker: internal connection: %w", err)
 	}
 	return nil
+}
+
+// bucketWait bounds how long Start waits for a JetStream cluster that cannot hold the buckets yet
+// (nodes still starting, no meta leader elected, fewer servers up than --replicas).
+const bucketWait = 2 * time.Minute
+
+// ensureBucketsWaiting creates or updates the buckets, retrying while the cluster is not ready:
+// brokers and NATS nodes are often started together.
+func (b *Broker) ensureBucketsWaiting(ctx context.Context) error {
+	deadline := time.Now().Add(bucketWait)
+	pause := 100 * time.Millisecond
+	logged := false
+	for {
+		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := b.ensureBuckets(octx)
+		cancel()
+		if err == nil || b.cfg.NATSURL == "" || ctx.Err() != nil || !clusterNotReady(err) {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w (waited %v for the JetStream cluster; are enough of its servers up for --replicas %d?)", err, bucketWait, b.cfg.Replicas)
+		}
+		if !logged {
+			b.cfg.Logf("waiting for the JetStream cluster at %s: %v", b.cfg.NATSURL, err)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
+		if pause < 2*time.Second {
+			pause *= 2
+		}
+	}
+}
+
+// clusterNotReady reports whether a bucket creation failed because the cluster is not ready yet.
+func clusterNotReady(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case 10005, 10023, 10008: // no suitable peers; insufficient resources; JetStream not ready (cluster)
+			return true
+		}
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount)
 }
 
 func (b *Broker) ensureBuckets(ctx context.Context) error {
