@@ -9,6 +9,7 @@ import { violationOf, isNoResponders, isTimeout } from './natserrors.js';
 import { fromSeed } from '@nats-io/nkeys';
 import { Partitioner } from './partitioner.js';
 import { Producer } from './producer.js';
+import { Consumer, resetGroup } from './consumer.js';
 import {
   PctlError, BadRequestError, UnavailableError, PermissionError, InternalError,
   errorFromCode, permissionError,
@@ -101,6 +102,7 @@ export class Client {
     this.modules = new Map(); // digest -> verified bytes
     this.partitioners = new Map(); // digest + config -> Partitioner
     this.violationListeners = new Set();
+    this.statusListeners = new Set();
     this.closed = false;
     this.watchStatus();
   }
@@ -113,6 +115,7 @@ export class Client {
   async watchStatus() {
     try {
       for await (const s of this.nc.status()) {
+        for (const l of this.statusListeners) l(s);
         if (s.type !== 'error') continue;
         const v = violationOf(s.error);
         if (v && v.operation === 'publish') for (const l of this.violationListeners) l(v.subject, v);
@@ -120,6 +123,12 @@ export class Client {
     } catch {
       // the connection closed
     }
+  }
+
+  /** Calls fn(status) for every status event of the connection (disconnect, reconnect, ...). */
+  onStatus(fn) {
+    this.statusListeners.add(fn);
+    return () => this.statusListeners.delete(fn);
   }
 
   onViolation(fn) {
@@ -216,6 +225,28 @@ export class Client {
    */
   async producer(topic, opts = {}) {
     return Producer.create(this, topic, opts);
+  }
+
+  /**
+   * A member of a consumer group (spec/protocol.md §6). Options: `group` (required), `member`
+   * (default random), `fromBeginning` (a new group starts at the first record; default: after
+   * what is there), `autoCommit` (default true; false: acknowledge each record with m.ack()),
+   * `resetTo` ('beginning', 'end' or a time: reset the group when joining), `heartbeat` (1000
+   * ms), `sessionTimeout` (6000 ms), `commitInterval` (200 ms), `prefetch` (records read ahead per
+   * partition, 1024), `revokeTimeout` (1500 ms), the callbacks `onAssigned`, `onRevoked`,
+   * `onKeysAssigned`, `onKeysRevoked`, `onReset`, and `onLog(line)`. Needs the consumer or admin
+   * role. Throws NotFoundError for an unknown topic, BadRequestError for bad options.
+   */
+  async consumer(topic, opts = {}) {
+    return Consumer.create(this, topic, opts);
+  }
+
+  /**
+   * Resets a group to 'beginning', 'end' or a time (Date, unix ms, RFC 3339), running members or
+   * not (spec/protocol.md §6.6). Returns the reset {generation, to, time, positions, by, at}.
+   */
+  async resetGroup(topic, group, target, opts) {
+    return resetGroup(this, topic, group, target, opts);
   }
 
   /** Drains and closes the connection. */
