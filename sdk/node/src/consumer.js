@@ -1030,6 +1030,10 @@ export class Consumer {
     return {
       next: () => this.next(),
       return: async () => {
+        // Leaving the loop (break, return, a throw) counts the record in hand as processed, as
+        // Kafka's auto-commit does on close; autoCommit: false leaves it to m.ack().
+        if (this.inHand && this.o.autoCommit) this.inHand.ack();
+        this.inHand = null;
         await this.close();
         return { value: undefined, done: true };
       },
