@@ -146,7 +146,7 @@ async function main(argv) {
         flush();
         // The first rebalance must finish before stopping, or a partition being acquired could
         // stay leased to a member that is gone.
-        await Promise.race([settled, new Promise((r) => setTimeout(r, 5000))]);
+        await Promise.race([settled, new Promise((r) => setTimeout(r, 5000).unref())]);
         why = `--max ${a.max} reached`;
         break;
       }

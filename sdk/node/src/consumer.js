@@ -21,6 +21,8 @@ const NAME_RE = /^[A-Za-z0-9_-]{1,64}$/;
 const decoder = new TextDecoder();
 const encoder = new TextEncoder();
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+// A pause that does not keep the process alive (for races against something else).
+const idle = (ms) => new Promise((r) => setTimeout(r, ms).unref());
 const EMPTY = Buffer.alloc(0);
 const B64_RE = /^b64:[A-Za-z0-9+/]*={0,2}$/;
 
@@ -417,7 +419,7 @@ export class Consumer {
       onRecreate: (why) => this.log(`group watch re-created: ${why}`),
     }).start();
     this.watchLoop().catch((e) => this.fail(new InternalError(`group watch: ${e?.message ?? e}`, { cause: e })));
-    await Promise.race([this.watch.whenCaughtUp(), sleep(5000)]);
+    await Promise.race([this.watch.whenCaughtUp(), idle(5000)]);
     if (this.closing) return;
     this.eventsSub = this.client.nc.subscribe(`pctl.events.topic.${this.topic}`, { callback: () => this.refresh() });
     this.stopViolation = this.client.onViolation((subject, v) => {
