@@ -38,7 +38,8 @@ type Broker struct {
 	ctx   context.Context
 	stop  context.CancelFunc
 
-	changeMu sync.Mutex // serialises epoch-change steps within this process
+	users    *userRegistry // scoped credentials of the embedded server (creds.go); nil with NATSURL
+	changeMu sync.Mutex    // serialises epoch-change steps within this process
 	ps       produceService
 }
 
@@ -116,12 +117,16 @@ func (b *Broker) startEmbedded() error {
 		NoLog:      true,
 	}
 	for role, pub := range users {
-		opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: pub, Permissions: permissions(role)})
+		opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: pub, Permissions: UserPermissions(role, pub)})
+	}
+	if b.users, err = newUserRegistry(b.cfg.DataDir, opts); err != nil { // creds.go
+		return fmt.Errorf("broker: %w", err)
 	}
 	b.srv, err = server.NewServer(opts)
 	if err != nil {
 		return fmt.Errorf("broker: %w", err)
 	}
+	b.users.srv = b.srv
 	go b.srv.Start()
 	if !b.srv.ReadyForConnections(30 * time.Second) {
 		return fmt.Errorf("broker: the NATS server did not start listening on %s within 30s (port in use? try --listen 127.0.0.1:0)", b.cfg.Listen)
@@ -146,10 +151,7 @@ func (b *Broker) ensureBuckets(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("broker: topics bucket: %w", err)
 	}
-	b.group, err = b.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: wire.GroupsBucket, Description: "pctl consumer-group state", History: 1,
-		Storage: jetstream.FileStorage, Replicas: b.cfg.Replicas,
-	})
+	b.group, err = b.ensureGroupBucket(ctx) // groups.go: no rollups, no purges
 	if err != nil {
 		return fmt.Errorf("broker: groups bucket: %w", err)
 	}
@@ -260,9 +262,14 @@ func (b *Broker) subscribe() error {
 		wire.AdminTopicDel:  b.apiTopicDelete,
 		wire.AdminTopicEdit: b.apiTopicRepartition,
 	}
+	b.credsRoutes(routes) // creds.go
 	for subj, h := range routes {
 		h := h
 		s, err := b.nc.QueueSubscribe(subj, "pctl-broker", func(m *nats.Msg) {
+			if relayed(m, true) { // auth.go: not from a client allowed to publish here
+				b.cfg.Logf("broker: ignored a request on %s relayed by JetStream (reply %q)", m.Subject, m.Reply)
+				return
+			}
 			b.wg.Add(1)
 			go func() {
 				defer b.wg.Done()
@@ -274,12 +281,21 @@ func (b *Broker) subscribe() error {
 		}
 		b.subs = append(b.subs, s)
 	}
-	s, err := b.nc.QueueSubscribe(wire.ProducePrefix+".*", "pctl-broker", b.produce)
+	s, err := b.nc.QueueSubscribe(wire.ProducePrefix+".*", "pctl-broker", func(m *nats.Msg) {
+		if relayed(m, false) { // auth.go
+			b.cfg.Logf("broker: ignored a produce request on %s relayed by JetStream (reply %q)", m.Subject, m.Reply)
+			return
+		}
+		b.produce(m)
+	})
 	if err != nil {
 		return err
 	}
 	_ = s.SetPendingLimits(1<<20, 256<<20)
 	b.subs = append(b.subs, s)
+	if err := b.subscribeCreds(); err != nil {
+		return err
+	}
 	return b.nc.Flush()
 }
 

@@ -238,7 +238,7 @@ func (b *Broker) finishDelete(ctx context.Context, t *wire.Topic, rev uint64) er
 	if lister, err := b.group.ListKeys(ctx, jetstream.IgnoreDeletes()); err == nil {
 		for k := range lister.Keys() {
 			if strings.HasPrefix(k, t.ID+".") {
-				_ = b.group.Purge(ctx, k)
+				_ = b.group.Delete(ctx, k) // the bucket refuses purges (rollups): groups.go
 			}
 		}
 	}

@@ -5,11 +5,14 @@ package conformance_test
 // every host in another language under conformance/hosts/, with identical output required, and
 // every hostile module refused or stopped with its documented error class everywhere. The hosts'
 // command-line convention is conformance/hosts/README.md; a directory there with executable
-// `setup` and `run` files joins this test without any code here.
+// `setup` and `run` files joins this test without any code here. The engines of requiredEngines
+// (wazero's two, V8, wasmtime, Chicory) must all take part with PCTL_REQUIRE_TOOLCHAINS=1, and
+// the run says which took part.
 
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -55,36 +58,83 @@ type confHost struct {
 	name, dir string
 }
 
-func discoverHosts(t *testing.T) []*confHost {
-	dirs, err := filepath.Glob(filepath.Join("hosts", "*"))
+// requiredEngine is a WebAssembly engine TestHosts must run: the two wazero engines in this
+// process, every other one through its conformance/hosts directory. With
+// PCTL_REQUIRE_TOOLCHAINS=1 (CI) TestHosts fails when any of them cannot take part; otherwise it
+// says loudly which did not, since a run without them compares wazero with itself only.
+type requiredEngine struct {
+	name string
+	host string // the conformance/hosts directory; "" for an engine in this process
+}
+
+var requiredEngines = []requiredEngine{
+	{"wazero compiler", ""},
+	{"wazero interpreter", ""},
+	{"V8 (Node.js)", "node"},
+	{"wasmtime (Python)", "python"},
+	{"Chicory (Java)", "java"},
+}
+
+// discoverHosts lists the directories of root with executable setup and run files, and says
+// why each other directory is not a host.
+func discoverHosts(t *testing.T, root string) (hosts []*confHost, broken map[string]string) {
+	entries, err := os.ReadDir(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var hosts []*confHost
-	for _, d := range dirs {
-		ok := true
+	broken = map[string]string{}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		d := filepath.Join(root, e.Name())
+		var why []string
 		for _, f := range []string{"setup", "run"} {
 			fi, err := os.Stat(filepath.Join(d, f))
-			if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-				ok = false
+			switch {
+			case err != nil:
+				why = append(why, fmt.Sprintf("no %s file (%v)", f, err))
+			case fi.IsDir() || fi.Mode()&0o111 == 0:
+				why = append(why, fmt.Sprintf("%s is not an executable file (mode %v)", f, fi.Mode()))
 			}
 		}
-		if ok {
-			abs, err := filepath.Abs(d)
-			if err != nil {
-				t.Fatal(err)
-			}
-			hosts = append(hosts, &confHost{name: filepath.Base(d), dir: abs})
+		if len(why) > 0 {
+			broken[e.Name()] = strings.Join(why, "; ")
+			continue
 		}
+		abs, err := filepath.Abs(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hosts = append(hosts, &confHost{name: e.Name(), dir: abs})
 	}
 	sort.Slice(hosts, func(i, j int) bool { return hosts[i].name < hosts[j].name })
-	return hosts
+	return hosts, broken
 }
 
-// setupHosts runs every host's setup at once. A host whose setup fails is dropped with its reason
-// (a skip), or fails the test when PCTL_REQUIRE_TOOLCHAINS=1 (as CI sets it).
-func setupHosts(t *testing.T, hosts []*confHost) []*confHost {
-	require := os.Getenv("PCTL_REQUIRE_TOOLCHAINS") == "1"
+// missingEngines says, for each required engine that will not take part, why (ready: the hosts
+// whose setup succeeded; broken: why the other directories are not ready).
+func missingEngines(ready []*confHost, broken map[string]string) []string {
+	have := map[string]bool{}
+	for _, h := range ready {
+		have[h.name] = true
+	}
+	var out []string
+	for _, e := range requiredEngines {
+		switch {
+		case e.host == "" || have[e.host]:
+		case broken[e.host] != "":
+			out = append(out, fmt.Sprintf("%s (conformance/hosts/%s): %s", e.name, e.host, broken[e.host]))
+		default:
+			out = append(out, fmt.Sprintf("%s (conformance/hosts/%s): no such directory", e.name, e.host))
+		}
+	}
+	return out
+}
+
+// setupHosts runs every host's setup at once. It returns the hosts that are ready, and why each
+// other one is not.
+func setupHosts(t *testing.T, hosts []*confHost) ([]*confHost, map[string]string) {
 	reasons := make([]string, len(hosts))
 	var wg sync.WaitGroup
 	for i, h := range hosts {
@@ -98,7 +148,7 @@ func setupHosts(t *testing.T, hosts []*confHost) []*confHost {
 			cmd.Dir = h.dir
 			out, err := cmd.CombinedOutput()
 			if err != nil {
-				reasons[i] = fmt.Sprintf("%v after %v: %s", err, time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
+				reasons[i] = fmt.Sprintf("setup failed: %v after %v: %s", err, time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
 				return
 			}
 			t.Logf("host %s: setup in %v", h.name, time.Since(start).Round(time.Millisecond))
@@ -106,19 +156,59 @@ func setupHosts(t *testing.T, hosts []*confHost) []*confHost {
 	}
 	wg.Wait()
 	var ready []*confHost
+	failed := map[string]string{}
 	for i, h := range hosts {
-		switch {
-		case reasons[i] == "":
+		if reasons[i] == "" {
 			ready = append(ready, h)
-		case require:
-			t.Errorf("host %s: setup failed (PCTL_REQUIRE_TOOLCHAINS=1): %s", h.name, reasons[i])
-		default:
-			t.Run("hosts/"+h.name, func(t *testing.T) {
-				t.Skipf("setup failed: %s (with PCTL_REQUIRE_TOOLCHAINS=1 this is a failure)", reasons[i])
-			})
+		} else {
+			failed[h.name] = reasons[i]
 		}
 	}
-	return ready
+	return ready, failed
+}
+
+// takePart discovers and sets up the hosts, and decides what happens to the engines that cannot
+// take part: a failure with PCTL_REQUIRE_TOOLCHAINS=1, else a skipped subtest for each and a
+// loud log line.
+func takePart(t *testing.T) []*confHost {
+	found, broken := discoverHosts(t, "hosts")
+	hosts, failed := setupHosts(t, found)
+	for name, why := range failed {
+		broken[name] = why
+	}
+	missing := missingEngines(hosts, broken)
+	names := []string{"wazero compiler", "wazero interpreter"}
+	for _, h := range hosts {
+		names = append(names, "hosts/"+h.name)
+	}
+	t.Logf("engines taking part: %s", strings.Join(names, ", "))
+	require := os.Getenv("PCTL_REQUIRE_TOOLCHAINS") == "1"
+	for _, m := range missing {
+		if require {
+			t.Errorf("required engine missing (PCTL_REQUIRE_TOOLCHAINS=1): %s", m)
+		}
+	}
+	if len(missing) > 0 && !require {
+		t.Logf("ENGINES MISSING: %s. This run does not compare against them (with PCTL_REQUIRE_TOOLCHAINS=1 it fails)", strings.Join(missing, "; "))
+		for name, why := range broken {
+			t.Run("hosts/"+name, func(t *testing.T) { t.Skipf("not ready: %s", why) })
+		}
+	}
+	for name, why := range broken {
+		if require && !isRequiredHost(name) {
+			t.Errorf("host %s is not ready (PCTL_REQUIRE_TOOLCHAINS=1): %s", name, why)
+		}
+	}
+	return hosts
+}
+
+func isRequiredHost(name string) bool {
+	for _, e := range requiredEngines {
+		if e.host == name {
+			return true
+		}
+	}
+	return false
 }
 
 type hostRun struct {
@@ -462,15 +552,10 @@ func vecKey(key []byte, n int32) string { return strconv.Itoa(int(n)) + ":" + st
 
 func TestHosts(t *testing.T) {
 	start := time.Now()
-	hosts := setupHosts(t, discoverHosts(t))
+	hosts := takePart(t)
 	if t.Failed() {
 		t.FailNow()
 	}
-	var names []string
-	for _, h := range hosts {
-		names = append(names, h.name)
-	}
-	t.Logf("hosts: %s (plus wazero compiler and interpreter)", strings.Join(names, ", "))
 
 	mods := moduleTable(t)
 	sets := buildKeySets(t)
@@ -645,7 +730,16 @@ func TestHosts(t *testing.T) {
 		}
 	})
 
-	for _, h := range hosts {
+	// Under -race the hosts in other languages are set up (a missing one still fails with
+	// PCTL_REQUIRE_TOOLCHAINS=1) but not run: the race detector sees nothing of another process,
+	// and the run without -race (scripts/test.sh runs TestHosts there too) runs every one of
+	// them on every module and key.
+	runHosts := hosts
+	if hostsRace {
+		t.Logf("under -race: the %d hosts in other languages are ready but not run; the run without -race runs them", len(hosts))
+		runHosts = nil
+	}
+	for _, h := range runHosts {
 		spawn("hosts/"+h.name, func(t *testing.T) {
 			hostStart := time.Now()
 			t.Run("agreement", func(t *testing.T) {
@@ -777,6 +871,48 @@ func hostileCases(mods []*hostModule) []hostileCase {
 		{name: "usage/n=2^31", file: "builtin/jump", n: "2147483648", exit: 2, goErr: runtime.ErrInvalidPartitionCount, says: []string{"partitions"}},
 		{name: "usage/key-too-long", file: "builtin/jump", keys: []string{strings.Repeat("00", runtime.MaxKeyBytes+1)}, exit: 2, goErr: runtime.ErrKeyTooLong, says: []string{"65536"}},
 		{name: "key-of-max-length", file: "builtin/kafka-murmur2", keys: []string{strings.Repeat("00", runtime.MaxKeyBytes), strings.Repeat("ff", runtime.MaxKeyBytes-1)}, n: "1000", exit: 0},
+
+		// Issue 11. Bulk work is charged by its bytes (spec/abi-v1.md §7.2, rules 3 and 4): every
+		// engine stops each of these calls with a time limit, and answers the other keys.
+		{name: "bulk-memory/fill", file: h("bulk-memory"), keys: []string{"66"}, exit: 1, goErr: runtime.ErrTimeLimit, says: []string{"time limit", "bulk-memory"}},
+		{name: "bulk-memory/copy", file: h("bulk-memory"), keys: []string{"63"}, exit: 1, goErr: runtime.ErrTimeLimit, says: []string{"time limit", "bulk-memory"}},
+		{name: "bulk-memory/init", file: h("bulk-memory"), keys: []string{"69"}, exit: 1, goErr: runtime.ErrTimeLimit, says: []string{"time limit", "bulk-memory"}},
+		{name: "bulk-memory/others", file: h("bulk-memory"), keys: []string{"", "6161", "7a7a7a"}, exit: 0, want: []int32{0, 2, 3}},
+		{name: "bulk-table/fill", file: h("bulk-table"), keys: []string{"46"}, exit: 1, goErr: runtime.ErrTimeLimit, says: []string{"time limit", "bulk-table"}},
+		{name: "bulk-table/copy", file: h("bulk-table"), keys: []string{"43"}, exit: 1, goErr: runtime.ErrTimeLimit, says: []string{"time limit", "bulk-table"}},
+		{name: "bulk-table/init", file: h("bulk-table"), keys: []string{"49"}, exit: 1, goErr: runtime.ErrTimeLimit, says: []string{"time limit", "bulk-table"}},
+		{name: "bulk-table/others", file: h("bulk-table"), keys: []string{"", "6161", "7a7a7a"}, exit: 0, want: []int32{0, 2, 3}},
+		{name: "wasi-bulk/random_get", file: h("wasi-bulk"), keys: []string{"72"}, exit: 1, goErr: runtime.ErrTimeLimit, says: []string{"time limit", "wasi-bulk"}},
+		{name: "wasi-bulk/fd_write", file: h("wasi-bulk"), keys: []string{"77"}, exit: 1, goErr: runtime.ErrTimeLimit, says: []string{"time limit", "wasi-bulk"}},
+		{name: "wasi-bulk/poll_oneoff", file: h("wasi-bulk"), keys: []string{"70"}, exit: 1, goErr: runtime.ErrTimeLimit, says: []string{"time limit", "wasi-bulk"}},
+		{name: "wasi-bulk/sched_yield", file: h("wasi-bulk"), keys: []string{"79"}, exit: 1, goErr: runtime.ErrTimeLimit, says: []string{"time limit", "wasi-bulk"}},
+		{name: "wasi-bulk/others", file: h("wasi-bulk"), keys: []string{"", "6161", "7a7a7a"}, exit: 0, want: []int32{0, 2, 3}},
+		{name: "bulk-trigger/trigger", file: h("bulk-trigger"), keys: []string{hex.EncodeToString([]byte("hostile:freeze!!"))}, exit: 1, goErr: runtime.ErrTimeLimit, says: []string{"time limit", "bulk-trigger"}},
+		{name: "bulk-trigger/others", file: h("bulk-trigger"), keys: []string{"", "6161", hex.EncodeToString([]byte("hostile:freeze!?"))}, n: "1000", exit: 0,
+			want: []int32{int32(fnv1a32(nil) % 1000), int32(fnv1a32([]byte("aa")) % 1000), int32(fnv1a32([]byte("hostile:freeze!?")) % 1000)}},
+		// The edge of the budget (fuel-edge.wat derives these keys from §7.2's rules): the whole
+		// budget gets its partition, one unit more is a time limit, on every engine.
+		{name: "fuel-edge/fill-whole-budget", file: h("fuel-edge"), keys: []string{fuelEdgeKey('m', 2147481680)}, exit: 0, want: []int32{0}},
+		{name: "fuel-edge/fill-one-unit-more", file: h("fuel-edge"), keys: []string{fuelEdgeKey('m', 2147481681)}, exit: 1, goErr: runtime.ErrTimeLimit, says: []string{"time limit", "fuel-edge"}},
+		{name: "fuel-edge/random_get-within", file: h("fuel-edge"), keys: []string{fuelEdgeKey('r', 33554175)}, exit: 0, want: []int32{1}},
+		{name: "fuel-edge/random_get-over", file: h("fuel-edge"), keys: []string{fuelEdgeKey('r', 33554176)}, exit: 1, goErr: runtime.ErrTimeLimit, says: []string{"time limit", "fuel-edge"}},
+		// The table limit (§7.3): refused before anything is allocated; grown to exactly the limit.
+		{name: "table-huge", file: h("table-huge"), exit: 2, goErr: runtime.ErrTableLimit, says: []string{"table limit", "134217728", "131072"}},
+		{name: "table-grow", file: h("table-grow"), keys: []string{"", "616263"}, exit: 0, want: []int32{0, 3}},
+		// What every host loads (§7.3, §2.6).
+		{name: "elem-out-of-bounds", file: h("elem-out-of-bounds"), exit: 2, goErr: runtime.ErrInvalidModule, says: []string{"invalid WebAssembly module", "element segment 0"}},
+		{name: "data-out-of-bounds", file: h("data-out-of-bounds"), exit: 2, goErr: runtime.ErrInvalidModule, says: []string{"invalid WebAssembly module", "data segment 0"}},
+		{name: "metadata-invalid-utf8", file: h("metadata-invalid-utf8"), exit: 2, goErr: runtime.ErrBadMetadata, says: []string{"invalid plugin metadata", "UTF-8"}},
+		{name: "metadata-bom", file: h("metadata-bom"), exit: 2, goErr: runtime.ErrBadMetadata, says: []string{"invalid plugin metadata", "byte-order mark"}},
+		{name: "metadata-nan", file: h("metadata-nan"), exit: 2, goErr: runtime.ErrBadMetadata, says: []string{"invalid plugin metadata"}},
+		{name: "metadata-deep", file: h("metadata-deep"), exit: 2, goErr: runtime.ErrBadMetadata, says: []string{"invalid plugin metadata", "2001"}},
+		{name: "metadata-key-case", file: h("metadata-key-case"), exit: 2, goErr: runtime.ErrBadMetadata, says: []string{"invalid plugin metadata", "name"}},
+		{name: "metadata-null-property", file: h("metadata-null-property"), exit: 2, goErr: runtime.ErrBadMetadata, says: []string{"invalid plugin metadata", "properties"}},
+		{name: "metadata-description-type", file: h("metadata-description-type"), exit: 2, goErr: runtime.ErrBadMetadata, says: []string{"invalid plugin metadata", "description"}},
+		{name: "metadata-big-number", file: h("metadata-big-number"), exit: 0, want: []int32{1, 2}},
+		// A limit hit by the start function is that limit (§7), not a trap.
+		{name: "start-loop", file: h("start-loop"), exit: 2, goErr: runtime.ErrTimeLimit, says: []string{"time limit"}, slow: true},
+		{name: "start-memory", file: h("start-memory"), exit: 2, goErr: runtime.ErrMemoryLimit, says: []string{"memory limit"}},
 	}
 	for _, m := range mods {
 		if m.group == "template" && !strings.Contains(strings.TrimPrefix(m.name, "template/"), "/") {
@@ -799,6 +935,21 @@ func hostileCases(mods []*hostModule) []hostileCase {
 		}
 	}
 	return cases
+}
+
+// fuelEdgeKey is a key of fuel-edge.wat: "fuel", the opcode, t little-endian; in hex.
+func fuelEdgeKey(op byte, t uint32) string {
+	return hex.EncodeToString(binary.LittleEndian.AppendUint32([]byte{'f', 'u', 'e', 'l', op}, t))
+}
+
+// fnv1a32 is the 32-bit FNV-1a of the FNV specification: bulk-trigger.wat's function for every
+// key but its trigger.
+func fnv1a32(key []byte) uint32 {
+	h := uint32(2166136261)
+	for _, c := range key {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	return h
 }
 
 func (hc *hostileCase) decodedKeys(t *testing.T) [][]byte {
