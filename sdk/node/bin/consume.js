@@ -3,19 +3,22 @@
 //
 //   consume --server URL --creds FILE --topic T --group G [--from-beginning] [--idle-exit D]
 //           [--max N] [--member ID] [--heartbeat D] [--reset-to beginning|end|TIME]
+//           [--misplaced stop|deliver|skip]
 //
 // Runs one member of consumer group G on topic T with the SDK's consumer and prints each record
 // it is given exactly as `pctl consume T --group G --format jsonl --timestamps` does (src/jsonl.js):
 // a record is acknowledged only once its line is written to standard output, so what is
 // committed was printed, even if the process is killed. It runs until SIGINT/SIGTERM (it commits
 // and leaves the group), --max N records were printed, or --idle-exit D passed without a new
-// record; exit 0 then. Exit 2: bad flags, unknown topic, bad group or member; 1: refused,
+// record; exit 0 then. A record outside its key's partition (spec/protocol.md §6.8) is reported on
+// standard error and, by --misplaced: stop (default: exit 1 before it), deliver (printed with
+// "misplaced", "expected_partition", "misplaced_reason", as pctl consume does) or skip. Exit 2: bad flags, unknown topic, bad group or member; 1: refused,
 // broker unreachable, failed. Durations are Go's: 500ms, 2s, 1m30s.
 
 import { connect } from '../src/index.js';
 import { recordLine } from '../src/jsonl.js';
 
-const USAGE = 'usage: consume --server URL --creds FILE --topic T --group G [--from-beginning] [--idle-exit D] [--max N] [--member ID] [--heartbeat D] [--reset-to beginning|end|TIME]';
+const USAGE = 'usage: consume --server URL --creds FILE --topic T --group G [--from-beginning] [--idle-exit D] [--max N] [--member ID] [--heartbeat D] [--reset-to beginning|end|TIME] [--misplaced stop|deliver|skip]';
 
 const UNIT = { ns: 1e-6, us: 1e-3, 'µs': 1e-3, 'μs': 1e-3, ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 
@@ -36,7 +39,7 @@ export function parseDuration(s) {
 
 function parseArgs(argv) {
   const a = { server: '', creds: '', topic: '', group: '', member: undefined, fromBeginning: false, idle: 0, max: 0, heartbeat: undefined, resetTo: undefined };
-  const takes = { '--server': 'server', '--creds': 'creds', '--topic': 'topic', '--group': 'group', '--member': 'member', '--idle-exit': 'idle', '--max': 'max', '--heartbeat': 'heartbeat', '--reset-to': 'resetTo', '--format': 'format' };
+  const takes = { '--server': 'server', '--creds': 'creds', '--topic': 'topic', '--group': 'group', '--member': 'member', '--idle-exit': 'idle', '--max': 'max', '--heartbeat': 'heartbeat', '--reset-to': 'resetTo', '--format': 'format', '--misplaced': 'misplaced' };
   for (let i = argv[0] === 'consume' ? 1 : 0; i < argv.length; i++) {
     let flag = argv[i];
     let val;
@@ -60,6 +63,8 @@ function parseArgs(argv) {
     a[name] = val;
   }
   if (a.format !== undefined && a.format !== 'jsonl') throw new Error(`--format ${a.format}: this command prints jsonl only`);
+  a.misplaced ??= 'stop';
+  if (!['stop', 'deliver', 'skip'].includes(a.misplaced)) throw new Error(`--misplaced ${JSON.stringify(a.misplaced)}: give stop, deliver or skip`);
   if (!a.topic) throw new Error('--topic T is required');
   if (!a.group) throw new Error('--group G is required: the consumer group this member joins');
   a.idle = typeof a.idle === 'string' ? parseDuration(a.idle) : 0;
@@ -95,7 +100,8 @@ async function main(argv) {
     client = await connect({ server: a.server || undefined, creds: a.creds || undefined, name: 'pctl-node-consume' });
     consumer = await client.consumer(a.topic, {
       group: a.group, member: a.member, fromBeginning: a.fromBeginning, heartbeat: a.heartbeat,
-      resetTo: a.resetTo, autoCommit: false, onAssigned: () => settle(),
+      resetTo: a.resetTo, autoCommit: false, onAssigned: () => settle(), misplaced: a.misplaced,
+      onMisplaced: (m) => process.stderr.write(`consume: misplaced record: partition ${m.partition} seq ${m.seq} epoch ${m.epoch} key ${m.key === null ? '-' : JSON.stringify(m.key.toString())}: ${m.misplaced.reason} (--misplaced ${a.misplaced})\n`),
       onLog: process.env.PCTL_CONSUME_LOG ? (l) => process.stderr.write(`consume: ${l}\n`) : undefined,
     });
   } catch (e) {
@@ -163,7 +169,8 @@ async function main(argv) {
   await consumer.close();
   await client.close();
   if (failure) why = 'failed';
-  process.stderr.write(`consume: ${a.topic} group ${a.group}: ${n} records in ${Date.now() - start}ms (${why})\n`);
+  const mis = consumer.stats.misplaced > 0 ? `, ${consumer.stats.misplaced} misplaced (${a.misplaced})` : '';
+  process.stderr.write(`consume: ${a.topic} group ${a.group}: ${n} records in ${Date.now() - start}ms (${why})${mis}\n`);
   if (failure) {
     process.stderr.write(`consume: ${failure.message}\n`);
     return ['bad_request', 'not_found'].includes(failure.code) ? 2 : 1;

@@ -4,7 +4,7 @@
 
 import { readFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
-import { connect as natsConnect, nkeyAuthenticator, errors as natsErrors } from '@nats-io/transport-node';
+import { connect as natsConnect, nkeyAuthenticator, createInbox, errors as natsErrors } from '@nats-io/transport-node';
 import { violationOf, isNoResponders, isTimeout } from './natserrors.js';
 import { fromSeed } from '@nats-io/nkeys';
 import { Partitioner } from './partitioner.js';
@@ -57,6 +57,10 @@ export function readSeed(path) {
  * - `ackTimeout`: milliseconds to wait for a publish acknowledgement before the publish counts as
  *   ambiguous and is retried with the same Nats-Msg-Id; default 5000.
  * - `reconnectWait`: milliseconds between reconnection attempts; default 250 (forever).
+ * - `sharedInbox`: with NKey credentials, replies come to the private inbox prefix
+ *   `_INBOX_<public key>` (spec/protocol.md §8.3; a scoped credential may subscribe there only);
+ *   true uses the shared `_INBOX` instead, for a server configured before private inboxes.
+ *   Default false.
  * Throws PermissionError (credentials refused), UnavailableError (no server), BadRequestError
  * (unreadable credentials).
  */
@@ -68,6 +72,7 @@ export async function connect(opts = {}) {
     timeout: opts.timeout || DEFAULTS.timeout,
     ackTimeout: opts.ackTimeout || DEFAULTS.ackTimeout,
     reconnectWait: opts.reconnectWait || DEFAULTS.reconnectWait,
+    sharedInbox: !!opts.sharedInbox,
   };
   const nopts = {
     servers: o.server,
@@ -77,7 +82,11 @@ export async function connect(opts = {}) {
     reconnectJitter: 50,
     noAsyncTraces: true,
   };
-  if (o.creds) nopts.authenticator = nkeyAuthenticator(readSeed(o.creds));
+  if (o.creds) {
+    const seed = readSeed(o.creds);
+    nopts.authenticator = nkeyAuthenticator(seed);
+    if (!o.sharedInbox) nopts.inboxPrefix = `_INBOX_${fromSeed(seed).getPublicKey()}`;
+  }
   let nc;
   try {
     nc = await natsConnect(nopts);
@@ -106,6 +115,9 @@ export class Client {
     this.closed = false;
     this.watchStatus();
   }
+
+  /** A new inbox subject under this connection's inbox prefix (private with NKey credentials). */
+  inbox() { return createInbox(this.nc.options?.inboxPrefix); }
 
   /** The underlying NATS connection (@nats-io/transport-node). */
   get connection() { return this.nc; }

@@ -13,7 +13,8 @@
 
 import { PullReader } from './reader.js';
 import { KV, CasConflict, GROUPS_BUCKET } from './kv.js';
-import { streamInfo, directGet, JsApiError, JS } from './jsapi.js';
+import { streamInfo, jsRequest, JsApiError, JS } from './jsapi.js';
+import { goQuote } from './jsonl.js';
 import { appHeaders, parseTime, TIME_HEADER } from './records.js';
 import { BadRequestError, NotFoundError, PctlError, UnavailableError, InternalError, permissionError } from './errors.js';
 
@@ -25,6 +26,27 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const idle = (ms) => new Promise((r) => setTimeout(r, ms).unref());
 const EMPTY = Buffer.alloc(0);
 const B64_RE = /^b64:[A-Za-z0-9+/]*={0,2}$/;
+const LATER = Symbol('later');
+const MISPLACED_POLICIES = ['stop', 'deliver', 'skip'];
+
+/**
+ * A record stored outside its key's partition stopped the member (misplaced policy 'stop',
+ * spec/protocol.md §6.8): everything before it was delivered, nothing after it in its partition
+ * is until the group runs with misplaced 'deliver' or 'skip'. Names topic, partition, seq, epoch,
+ * key and the misplacement {expected, reason}.
+ */
+export class MisplacedError extends PctlError {
+  constructor(topic, partition, m, mp) {
+    super('internal', `misplaced record in topic ${topic} partition ${partition} at sequence ${m.seq} (epoch ${m.epoch}, key ${m.key === null ? '(none)' : JSON.stringify(m.key.toString())}): ${mp.reason}. A producer bypassed the partitioner; the group stopped before this record. To go on, consume with misplaced: 'deliver' (flagged) or 'skip' (consume --misplaced deliver|skip)`);
+    this.name = 'MisplacedError';
+    this.topic = topic;
+    this.partition = partition;
+    this.seq = m.seq;
+    this.epoch = m.epoch;
+    this.key = m.key;
+    this.misplacement = mp;
+  }
+}
 
 /** Defaults of consumer options (milliseconds and counts). */
 export const CONSUMER_DEFAULTS = Object.freeze({
@@ -153,10 +175,23 @@ async function resetPositions(client, desc, target) {
       out.push(last);
       continue;
     }
-    const m = await directGet(client.nc, stream, { start_time: new Date(target.time).toISOString() });
-    out.push(m ? m.seq - 1 : last);
+    out.push(await positionAt(client, stream, `pctl.data.${desc.name}.>`, target.time));
   }
   return out;
+}
+
+// The position before a stream's first message stored at or after time ms: a reader created at
+// that time (JetStream picks its first sequence; its info says delivered = that - 1), which a
+// scoped consumer credential may do where it may not direct-get (spec/protocol.md §6.6, §8.2).
+async function positionAt(client, stream, filter, ms) {
+  const name = `pctl_at_${randomId().slice(0, 12)}`;
+  const config = {
+    name, deliver_policy: 'by_start_time', opt_start_time: new Date(ms).toISOString(), ack_policy: 'none',
+    mem_storage: true, num_replicas: 1, inactive_threshold: 5e9, filter_subject: filter,
+  };
+  const r = await jsRequest(client.nc, `$JS.API.CONSUMER.CREATE.${stream}.${name}.${filter}`, { stream_name: stream, config, action: 'create' });
+  jsRequest(client.nc, `$JS.API.CONSUMER.DELETE.${stream}.${name}`, undefined, 2000).catch(() => {});
+  return r.delivered.stream_seq;
 }
 
 /**
@@ -311,6 +346,9 @@ export class Consumer {
     for (const k of ['heartbeat', 'sessionTimeout', 'commitInterval', 'prefetch', 'revokeTimeout']) {
       if (opts[k] !== undefined && !(Number.isFinite(opts[k]) && opts[k] > 0)) throw new BadRequestError(`consumer option ${k}: ${opts[k]} is not a positive number`);
     }
+    if (opts.misplaced !== undefined && !MISPLACED_POLICIES.includes(opts.misplaced)) {
+      throw new BadRequestError(`consumer option misplaced: ${JSON.stringify(opts.misplaced)}: give 'stop', 'deliver' or 'skip' (spec/protocol.md §6.8)`);
+    }
     let resetTo = null;
     if (opts.resetTo !== undefined && opts.resetTo !== null) resetTo = parseTarget(opts.resetTo);
     const { topic: desc } = await client.topic(topic);
@@ -337,10 +375,11 @@ export class Consumer {
       prefetch: opts.prefetch ?? CONSUMER_DEFAULTS.prefetch,
       revokeTimeout: opts.revokeTimeout ?? CONSUMER_DEFAULTS.revokeTimeout,
       keepDrainedOnReset: !!opts.unsafeKeepDrainedOnReset, // test hook: Pulsar's bug, on purpose
+      misplaced: opts.misplaced ?? 'stop',
     };
     this.cb = {
       onAssigned: opts.onAssigned, onRevoked: opts.onRevoked, onKeysRevoked: opts.onKeysRevoked,
-      onKeysAssigned: opts.onKeysAssigned, onReset: opts.onReset, onLog: opts.onLog,
+      onKeysAssigned: opts.onKeysAssigned, onReset: opts.onReset, onLog: opts.onLog, onMisplaced: opts.onMisplaced,
     };
     this.opTimeout = Math.max(this.o.sessionTimeout, 2000);
     this.kv = new KV(client.nc, GROUPS_BUCKET, this.opTimeout);
@@ -369,7 +408,7 @@ export class Consumer {
     this.rebalancing = false;
     this.rebalanceAgain = false;
     this.lastTs = 0n;
-    this.stats = { delivered: 0, gated: 0, totalWaitMs: 0, maxWaitMs: 0, readerRecreated: {}, rebalances: 0 };
+    this.stats = { delivered: 0, gated: 0, totalWaitMs: 0, maxWaitMs: 0, misplaced: 0, readerRecreated: {}, rebalances: 0 };
   }
 
   /** This member's id in the group. */
@@ -751,6 +790,47 @@ export class Consumer {
   /** Commits every acknowledged position now; resolves when written. */
   async commit() {
     await this.commitAll(true);
+  }
+
+  // ---- placement (spec/protocol.md §6.8) ----
+
+  /**
+   * Whether a record is where its epoch's partitioner puts its key: null (in place, or keyless),
+   * a Misplacement {expected, reason}, or LATER when it takes a newer descriptor or a partitioner
+   * not loaded yet (placementAsync). Reasons are worded as the Go client words them.
+   */
+  placement(w, m) {
+    const h = m.raw.headers;
+    if (!h || !h.has('Pctl-Key')) return null; // keyless: any partition will do
+    if (m.key === null) {
+      const v = h.get('Pctl-Key');
+      return { expected: -1, reason: `its Pctl-Key header ${goQuote([...v].slice(0, 40).join(''))} is not b64:<standard base64>` };
+    }
+    const sub = m.sub;
+    if (!sub) return { expected: -1, reason: `its subject ${goQuote(m.raw.subject)} is not an epoch's record subject` };
+    if (sub.partition !== w.partition) return { expected: -1, reason: `its subject ${goQuote(m.raw.subject)} names partition ${sub.partition}` };
+    const t = this.desc;
+    const ep = epochOf(t, sub.epoch);
+    if (!ep) {
+      if (sub.epoch <= t.epochs[t.epochs.length - 1].epoch) return { expected: -1, reason: `the topic has no epoch ${sub.epoch}` };
+      return LATER; // an epoch newer than our descriptor: wait for the descriptor
+    }
+    const f = this.partitionerSync(ep);
+    if (!f) return LATER;
+    const want = f.partition(m.key, ep.partitions);
+    if (want !== w.partition) return { expected: want, reason: `epoch ${sub.epoch}'s partitioner (${ep.partitions} partitions) puts the key in partition ${want}` };
+    return null;
+  }
+
+  async placementAsync(w, m) {
+    for (;;) {
+      const mp = this.placement(w, m);
+      if (mp !== LATER) return mp;
+      if (w.halted) return null;
+      await this.refresh();
+      await this.loadPartitioners(this.desc);
+      if (this.placement(w, m) === LATER) await sleep(50);
+    }
   }
 
   // ---- gating (spec/protocol.md §6.5) ----
@@ -1140,7 +1220,7 @@ class Worker {
     this.inHandler = false;
     this.lastHanded = 0; // the last record given to the application
     this.nextB = 0;
-    this.subjEpoch = new Map();
+    this.subjEpoch = new Map(); // subject -> {epoch, partition} | null
     this.boundaryChanged();
   }
 
@@ -1148,6 +1228,7 @@ class Worker {
     const cn = this.cn;
     this.reader = new PullReader(cn.client, {
       stream: this.stream, startSeq: this.position + 1, heartbeat: Math.min(cn.o.heartbeat, 1000),
+      filter: `pctl.data.${cn.topic}.>`, probe: 'stream',
       onError: (e) => {
         cn.log(`partition ${this.partition}: read: ${e.message}`);
         if (e?.code === 'permission') cn.fail(e);
@@ -1187,25 +1268,82 @@ class Worker {
     }
   }
 
-  epochOfSubject(subject) {
-    let e = this.subjEpoch.get(subject);
-    if (e === undefined) {
+  // {epoch, partition} of a record subject pctl.data.<topic>.<epoch>.<partition> (as Go's
+  // wire.ParseDataSubject reads it), or null.
+  subjectOf(subject) {
+    let s = this.subjEpoch.get(subject);
+    if (s === undefined) {
       const t = subject.split('.');
-      e = t.length === 5 ? Number(t[3]) : NaN; // pctl.data.<topic>.<epoch>.<partition>
-      this.subjEpoch.set(subject, e);
+      const int = (x) => (/^[+-]?[0-9]+$/.test(x) && Number.isSafeInteger(Number(x)) ? Number(x) : null);
+      s = t.length === 5 && t[0] === 'pctl' && t[1] === 'data' && int(t[3]) !== null && int(t[4]) !== null ? { epoch: int(t[3]), partition: int(t[4]) } : null;
+      this.subjEpoch.set(subject, s);
     }
-    return e;
+    return s;
   }
 
   // One message of the stream: returns null when done synchronously, else a promise.
   handle(e) {
     if (e.seq > this.nextB || (e.headers && e.headers.has('Pctl-Fence'))) return this.handleSlow(e);
-    const m = new Message(this, e, this.epochOfSubject(e.subject));
+    const m = this.message(e);
+    const mp = this.cn.placement(this, m);
+    if (mp === LATER) return this.handleRecord(m);
+    if (mp) return this.handleMisplaced(m, mp);
     if (m.key !== null && this.cn.o.gating) {
       const g = this.cn.gate(this, m);
       if (g) return this.afterGate(g, m);
     }
     return this.deliver(m);
+  }
+
+  message(e) {
+    const sub = this.subjectOf(e.subject);
+    const m = new Message(this, e, sub ? sub.epoch : 0);
+    m.sub = sub;
+    return m;
+  }
+
+  // The slow path of a record: its placement may need a newer descriptor or a partitioner.
+  async handleRecord(m) {
+    const mp = await this.cn.placementAsync(this, m);
+    if (this.halted) return;
+    if (mp) {
+      const p = this.handleMisplaced(m, mp);
+      if (p) await p;
+      return;
+    }
+    if (m.key !== null && this.cn.o.gating) {
+      const g = this.cn.gate(this, m);
+      if (g) await g;
+    }
+    const p = this.deliver(m);
+    if (p) await p;
+  }
+
+  // A misplaced record (spec/protocol.md §6.8): reported, then the policy.
+  handleMisplaced(m, mp) {
+    const cn = this.cn;
+    m.misplaced = mp;
+    cn.stats.misplaced++;
+    cn.log(`partition ${this.partition}: misplaced record at ${m.seq} (epoch ${m.epoch}, key ${m.key === null ? '-' : goQuote(m.key.toString('latin1'))}): ${mp.reason}`);
+    try {
+      cn.cb.onMisplaced?.(m);
+    } catch (e) {
+      cn.fail(new PctlError('internal', `onMisplaced callback failed: ${e?.message ?? e}`, { cause: e }));
+      return null;
+    }
+    switch (cn.o.misplaced) {
+      case 'deliver':
+        return this.deliver(m); // flagged, not gated, no key-level callbacks
+      case 'skip':
+        if (!this.leaseOk()) return this.holdLease().then(() => { if (!this.halted) { this.track(m.seq); this.ack(m.seq); } });
+        this.track(m.seq);
+        this.ack(m.seq);
+        return null;
+      default:
+        cn.fail(new MisplacedError(cn.topic, this.partition, m, mp));
+        this.halt();
+        return null;
+    }
   }
 
   async handleSlow(e) {
@@ -1231,13 +1369,7 @@ class Worker {
       this.ack(e.seq);
       return;
     }
-    const m = new Message(this, e, this.epochOfSubject(e.subject));
-    if (m.key !== null && cn.o.gating) {
-      const g = cn.gate(this, m);
-      if (g) await g;
-    }
-    const p = this.deliver(m);
-    if (p) await p;
+    await this.handleRecord(this.message(e));
   }
 
   async afterGate(g, m) {

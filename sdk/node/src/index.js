@@ -8,7 +8,7 @@
 
 export { connect, Client, DEFAULTS, readSeed } from './client.js';
 export { Producer, PRODUCER_DEFAULTS } from './producer.js';
-export { Consumer, Message, CONSUMER_DEFAULTS, resetGroup, parseTarget } from './consumer.js';
+export { Consumer, Message, MisplacedError, CONSUMER_DEFAULTS, resetGroup, parseTarget } from './consumer.js';
 export { TIME_HEADER, MAX_HEADER_BYTES, DEFAULT_MAX_RECORD_BYTES } from './records.js';
 export { Partitioner, partition, configBytes } from './partitioner.js';
 export {

@@ -10,6 +10,28 @@ const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 const NEEDS_ESCAPE = /["\\<>&\u0000-\u001f\u2028\u2029]/;
 const SHORT = { '"': '\\"', '\\': '\\\\', '\b': '\\b', '\f': '\\f', '\n': '\\n', '\r': '\\r', '\t': '\\t' };
 
+/**
+ * A string as Go's %q (strconv.Quote) writes it: printable characters as they are; \a \b \f
+ * \n \r \t \v \\ \"; other control characters as \xNN; other unprintable ones as \uNNNN or
+ * \UNNNNNNNN. (Printable: Unicode letters, marks, numbers, punctuation, symbols and the ASCII
+ * space, as Go's unicode.IsPrint; the two Unicode versions may differ on new characters.)
+ */
+export function goQuote(s) {
+  let out = '"';
+  for (const ch of s) {
+    const c = ch.codePointAt(0);
+    if (ch === '"' || ch === '\\') out += `\\${ch}`;
+    else if (c === 0x20 || (c > 0x7e || c > 0x20) && PRINT_RE.test(ch) && c !== 0x7f) out += ch;
+    else if (GO_ESC[ch]) out += GO_ESC[ch];
+    else if (c < 0x20 || c === 0x7f) out += `\\x${c.toString(16).padStart(2, '0')}`;
+    else if (c < 0x10000) out += `\\u${c.toString(16).padStart(4, '0')}`;
+    else out += `\\U${c.toString(16).padStart(8, '0')}`;
+  }
+  return `${out}"`;
+}
+const PRINT_RE = /^[\p{L}\p{M}\p{N}\p{P}\p{S}]$/u;
+const GO_ESC = { '\x07': '\\a', '\b': '\\b', '\f': '\\f', '\n': '\\n', '\r': '\\r', '\t': '\\t', '\v': '\\v' };
+
 /** A JSON string literal as Go's json.Marshal writes it. */
 export function goString(s) {
   if (!NEEDS_ESCAPE.test(s)) return `"${s}"`;
@@ -55,5 +77,10 @@ export function recordLine(m, ts) {
   const pseq = pseqOf(h ? h.get('Pctl-Seq') : '');
   if (pseq !== '0') line += `,"pseq":${pseq}`;
   if (ts) line += `,"ts":${ts}`;
+  if (m.misplaced) {
+    line += ',"misplaced":true';
+    if (m.misplaced.expected >= 0) line += `,"expected_partition":${m.misplaced.expected}`;
+    if (m.misplaced.reason) line += `,"misplaced_reason":${goString(m.misplaced.reason)}`;
+  }
   return `${line}}\n`;
 }

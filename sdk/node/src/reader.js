@@ -37,7 +37,8 @@ export const READER_DEFAULTS = Object.freeze({
 
 /**
  * One reader of one stream. Options: `stream` (name), `startSeq` (first stream sequence wanted;
- * default 1), `filter` (a filter subject; default none), `lastPerSubject` (start with the last
+ * default 1), `filter` (a filter subject, sent in the consumer-create subject as scoped
+ * credentials require, spec/protocol.md §8.2; default none), `lastPerSubject` (start with the last
  * message of every subject matching the filter, then everything after: a KV watch), `batch`,
  * `heartbeat`, `expires`, `idleCheck`, `onError(err)` (told of every failure it recovers from or
  * retries; it never gives up by itself), `onRecreate(reason)` (told when it re-creates its
@@ -49,6 +50,9 @@ export class PullReader {
     this.nc = client.nc;
     this.stream = opts.stream;
     this.filter = opts.filter ?? '';
+    // What an idle reader asks to know whether it missed something: 'stream' (the stream's last
+    // sequence: every message of the stream passes the filter) or 'consumer' (its pending count).
+    this.probe = opts.probe ?? (this.filter ? 'consumer' : 'stream');
     this.lastPerSubject = !!opts.lastPerSubject;
     this.batch = opts.batch ?? READER_DEFAULTS.batch;
     this.maxBytes = opts.maxBytes ?? READER_DEFAULTS.maxBytes;
@@ -79,7 +83,7 @@ export class PullReader {
     this.caughtUp = false; // lastPerSubject: the initial snapshot has been received
     this.caughtUpWaiters = [];
     this.stats = { pulls: 0, repulls: 0, recreated: {} };
-    this.inbox = `${createInbox()}.`;
+    this.inbox = `${createInbox(this.nc.options?.inboxPrefix)}.`;
     this.sub = this.nc.subscribe(`${this.inbox}*`, { callback: (err, msg) => { if (!err) this.onMsg(msg); } });
     this.stopStatus = client.onStatus?.((s) => {
       if (s.type === 'reconnect' && !this.stopped) this.recreate('reconnect');
@@ -190,7 +194,8 @@ export class PullReader {
       config.opt_start_seq = this.lastSeq + 1;
     }
     try {
-      const r = await jsRequest(this.nc, `$JS.API.CONSUMER.CREATE.${this.stream}.${name}`, { stream_name: this.stream, config, action: 'create' });
+      const subject = `$JS.API.CONSUMER.CREATE.${this.stream}.${name}${this.filter ? `.${this.filter}` : ''}`;
+      const r = await jsRequest(this.nc, subject, { stream_name: this.stream, config, action: 'create' });
       this.creating = false;
       if (this.stopped) {
         this.deleteConsumer(name);
@@ -333,7 +338,7 @@ export class PullReader {
     this.checking = true;
     const name = this.name;
     try {
-      if (this.filter) {
+      if (this.probe === 'consumer') {
         const info = await jsRequest(this.nc, `$JS.API.CONSUMER.INFO.${this.stream}.${name}`, undefined, 3000);
         if (this.name === name && info.num_pending > 0 && this.buffered === 0 && Date.now() - this.lastData > this.idleCheck) {
           this.recreate('stalled (consumer has pending messages)');

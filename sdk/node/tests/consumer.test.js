@@ -395,6 +395,125 @@ describe('consumer against a real broker', { skip, timeout: 900_000 }, () => {
     await assert.rejects(cons.resetGroup('nope', 't', 'end'), NotFoundError);
   });
 
+  // Runs a consume command (this SDK's, or pctl consume) to completion.
+  function runConsume(kind, args) {
+    const [cmd, argv] = kind === 'node'
+      ? [consumeCli, ['--server', broker.url, '--creds', broker.creds.consumer, ...args]]
+      : [broker.bin, ['consume', ...args, '--format', 'jsonl', '--timestamps', '--server', broker.url, '--creds', broker.creds.consumer]];
+    return new Promise((resolve) => {
+      const c = spawn(cmd, argv);
+      let out = '';
+      let err = '';
+      c.stdout.setEncoding('utf8').on('data', (d) => { out += d; });
+      c.stderr.setEncoding('utf8').on('data', (d) => { err += d; });
+      c.on('close', (status) => resolve({ status, out, err }));
+    });
+  }
+
+  test('misplaced records (a producer that bypasses the partitioner): stop, deliver flagged, skip; as pctl consume does', async () => {
+    await broker.admin(['topic', 'create', 'mis', '--partitions', '3', '--partitioner', 'kafka-murmur2']);
+    const p = await prod.producer('mis', { id: 'mis-p' });
+    await produce(p, 30, { keys: 6 });
+    // An admin (who may publish anywhere) stores records the partitioner would not: a key in the
+    // wrong partition, a key header that is not b64:<base64>, an empty one; then good records.
+    const parts = await pctlPartitions(broker, ['x'], 3);
+    const wrong = (parts.get('x') + 1) % 3;
+    const admin = await connect({ server: broker.url, creds: broker.creds.admin });
+    const pub = async (q, key) => {
+      const h = natsHeaders();
+      h.set('Pctl-Key', key);
+      h.set('Pctl-Producer', 'rogue');
+      h.set('Pctl-Seq', String(pub.n = (pub.n ?? 0) + 1));
+      const r = await admin.nc.request(`pctl.data.mis.1.${q}`, new TextEncoder().encode('rogue'), { headers: h, timeout: 5000 });
+      assert.ok(JSON.parse(new TextDecoder().decode(r.data)).seq > 0);
+    };
+    await pub(wrong, `b64:${Buffer.from('x').toString('base64')}`);
+    await pub(0, 'b64:!!not base64');
+    await pub(1, '');
+    await admin.close();
+    await produce(p, 30, { keys: 6, from: 30 });
+    await p.close();
+    const strip = (s) => s.trimEnd().split('\n').filter(Boolean).map((l) => l.replace(/,"ts":\d+/, '')).sort();
+    const common = ['--from-beginning', '--idle-exit', '2s'];
+    for (const policy of ['deliver', 'skip']) {
+      const node = await runConsume('node', ['--topic', 'mis', '--group', `n-${policy}`, '--misplaced', policy, ...common]);
+      const go = await runConsume('go', ['mis', '--group', `g-${policy}`, '--misplaced', policy, ...common]);
+      assert.equal(node.status, 0, node.err);
+      assert.equal(go.status, 0, go.stderr);
+      assert.deepEqual(strip(node.out), strip(go.out), `--misplaced ${policy}: the same lines as pctl consume`);
+      assert.equal(strip(node.out).length, policy === 'deliver' ? 63 : 60);
+      assert.equal((node.err.match(/misplaced record:/g) ?? []).length, 3, node.err);
+      if (policy === 'deliver') {
+        const flagged = strip(node.out).filter((l) => l.includes('"misplaced":true'));
+        assert.equal(flagged.length, 3);
+        assert.ok(flagged.some((l) => l.includes(`"expected_partition":${parts.get('x')}`)));
+      }
+    }
+    // stop (the default): the member stops before the first misplaced record it meets, exit 1.
+    const node = await runConsume('node', ['--topic', 'mis', '--group', 'n-stop', ...common]);
+    assert.equal(node.status, 1, node.err);
+    assert.match(node.err, /misplaced record in topic mis partition \d at sequence \d+ .*deliver.*skip/);
+    assert.ok(!node.out.includes('rogue'), 'no misplaced record printed');
+    // In the API: a typed error, and the records before it were delivered.
+    const c = await cons.consumer('mis', { group: 'api-stop', fromBeginning: true });
+    const seen = [];
+    await assert.rejects((async () => { for await (const m of c) seen.push(m); })(), (e) => e.name === 'MisplacedError' && e.misplacement.reason.length > 0 && e.seq > 0);
+    assert.ok(seen.every((m) => m.producer !== 'rogue'));
+  });
+
+  test('a scoped consumer credential (pctl creds issue): its topic and group work, with a private inbox; another group is refused', async () => {
+    await broker.admin(['topic', 'create', 'scoped', '--partitions', '2', '--partitioner', 'kafka-murmur2']);
+    await broker.admin(['topic', 'create', 'other', '--partitions', '1', '--partitioner', 'kafka-murmur2']);
+    const credPath = join(dir, 'scoped-g.nk');
+    await broker.admin(['creds', 'issue', '--role', 'consumer', '--topic', 'scoped', '--group', 'g', '--out', credPath]);
+    const p = await prod.producer('scoped');
+    await produce(p, 200, { keys: 10 });
+    await sleep(50);
+    const mid = Date.now();
+    await sleep(50);
+    await broker.admin(['topic', 'repartition', 'scoped', '--partitions', '3']);
+    await produce(p, 200, { keys: 10, from: 200 });
+    await p.close();
+    const sc = await connect({ server: broker.url, creds: credPath });
+    assert.match(sc.inbox(), /^_INBOX_U[A-Z2-7]+\./, 'replies come to the private inbox');
+    const c = await sc.consumer('scoped', { group: 'g', fromBeginning: true });
+    const got = [];
+    for await (const m of c) {
+      got.push(m);
+      if (got.length === 400) break;
+    }
+    assert.equal(orderViolations(got), 0);
+    // A seek to a time works with the scoped credential (no direct get on partition streams).
+    const r = await sc.resetGroup('scoped', 'g', mid);
+    assert.equal(r.generation, 1);
+    const c2 = await sc.consumer('scoped', { group: 'g' });
+    const again = [];
+    for await (const m of c2) {
+      again.push(m);
+      if (again.length === got.filter((x) => x.storedTime >= mid).length) break;
+    }
+    assert.ok(again.every((m) => m.storedTime >= mid));
+    // Another group, or another topic: refused with a permission error, not a hang.
+    const other = await sc.consumer('scoped', { group: 'h', fromBeginning: true });
+    await assert.rejects((async () => { for await (const m of other) void m; })(), (e) => e.code === 'permission');
+    const otherTopic = await sc.consumer('other', { group: 'g', fromBeginning: true });
+    await assert.rejects((async () => { for await (const m of otherTopic) void m; })(), (e) => e.code === 'permission');
+    await sc.close();
+    // A scoped producer credential: its topic works (private inbox for its acknowledgements),
+    // another topic is refused.
+    const prodPath = join(dir, 'scoped-p.nk');
+    await broker.admin(['creds', 'issue', '--role', 'producer', '--topic', 'scoped', '--out', prodPath]);
+    const sp = await connect({ server: broker.url, creds: prodPath });
+    const p2 = await sp.producer('scoped');
+    const rs = await Promise.all(Array.from({ length: 20 }, (_, i) => p2.send({ key: `k${i}`, value: 'v', headers: { h: 'x' } })));
+    assert.ok(rs.every((x) => x.seq > 0 && x.epoch === 2));
+    await p2.close();
+    const p3 = await sp.producer('other').catch((e) => e);
+    if (!(p3 instanceof Error)) await assert.rejects(p3.send({ key: 'a', value: 'v' }), (e) => e.code === 'permission');
+    else assert.equal(p3.code, 'permission');
+    await sp.close();
+  });
+
   test('a reader recovers lost pull requests and lost messages (faults injected in its connection)', async () => {
     await broker.admin(['topic', 'create', 'lossy', '--partitions', '1', '--partitioner', 'kafka-murmur2']);
     const p = await prod.producer('lossy');
