@@ -930,7 +930,7 @@ class Consumer:
         start = time.monotonic()
         lease_end = now_ms + int(self._session * 1000)
         if e is None or e.deleted:
-            pos = self._position(q) if self._gen else 0
+            pos = 0  # §6.6: a partition without a key is at 0 (a resetter creates the keys it finds missing)
             body = _pstate_json(self.member, lease_end, pos, self._gen)
             try:
                 rev = await (self._kv.create(key, body))
