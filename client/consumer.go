@@ -332,7 +332,28 @@ func (cn *Consumer) Run(ctx context.Context, h Handler) error {
 	go cn.watchPositions(runCtx, kv)
 	go cn.watchdog(runCtx)
 	// Topic changes (epoch activations) refresh the descriptor at once.
-	sub, err := cn.c.nc.Subscribe(wire.TopicEventSubject(cn.topic), func(_ *nats.Msg) { cn.refresh(runCtx) })
+	// Events are hints: one refresh at a time (events meanwhile make one more), and none for
+	// what JetStream relays (a consumer may point a push consumer at the events subject,
+	// spec/protocol.md §8.6).
+	var pending atomic.Int32 // 0 idle, 1 refreshing, 2 refreshing and another one wanted
+	sub, err := cn.c.nc.Subscribe(wire.TopicEventSubject(cn.topic), func(m *nats.Msg) {
+		if strings.HasPrefix(m.Reply, "$JS.") {
+			return
+		}
+		if pending.Add(1) > 1 {
+			pending.Store(2)
+			return
+		}
+		go func() {
+			for {
+				cn.refresh(runCtx)
+				if pending.CompareAndSwap(1, 0) || runCtx.Err() != nil {
+					return
+				}
+				pending.Store(1)
+			}
+		}()
+	})
 	if err == nil {
 		defer sub.Unsubscribe()
 	}

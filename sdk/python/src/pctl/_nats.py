@@ -251,17 +251,17 @@ class KV:
             raise Unavailable(f"read {key}: a direct get answer without Nats-Sequence")
         return KVEntry(key, bytes(msg.data), rev, op, hdr.get("Nats-Time-Stamp", ""))
 
-    async def _publish(self, key: str, value: bytes, headers: dict) -> int:
+    async def _publish(self, key: str, value: bytes, headers: dict, timeout: Optional[float] = None) -> int:
         try:
-            r = await js_request(self.c, self.prefix + key, value, headers=headers or None, timeout=self.timeout)
+            r = await js_request(self.c, self.prefix + key, value, headers=headers or None, timeout=timeout or self.timeout)
         except JSError as e:
             if e.err_code == ERR_WRONG_LAST_SEQ:
                 raise KVConflict(f"{key} changed (compare-and-set lost)") from None
             raise Unavailable(f"write {key}: {e}") from None
         return int(r.get("seq") or 0)
 
-    async def put(self, key: str, value: bytes) -> int:
-        return await self._publish(key, value, {})
+    async def put(self, key: str, value: bytes, timeout: Optional[float] = None) -> int:
+        return await self._publish(key, value, {}, timeout)
 
     async def update(self, key: str, value: bytes, revision: int) -> int:
         """Compare-and-set: writes only if the key's latest revision is `revision`."""

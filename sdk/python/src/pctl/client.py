@@ -12,6 +12,8 @@ import socket
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import nats
+import nats.aio.client
+import nats.aio.msg
 import nats.errors
 
 from . import wire
@@ -254,8 +256,8 @@ class Client:
             if not req.done():
                 req.cancel()
 
-    async def request_json(self, subject: str, body: Any = None) -> Any:
-        msg = await self.request(subject, body)
+    async def request_json(self, subject: str, body: Any = None, *, timeout: Optional[float] = None) -> Any:
+        msg = await self.request(subject, body, timeout=timeout)
         try:
             return json.loads(msg.data)
         except ValueError as e:
@@ -263,11 +265,11 @@ class Client:
 
     # --- topics and plugins ----------------------------------------------------------------------
 
-    async def topic(self, name: str) -> wire.Topic:
+    async def topic(self, name: str, *, timeout: Optional[float] = None) -> wire.Topic:
         """The topic's descriptor (spec/protocol.md §4). Raises :class:`pctl.NotFound` for an
         unknown topic."""
         wire.valid_name("topic name", name)
-        return wire.Topic.from_reply(await self.request_json(wire.API_TOPIC_GET, {"topic": name}))
+        return wire.Topic.from_reply(await self.request_json(wire.API_TOPIC_GET, {"topic": name}, timeout=timeout))
 
     async def module(self, digest: str) -> bytes:
         """A plugin's bytes by digest (64 hex digits), verified: their SHA-256 must equal the
