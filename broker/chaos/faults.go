@@ -110,8 +110,14 @@ func Schedule(seed int64, traffic time.Duration, brokers int) Plan {
 	for len(kinds) < 3 {
 		kinds = append(kinds, Kinds[rng.Intn(len(Kinds))])
 	}
-	// Node faults in three windows of the traffic, one at a time.
-	window := (traffic - 2*time.Second) / 3
+	// Node faults in windows of the traffic, one per window: they never overlap.
+	nodeFaults := 0
+	for _, k := range kinds {
+		if k != KillBroker {
+			nodeFaults++
+		}
+	}
+	window := (traffic - 2*time.Second) / time.Duration(max(1, nodeFaults))
 	w := 0
 	for _, k := range kinds {
 		if k == KillBroker {
@@ -123,9 +129,10 @@ func Schedule(seed int64, traffic time.Duration, brokers int) Plan {
 		if k == PauseNode || k == IsolateNode {
 			dur = 3*time.Second + time.Duration(rng.Intn(4000))*time.Millisecond
 		}
-		at := time.Second + window*time.Duration(w) + time.Duration(rng.Int63n(int64(window/2)))
+		offset := time.Duration(rng.Int63n(int64(window / 4)))
+		at := time.Second + window*time.Duration(w) + offset
 		w++
-		p.Faults = append(p.Faults, Fault{Kind: k, At: at, For: min(dur, window), Partition: rng.Intn(16)})
+		p.Faults = append(p.Faults, Fault{Kind: k, At: at, For: min(dur, window-offset-200*time.Millisecond), Partition: rng.Intn(16)})
 	}
 	_ = brokers
 	return p
@@ -163,13 +170,18 @@ func (r *run) inject(f Fault) FaultRecord {
 		r.mu.Lock()
 		c := r.named["chaos-c0"]
 		r.mu.Unlock()
-		if c == nil {
-			return fail(fmt.Errorf("no producer c0"))
+		if c != nil {
+			node = r.cluster.Index(c.Conn().ConnectedServerName())
 		}
-		if node = r.cluster.Index(c.Conn().ConnectedServerName()); node < 0 {
-			return fail(fmt.Errorf("producer c0 is not connected"))
+		rec.Target = ", producer c0's node"
+		if node < 0 { // c0 is done (or reconnecting): any client of the run's
+			nodes, err := r.cluster.NodesWithClient(ctx, "chaos-")
+			if err != nil || len(nodes) == 0 {
+				return fail(fmt.Errorf("no client is connected (%v)", err))
+			}
+			node, rec.Target = nodes[0], ", a client's node"
 		}
-		rec.Target = r.cluster.Name(node) + ", producer c0's node"
+		rec.Target = r.cluster.Name(node) + rec.Target
 	case KillBrokerNode:
 		nodes, err := r.cluster.NodesWithClient(ctx, "pctl-broker")
 		if err != nil || len(nodes) == 0 {
@@ -183,7 +195,9 @@ func (r *run) inject(f Fault) FaultRecord {
 		r.cfg.Logf("chaos: %s: kill -9 %s", f.Kind, b.name)
 		b.kill()
 		time.Sleep(f.For)
-		if err := b.start(); err != nil {
+		// As a supervisor (systemd's Restart=always) would, start it until it runs; a start that
+		// fails is recorded (Result.SetupRetries).
+		if err := r.setup("restart broker "+b.name+" after kill -9", b.start); err != nil {
 			r.problem("%s did not start again after %s: %v", b.name, f.Kind, err)
 		}
 		rec.Ended = time.Since(r.t0)

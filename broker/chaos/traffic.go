@@ -26,7 +26,9 @@ type pendingCount struct {
 	resolved *atomic.Int64
 }
 
-func recordID(producer string, seq uint64) string { return producer + "-" + strconv.FormatUint(seq, 10) }
+func recordID(producer string, seq uint64) string {
+	return producer + "-" + strconv.FormatUint(seq, 10)
+}
 
 func (r *run) logSent(s verify.Sent, err error) {
 	r.mu.Lock()
@@ -73,8 +75,15 @@ func (r *run) sendLoop(id string, seed int64, send func(context.Context, client.
 			rec.Key = []byte("key-" + strconv.Itoa(rng.Intn(r.cfg.Keys)))
 		}
 		handed++
+		at := time.Since(r.t0)
 		err := send(r.ctx, rec, func(res client.Result) {
 			resolved.Add(1)
+			r.mu.Lock()
+			if r.handedAt == nil {
+				r.handedAt = map[string]time.Duration{}
+			}
+			r.handedAt[recordID(id, res.ProducerSeq)] = at
+			r.mu.Unlock()
 			r.logSent(verify.Sent{Producer: id, PSeq: res.ProducerSeq, Key: rec.Key, NoKey: rec.NoKey, Acked: res.Err == nil}, res.Err)
 		})
 		if err != nil {
@@ -185,7 +194,10 @@ func (g *group) add(id string) error {
 				g.unique.Add(1)
 				if g.live {
 					r.mu.Lock()
-					r.liveTimes = append(r.liveTimes, time.Since(r.t0))
+					if r.liveAt == nil {
+						r.liveAt = map[string]time.Duration{}
+					}
+					r.liveAt[rid] = time.Since(r.t0)
 					r.mu.Unlock()
 				}
 			}
@@ -291,7 +303,10 @@ func (r *run) change(admin *client.Client, ch Change) ChangeRecord {
 			t, err := read()
 			switch {
 			case err != nil:
+				// Unknown: the change may be in progress. Read again; never ask twice blindly.
 				rec.Errors = append(rec.Errors, "read: "+err.Error())
+				time.Sleep(200 * time.Millisecond)
+				continue
 			case len(t.Epochs) > before && t.Change == nil:
 				rec.Done = true
 				rec.Took = time.Since(start)
@@ -323,7 +338,11 @@ func (r *run) change(admin *client.Client, ch Change) ChangeRecord {
 // before epoch x-1's.
 func auditBoundaries(ctx context.Context, c *client.Client, t *wire.Topic) (int, error) {
 	bad := 0
-	for q := 0; q < t.MaxPartitions(); q++ {
+	n := 0 // the committed epochs' streams (a change stuck in "planned" has not made its own)
+	for _, e := range t.Epochs {
+		n = max(n, e.Partitions)
+	}
+	for q := 0; q < n; q++ {
 		s, err := c.JetStream().Stream(ctx, wire.StreamName(t.Name, q))
 		if err != nil {
 			return 0, err

@@ -375,3 +375,40 @@ def test_consumer_errors(broker):
             assert ei.value.role == "consumer" and "consumer.nk" in str(ei.value)
 
     run(go())
+
+
+def test_scoped_credentials_and_private_inboxes(broker, tmp_path):
+    # spec/protocol.md §8.2/§8.3: a producer credential scoped to the topic and a consumer one
+    # scoped to (topic, group) are enough for everything the SDK does, on the private inbox.
+    topic = broker.create_topic(2)
+    prod, cons = str(tmp_path / "p.nk"), str(tmp_path / "c.nk")
+    broker.pctl("creds", "issue", "--role", "producer", "--topic", topic, "--out", prod)
+    broker.pctl("creds", "issue", "--role", "consumer", "--topic", topic, "--group", "scoped", "--out", cons)
+
+    async def go():
+        async with await pctl.connect(broker.url, prod) as c:
+            assert c.nc._inbox_prefix.decode().startswith("_INBOX_U"), "replies on the private inbox"
+            p = await c.producer(topic)
+            for i in range(50):
+                await p.send(f"k{i % 5}".encode(), f"{i}".encode(), headers={"n": str(i)})
+            await p.flush()
+            await asyncio.sleep(0.01)  # a seek's time has millisecond precision (spec §6.6)
+            t = datetime.now(timezone.utc)
+            await asyncio.sleep(0.05)
+            for i in range(50, 60):
+                await p.send(f"k{i % 5}".encode(), f"{i}".encode())
+            await p.close()
+        async with await pctl.connect(broker.url, cons) as c:
+            async with await c.consumer(topic, "scoped", from_beginning=True) as cn:
+                got = await drain(cn, 60)
+                await cn.seek(t)
+                again = await drain(cn, 10)
+            with pytest.raises(pctl.PermissionDenied):
+                other = await c.consumer(topic, "another-group")
+                await other.next(timeout=5)
+        return got, again
+
+    got, again = run(go())
+    assert sorted(int(r.value) for r in got) == list(range(60))
+    assert got[0].header("n") is not None
+    assert sorted(int(r.value) for r in again) == list(range(50, 60)), [(r.partition, r.seq, r.value) for r in again]

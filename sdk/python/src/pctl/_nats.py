@@ -229,38 +229,39 @@ class KV:
         self.prefix = f"$KV.{bucket}."
 
     async def get(self, key: str) -> Optional[KVEntry]:
-        """The key's latest entry (a deleted key's tombstone too), or None."""
-        try:
-            r = await js_request(self.c, f"$JS.API.STREAM.MSG.GET.{self.stream}", {"last_by_subj": self.prefix + key},
-                                 timeout=self.timeout)
-        except JSError as e:
-            if e.err_code == ERR_NO_MESSAGE or e.code == 404:
+        """The key's latest entry (a deleted key's tombstone too), or None: a direct get by last
+        subject, with the subject in the request's subject, which is what a credential scoped to
+        one group allows (spec/protocol.md §8.2). On a cluster a replica that is behind may answer:
+        compare-and-set then fails and is retried, and a stale position is never above the
+        group's (it is older, or of an older generation)."""
+        subject = f"$JS.API.DIRECT.GET.{self.stream}.{self.prefix}{key}"
+        msg = await self.c.raw_request(subject, b"", timeout=self.timeout)
+        hdr = msg.headers or {}
+        st = hdr.get("Status")
+        if st:
+            if st == "404":
                 return None
-            if e.err_code == ERR_STREAM_NOT_FOUND:
-                raise NotFound(f"the bucket {self.bucket} does not exist: is this a pctl broker?") from None
-            raise Unavailable(f"read {key}: {e}") from None
-        m = r.get("message") or {}
-        op = ""
-        hdrs = m.get("hdrs")
-        if hdrs:
-            _, _, hs = parse_header_block(base64.b64decode(hdrs))
-            for n, v in hs:
-                if n == "KV-Operation":
-                    op = v
-        data = base64.b64decode(m.get("data") or "")
-        return KVEntry(key, data, int(m.get("seq") or 0), op, str(m.get("time") or ""))
-
-    async def _publish(self, key: str, value: bytes, headers: dict) -> int:
+            raise Unavailable(f"read {key}: status {st} {hdr.get('Description', '')}".strip())
+        op = hdr.get("KV-Operation", "")
         try:
-            r = await js_request(self.c, self.prefix + key, value, headers=headers or None, timeout=self.timeout)
+            rev = int(hdr.get("Nats-Sequence") or 0)
+        except ValueError:
+            rev = 0
+        if not rev:
+            raise Unavailable(f"read {key}: a direct get answer without Nats-Sequence")
+        return KVEntry(key, bytes(msg.data), rev, op, hdr.get("Nats-Time-Stamp", ""))
+
+    async def _publish(self, key: str, value: bytes, headers: dict, timeout: Optional[float] = None) -> int:
+        try:
+            r = await js_request(self.c, self.prefix + key, value, headers=headers or None, timeout=timeout or self.timeout)
         except JSError as e:
             if e.err_code == ERR_WRONG_LAST_SEQ:
                 raise KVConflict(f"{key} changed (compare-and-set lost)") from None
             raise Unavailable(f"write {key}: {e}") from None
         return int(r.get("seq") or 0)
 
-    async def put(self, key: str, value: bytes) -> int:
-        return await self._publish(key, value, {})
+    async def put(self, key: str, value: bytes, timeout: Optional[float] = None) -> int:
+        return await self._publish(key, value, {}, timeout)
 
     async def update(self, key: str, value: bytes, revision: int) -> int:
         """Compare-and-set: writes only if the key's latest revision is `revision`."""

@@ -12,6 +12,8 @@ import socket
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import nats
+import nats.aio.client
+import nats.aio.msg
 import nats.errors
 
 from . import wire
@@ -36,9 +38,10 @@ async def connect(server: Optional[str] = None, creds: Optional[str] = None, **k
     return await Client.connect(server, creds, **kwargs)
 
 
-def _check_seed_file(path: str) -> None:
+def _check_seed_file(path: str) -> str:
     """Refuses a credentials file that is missing or holds no NKey user seed, before connecting
-    (nats-py would retry such a connection until connect_timeout)."""
+    (nats-py would retry such a connection until connect_timeout). Returns the user's public key
+    ("" when nkeys is not installed)."""
     hint = "use admin.nk, producer.nk or consumer.nk from the broker's data directory (creds= or PCTL_CREDS)"
     try:
         with open(path, "rb") as f:
@@ -48,9 +51,10 @@ def _check_seed_file(path: str) -> None:
     seeds = [w for w in text.split() if w.startswith(b"SU")]
     try:
         import nkeys
-        nkeys.from_seed(bytearray(seeds[0]))
+        kp = nkeys.from_seed(bytearray(seeds[0]))
+        return kp.public_key.decode()
     except ImportError:
-        return
+        return ""
     except Exception:  # noqa: BLE001 - nkeys raises its own error types
         raise BadRequest(f"credentials {path}: not an NKey user seed file (a line starting with SU); {hint}") from None
 
@@ -72,7 +76,8 @@ class Client:
 
     @classmethod
     async def connect(cls, server: Optional[str] = None, creds: Optional[str] = None, *, name: str = "pctl-python",
-                      timeout: float = 30.0, connect_timeout: float = 10.0, ack_timeout: float = 5.0) -> "Client":
+                      timeout: float = 30.0, connect_timeout: float = 10.0, ack_timeout: float = 5.0,
+                      shared_inbox: bool = False) -> "Client":
         """Connects to the broker at `server` (default ``$PCTL_SERVER``, else
         nats://127.0.0.1:4222) with the NKey seed file `creds` (default ``$PCTL_CREDS``; empty: no
         credentials): admin.nk, producer.nk or consumer.nk from the broker's data directory.
@@ -80,12 +85,14 @@ class Client:
         `timeout` bounds each broker API request; `ack_timeout` the wait for a publish's
         acknowledgement, after which the publish is ambiguous and retried with the same
         deduplication id (spec/protocol.md §5.1); `connect_timeout` the first connection (after
-        it, the connection reconnects forever). Raises :class:`pctl.Unavailable` when no broker
-        answers, :class:`pctl.PermissionDenied` when it refuses the credentials."""
+        it, the connection reconnects forever). With NKey credentials the client receives its
+        replies on the private inbox ``_INBOX_<public key>`` (spec/protocol.md §8.3), which scoped
+        credentials (``pctl creds issue``) require; `shared_inbox` uses ``_INBOX`` instead, for a
+        server configured before private inboxes existed. Raises :class:`pctl.Unavailable` when no
+        broker answers, :class:`pctl.PermissionDenied` when it refuses the credentials."""
         server = server or os.environ.get("PCTL_SERVER") or DEFAULT_SERVER
         creds = creds if creds is not None else os.environ.get("PCTL_CREDS", "")
-        if creds:
-            _check_seed_file(creds)
+        pub = _check_seed_file(creds) if creds else ""
         client: Optional[Client] = None
         errors: list[BaseException] = []
         give_up = asyncio.Event()  # an error that waiting cannot cure
@@ -111,6 +118,8 @@ class Client:
                                     reconnected_cb=on_reconnect, disconnected_cb=on_reconnect)
         if creds:
             opts["nkeys_seed"] = creds
+            if pub and not shared_inbox:
+                opts["inbox_prefix"] = f"_INBOX_{pub}"
         task = asyncio.ensure_future(nc.connect(**opts))
         auth_wait = asyncio.ensure_future(give_up.wait())
         try:
@@ -247,8 +256,8 @@ class Client:
             if not req.done():
                 req.cancel()
 
-    async def request_json(self, subject: str, body: Any = None) -> Any:
-        msg = await self.request(subject, body)
+    async def request_json(self, subject: str, body: Any = None, *, timeout: Optional[float] = None) -> Any:
+        msg = await self.request(subject, body, timeout=timeout)
         try:
             return json.loads(msg.data)
         except ValueError as e:
@@ -256,11 +265,11 @@ class Client:
 
     # --- topics and plugins ----------------------------------------------------------------------
 
-    async def topic(self, name: str) -> wire.Topic:
+    async def topic(self, name: str, *, timeout: Optional[float] = None) -> wire.Topic:
         """The topic's descriptor (spec/protocol.md §4). Raises :class:`pctl.NotFound` for an
         unknown topic."""
         wire.valid_name("topic name", name)
-        return wire.Topic.from_reply(await self.request_json(wire.API_TOPIC_GET, {"topic": name}))
+        return wire.Topic.from_reply(await self.request_json(wire.API_TOPIC_GET, {"topic": name}, timeout=timeout))
 
     async def module(self, digest: str) -> bytes:
         """A plugin's bytes by digest (64 hex digits), verified: their SHA-256 must equal the

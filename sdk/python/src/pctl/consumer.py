@@ -20,12 +20,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import re
 import secrets
 import time
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, NoReturn, Optional, Union
 
 from . import _nats, wire
 from .errors import BadRequest, Conflict, NotFound, PctlError, PermissionDenied, Unavailable
@@ -205,7 +206,7 @@ class Consumer:
         self._revoked_done: set = set()  # (partition, epoch) whose keys-revoked step ran here
         self._assigned_done: set = set()  # (partition, epoch, parent) whose keys-assigned step ran here
         self._parts: dict[int, _Part] = {}
-        self._ready: deque = deque()
+        self._ready: deque[_Item] = deque()
         self._wake = asyncio.Event()
         self._pos_event = asyncio.Event()
         self._rebalance = True
@@ -219,6 +220,7 @@ class Consumer:
         self._stop_listening: Optional[Callable[[], None]] = None
         self._parts_cache: dict[tuple, "Partitioner"] = {}
         self._refreshing: Optional[asyncio.Task] = None
+        self._started_at = _now_rfc3339()
 
     # --- creation -------------------------------------------------------------------------------------
 
@@ -322,7 +324,7 @@ class Consumer:
                 continue
             if self._ready:
                 item = self._ready.popleft()
-                part = item.part
+                part: _Part = item.part
                 part.queued -= 1
                 if part.queued < self._max_buffered:
                     part.space.set()
@@ -459,12 +461,15 @@ class Consumer:
         revoked = sorted(p.q for p in parts if not p.lost)
         if revoked:
             await self._callback(self._on_revoked, revoked)
-        for part in parts:
-            if not part.lost:
-                try:
-                    await asyncio.wait_for(self._release(part), self._session)
-                except (PctlError, asyncio.TimeoutError):
-                    pass
+        async def release(part: _Part) -> None:
+            try:
+                await self._release(part)
+            except PctlError:
+                pass
+        try:
+            await asyncio.wait_for(asyncio.gather(*(release(p) for p in parts if not p.lost)), self._session)
+        except asyncio.TimeoutError:
+            pass  # the broker is away: the leases expire by themselves
         self._parts = {}
         try:
             await asyncio.wait_for(self._kv.delete(self._prefix + f"m.{self.member}"), 5.0)
@@ -571,6 +576,7 @@ class Consumer:
 
     async def _keys_assigned(self, part: _Part, item: _Item) -> None:
         rec = item.record
+        assert rec is not None
         k = (part.q, rec.epoch, item.parent)
         if k in self._assigned_done:
             return
@@ -637,7 +643,7 @@ class Consumer:
         self._rebalance = True
         self._wake.set()
 
-    def _raise_commit_failed(self, q: int) -> None:
+    def _raise_commit_failed(self, q: int) -> NoReturn:
         raise CommitFailed(f"partition {q} of topic {self.topic} is no longer member {self.member}'s (taken over, revoked "
                            f"or reset): its records will be delivered again by its next owner")
 
@@ -689,6 +695,7 @@ class Consumer:
 
     async def _watch_loop(self) -> None:
         w = self._watch
+        assert w is not None
         plen = len(self._subj_prefix)
         try:
             while not self._closed:
@@ -752,7 +759,9 @@ class Consumer:
             self._see_reset(e.revision, e.value)
 
     async def _apply_reset(self) -> None:
-        rev, gen, positions = self._pending_reset
+        pending = self._pending_reset
+        assert pending is not None
+        rev, gen, positions = pending
         self._pending_reset = None
         if gen <= self._gen:
             return
@@ -793,10 +802,11 @@ class Consumer:
     # --- membership and rebalancing -----------------------------------------------------------------
 
     async def _heartbeat_once(self) -> None:
-        body = json.dumps({"id": self.member, "started": _now_rfc3339(), "heartbeat": _now_rfc3339(),
+        body = json.dumps({"id": self.member, "started": self._started_at, "heartbeat": _now_rfc3339(),
                            "owns": self.assignment}).encode()
         try:
-            await self._kv.put(self._prefix + f"m.{self.member}", body)
+            # Short: a heartbeat held up by a lost reply would make the others think us gone.
+            await self._kv.put(self._prefix + f"m.{self.member}", body, timeout=max(1.0, self._hb))
         except PermissionDenied as e:
             self._fail(e)
         except PctlError:
@@ -813,7 +823,7 @@ class Consumer:
 
     async def _refresh(self) -> None:
         try:
-            t = await _fetch_topic(self._c, self.topic)
+            t = await _fetch_topic(self._c, self.topic, timeout=max(1.0, 2 * self._hb))
         except NotFound:
             self._fail(NotFound(f"topic {self.topic} was deleted; member {self.member} of group {self.group} stops"))
             return
@@ -893,14 +903,14 @@ class Consumer:
                 self._rebalance = True
                 return
             try:
-                part = await self._acquire(q)
+                got = await self._acquire(q)
             except PctlError as e:
                 self._logf(f"member {self.member}: acquire partition {q}: {e}")
                 continue
-            if part is None:
+            if got is None:
                 continue
-            self._parts[q] = part
-            self._start_part(part)
+            self._parts[q] = got
+            self._start_part(got)
             gained.append(q)
         if gained:
             await self._callback(self._on_assigned, gained)
@@ -920,7 +930,7 @@ class Consumer:
         start = time.monotonic()
         lease_end = now_ms + int(self._session * 1000)
         if e is None or e.deleted:
-            pos = self._position(q) if self._gen else 0
+            pos = 0  # §6.6: a partition without a key is at 0 (a resetter creates the keys it finds missing)
             body = _pstate_json(self.member, lease_end, pos, self._gen)
             try:
                 rev = await (self._kv.create(key, body))
@@ -980,6 +990,7 @@ class Consumer:
 
     async def _run_part(self, part: _Part) -> None:
         reader = part.reader
+        assert reader is not None
         topic = self.topic
         q = part.q
         token = part.token
@@ -1058,6 +1069,7 @@ class Consumer:
     async def _misplaced_record(self, part: _Part, rec: Record) -> tuple:
         """Applies the misplaced policy: (record to queue or None for a skip, stop error or None)."""
         mp = rec.misplaced
+        assert mp is not None
         self.stats.misplaced += 1
         self._logf(f"member {self.member}: partition {part.q}: misplaced record at {rec.seq} (epoch {rec.epoch}, key {rec.key!r}): {mp.reason}")
         await self._callback(self._on_misplaced, rec)
@@ -1126,6 +1138,7 @@ class Consumer:
             if qe == part.q:
                 continue  # §6.7: the key's older records are before this one in this very stream
             ep = await self._ended_epoch(e)
+            assert ep.boundaries is not None
             boundary = ep.boundaries[qe]
             last_fetch = time.monotonic()
             logged = False
@@ -1163,6 +1176,7 @@ class Consumer:
             # marker (boundary + 1), so keys-assigned here waits for that, up to a session timeout
             # (an owner that stopped at the boundary, e.g. a retired partition it let go).
             ep = await self._ended_epoch(rec.epoch - 1)
+            assert ep.boundaries is not None
             b = ep.boundaries[prev] + 1
             until = time.monotonic() + self._session
             while self._position(prev) < b and time.monotonic() < until:
@@ -1231,6 +1245,29 @@ class Consumer:
 # --- helpers --------------------------------------------------------------------------------------------
 
 
+_HEADER_LINE = re.compile(rb"([^:\r\n]*):([^\r\n]*)")
+_B_KEY, _B_PRODUCER, _B_SEQ = wire.HEADER_KEY.encode(), wire.HEADER_PRODUCER.encode(), wire.HEADER_SEQ.encode()
+_B_TIME, _B_FENCE = HEADER_TIME.encode(), HEADER_FENCE.encode()
+# pctl's own headers, by their exact names: 1 key, 2 producer, 3 seq, 4 time, 5 fence, 0 ignored.
+_KNOWN = {_B_KEY: 1, _B_PRODUCER: 2, _B_SEQ: 3, _B_TIME: 4, _B_FENCE: 5, wire.HEADER_MSG_ID.encode(): 0}
+_subjects: dict = {}  # record subject -> (epoch, partition) or None: few distinct ones, parsed once
+
+
+def _subject(subject: bytes) -> Optional[tuple]:
+    r = _subjects.get(subject, False)
+    if r is False:
+        r = None
+        parts = subject.split(b".")
+        if len(parts) == 5 and parts[0] == b"pctl" and parts[1] == b"data":
+            e, p = _atoi(parts[3]), _atoi(parts[4])
+            if e is not None and p is not None:
+                r = (e, p)
+        if len(_subjects) > 4096:
+            _subjects.clear()
+        _subjects[subject] = r
+    return r
+
+
 def _parse(raw: RawRecord, topic: str, q: int, owner: int) -> Union[Record, tuple]:
     """A record from a stream message, or (sequence, epoch it starts) for a fence marker. A keyed
     record whose key header or subject is unusable comes out marked misplaced (§6.8)."""
@@ -1242,40 +1279,41 @@ def _parse(raw: RawRecord, topic: str, q: int, owner: int) -> Union[Record, tupl
     headers: dict = {}
     h = raw.headers
     if h:
-        for line in h.split(b"\r\n")[1:]:
-            if not line:
-                continue
-            name, sep, value = line.partition(b":")
-            if not sep:
-                continue
-            n = name.strip().decode("ascii", "replace")
-            v = value.strip().decode("utf-8", "replace")
-            c0 = n[:5].lower()
-            if c0 == "pctl-":
-                if n == wire.HEADER_KEY:
-                    if key_hdr is None:
-                        key_hdr = v
-                elif n == wire.HEADER_PRODUCER:
-                    producer = v
-                elif n == wire.HEADER_SEQ:
-                    pseq = int(v) if v.isdigit() else 0
-                elif n == HEADER_TIME:
-                    t = parse_time(v)
-                    ts = -1 if t is None else t
-                elif n == HEADER_FENCE:
-                    return raw.seq, (int(v) if v.isdigit() else 0)
-            elif c0 != "nats-":
-                lst = headers.get(n)
-                if lst is None:
-                    headers[n] = [v]
-                else:
-                    lst.append(v)
-    epoch, sq, subject_ok = 0, -1, False
-    parts = raw.subject.split(b".")
-    if len(parts) == 5 and parts[0] == b"pctl" and parts[1] == b"data":
-        e, p = _atoi(parts[3]), _atoi(parts[4])
-        if e is not None and p is not None:
-            epoch, sq, subject_ok = e, p, True
+        for bn, bv in _HEADER_LINE.findall(h, h.find(b"\r\n") + 2):
+            k = _KNOWN.get(bn)
+            if k is None:
+                bn = bn.strip()
+                k = _KNOWN.get(bn)
+                if k is None:
+                    low = bn[:5].lower()
+                    if low == b"pctl-" or low == b"nats-":
+                        continue  # another protocol header: not the application's
+                    n = bn.decode("ascii", "replace")
+                    if not n or any(c.isspace() for c in n):
+                        continue
+                    v = bv.strip().decode("utf-8", "replace")
+                    lst = headers.get(n)
+                    if lst is None:
+                        headers[n] = [v]
+                    else:
+                        lst.append(v)
+                    continue
+            if k == 1:
+                if key_hdr is None:
+                    key_hdr = bv.strip().decode("utf-8", "replace")
+            elif k == 2:
+                producer = bv.strip().decode("utf-8", "replace")
+            elif k == 3:
+                v = bv.strip()
+                pseq = int(v) if v.isdigit() else 0
+            elif k == 4:
+                t = parse_time(bv.strip().decode("ascii", "replace"))
+                ts = -1 if t is None else t
+            elif k == 5:
+                v = bv.strip()
+                return raw.seq, (int(v) if v.isdigit() else 0)
+    sub = _subject(raw.subject)
+    epoch = sub[0] if sub else 0
     if ts < 0:
         ts = raw.time_ns // 1_000_000
     mp = None
@@ -1283,10 +1321,10 @@ def _parse(raw: RawRecord, topic: str, q: int, owner: int) -> Union[Record, tupl
         key = decode_key(key_hdr)
         if key is None:
             mp = Misplacement(-1, f"its {wire.HEADER_KEY} header {_go_quote(key_hdr[:40])} is not b64:<standard base64>")
-        elif not subject_ok:
+        elif sub is None:
             mp = Misplacement(-1, f"its subject {_go_quote(raw.subject.decode('utf-8', 'replace'))} is not an epoch's record subject")
-        elif sq != q:
-            mp = Misplacement(-1, f"its subject {_go_quote(raw.subject.decode('utf-8', 'replace'))} names partition {sq}")
+        elif sub[1] != q:
+            mp = Misplacement(-1, f"its subject {_go_quote(raw.subject.decode('utf-8', 'replace'))} names partition {sub[1]}")
     r = Record(topic, q, epoch, raw.seq, key, raw.data, headers, ts, raw.time_ns, producer, pseq, owner)
     if mp is not None:
         r.misplaced = mp
@@ -1352,11 +1390,11 @@ def _now_rfc3339() -> str:
     return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-async def _fetch_topic(client: "Client", topic: str) -> wire.Topic:
+async def _fetch_topic(client: "Client", topic: str, timeout: Optional[float] = None) -> wire.Topic:
     deadline = time.monotonic() + client.timeout
     while True:
         try:
-            t = await client.topic(topic)
+            t = await client.topic(topic, timeout=timeout)
         except Unavailable as e:
             if "being created" in str(e) and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
@@ -1393,21 +1431,34 @@ def _seek_target(to: SeekTarget) -> tuple:
     raise BadRequest(f"seek to {type(to).__name__}: give \"beginning\", \"end\" or an aware datetime")
 
 
-async def _target(client: "Client", stream: str, kind: str, tms: int) -> int:
+async def _target(client: "Client", topic: str, q: int, kind: str, tms: int) -> int:
+    """A seek's target in partition stream q (§6.6): 0, the last sequence, or one below the first
+    message stored at or after tms. For a time, a reader created to start there tells: the server
+    reports it as delivered up to the sequence before its start (this needs only what a consumer
+    credential scoped to the topic may do, §8.2)."""
+    stream = wire.stream_name(topic, q)
     if kind == "beginning":
         return 0
     last = await _last_seq(client, stream)
-    if kind == "end":
+    if kind == "end" or last == 0:
         return last
     when = datetime.fromtimestamp(tms / 1000, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+    name = "pctl_seek_" + secrets.token_hex(8)
+    filt = f"{wire.DATA_PREFIX}.{topic}.>"
+    cfg = {"name": name, "ack_policy": "none", "deliver_policy": "by_start_time", "opt_start_time": when,
+           "mem_storage": True, "num_replicas": 1, "inactive_threshold": int(10e9), "filter_subject": filt}
     try:
-        r = await _nats.js_request(client, f"$JS.API.STREAM.MSG.GET.{stream}", {"start_time": when})
+        r = await _nats.js_request(client, f"$JS.API.CONSUMER.CREATE.{stream}.{name}.{filt}",
+                                   {"stream_name": stream, "config": cfg, "action": "create"})
     except _nats.JSError as e:
-        if e.err_code in (_nats.ERR_NO_MESSAGE, _nats.ERR_STREAM_NOT_FOUND) or e.code == 404:
-            return last
+        if e.err_code == _nats.ERR_STREAM_NOT_FOUND:
+            return 0
         raise Unavailable(f"seek {stream} to {when}: {e}") from None
-    seq = int((r.get("message") or {}).get("seq") or 0)
-    return max(0, seq - 1) if seq else last
+    try:
+        await _nats.js_request(client, f"$JS.API.CONSUMER.DELETE.{stream}.{name}", {})
+    except (PctlError, _nats.JSError):
+        pass  # removed by its inactive threshold anyway
+    return min(last, int((r.get("delivered") or {}).get("stream_seq") or 0))
 
 
 async def reset_group(client: "Client", topic: str, group: str, kind: str, tms: int = 0, *,
@@ -1430,7 +1481,7 @@ async def reset_group(client: "Client", topic: str, group: str, kind: str, tms: 
             except (ValueError, TypeError, AttributeError):
                 gen = 0
         m = _max_partitions(desc)
-        positions = list(await asyncio.gather(*(_target(client, wire.stream_name(topic, q), kind, tms) for q in range(m))))
+        positions = list(await asyncio.gather(*(_target(client, topic, q, kind, tms) for q in range(m))))
         body: dict[str, Any] = {"generation": gen + 1, "to": kind, "positions": positions, "by": by, "at": _now_rfc3339()}
         if kind == "time":
             body["time"] = tms

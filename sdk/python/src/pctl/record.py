@@ -87,12 +87,23 @@ def parse_time(v: str) -> Optional[int]:
     return t if t <= MAX_TIME_MS else None
 
 
+try:
+    binascii.a2b_base64(b"", strict_mode=True)  # type: ignore[call-arg]
+
+    def _b64(s: str) -> bytes:
+        return binascii.a2b_base64(s.encode("ascii"), strict_mode=True)  # type: ignore[call-arg]
+except TypeError:  # Python 3.10: no strict mode
+    def _b64(s: str) -> bytes:
+        return base64.b64decode(s, validate=True)
+
+
 def decode_key(v: str) -> Optional[bytes]:
+    """A Pctl-Key header's key, or None when it is not b64:<standard base64>."""
     if not v.startswith("b64:"):
         return None
     try:
-        return base64.b64decode(v[4:], validate=True)
-    except (binascii.Error, ValueError):
+        return _b64(v[4:])
+    except (binascii.Error, ValueError, UnicodeEncodeError):
         return None
 
 
