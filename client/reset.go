@@ -147,7 +147,11 @@ func (c *Client) resetGroup(ctx context.Context, topic, group string, to SeekTar
 		// Another reset won: this one goes on top of it.
 	}
 	// Step 3: every partition key to the new generation (members do it too, for the keys they
-	// own and the ones they acquire, so a resetter that stops here leaves no half reset).
+	// own and the ones they acquire, so a resetter that stops here leaves no half reset). Past
+	// the commit point the caller's context no longer stops it: a Seek from a handler has its
+	// context cancelled by the very reset it made.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.Timeout)
+	defer cancel()
 	for q := range res.Positions {
 		if keys >= 0 && q >= keys {
 			return res, nil
