@@ -242,18 +242,18 @@ func cmdConsume(e *env, args []string) int {
 // recordWriter prints records from the consumer's handlers (which run concurrently, one per
 // partition) one whole line at a time.
 type recordWriter struct {
-	mu     sync.Mutex
-	w      *bufio.Writer
+	mu      sync.Mutex
+	w       *bufio.Writer
 	jsonl   bool
 	stamps  bool
 	headers bool
 	topic   string
-	max    int
-	n      int
-	last   time.Time
-	err    error
-	onMax  func()
-	buf    []byte
+	max     int
+	n       int
+	last    time.Time
+	err     error
+	onMax   func()
+	buf     []byte
 }
 
 func (r *recordWriter) handle(ctx context.Context, m *client.Message) error {
