@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // A runnable example: one member of consumer group "billing" reads a topic from the beginning,
 // printing its partitions, every record (each key's records in the order they were produced,
-// across epoch changes) and the key handovers of epoch changes; it stops after 3 s without a
+// across epoch changes) and the key handovers of epoch changes; it stops after 5 s without a
 // record and commits what it printed.
 //
 //   PCTL_SERVER=nats://127.0.0.1:4222 PCTL_CREDS=./pctl-data/consumer.nk node examples/consume.js orders
@@ -23,13 +23,13 @@ try {
     onKeysAssigned: (c) => console.log(`keys assigned: partition ${c.partition} from partition ${c.parent} (epoch ${c.fromEpoch} -> ${c.toEpoch})`),
   });
   let n = 0;
-  let idle = setTimeout(() => consumer.close(), 3000);
+  let idle = setTimeout(() => consumer.close(), 5000);
   for await (const m of consumer) {
     clearTimeout(idle);
     n++;
     const key = m.key === null ? '(keyless)' : m.key.toString();
     console.log(`partition ${m.partition} epoch ${m.epoch} seq ${m.seq}: ${key} = ${m.value.toString()}`);
-    idle = setTimeout(() => consumer.close(), 3000); // the loop ends when the consumer is closed
+    idle = setTimeout(() => consumer.close(), 5000); // the loop ends when the consumer is closed
   }
   await consumer.close(); // (idempotent) waits until the positions are committed
   console.log(`${n} records; member ${consumer.member} left the group`);
