@@ -278,3 +278,4 @@ func TestClusterTwoBrokersFinishAChangeWhenOneDies(t *testing.T) {
 		})
 	}
 }
+

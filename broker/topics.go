@@ -2,7 +2,9 @@ package broker
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -333,6 +335,14 @@ func (b *Broker) moduleBytes(ctx context.Context, ref string) ([]byte, error) {
 		}
 	}
 	wasm, err := b.objs.GetBytes(ctx, d)
+	if errors.Is(err, jetstream.ErrObjectNotFound) && b.pluginStoredAtLeader(ctx, d) {
+		// Uploaded through another broker and not yet on the replica that answered: the
+		// leader has it, so wait for the replica (reads of the object go to any replica).
+		for pause := 20 * time.Millisecond; errors.Is(err, jetstream.ErrObjectNotFound) && pause < 3*time.Second; pause *= 2 {
+			time.Sleep(pause)
+			wasm, err = b.objs.GetBytes(ctx, d)
+		}
+	}
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, fmt.Errorf("%w: no plugin with digest sha256:%s; upload it with 'pctl plugin upload FILE.wasm'", wire.ErrNotFound, d)
 	}
@@ -343,6 +353,19 @@ func (b *Broker) moduleBytes(ctx context.Context, ref string) ([]byte, error) {
 		return nil, fmt.Errorf("%w: stored plugin %s does not match its digest", wire.ErrInternal, d)
 	}
 	return wasm, nil
+}
+
+// pluginStoredAtLeader reports whether the plugins bucket's stream leader holds the object (and
+// it is not deleted).
+func (b *Broker) pluginStoredAtLeader(ctx context.Context, digest string) bool {
+	e, err := b.leaderLast(ctx, "OBJ_"+wire.PluginsBucket, "$O."+wire.PluginsBucket+".M."+base64.URLEncoding.EncodeToString([]byte(digest)))
+	if err != nil {
+		return false
+	}
+	var info struct {
+		Deleted bool `json:"deleted"`
+	}
+	return json.Unmarshal(e.value, &info) == nil && !info.Deleted
 }
 
 // partitionerFor returns a pooled partitioner for an epoch's (digest, config), shared by the
