@@ -278,4 +278,3 @@ func TestClusterTwoBrokersFinishAChangeWhenOneDies(t *testing.T) {
 		})
 	}
 }
-
