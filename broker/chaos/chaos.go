@@ -141,9 +141,9 @@ type Result struct {
 	LiveMissing, LateMissing int64
 	// WorstStall is the longest gap between two live deliveries while the traffic flowed.
 	WorstStall time.Duration
-	// SetupRetries counts topic creations refused as unavailable right after the brokers were
-	// ready (see Run).
-	SetupRetries int
+	// SetupRetries are the steps (broker start and restart, topic creation, a first consumer)
+	// that failed and were tried again (see run.setup): not failures of the run, but findings.
+	SetupRetries []string
 	// Problems are failures of the run itself that are not the checkers' (a change that never
 	// completed, a broker that did not come back, a group member that returned an error).
 	Problems []string
@@ -289,7 +289,12 @@ func Run(parent context.Context, cfg Config) (*Result, error) {
 	}
 	defer r.cluster.Close()
 	for i := 0; i < cfg.Brokers; i++ {
-		b, err := r.startBroker(i)
+		var b *brokerProc
+		err := r.setup(fmt.Sprintf("start broker b%d", i+1), func() error {
+			var err error
+			b, err = r.startBroker(i)
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -306,20 +311,11 @@ func Run(parent context.Context, cfg Config) (*Result, error) {
 	}
 	defer admin.Close()
 	r.admin = admin
-	// Right after the brokers' ready lines, their subscriptions may not have reached the node the
-	// admin is connected to (interest crosses routes asynchronously): a "no broker answers" then
-	// is retried for a few seconds, and counted (SetupRetries).
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	if err := r.setup("create topic", func() error {
 		_, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: Topic, Partitions: initialPartitions, Partitioner: initialPartitioner})
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, wire.ErrUnavailable) || time.Now().After(deadline) {
-			return nil, fmt.Errorf("chaos: create topic: %w", err)
-		}
-		r.res.SetupRetries++
-		r.cfg.Logf("chaos: create topic: %v; again", err)
-		time.Sleep(100 * time.Millisecond)
+		return err
+	}); err != nil {
+		return nil, err
 	}
 	if info, err := r.cluster.Stream(ctx, wire.StreamName(Topic, 0)); err != nil || len(info.Replicas) != 2 {
 		return nil, fmt.Errorf("chaos: the topic's first partition stream is not on 3 nodes: %+v %v", info, err)
@@ -327,7 +323,7 @@ func Run(parent context.Context, cfg Config) (*Result, error) {
 
 	live := &group{r: r, name: "live", live: true}
 	for i := 0; i < cfg.Members; i++ {
-		if err := live.add(fmt.Sprintf("m%d", i)); err != nil {
+		if err := r.setup("start live member", func() error { return live.add(fmt.Sprintf("m%d", i)) }); err != nil {
 			return nil, err
 		}
 	}
@@ -473,6 +469,28 @@ func Run(parent context.Context, cfg Config) (*Result, error) {
 	return &r.res, nil
 }
 
+// setup runs a setup step, trying again for 20s while it fails: on a fresh cluster a broker's
+// bucket creation can time out, and requests right after the brokers' ready lines can find no
+// responder (interest crosses routes asynchronously). Each retry is recorded.
+func (r *run) setup(what string, f func() error) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || r.ctx.Err() != nil {
+			return fmt.Errorf("chaos: %s: %w", what, err)
+		}
+		first, _, _ := strings.Cut(err.Error(), "\n")
+		r.mu.Lock()
+		r.res.SetupRetries = append(r.res.SetupRetries, what+": "+first)
+		r.mu.Unlock()
+		r.cfg.Logf("chaos: %s: %v; again", what, err)
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
 func (r *run) problem(format string, args ...any) {
 	r.mu.Lock()
 	r.res.Problems = append(r.res.Problems, fmt.Sprintf(format, args...))
@@ -505,7 +523,7 @@ func (r *run) startCluster() error {
 		}
 		r.creds[role] = path
 		var perms *natsconf.Permissions
-		if p := broker.RolePermissions(role); p != nil {
+		if p := broker.UserPermissions(role, pub); p != nil { // the role's, with its private inbox
 			perms = &natsconf.Permissions{}
 			if p.Publish != nil {
 				perms.PublishAllow, perms.PublishDeny = p.Publish.Allow, p.Publish.Deny

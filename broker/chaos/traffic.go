@@ -293,7 +293,10 @@ func (r *run) change(admin *client.Client, ch Change) ChangeRecord {
 			t, err := read()
 			switch {
 			case err != nil:
+				// Unknown: the change may be in progress. Read again; never ask twice blindly.
 				rec.Errors = append(rec.Errors, "read: "+err.Error())
+				time.Sleep(200 * time.Millisecond)
+				continue
 			case len(t.Epochs) > before && t.Change == nil:
 				rec.Done = true
 				rec.Took = time.Since(start)
