@@ -131,9 +131,24 @@ func (b *Broker) finishCreate(ctx context.Context, t *wire.Topic, rev uint64) er
 	if err != nil {
 		return err
 	}
-	t.Creating = false
-	_, err = b.putTopic(ctx, t, rev)
-	return err
+	id := t.ID
+	for attempt := 0; ; attempt++ {
+		t.Creating = false
+		_, err = b.putTopic(ctx, t, rev)
+		if !errors.Is(err, wire.ErrConflict) || attempt >= 20 {
+			return err
+		}
+		// Another broker (its retry loop) may have finished the creation meanwhile.
+		if t, rev, err = b.getTopic(ctx, t.Name); err != nil {
+			return err
+		}
+		switch {
+		case t.ID != id || t.Deleting:
+			return fmt.Errorf("%w: topic %s was deleted while being created", wire.ErrConflict, t.Name)
+		case !t.Creating:
+			return nil
+		}
+	}
 }
 
 // forPartitions runs f for partitions 0..n-1, a few at a time.
@@ -298,7 +313,15 @@ func (b *Broker) finishDelete(ctx context.Context, t *wire.Topic, rev uint64) er
 			}
 		}
 	}
-	return b.deleteTopicKey(ctx, t.Name, rev)
+	err = b.deleteTopicKey(ctx, t.Name, rev)
+	if errors.Is(err, wire.ErrConflict) {
+		// Another broker may have finished the deletion meanwhile (or written the descriptor
+		// again while deleting: then the retry loop finishes it).
+		if _, _, gerr := b.getTopic(ctx, t.Name); errors.Is(gerr, wire.ErrNotFound) {
+			return nil
+		}
+	}
+	return err
 }
 
 // resolvePartitioner turns a reference (built-in name or digest of an uploaded plugin) into an
