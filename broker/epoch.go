@@ -87,6 +87,11 @@ func (b *Broker) apiTopicRepartition(ctx context.Context, m *nats.Msg) (any, err
 		}
 	}
 	b.cfg.Logf("topic %s: epoch %d -> %d planned (%d -> %d partitions, %s -> %s)", t.Name, cur.Epoch, cur.Epoch+1, cur.Partitions, n, cur.Partitioner.Name, p.Name)
+	if b.cfg.StepHook != nil {
+		if err := b.cfg.StepHook(t.Name, statePlanned); err != nil {
+			return nil, err
+		}
+	}
 	if err := b.runChange(ctx, t.Name); err != nil {
 		return nil, fmt.Errorf("%w (the change to epoch %d is recorded and the broker keeps retrying it; 'pctl topic describe %s' shows its state)", err, cur.Epoch+1, t.Name)
 	}

@@ -47,7 +47,7 @@ type Config struct {
 	Bin string
 	// Brokers is the number of 'pctl serve' processes [2].
 	Brokers int
-	// Traffic is how long the producers send [15s].
+	// Traffic is how long the producers send [12s].
 	Traffic time.Duration
 	// Rate is each producer's records per second [150].
 	Rate int
@@ -76,7 +76,7 @@ func (c *Config) defaults() error {
 		c.Brokers = 2
 	}
 	if c.Traffic == 0 {
-		c.Traffic = 15 * time.Second
+		c.Traffic = 12 * time.Second
 	}
 	if c.Rate == 0 {
 		c.Rate = 150
