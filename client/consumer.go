@@ -956,10 +956,19 @@ func (cn *Consumer) rebalance(ctx context.Context, kv jetstream.KeyValue, h Hand
 		w.gen = gen
 		w.leaseUntil = before.Add(cn.opts.SessionTimeout)
 		cn.mu.Lock()
-		if cn.gen != gen || cn.pending != nil {
-			// A reset came meanwhile: give the partition back under it at once.
+		if st := cn.pending; cn.gen != gen || st != nil {
+			// A reset came meanwhile: move the key we just wrote to it at once (no owner), so
+			// that no one waits for this lease.
 			cn.mu.Unlock()
-			cn.release(ctx, kv, w)
+			if st != nil {
+				var to uint64
+				if q < len(st.Positions) {
+					to = st.Positions[q]
+				}
+				octx, cancel := cn.op(ctx)
+				_ = moveKey(octx, kv, wire.PartitionKey(cn.topicID, cn.opts.Group, q), st.Generation, to, rev)
+				cancel()
+			}
 			continue
 		}
 		cn.owned[q] = w
