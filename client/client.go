@@ -58,6 +58,8 @@ type Client struct {
 	vmu        sync.Mutex
 	violations map[string][]chan struct{} // subject -> waiters
 	vlisteners []func(subject string)
+
+	thin thinIdentity // ProduceBrokerSide's producer id and sequence (thin.go)
 }
 
 // Connect connects to a broker.

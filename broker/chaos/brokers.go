@@ -114,7 +114,13 @@ func (b *brokerProc) signal(sig syscall.Signal, grace time.Duration) {
 		case <-done:
 			return
 		case <-time.After(grace):
-			b.r.problem("broker %s did not stop within %v of SIGTERM", b.name, grace)
+			// SIGQUIT makes the Go runtime write every goroutine's stack to the log: where it hangs.
+			_ = cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-done:
+			case <-time.After(3 * time.Second):
+			}
+			b.r.problem("broker %s did not stop within %v of SIGTERM (its goroutines are in %s)", b.name, grace, b.log)
 			_ = cmd.Process.Kill()
 		}
 	}

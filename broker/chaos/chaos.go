@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,7 +47,7 @@ type Config struct {
 	Bin string
 	// Brokers is the number of 'pctl serve' processes [2].
 	Brokers int
-	// Traffic is how long the producers send [15s].
+	// Traffic is how long the producers send [12s].
 	Traffic time.Duration
 	// Rate is each producer's records per second [150].
 	Rate int
@@ -77,7 +76,7 @@ func (c *Config) defaults() error {
 		c.Brokers = 2
 	}
 	if c.Traffic == 0 {
-		c.Traffic = 15 * time.Second
+		c.Traffic = 12 * time.Second
 	}
 	if c.Rate == 0 {
 		c.Rate = 150
@@ -139,11 +138,12 @@ type Result struct {
 	LiveIncomplete           bool
 	LateIncomplete           bool
 	LiveMissing, LateMissing int64
-	// WorstStall is the longest gap between two live deliveries while the traffic flowed.
+	// WorstStall is the longest delivery delay of the run: from a record's hand-over to its
+	// producer (Send) to its first delivery to the live group.
 	WorstStall time.Duration
-	// SetupRetries counts topic creations refused as unavailable right after the brokers were
-	// ready (see Run).
-	SetupRetries int
+	// SetupRetries are the steps (broker start and restart, topic creation, a first consumer)
+	// that failed and were tried again (see run.setup): not failures of the run, but findings.
+	SetupRetries []string
 	// Problems are failures of the run itself that are not the checkers' (a change that never
 	// completed, a broker that did not come back, a group member that returned an error).
 	Problems []string
@@ -156,7 +156,8 @@ type FaultRecord struct {
 	Target string        // what it hit: "n2 (leader of pctl-orders_3)", "broker b1"
 	Began  time.Duration // from the traffic's start
 	Ended  time.Duration // when the target was back
-	// Stall is the longest gap between live deliveries from Began to 10s after Ended.
+	// Stall is the longest delivery delay (Send to the live group's first delivery) of the
+	// records handed to producers from 1s before Began to Ended.
 	Stall time.Duration
 	Err   string // the fault could not be injected (no leader found...)
 }
@@ -239,7 +240,7 @@ func (r *Result) Summary() string {
 	if !r.OK() {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("seed %d: %s; %d sent, %d acked; changes: %s; faults: %s; drain %v, worst stall %v",
+	return fmt.Sprintf("seed %d: %s; %d sent, %d acked; changes: %s; faults: %s; drain %v, worst delivery delay %v",
 		r.Seed, verdict, r.Sent, r.Acked, strings.Join(cs, ", "), strings.Join(fs, ", "), r.Drain.Round(time.Millisecond), r.WorstStall.Round(time.Millisecond))
 }
 
@@ -252,20 +253,21 @@ type run struct {
 	creds   map[string]string // role -> seed file
 	brokers []*brokerProc
 
-	mu        sync.Mutex
-	sent      []verify.Sent
-	deliv     []verify.Delivered
-	places    []scenario.Placement
-	liveTimes []time.Duration // first deliveries of the live group, from t0
-	sendErrs  []string
-	ackedIDs  []string // recordID of every acknowledged record
-	pending   []pendingCount
-	order     atomic.Int64
-	acked     atomic.Int64
-	failed    atomic.Int64
-	res       Result
-	admin     *client.Client
-	named     map[string]*client.Client // connection name -> client (to find a client's node)
+	mu       sync.Mutex
+	sent     []verify.Sent
+	deliv    []verify.Delivered
+	places   []scenario.Placement
+	handedAt map[string]time.Duration // recordID -> when it was handed to its producer, from t0
+	liveAt   map[string]time.Duration // recordID -> its first delivery to the live group, from t0
+	sendErrs []string
+	ackedIDs []string // recordID of every acknowledged record
+	pending  []pendingCount
+	order    atomic.Int64
+	acked    atomic.Int64
+	failed   atomic.Int64
+	res      Result
+	admin    *client.Client
+	named    map[string]*client.Client // connection name -> client (to find a client's node)
 }
 
 // Run executes a run. Its error is for a run that could not be set up (the cluster or a broker
@@ -289,7 +291,12 @@ func Run(parent context.Context, cfg Config) (*Result, error) {
 	}
 	defer r.cluster.Close()
 	for i := 0; i < cfg.Brokers; i++ {
-		b, err := r.startBroker(i)
+		var b *brokerProc
+		err := r.setup(fmt.Sprintf("start broker b%d", i+1), func() error {
+			var err error
+			b, err = r.startBroker(i)
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -306,20 +313,11 @@ func Run(parent context.Context, cfg Config) (*Result, error) {
 	}
 	defer admin.Close()
 	r.admin = admin
-	// Right after the brokers' ready lines, their subscriptions may not have reached the node the
-	// admin is connected to (interest crosses routes asynchronously): a "no broker answers" then
-	// is retried for a few seconds, and counted (SetupRetries).
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	if err := r.setup("create topic", func() error {
 		_, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: Topic, Partitions: initialPartitions, Partitioner: initialPartitioner})
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, wire.ErrUnavailable) || time.Now().After(deadline) {
-			return nil, fmt.Errorf("chaos: create topic: %w", err)
-		}
-		r.res.SetupRetries++
-		r.cfg.Logf("chaos: create topic: %v; again", err)
-		time.Sleep(100 * time.Millisecond)
+		return err
+	}); err != nil {
+		return nil, err
 	}
 	if info, err := r.cluster.Stream(ctx, wire.StreamName(Topic, 0)); err != nil || len(info.Replicas) != 2 {
 		return nil, fmt.Errorf("chaos: the topic's first partition stream is not on 3 nodes: %+v %v", info, err)
@@ -327,7 +325,7 @@ func Run(parent context.Context, cfg Config) (*Result, error) {
 
 	live := &group{r: r, name: "live", live: true}
 	for i := 0; i < cfg.Members; i++ {
-		if err := live.add(fmt.Sprintf("m%d", i)); err != nil {
+		if err := r.setup("start live member", func() error { return live.add(fmt.Sprintf("m%d", i)) }); err != nil {
 			return nil, err
 		}
 	}
@@ -473,6 +471,28 @@ func Run(parent context.Context, cfg Config) (*Result, error) {
 	return &r.res, nil
 }
 
+// setup runs a setup step, trying again for 20s while it fails: on a fresh cluster a broker's
+// bucket creation can time out, and requests right after the brokers' ready lines can find no
+// responder (interest crosses routes asynchronously). Each retry is recorded.
+func (r *run) setup(what string, f func() error) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || r.ctx.Err() != nil {
+			return fmt.Errorf("chaos: %s: %w", what, err)
+		}
+		first, _, _ := strings.Cut(err.Error(), "\n")
+		r.mu.Lock()
+		r.res.SetupRetries = append(r.res.SetupRetries, what+": "+first)
+		r.mu.Unlock()
+		r.cfg.Logf("chaos: %s: %v; again", what, err)
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
 func (r *run) problem(format string, args ...any) {
 	r.mu.Lock()
 	r.res.Problems = append(r.res.Problems, fmt.Sprintf(format, args...))
@@ -505,7 +525,7 @@ func (r *run) startCluster() error {
 		}
 		r.creds[role] = path
 		var perms *natsconf.Permissions
-		if p := broker.RolePermissions(role); p != nil {
+		if p := broker.UserPermissions(role, pub); p != nil { // the role's, with its private inbox
 			perms = &natsconf.Permissions{}
 			if p.Publish != nil {
 				perms.PublishAllow, perms.PublishDeny = p.Publish.Allow, p.Publish.Deny
@@ -539,34 +559,33 @@ func (r *run) connect(role, name string) (*client.Client, error) {
 	return c, nil
 }
 
-// stalls computes the worst gap between live deliveries during the traffic, and around each
+// stalls computes the delivery delays: the worst of the run, and of the records sent around each
 // fault.
 func (r *run) stalls(trafficEnd time.Duration) {
 	r.mu.Lock()
-	ts := append([]time.Duration(nil), r.liveTimes...)
-	r.mu.Unlock()
-	sort.Slice(ts, func(i, j int) bool { return ts[i] < ts[j] })
-	gap := func(from, to time.Duration) time.Duration {
-		var worst time.Duration
-		prev := from
-		for _, t := range ts {
-			if t < from {
-				continue
-			}
-			if t > to {
-				break
-			}
-			worst = max(worst, t-prev)
-			prev = t
+	defer r.mu.Unlock()
+	type rec struct{ at, delay time.Duration }
+	var recs []rec
+	for id, live := range r.liveAt {
+		if h, ok := r.handedAt[id]; ok {
+			recs = append(recs, rec{h, live - h})
 		}
-		return worst
 	}
-	r.res.WorstStall = gap(0, trafficEnd)
+	worst := func(from, to time.Duration) time.Duration {
+		var w time.Duration
+		for _, x := range recs {
+			if x.at >= from && x.at <= to {
+				w = max(w, x.delay)
+			}
+		}
+		return w
+	}
+	r.res.WorstStall = worst(0, trafficEnd)
 	for i := range r.res.Faults {
 		f := &r.res.Faults[i]
 		if f.Began == 0 && f.Ended == 0 {
 			continue
 		}
-		f.Stall = gap(f.Began, min(f.Ended+10*time.Second, trafficEnd))
+		f.Stall = worst(f.Began-time.Second, f.Ended)
 	}
 }

@@ -195,7 +195,9 @@ func (r *run) inject(f Fault) FaultRecord {
 		r.cfg.Logf("chaos: %s: kill -9 %s", f.Kind, b.name)
 		b.kill()
 		time.Sleep(f.For)
-		if err := b.start(); err != nil {
+		// As a supervisor (systemd's Restart=always) would, start it until it runs; a start that
+		// fails is recorded (Result.SetupRetries).
+		if err := r.setup("restart broker "+b.name+" after kill -9", b.start); err != nil {
 			r.problem("%s did not start again after %s: %v", b.name, f.Kind, err)
 		}
 		rec.Ended = time.Since(r.t0)

@@ -39,10 +39,6 @@ func TestReadmeClusterSection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// TODO(cluster): remove once 'pctl serve --replicas' is in main (helper broker adds it).
-	if out, _ := exec.Command(bin, "serve", "--help").CombinedOutput(); !strings.Contains(string(out), "--replicas") {
-		t.Skip("pctl serve has no --replicas flag yet; the README section needs it")
-	}
 	lines := readmeBlock(t, "### Run on a NATS cluster")
 	dir := t.TempDir()
 	if err := os.Symlink(bin, filepath.Join(dir, "pctl")); err != nil {

@@ -12,6 +12,8 @@ import socket
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import nats
+import nats.aio.client
+import nats.aio.msg
 import nats.errors
 
 from . import wire

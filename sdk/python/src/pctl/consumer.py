@@ -26,7 +26,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, NoReturn, Optional, Union
 
 from . import _nats, wire
 from .errors import BadRequest, Conflict, NotFound, PctlError, PermissionDenied, Unavailable
@@ -206,7 +206,7 @@ class Consumer:
         self._revoked_done: set = set()  # (partition, epoch) whose keys-revoked step ran here
         self._assigned_done: set = set()  # (partition, epoch, parent) whose keys-assigned step ran here
         self._parts: dict[int, _Part] = {}
-        self._ready: deque = deque()
+        self._ready: deque[_Item] = deque()
         self._wake = asyncio.Event()
         self._pos_event = asyncio.Event()
         self._rebalance = True
@@ -324,7 +324,7 @@ class Consumer:
                 continue
             if self._ready:
                 item = self._ready.popleft()
-                part = item.part
+                part: _Part = item.part
                 part.queued -= 1
                 if part.queued < self._max_buffered:
                     part.space.set()
@@ -576,6 +576,7 @@ class Consumer:
 
     async def _keys_assigned(self, part: _Part, item: _Item) -> None:
         rec = item.record
+        assert rec is not None
         k = (part.q, rec.epoch, item.parent)
         if k in self._assigned_done:
             return
@@ -642,7 +643,7 @@ class Consumer:
         self._rebalance = True
         self._wake.set()
 
-    def _raise_commit_failed(self, q: int) -> None:
+    def _raise_commit_failed(self, q: int) -> NoReturn:
         raise CommitFailed(f"partition {q} of topic {self.topic} is no longer member {self.member}'s (taken over, revoked "
                            f"or reset): its records will be delivered again by its next owner")
 
@@ -694,6 +695,7 @@ class Consumer:
 
     async def _watch_loop(self) -> None:
         w = self._watch
+        assert w is not None
         plen = len(self._subj_prefix)
         try:
             while not self._closed:
@@ -757,7 +759,9 @@ class Consumer:
             self._see_reset(e.revision, e.value)
 
     async def _apply_reset(self) -> None:
-        rev, gen, positions = self._pending_reset
+        pending = self._pending_reset
+        assert pending is not None
+        rev, gen, positions = pending
         self._pending_reset = None
         if gen <= self._gen:
             return
@@ -899,14 +903,14 @@ class Consumer:
                 self._rebalance = True
                 return
             try:
-                part = await self._acquire(q)
+                got = await self._acquire(q)
             except PctlError as e:
                 self._logf(f"member {self.member}: acquire partition {q}: {e}")
                 continue
-            if part is None:
+            if got is None:
                 continue
-            self._parts[q] = part
-            self._start_part(part)
+            self._parts[q] = got
+            self._start_part(got)
             gained.append(q)
         if gained:
             await self._callback(self._on_assigned, gained)
@@ -926,7 +930,7 @@ class Consumer:
         start = time.monotonic()
         lease_end = now_ms + int(self._session * 1000)
         if e is None or e.deleted:
-            pos = self._position(q) if self._gen else 0
+            pos = 0  # §6.6: a partition without a key is at 0 (a resetter creates the keys it finds missing)
             body = _pstate_json(self.member, lease_end, pos, self._gen)
             try:
                 rev = await (self._kv.create(key, body))
@@ -986,6 +990,7 @@ class Consumer:
 
     async def _run_part(self, part: _Part) -> None:
         reader = part.reader
+        assert reader is not None
         topic = self.topic
         q = part.q
         token = part.token
@@ -1064,6 +1069,7 @@ class Consumer:
     async def _misplaced_record(self, part: _Part, rec: Record) -> tuple:
         """Applies the misplaced policy: (record to queue or None for a skip, stop error or None)."""
         mp = rec.misplaced
+        assert mp is not None
         self.stats.misplaced += 1
         self._logf(f"member {self.member}: partition {part.q}: misplaced record at {rec.seq} (epoch {rec.epoch}, key {rec.key!r}): {mp.reason}")
         await self._callback(self._on_misplaced, rec)
@@ -1132,6 +1138,7 @@ class Consumer:
             if qe == part.q:
                 continue  # §6.7: the key's older records are before this one in this very stream
             ep = await self._ended_epoch(e)
+            assert ep.boundaries is not None
             boundary = ep.boundaries[qe]
             last_fetch = time.monotonic()
             logged = False
@@ -1169,6 +1176,7 @@ class Consumer:
             # marker (boundary + 1), so keys-assigned here waits for that, up to a session timeout
             # (an owner that stopped at the boundary, e.g. a retired partition it let go).
             ep = await self._ended_epoch(rec.epoch - 1)
+            assert ep.boundaries is not None
             b = ep.boundaries[prev] + 1
             until = time.monotonic() + self._session
             while self._position(prev) < b and time.monotonic() < until:

@@ -17,7 +17,7 @@ import secrets
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -153,11 +153,11 @@ class Producer:
         self._replies: dict[str, asyncio.Future] = {}
         self._token = 0
         self._inbox = ""
-        self._sub = None
+        self._sub: Any = None
         self._control_task: Optional[asyncio.Task] = None
         self._event_check: Optional[asyncio.Future] = None
-        self._events_sub = None
-        self._stop_listening = None
+        self._events_sub: Any = None
+        self._stop_listening: Optional[Callable[[], None]] = None
         self.resent = 0  # records re-sent under a new epoch after a fence
         self._max_record = 0  # the partition streams' max_msg_size (spec/protocol.md §5.3); 0: unknown
 
@@ -343,6 +343,7 @@ class Producer:
     def _assign_many(self, pds: list) -> None:
         """Partitions records (in send order) under the current epoch and queues each on the
         sink of its partition; a record whose key the module fails on fails alone."""
+        assert self._desc is not None and self._part is not None
         cur = self._desc.current
         keyed = [pd for pd in pds if pd.key is not None]
         parts: dict = {}
@@ -360,6 +361,7 @@ class Producer:
 
     def _assign(self, pd: _Pending, part: Optional[int] = None) -> None:
         """Queues a record on the sink of its partition under the current epoch."""
+        assert self._desc is not None and self._part is not None
         cur = self._desc.current
         if pd.key is None:
             part = self._rr % cur.partitions
@@ -473,8 +475,9 @@ class Producer:
             if ev.final or ev.cause is None:
                 continue
             try:
-                desc: Optional[wire.Topic] = await self._fetch()
-                self._check_same_topic(desc)
+                fetched = await self._fetch()
+                self._check_same_topic(fetched)
+                desc: Optional[wire.Topic] = fetched
             except (NotFound, PermissionDenied) as e:
                 self._fail(e)
                 ev.sink.abort(e)
@@ -648,17 +651,17 @@ class _Sink:
                     inflight.append((pd, fut, loop.time() + timeout * (1 << min(pd.tries - 1, 6))))
             while inflight and inflight[0][1].done():
                 pd, fut, _ = inflight.popleft()
-                e = fut.exception()
-                if e is None:
+                err = fut.exception()
+                if err is None:
                     seq, dup = fut.result()
                     self.last_acked = seq
                     self.failures = 0
                     p._finish(pd, RecordMetadata(self.partition, self.epoch, seq, pd.seq, dup))
-                elif _permanent(e):
-                    p._finish(pd, error=BadRequest(f"record {pd.seq} refused by partition {self.partition}: {e}"))
+                elif _permanent(err):
+                    p._finish(pd, error=BadRequest(f"record {pd.seq} refused by partition {self.partition}: {err}"))
                 else:
                     failed.append(pd)
-                    cause = cause or e
+                    cause = cause or err
             if inflight:
                 pd, fut, deadline = inflight[0]
                 now = loop.time()

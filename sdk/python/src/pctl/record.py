@@ -88,10 +88,10 @@ def parse_time(v: str) -> Optional[int]:
 
 
 try:
-    binascii.a2b_base64(b"", strict_mode=True)
+    binascii.a2b_base64(b"", strict_mode=True)  # type: ignore[call-arg]
 
     def _b64(s: str) -> bytes:
-        return binascii.a2b_base64(s.encode("ascii"), strict_mode=True)
+        return binascii.a2b_base64(s.encode("ascii"), strict_mode=True)  # type: ignore[call-arg]
 except TypeError:  # Python 3.10: no strict mode
     def _b64(s: str) -> bytes:
         return base64.b64decode(s, validate=True)
