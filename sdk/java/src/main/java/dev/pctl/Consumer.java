@@ -1791,12 +1791,12 @@ public final class Consumer implements AutoCloseable {
         mu.lock();
         try {
             setPStateLocked(q, new PState(rev, pos, myGen, member, leaseEnd));
-            // Boundaries behind the start position were passed by an earlier owner; one right at
-            // it (the position is the boundary or its fence marker) may still owe its keys-revoked
-            // step, when the member that reached it stopped or crashed before running it.
+            // §6.5: a boundary behind the start position was passed by an earlier owner, which ran
+            // its keys-revoked step before committing past it; one exactly at it may still owe the
+            // step (the member that got there may have stopped before running it).
             for (TopicDescriptor.Epoch[] en : endedLocked()) {
                 TopicDescriptor.Epoch ep = en[0];
-                if (q < ep.boundaryCount() && ep.boundary(q) + 1 < pos) {
+                if (q < ep.boundaryCount() && ep.boundary(q) < pos) {
                     revokedDone.add(List.of(q, ep.number()));
                 }
             }
@@ -2434,22 +2434,7 @@ public final class Consumer implements AutoCloseable {
                     // The watch brings positions as they are committed; in case it lags, read the
                     // parent's key directly once a heartbeat while waiting.
                     lastFetch = now;
-                    try {
-                        GroupKv.Entry en = kv.get(prefix + "p." + qe);
-                        if (en != null && !en.deleted()) {
-                            PState st = parsePState(en.revision(), en.value());
-                            if (st != null) {
-                                mu.lock();
-                                try {
-                                    setPStateLocked(qe, st);
-                                } finally {
-                                    mu.unlock();
-                                }
-                            }
-                        }
-                    } catch (PctlException ex) {
-                        // the next try
-                    }
+                    fetchPState(qe);
                 }
                 if (!logged && now - started > 3 * sessionNanos) {
                     logged = true;
@@ -2474,15 +2459,16 @@ public final class Consumer implements AutoCloseable {
             mu.unlock();
         }
         if (announce && first) {
-            // KIP-253's handover: the old owner runs keys-revoked before it moves past the fence
-            // marker (boundary + 1), so keys-assigned here waits for that, up to a session timeout
-            // (an owner that stopped at the boundary, e.g. a retired partition it let go).
+            // KIP-253's handover (§6.5): keys-assigned runs once the group's position of the
+            // parent is past its boundary (its owner ran keys-revoked before committing past it),
+            // or at it while no live lease holds the parent and no one will read it again (shrunk
+            // away and drained: its owner stopped at the boundary).
             TopicDescriptor.Epoch ep = endedEpoch(rec.epoch() - 1, p);
-            long b = ep.boundary(prev) + 1;
-            long until = System.nanoTime() + sessionNanos;
+            long b = ep.boundary(prev);
+            long lastFetch = System.nanoTime();
             mu.lock();
             try {
-                while (positionLocked(prev) < b && System.nanoTime() < until) {
+                while (!pastBoundaryLocked(prev, b)) {
                     if (p.stopped || p.gen != gen || closed) {
                         throw new Stop();
                     }
@@ -2497,7 +2483,16 @@ public final class Consumer implements AutoCloseable {
                         }
                         continue;
                     }
-                    changed.await(Math.min(hbNanos, Math.max(10_000_000L, until - System.nanoTime())), TimeUnit.NANOSECONDS);
+                    changed.await(hbNanos, TimeUnit.NANOSECONDS);
+                    if (System.nanoTime() - lastFetch >= hbNanos && !pastBoundaryLocked(prev, b)) {
+                        lastFetch = System.nanoTime();
+                        mu.unlock();
+                        try {
+                            fetchPState(prev);
+                        } finally {
+                            mu.lock();
+                        }
+                    }
                 }
             } catch (InterruptedException ex) {
                 Thread.currentThread().interrupt();
@@ -2518,6 +2513,40 @@ public final class Consumer implements AutoCloseable {
             }
         }
         return prev >= 0 && prev != p.q ? prev : -1;
+    }
+
+    /** Whether partition q's group position is past boundary b in the sense of §6.5's keys-assigned (mu held). */
+    private boolean pastBoundaryLocked(int q, long b) {
+        long pos = positionLocked(q);
+        if (pos > b) {
+            return true;
+        }
+        if (pos < b) {
+            return false;
+        }
+        PState st = pstate.get(q);
+        boolean leased = st != null && !st.owner.isEmpty() && st.leaseEnd > System.currentTimeMillis();
+        return !leased && !assignableLocked().contains(q);
+    }
+
+    /** Reads partition q's key directly (when the watch may lag). */
+    private void fetchPState(int q) {
+        try {
+            GroupKv.Entry en = kv.get(prefix + "p." + q);
+            if (en != null && !en.deleted()) {
+                PState st = parsePState(en.revision(), en.value());
+                if (st != null) {
+                    mu.lock();
+                    try {
+                        setPStateLocked(q, st);
+                    } finally {
+                        mu.unlock();
+                    }
+                }
+            }
+        } catch (PctlException ex) {
+            // the next try
+        }
     }
 
     /**

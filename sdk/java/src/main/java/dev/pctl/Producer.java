@@ -232,9 +232,9 @@ public final class Producer implements AutoCloseable {
                 long size = block + record.value().length;
                 if (size > maxRecord) {
                     refused = new BadRequestException(String.format(
-                            "record of %d bytes (value %d, key %d, application headers %d, headers in all %d) is larger than topic %s's record limit of %d bytes: "
+                            "record %d of %d bytes (value %d, key %d, application headers %d, headers in all %d) is larger than topic %s's record limit of %d bytes: "
                                     + "send a smaller value or fewer headers, or run the broker with a larger --max-record-bytes (spec/protocol.md §5.3)",
-                            size, record.value().length, key == null ? 0 : key.length, record.headerBytes(), block, topic, maxRecord));
+                            pd.seq, size, record.value().length, key == null ? 0 : key.length, record.headerBytes(), block, topic, maxRecord));
                 }
             }
             if (refused != null) {

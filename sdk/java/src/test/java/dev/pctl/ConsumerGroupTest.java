@@ -147,7 +147,7 @@ class ConsumerGroupTest {
                 new Member(broker, "java", topic, group, d.resolve(topic + "-j2.jsonl"), "--from-beginning"),
                 new Member(broker, "go", topic, group, d.resolve(topic + "-go1.jsonl"), "--from-beginning")));
         try {
-            Thread.sleep(2000);
+            Groups.waitOwners(broker, topic, group, 3, 3, Duration.ofSeconds(60));
             Sent s = produceThrough(topic, 6000, 120, List.of(new String[] {"--partitions", "6"}, new String[] {"--partitions", "2"},
                     new String[] {"--partitions", "4", "--partitioner", "librdkafka-consistent"}), new double[] {0.25, 0.5, 0.75}, 200);
             checkGroup(topic, group, members, s, true);
@@ -159,7 +159,11 @@ class ConsumerGroupTest {
                     epochs.add(x.epoch());
                 }
             }
-            assertTrue(per.values().stream().allMatch(x -> x > 0), "every member took part: " + per);
+            StringBuilder logs = new StringBuilder();
+            for (Member m : members) {
+                logs.append("\n--- ").append(m.out.getFileName()).append(":\n").append(m.log());
+            }
+            assertTrue(per.values().stream().allMatch(x -> x > 0), "every member took part: " + per + logs);
             assertEquals(Set.of(1, 2, 3, 4), epochs);
         } finally {
             for (Member m : members) {
@@ -177,7 +181,7 @@ class ConsumerGroupTest {
                 new Member(broker, "java", topic, group, d.resolve(topic + "-j2.jsonl"), "--from-beginning"),
                 new Member(broker, "go", topic, group, d.resolve(topic + "-go1.jsonl"), "--from-beginning")));
         try {
-            Thread.sleep(2000);
+            Groups.waitOwners(broker, topic, group, 4, 3, Duration.ofSeconds(60));
             CompletableFuture<Sent> prod = CompletableFuture.supplyAsync(() -> {
                 try {
                     return produceThrough(topic, 8000, 100, List.<String[]>of(new String[] {"--partitions", "6"}), new double[] {0.6}, 150);

@@ -208,7 +208,7 @@ final class Groups {
             if (lang.equals("java")) {
                 cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
                 cmd.addAll(List.of("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", System.getProperty("java.class.path"), "dev.pctl.cli.Consume",
-                        "--server", b.url, "--creds", b.consumer.toString(), "--topic", topic, "--group", group));
+                        "--server", b.url, "--creds", b.consumer.toString(), "--topic", topic, "--group", group, "--verbose"));
             } else if (lang.equals("go")) {
                 cmd.addAll(List.of(Broker.pctl().toString(), "consume", topic, "--group", group, "--format", "jsonl", "--timestamps", "--server", b.url,
                         "--creds", b.consumer.toString()));
@@ -257,6 +257,36 @@ final class Groups {
             } catch (IOException e) {
                 return "";
             }
+        }
+    }
+
+    /**
+     * Waits until partitions 0..n-1 of the group have {@code owners} distinct owners (read from the
+     * group state): every member has joined and taken its share.
+     */
+    static void waitOwners(Broker b, String topic, String group, int n, int owners, Duration timeout) throws Exception {
+        try (PctlClient c = PctlClient.connect(b.options(b.consumer))) {
+            String id = c.topic(topic).id();
+            GroupKv kv = new GroupKv(c, Duration.ofSeconds(5));
+            long deadline = System.nanoTime() + timeout.toNanos();
+            Set<String> seen = new HashSet<>();
+            while (System.nanoTime() < deadline) {
+                seen.clear();
+                for (int q = 0; q < n; q++) {
+                    GroupKv.Entry e = kv.get(id + "." + group + ".p." + q);
+                    if (e != null) {
+                        Object o = JsApi.parseObject(e.value(), "state").get("owner");
+                        if (o instanceof String && !((String) o).isEmpty()) {
+                            seen.add((String) o);
+                        }
+                    }
+                }
+                if (seen.size() >= owners) {
+                    return;
+                }
+                Thread.sleep(200);
+            }
+            throw new AssertionError("the group's partitions have owners " + seen + ", not " + owners + " members, after " + timeout);
         }
     }
 

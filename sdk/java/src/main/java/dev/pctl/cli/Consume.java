@@ -77,7 +77,7 @@ public final class Consume {
     static final int EXIT_USAGE = 2;
 
     private static final String USAGE = "usage: consume --server URL --creds FILE --topic T --group G [--from-beginning] [--idle-exit D] [--max N] "
-            + "[--member ID] [--heartbeat D] [--misplaced stop|deliver|skip]";
+            + "[--member ID] [--heartbeat D] [--misplaced stop|deliver|skip] [--verbose]";
 
     private Consume() {}
 
@@ -133,6 +133,7 @@ public final class Consume {
         String maxArg = "0";
         String hbArg = "1s";
         String misplacedArg = "stop";
+        boolean verbose = false;
         int first = args.length > 0 && args[0].equals("consume") ? 1 : 0;
         for (int i = first; i < args.length; i++) {
             String a = args[i];
@@ -148,6 +149,10 @@ public final class Consume {
                     return usage(stderr, "--from-beginning takes no value");
                 }
                 fromBeginning = true;
+                continue;
+            }
+            if (flag.equals("--verbose")) {
+                verbose = true;
                 continue;
             }
             if (flag.equals("-h") || flag.equals("--help")) {
@@ -234,6 +239,9 @@ public final class Consume {
         } catch (BadRequestException e) {
             return usage(stderr, e.getMessage());
         }
+        if (verbose) {
+            ob.logger(l -> stderr.println("consume: " + l));
+        }
         ClientOptions.Builder cb = ClientOptions.builder().connectionName("pctl-java consume " + group);
         if (server != null) {
             cb.server(server);
@@ -273,6 +281,7 @@ public final class Consume {
                 cn[0] = client.consumer(topic, ob.build());
             } catch (PctlException e) {
                 stderr.println("consume: " + e.getMessage());
+                why = "failed";
                 return e instanceof BadRequestException || e instanceof NotFoundException ? EXIT_USAGE : EXIT_FAILURE;
             }
             started.accept(cn[0]);
