@@ -84,7 +84,10 @@ class ConsumerGroupTest {
                 for (int j = i; j < Math.min(n, i + chunk); j++) {
                     fs.add(p.send(recs.get(j)));
                 }
-                if (next < changes.size() && i >= at[next] * n && running.isDone()) {
+                if (next < changes.size() && i >= at[next] * n) {
+                    // Records keep flowing while a change runs, but every change finishes before
+                    // the next one's point, so that every epoch gets records however slow the
+                    // machine is.
                     running.join();
                     String[] args = changes.get(next++);
                     running = CompletableFuture.runAsync(() -> repartition(topic, args));
@@ -307,7 +310,7 @@ class ConsumerGroupTest {
         assertTrue(first.proc.waitFor(60, TimeUnit.SECONDS));
         assertEquals(0, first.proc.exitValue(), first.log());
         assertEquals(12, first.records().size());
-        Member rest = new Member(broker, "java", topic, "max", d.resolve(topic + "-rest.jsonl"), "--idle-exit", "2s");
+        Member rest = new Member(broker, "java", topic, "max", d.resolve(topic + "-rest.jsonl"), "--idle-exit", "8s");
         assertTrue(rest.proc.waitFor(60, TimeUnit.SECONDS));
         List<String> values = new ArrayList<>();
         for (Groups.Delivery x : first.records()) {
