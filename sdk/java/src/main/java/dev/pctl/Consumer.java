@@ -1815,8 +1815,8 @@ public final class Consumer implements AutoCloseable {
     // ---- partition fetchers -------------------------------------------------------------------
 
     private void startPart(Part p) {
-        StreamReader r = new StreamReader(c, raw, "PCTL_" + topic + "_" + p.q, p.start + 1, "pctl.data." + topic + ".>", true, false, 256,
-                1024, o.heartbeat(), this::log);
+        StreamReader r = new StreamReader(c, raw, "PCTL_" + topic + "_" + p.q, p.start + 1, "pctl.data." + topic + ".>", true, false, 512,
+                2048, o.heartbeat(), this::log);
         readers.add(r);
         Thread t = new Thread(() -> runPart(p), "pctl-consumer-" + member + "-p" + p.q);
         t.setDaemon(true);

@@ -32,7 +32,10 @@ import java.util.concurrent.locks.ReentrantLock;
  * Produces records to one topic, partitioning them on the client with the topic's WebAssembly
  * module, exactly as spec/protocol.md §5.1 says: each record is published as a JetStream message
  * to {@code pctl.data.<topic>.<epoch>.<partition>} with headers {@code Pctl-Key} (keyed records
- * only), {@code Pctl-Producer}, {@code Pctl-Seq} and {@code Nats-Msg-Id: <id>-<seq>}, and is
+ * only), {@code Pctl-Producer}, {@code Pctl-Seq} and {@code Nats-Msg-Id: <id>-<seq>-<token>} (32
+ * random hex digits drawn for this record alone, §5.1.4: an id reused within JetStream's 2-minute
+ * deduplication window, or learnt from a stored record, can never make a new record count as a
+ * duplicate), and is
  * acknowledged when JetStream acknowledges it.
  *
  * <pre>{@code
@@ -79,6 +82,7 @@ public final class Producer implements AutoCloseable {
     }
 
     private static final Event STOP = new Event(null, List.of(), null, true);
+    private static final java.security.SecureRandom TOKENS = new java.security.SecureRandom();
 
     private final PctlClient client;
     private final String topic;
@@ -228,7 +232,7 @@ public final class Producer implements AutoCloseable {
             buffered++;
             if (refused == null) {
                 int n = Long.toString(pd.seq).length();
-                long block = fixed + line("Pctl-Seq", n) + line("Nats-Msg-Id", id.length() + 1 + n);
+                long block = fixed + line("Pctl-Seq", n) + line("Nats-Msg-Id", id.length() + 1 + n + 33);
                 long size = block + record.value().length;
                 if (size > maxRecord) {
                     refused = new BadRequestException(String.format(
@@ -312,7 +316,12 @@ public final class Producer implements AutoCloseable {
         String n = Long.toString(pd.seq);
         h.put("Pctl-Producer", id);
         h.put("Pctl-Seq", n);
-        h.put("Nats-Msg-Id", id + "-" + n);
+        if (pd.msgId == null) {
+            byte[] t = new byte[16];
+            TOKENS.nextBytes(t);
+            pd.msgId = id + "-" + n + "-" + java.util.HexFormat.of().formatHex(t);
+        }
+        h.put("Nats-Msg-Id", pd.msgId); // the same for every re-send of the record
         h.put("Pctl-Time", Long.toString(pd.ts));
         for (String[] kv : pd.rec.headers()) {
             h.add(kv[0], kv[1]);
@@ -488,6 +497,7 @@ public final class Producer implements AutoCloseable {
         int partition;
         Message msg;
         long ts; // Pctl-Time
+        String msgId; // Nats-Msg-Id, fixed at the first attempt
         boolean ambiguous; // an attempt under the current placement may be stored (its acknowledgement was lost)
         long floor; // when ambiguous: a stored copy can only be after this stream sequence
         boolean done;
@@ -957,7 +967,7 @@ public final class Producer implements AutoCloseable {
     private long findStored(TopicDescriptor d, Pending pd, long floor) {
         TopicDescriptor.Epoch e = d.epoch(pd.epoch);
         long boundary = e == null ? -1 : e.boundary(pd.partition);
-        String msgId = id + "-" + pd.seq;
+        String msgId = pd.msgId;
         String subject = "$JS.API.DIRECT.GET.PCTL_" + topic + "_" + pd.partition;
         for (long s = floor + 1; s <= boundary; s++) {
             for (int attempt = 0; ; attempt++) {

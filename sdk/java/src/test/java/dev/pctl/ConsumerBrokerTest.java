@@ -509,7 +509,7 @@ class ConsumerBrokerTest {
         int limit = 1 << 20;
         long ts = 1700000000000L;
         java.util.function.IntUnaryOperator block = seq -> {
-            String[] lines = {"Pctl-Key: b64:aw==", "Pctl-Producer: size-1", "Pctl-Seq: " + seq, "Nats-Msg-Id: size-1-" + seq, "Pctl-Time: " + ts, "h: v"};
+            String[] lines = {"Pctl-Key: b64:aw==", "Pctl-Producer: size-1", "Pctl-Seq: " + seq, "Nats-Msg-Id: size-1-" + seq + "-" + "0".repeat(32), "Pctl-Time: " + ts, "h: v"};
             int n = "NATS/1.0\r\n".length() + 2;
             for (String l : lines) {
                 n += l.length() + 2;
@@ -637,6 +637,63 @@ class ConsumerBrokerTest {
                     }
                 }
             });
+        }
+    }
+
+    /** A fenced code block of the README's section. */
+    private static String readmeBlock(String section, String lang) throws Exception {
+        String text = Files.readString(Repo.path("sdk/java/README.md"), StandardCharsets.UTF_8);
+        String body = text.substring(text.indexOf("## " + section + "\n"));
+        body = body.substring(0, body.indexOf("\n## ", 4));
+        int start = body.indexOf("```" + lang + "\n") + lang.length() + 4;
+        return body.substring(start, body.indexOf("```", start));
+    }
+
+    @Test
+    void theConsumerQuickstartRunsAsWritten() throws Exception {
+        // The README's shell block, with the test broker's address and data directory in place of
+        // the defaults, a fresh topic name in place of "orders", pctl on PATH, and the classes this
+        // test runs with in place of the jar (./setup cannot run inside the build that tests it).
+        String sh = readmeBlock("Consumer quickstart", "sh");
+        assertFalse(sh.contains("pctl serve"), "the quickstart starts from a running broker");
+        String topic = "orders" + TOPICS.incrementAndGet();
+        String cp = System.getProperty("surefire.test.class.path", System.getProperty("java.class.path"));
+        String script = sh.replace("sdk/java/setup\n", "").replace("sdk/java/target/pctl-sdk.jar:sdk/java/target/lib/*", cp)
+                .replace("nats://127.0.0.1:4222", broker.url).replace("./pctl-data", broker.dir.resolve("data").toString()).replace(" orders", " " + topic);
+        assertTrue(sh.contains("sdk/java/setup\n") && !script.contains("target/pctl-sdk.jar"), "the block was localized: " + script);
+        ProcessBuilder pb = new ProcessBuilder("sh", "-e", "-c", script).directory(Repo.root().toFile()).redirectErrorStream(false);
+        pb.environment().put("PATH", Broker.pctl().getParent() + java.io.File.pathSeparator + Path.of(System.getProperty("java.home"), "bin")
+                + java.io.File.pathSeparator + System.getenv("PATH"));
+        pb.environment().remove("PCTL_SERVER");
+        pb.environment().remove("PCTL_CREDS");
+        Path err = broker.dir.resolve(topic + "-quickstart.err");
+        pb.redirectError(err.toFile());
+        Process p = pb.start();
+        String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        assertTrue(p.waitFor(5, TimeUnit.MINUTES));
+        assertEquals(0, p.exitValue(), out + Files.readString(err));
+        List<String> lines = List.of(out.split("\n"));
+        List<String> recs = lines.stream().filter(l -> l.startsWith("partition ") && l.contains(" seq ")).toList();
+        assertEquals(22, recs.size(), out);
+        assertEquals(Set.of("1", "2"), recs.stream().map(l -> l.split(" ")[3]).collect(java.util.stream.Collectors.toSet()), "records of both epochs");
+        for (String c : List.of("user-0", "user-1", "user-2")) {
+            // The quickstart producer ran once per epoch: a key's records come epoch by epoch, in order.
+            List<Integer> seen = new ArrayList<>();
+            for (String l : recs) {
+                if (l.contains(": " + c + " = ")) {
+                    seen.add(Integer.parseInt(l.split(" ")[3]) * 100 + Integer.parseInt(l.substring(l.lastIndexOf(' ') + 1)));
+                }
+            }
+            List<Integer> sorted = new ArrayList<>(seen);
+            Collections.sort(sorted);
+            assertEquals(sorted, seen, c);
+        }
+        assertTrue(lines.stream().anyMatch(l -> l.startsWith("assigned partitions")), out);
+        assertTrue(lines.stream().anyMatch(l -> l.startsWith("22 records; member")), out);
+        // The README's Java block is the example's own code.
+        String example = Files.readString(Repo.path("sdk/java/examples/ConsumerQuickstart.java"), StandardCharsets.UTF_8);
+        for (String l : readmeBlock("Consumer quickstart", "java").split("\n")) {
+            assertTrue(example.contains(l.trim()), "README line not in examples/ConsumerQuickstart.java: " + l);
         }
     }
 

@@ -207,7 +207,8 @@ final class Groups {
             List<String> cmd = new ArrayList<>();
             if (lang.equals("java")) {
                 cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
-                cmd.addAll(List.of("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", System.getProperty("java.class.path"), "dev.pctl.cli.Consume",
+                cmd.addAll(List.of("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp",
+                        System.getProperty("surefire.test.class.path", System.getProperty("java.class.path")), "dev.pctl.cli.Consume",
                         "--server", b.url, "--creds", b.consumer.toString(), "--topic", topic, "--group", group, "--verbose"));
             } else if (lang.equals("go")) {
                 cmd.addAll(List.of(Broker.pctl().toString(), "consume", topic, "--group", group, "--format", "jsonl", "--timestamps", "--server", b.url,
