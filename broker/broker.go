@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/dirlock"
 	"pctl.dev/pctl/partitioner"
 	"pctl.dev/pctl/runtime"
 )
@@ -51,6 +52,8 @@ type Broker struct {
 	loopWG    sync.WaitGroup
 	observing sync.Map // "topic/epoch" -> true while this process scans for observed ancestry
 	ps        produceService
+
+	dirLock *dirlock.Lock // one broker per data directory (internal/dirlock)
 }
 
 // Start starts a broker: the embedded server (unless Config.NATSURL), the buckets, the services,
@@ -69,6 +72,13 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 			b.Close()
 		}
 	}()
+	// One broker per data directory: a second one on the same files would answer differently.
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("broker: data directory: %w", err)
+	}
+	if b.dirLock, err = dirlock.Acquire(cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
 	if cfg.NATSURL == "" {
 		if err := b.startEmbedded(); err != nil {
 			return nil, err
@@ -291,6 +301,7 @@ func (b *Broker) Close() error {
 		b.srv.Shutdown()
 		b.srv.WaitForShutdown()
 	}
+	_ = b.dirLock.Release()
 	return nil
 }
 
@@ -322,6 +333,7 @@ func (b *Broker) Abort() {
 	if b.rt != nil {
 		_ = b.rt.Close(context.Background())
 	}
+	_ = b.dirLock.Release() // as the kernel does for a crashed process
 }
 
 // handler is one API endpoint.

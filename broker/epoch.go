@@ -317,6 +317,13 @@ func (b *Broker) observeAncestry(ctx context.Context, name string, e int) error 
 		parents[i] = map[int]bool{}
 	}
 	source := "observed"
+	// Distinct keys per edge (wire.Ancestry.Keys), for the graphs of status pages; a key maps
+	// to exactly one edge, so one set of seen keys suffices.
+	var counts []map[int]int64
+	var seen map[string]struct{}
+	if next.Partitions <= wire.MaxAncestryKeyPartitions {
+		counts, seen = make([]map[int]int64, next.Partitions), map[string]struct{}{}
+	}
 	if total > maxObservedRecords {
 		source = "all"
 	} else {
@@ -342,6 +349,15 @@ func (b *Broker) observeAncestry(ctx context.Context, name string, e int) error 
 					return err
 				}
 				parents[c][int(p)] = true
+				if seen != nil {
+					if _, dup := seen[string(key)]; !dup {
+						seen[string(key)] = struct{}{}
+						if counts[c] == nil {
+							counts[c] = map[int]int64{}
+						}
+						counts[c][int(p)]++
+					}
+				}
 				return nil
 			})
 			if err != nil {
@@ -350,10 +366,21 @@ func (b *Broker) observeAncestry(ctx context.Context, name string, e int) error 
 		}
 	}
 	anc := &wire.Ancestry{Source: source, Parents: make([][][2]int, next.Partitions)}
+	if source == "observed" && counts != nil {
+		anc.Keys = make([][][2]int64, next.Partitions)
+	}
 	for c := range parents {
 		if source == "all" {
 			anc.Parents[c] = [][2]int{{0, prev.Partitions}}
 			continue
+		}
+		if anc.Keys != nil {
+			anc.Keys[c] = [][2]int64{}
+			for q := 0; q < prev.Partitions; q++ {
+				if n := counts[c][q]; n > 0 {
+					anc.Keys[c] = append(anc.Keys[c], [2]int64{int64(q), n})
+				}
+			}
 		}
 		for q := 0; q < prev.Partitions; q++ {
 			if !parents[c][q] {
