@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -157,6 +158,7 @@ func (b *Broker) startEmbedded() error {
 		return fmt.Errorf("broker: %w", err)
 	}
 	b.users.srv = b.srv
+	b.setNATSLogger() // logging.go
 	go b.srv.Start()
 	if !b.srv.ReadyForConnections(30 * time.Second) {
 		return fmt.Errorf("broker: the NATS server did not start listening on %s within 30s (port in use? try --listen 127.0.0.1:0)", b.cfg.Listen)
@@ -398,7 +400,11 @@ func (b *Broker) subscribe() error {
 func (b *Broker) serve(m *nats.Msg, h handler) {
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Minute)
 	defer cancel()
+	start := time.Now()
 	v, err := h(ctx, m)
+	if op, ok := strings.CutPrefix(m.Subject, wire.AdminPrefix+"."); ok {
+		b.hookAdmin(op, time.Since(start), err) // hooks.go
+	}
 	if m.Reply == "" {
 		return
 	}
