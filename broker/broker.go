@@ -55,6 +55,7 @@ type Broker struct {
 	ps        produceService
 
 	dirLock *dirlock.Lock // one broker per data directory (internal/dirlock)
+	started time.Time
 }
 
 // Start starts a broker: the embedded server (unless Config.NATSURL), the buckets, the services,
@@ -64,7 +65,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, parts: make(map[string]*partitioner.WASM), id: nuid.Next()}
+	b := &Broker{cfg: cfg, parts: make(map[string]*partitioner.WASM), id: nuid.Next(), started: time.Now().UTC()}
 	b.ctx, b.stop = context.WithCancel(context.Background())
 	b.loopCtx, b.loopStop = context.WithCancel(b.ctx)
 	ok := false

@@ -224,7 +224,7 @@ func SVG(w io.Writer, g Graph) error {
 		}
 		height = math.Max(height, y)
 	}
-	width := 48 + float64(max(len(g.Columns), 1)-1)*colWidth + nodeWidth
+	width := 48 + float64(max(len(g.Columns), 1)-1)*colWidth + 200 // the last column's captions
 	fmt.Fprintf(bw, `<svg xmlns="http://www.w3.org/2000/svg" class="ancestry" data-topic="%s" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="Helvetica, Arial, sans-serif" font-size="12">`+"\n",
 		esc(g.Topic), width, height+16, width, height+16)
 	fmt.Fprintf(bw, "<title>ancestry of topic %s</title>\n", esc(g.Topic))
