@@ -62,9 +62,10 @@ type Config struct {
 	// deleted, an epoch change, pending ancestry) that made no progress for two intervals, and
 	// retries it with a backoff of up to 30s. Default 2s.
 	RetryInterval time.Duration
-	// StepHook, if set, runs after each recorded step of an epoch change (state "created",
-	// "fenced", "active"). Returning an error stops the change there, as if the broker had died:
-	// fault-injection tests use it, and a later Start resumes the change.
+	// StepHook, if set, runs after each recorded step of an epoch change (state "planned" when a
+	// request has planned it, then "created", "fenced", "active"). Returning an error stops the
+	// change there, as if the broker had died: fault-injection tests use it, and this or another
+	// broker finishes the change later (its retry loop, or Start).
 	StepHook func(topic, state string) error
 }
 

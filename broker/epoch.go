@@ -89,6 +89,11 @@ func (b *Broker) apiTopicRepartition(ctx context.Context, m *nats.Msg) (any, err
 	}
 	b.cfg.Logger.Info("epoch change planned", "topic", t.Name, "from", cur.Epoch, "to", cur.Epoch+1, "partitions_from", cur.Partitions, "partitions_to", n,
 		"partitioner_from", cur.Partitioner.Name, "partitioner_to", p.Name)
+	if b.cfg.StepHook != nil {
+		if err := b.cfg.StepHook(t.Name, statePlanned); err != nil {
+			return nil, err
+		}
+	}
 	if err := b.runChange(ctx, t.Name); err != nil {
 		return nil, fmt.Errorf("%w (the change to epoch %d is recorded and the broker keeps retrying it; 'pctl topic describe %s' shows its state)", err, cur.Epoch+1, t.Name)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -85,6 +86,12 @@ func (b *Broker) pluginInfo(ctx context.Context, ref string) (*wire.PluginInfo, 
 		}
 	}
 	oi, err := b.objs.GetInfo(ctx, digest)
+	if errors.Is(err, jetstream.ErrObjectNotFound) && b.pluginStoredAtLeader(ctx, digest) {
+		for pause := 20 * time.Millisecond; errors.Is(err, jetstream.ErrObjectNotFound) && pause < 3*time.Second; pause *= 2 {
+			time.Sleep(pause) // uploaded through another broker; this replica lags (moduleBytes)
+			oi, err = b.objs.GetInfo(ctx, digest)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: plugin %s: %v", wire.ErrNotFound, digest, err)
 	}
