@@ -61,7 +61,7 @@ type StreamStatus struct {
 
 // GroupStatus is one consumer group of a topic.
 type GroupStatus struct {
-	Group      string            `json:"group"`
+	Group      string           `json:"group"`
 	Members    []MemberStatus   `json:"members"` // live ones (heartbeat within the session timeout's default)
 	Partitions []GroupPartition `json:"partitions"`
 	Lag        uint64           `json:"lag"`
