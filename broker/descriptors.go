@@ -74,8 +74,13 @@ type kvEntry struct {
 // leaderGet reads the latest entry of a key of the topics bucket from its stream's leader.
 // errKeyMissing: the key has no entry at all.
 func (b *Broker) leaderGet(ctx context.Context, key string) (kvEntry, error) {
-	stream := "KV_" + wire.TopicsBucket
-	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + wire.TopicsBucket + "." + key})
+	return b.leaderLast(ctx, "KV_"+wire.TopicsBucket, "$KV."+wire.TopicsBucket+"."+key)
+}
+
+// leaderLast reads the last message of a subject in a stream from the stream's leader
+// ($JS.API.STREAM.MSG.GET, which followers do not answer). errKeyMissing: there is none.
+func (b *Broker) leaderLast(ctx context.Context, stream, subject string) (kvEntry, error) {
+	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	m, err := b.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
