@@ -1463,8 +1463,17 @@ public final class Consumer implements AutoCloseable {
     // ---- membership and rebalancing -----------------------------------------------------------
 
     private void heartbeatOnce() {
+        long g;
+        long w;
+        mu.lock();
+        try {
+            g = gated;
+            w = totalWait / 1_000_000;
+        } finally {
+            mu.unlock();
+        }
         String body = "{\"id\":" + dev.pctl.internal.Json.quote(member) + ",\"started\":\"" + startedAt + "\",\"heartbeat\":\"" + JsApi.now()
-                + "\",\"owns\":" + assignment() + "}";
+                + "\",\"owns\":" + assignment() + ",\"gated\":" + g + ",\"gate_wait_ms\":" + w + "}";
         try {
             // Short: a heartbeat held up by a lost reply would make the others think us gone.
             kv.put(prefix + "m." + member, GroupKv.utf8(body.replace(" ", "")), Duration.ofNanos(Math.max(TimeUnit.SECONDS.toNanos(1), hbNanos)));
