@@ -512,6 +512,11 @@ export class Consumer {
 
   async heartbeat() {
     const body = { id: this.memberId, started: this.startedAt ??= new Date().toISOString(), heartbeat: new Date().toISOString(), owns: this.assignment };
+    // Informational (spec/protocol.md §6): records held at the gate since start, and their wait.
+    if (this.stats.gated > 0) {
+      body.gated = this.stats.gated;
+      body.gate_wait_ms = Math.round(this.stats.totalWaitMs);
+    }
     try {
       await this.kv.put(memberKey(this.topicId, this.group, this.memberId), encoder.encode(JSON.stringify(body)));
     } catch (e) {
