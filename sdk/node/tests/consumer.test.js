@@ -251,7 +251,7 @@ describe('consumer against a real broker', { skip, timeout: 900_000 }, () => {
     assert.ok(got.every((m) => !Object.keys(m.headers).some((k) => /^(pctl|nats)-/i.test(k))), 'protocol headers are not application headers');
   });
 
-  test('KIP-253 callbacks: last old delivery, keys revoked, keys assigned, first new delivery, in that order', async () => {
+  test('KIP-253 callbacks: last old delivery, keys revoked (returned), keys assigned, first new delivery, in that order', async () => {
     await broker.admin(['topic', 'create', 'cb', '--partitions', '2', '--partitioner', 'linear-murmur2']);
     const p = await prod.producer('cb');
     await produce(p, 200, { keys: 40 });
@@ -267,7 +267,9 @@ describe('consumer against a real broker', { skip, timeout: 900_000 }, () => {
     for (const id of ['a', 'b', 'c']) {
       const c = await cons.consumer('cb', {
         group: 'g', member: id, fromBeginning: true, heartbeat: 100,
-        onKeysRevoked: (kc) => log.push({ kind: 'revoked', member: id, ...kc }),
+        // Slow on purpose: the old owner's periodic commit reaches the boundary while this runs,
+        // and keys assigned must still wait for it to return (logged at the end).
+        onKeysRevoked: async (kc) => { await sleep(300); log.push({ kind: 'revoked', member: id, ...kc }); },
         onKeysAssigned: async (kc) => { await sleep(5); log.push({ kind: 'assigned', member: id, ...kc }); },
       });
       members.push(c);
