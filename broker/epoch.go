@@ -113,8 +113,13 @@ func (b *Broker) runChange(ctx context.Context, name string) error {
 // runChangeLocked is runChange with the topic's lock held.
 func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 	stale := 0
+	var unavailableSince time.Time
+	pause := 250 * time.Millisecond
 	for {
 		t, rev, err := b.getTopic(ctx, name)
+		if err != nil && errors.Is(err, wire.ErrUnavailable) && b.retryInPlace(ctx, &unavailableSince, &pause) {
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -190,9 +195,13 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 			stale++
 			continue
 		}
+		if err != nil && errors.Is(err, wire.ErrUnavailable) && b.retryInPlace(ctx, &unavailableSince, &pause) {
+			continue // a stream or the bucket without a leader for a moment (an election)
+		}
 		if err != nil {
 			return err
 		}
+		unavailableSince, pause = time.Time{}, 250*time.Millisecond
 		if _, err := b.putTopic(ctx, t, rev); err != nil {
 			if errors.Is(err, wire.ErrConflict) {
 				// Another writer (the background ancestry of an earlier epoch) changed the
@@ -207,6 +216,31 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 			}
 		}
 	}
+}
+
+// stepRetryWindow is how long a step that fails with ErrUnavailable (a stream or the bucket
+// without a leader: an election after a node died usually takes a few seconds) is retried in place
+// before the step fails and is left to the retry loop.
+const stepRetryWindow = 20 * time.Second
+
+// retryInPlace pauses before another try of a step that failed with ErrUnavailable, while the
+// failures have lasted less than stepRetryWindow; it reports whether to try again.
+func (b *Broker) retryInPlace(ctx context.Context, since *time.Time, pause *time.Duration) bool {
+	if since.IsZero() {
+		*since = time.Now()
+	}
+	if time.Since(*since) > stepRetryWindow || b.loopCtx.Err() != nil {
+		return false
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(*pause):
+	}
+	if *pause *= 2; *pause > 2*time.Second {
+		*pause = 2 * time.Second
+	}
+	return true
 }
 
 // setSubject binds partition q's stream to subject for the change to epoch `epoch`. A stream
