@@ -16,6 +16,7 @@ type clusterDemoOpts struct {
 	seed          int64
 	json, verbose bool
 	data          string
+	traffic       time.Duration
 }
 
 // clusterDemoPlan is the demo's schedule: the four changes of 'pctl demo', a node kill in the
@@ -57,7 +58,7 @@ func clusterDemo(e *env, o clusterDemoOpts) int {
 	} else if err := os.MkdirAll(dir, 0o700); err != nil {
 		return failErr(e, "demo", err)
 	}
-	const traffic = 12 * time.Second
+	traffic := o.traffic
 	plan := clusterDemoPlan(traffic)
 	rate := max(1, int(float64(o.records)/traffic.Seconds()))
 	cfg := chaos.Config{Seed: o.seed, Dir: dir, Bin: bin, Brokers: 2, Traffic: traffic, Rate: rate,

@@ -454,7 +454,10 @@ export class Consumer {
     this.watch = new PullReader(this.client, {
       stream: `KV_${GROUPS_BUCKET}`, filter: `${this.prefix}>`, lastPerSubject: true, batch: 256,
       heartbeat: this.o.heartbeat, idleCheck: Math.max(3 * this.o.heartbeat, 3000),
-      onError: (e) => this.log(`group watch: ${e.message}`),
+      onError: (e) => {
+        this.log(`group watch: ${e.message}`);
+        if (e?.code === 'permission') this.fail(e);
+      },
       onRecreate: (why) => this.log(`group watch re-created: ${why}`),
     }).start();
     this.watchLoop().catch((e) => this.fail(new InternalError(`group watch: ${e?.message ?? e}`, { cause: e })));
@@ -473,10 +476,21 @@ export class Consumer {
   }
 
   async tick() {
-    if (this.closing) return;
-    await this.heartbeat();
-    await this.refresh();
-    await this.rebalance();
+    if (this.closing || this.ticking) return; // a slow round: the next tick skips, not overlaps
+    this.ticking = true;
+    try {
+      if (this.client.nc.isClosed()) {
+        this.fail(new UnavailableError(`the connection of group ${this.group}'s member ${this.memberId} was closed under it; close consumers before their client`));
+        return;
+      }
+      await this.heartbeat();
+      await this.refresh();
+      await this.rebalance();
+    } catch (e) {
+      this.fail(e instanceof PctlError ? e : new InternalError(`member ${this.memberId}: ${e?.message ?? e}`, { cause: e }));
+    } finally {
+      this.ticking = false;
+    }
   }
 
   async heartbeat() {
@@ -496,6 +510,10 @@ export class Consumer {
       ({ topic: t } = await this.client.topic(this.topic));
     } catch (e) {
       if (e?.code === 'not_found') this.fail(new NotFoundError(`topic ${this.topic} was deleted while group ${this.group} consumed it`, { cause: e }));
+      return;
+    }
+    if (t.deleting) {
+      this.fail(new NotFoundError(`topic ${this.topic} is being deleted; group ${this.group}'s member ${this.memberId} stops`));
       return;
     }
     if (t.id !== this.topicId) {

@@ -213,6 +213,7 @@ export class PullReader {
       this.creating = false;
       if (this.stopped) return;
       this.onError(e);
+      if (this.nc.isClosed()) return; // nothing to retry on: the owner fails and stops us
       // Retry, waiting longer each time (the stream may be unavailable for a while: a restart,
       // a leader election), forever: the owner stops a reader it no longer wants.
       this.retryTimer = setTimeout(() => this.create(), this.backoff);

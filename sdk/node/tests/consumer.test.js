@@ -107,10 +107,12 @@ describe('consumer against a real broker', { skip, timeout: 900_000 }, () => {
     for (const k of [...vals, null]) for (const v of vals) sends.push(p.send({ key: k, value: v }));
     await Promise.all(sends);
     await p.close();
-    const go = await broker.pctl(['consume', 'fmt', '--group', 'go', '--from-beginning', '--format', 'jsonl', '--timestamps', '--idle-exit', '2s', '--server', broker.url, '--creds', broker.creds.consumer]);
+    // --max: they stop when everything came (--idle-exit only as a safety net: a slow machine
+    // can take more than a short idle time to join the group).
+    const go = await broker.pctl(['consume', 'fmt', '--group', 'go', '--from-beginning', '--format', 'jsonl', '--timestamps', '--max', String(sends.length), '--idle-exit', '30s', '--server', broker.url, '--creds', broker.creds.consumer]);
     assert.equal(go.status, 0, go.stderr);
     const node = await new Promise((resolve) => {
-      const c = spawn(consumeCli, ['--server', broker.url, '--creds', broker.creds.consumer, '--topic', 'fmt', '--group', 'node', '--from-beginning', '--idle-exit', '2s']);
+      const c = spawn(consumeCli, ['--server', broker.url, '--creds', broker.creds.consumer, '--topic', 'fmt', '--group', 'node', '--from-beginning', '--max', String(sends.length), '--idle-exit', '30s']);
       let out = '';
       let err = '';
       c.stdout.setEncoding('utf8').on('data', (d) => { out += d; });
@@ -147,7 +149,7 @@ describe('consumer against a real broker', { skip, timeout: 900_000 }, () => {
     assert.equal(first.status, 0, first.err);
     const a = first.out.trimEnd().split('\n');
     assert.equal(a.length, 50);
-    const rest = await run([...base, '--topic', 'fmt', '--group', 'maxg', '--idle-exit', '2s']);
+    const rest = await run([...base, '--topic', 'fmt', '--group', 'maxg', '--max', String(14 * 13 - 50), '--idle-exit', '30s']);
     assert.equal(rest.status, 0, rest.err);
     const b = rest.out.trimEnd().split('\n').filter(Boolean);
     const id = (l) => { const j = JSON.parse(l); return `${j.partition}/${j.seq}`; };
@@ -434,10 +436,11 @@ describe('consumer against a real broker', { skip, timeout: 900_000 }, () => {
     await produce(p, 30, { keys: 6, from: 30 });
     await p.close();
     const strip = (s) => s.trimEnd().split('\n').filter(Boolean).map((l) => l.replace(/,"ts":\d+/, '')).sort();
-    const common = ['--from-beginning', '--idle-exit', '2s'];
+    const common = ['--from-beginning', '--idle-exit', '30s'];
     for (const policy of ['deliver', 'skip']) {
-      const node = await runConsume('node', ['--topic', 'mis', '--group', `n-${policy}`, '--misplaced', policy, ...common]);
-      const go = await runConsume('go', ['mis', '--group', `g-${policy}`, '--misplaced', policy, ...common]);
+      const max = ['--max', policy === 'deliver' ? '63' : '60'];
+      const node = await runConsume('node', ['--topic', 'mis', '--group', `n-${policy}`, '--misplaced', policy, ...max, ...common]);
+      const go = await runConsume('go', ['mis', '--group', `g-${policy}`, '--misplaced', policy, ...max, ...common]);
       assert.equal(node.status, 0, node.err);
       assert.equal(go.status, 0, go.stderr);
       assert.deepEqual(strip(node.out), strip(go.out), `--misplaced ${policy}: the same lines as pctl consume`);
@@ -588,5 +591,27 @@ describe('consumer against a real broker', { skip, timeout: 900_000 }, () => {
     assert.ok(proxy.cuts >= 3);
     await via.close();
     await proxy.close();
+  });
+
+  // Last: it restarts the broker that the other tests share.
+  test('the broker restarts mid-stream (its readers and pull requests are gone): the member goes on, nothing lost, in order', async () => {
+    await broker.admin(['topic', 'create', 'restart', '--partitions', '3', '--partitioner', 'kafka-murmur2']);
+    const p = await prod.producer('restart', { id: 'restart-p' });
+    const log = new SentLog();
+    await produce(p, 3000, { keys: 30, log });
+    const got = [];
+    const c = await cons.consumer('restart', { group: 'rs', fromBeginning: true, heartbeat: 200 });
+    const done = c.run(async (m) => { got.push(m); if (got.length % 10 === 0) await sleep(5); });
+    await waitFor(() => got.length >= 600, 60_000, 'deliveries before the restart');
+    await broker.restart();
+    await produce(p, 1000, { keys: 30, from: 3000, log });
+    await p.close();
+    await waitFor(() => new Set(got.map((m) => `${m.partition}/${m.seq}`)).size >= 4000, 90_000, () => `4000 distinct after the restart, have ${new Set(got.map((m) => `${m.partition}/${m.seq}`)).size}: ${JSON.stringify(c.stats)}`);
+    await c.close();
+    await done;
+    const out = got.map((m, i) => `${JSON.stringify({ key: m.key.toString(), producer: m.producer, pseq: m.pseq, ts: 1e15 + i })}\n`).join('');
+    const v = await verify(broker, dir, log.write(join(dir, 'restart-sent.jsonl')), [out], { group: 'rs' });
+    assert.equal(v.status, 0, JSON.stringify(v.res));
+    assert.ok(Object.values(c.stats.readerRecreated).reduce((a, b) => a + b, 0) > 0, `readers were re-created: ${JSON.stringify(c.stats)}`);
   });
 });
