@@ -116,7 +116,7 @@ func (b *Broker) observeInBackground(name string, epoch int) {
 		defer b.loopWG.Done()
 		defer b.observing.Delete(key)
 		if err := b.observeAncestry(b.loopCtx, name, epoch); err != nil && b.loopCtx.Err() == nil {
-			b.cfg.Logf("topic %s: observed ancestry of epoch %d: %v (the retry loop tries again)", name, epoch, err)
+			b.cfg.Logger.Warn("observed ancestry failed; the retry loop tries again", "topic", name, "epoch", epoch, "err", err)
 		}
 	}()
 }
@@ -138,9 +138,9 @@ func (b *Broker) resume(ctx context.Context) error {
 			continue
 		}
 		if err := b.finish(ctx, name); err != nil {
-			b.cfg.Logf("topic %s: resuming the %s left unfinished: %v (the retry loop tries again)", name, work, err)
+			b.cfg.Logger.Warn("resuming unfinished work failed; the retry loop tries again", "topic", name, "work", work, "err", err)
 		} else {
-			b.cfg.Logf("topic %s: resumed and finished the %s left unfinished", name, work)
+			b.cfg.Logger.Info("resumed and finished unfinished work", "topic", name, "work", work)
 		}
 	}
 	return nil
@@ -249,7 +249,7 @@ func (b *Broker) retryLoop() {
 			var err error
 			if names, err = b.topicNames(ctx); err != nil {
 				if msg := err.Error(); msg != listFailed && b.loopCtx.Err() == nil {
-					b.cfg.Logf("retry loop: cannot list topics: %v (trying again every %v)", err, every)
+					b.cfg.Logger.Warn("retry loop cannot list topics", "err", err, "every", every)
 					listFailed = msg
 				}
 				cancel()
@@ -283,7 +283,7 @@ func (b *Broker) retryTopic(ctx context.Context, name string, states map[string]
 	if err != nil {
 		if errors.Is(err, wire.ErrNotFound) {
 			if st != nil && st.taken {
-				b.cfg.Logf("topic %s: %s finished", name, st.work)
+				b.cfg.Logger.Info("unfinished work finished", "topic", name, "work", st.work)
 			}
 			delete(states, name)
 		}
@@ -292,7 +292,7 @@ func (b *Broker) retryTopic(ctx context.Context, name string, states map[string]
 	work := unfinished(t)
 	if work == "" {
 		if st != nil && st.taken {
-			b.cfg.Logf("topic %s: %s finished", name, st.work)
+			b.cfg.Logger.Info("unfinished work finished", "topic", name, "work", st.work)
 		}
 		delete(states, name)
 		return
@@ -300,7 +300,7 @@ func (b *Broker) retryTopic(ctx context.Context, name string, states map[string]
 	grace := 2 * every
 	if st == nil || st.work != work {
 		if st != nil && st.taken {
-			b.cfg.Logf("topic %s: %s finished", name, st.work)
+			b.cfg.Logger.Info("unfinished work finished", "topic", name, "work", st.work)
 		}
 		st = &retryState{rev: rev, work: work, since: now, next: now.Add(grace)}
 		states[name] = st
@@ -320,7 +320,7 @@ func (b *Broker) retryTopic(ctx context.Context, name string, states map[string]
 	}
 	st.attempts++
 	if !st.taken {
-		b.cfg.Logf("topic %s: %s unfinished for %v; taking it up", name, work, now.Sub(st.since).Round(time.Millisecond))
+		b.cfg.Logger.Warn("stuck work taken up", "topic", name, "work", work, "unchanged_for", now.Sub(st.since).Round(time.Millisecond))
 		st.taken = true
 	}
 	err = b.finishLocked(ctx, name)
@@ -336,7 +336,7 @@ func (b *Broker) retryTopic(ctx context.Context, name string, states map[string]
 	}
 	st.next = time.Now().Add(backoff)
 	if msg := wire.Code(err) + ": " + err.Error(); msg != st.failed && b.loopCtx.Err() == nil {
-		b.cfg.Logf("topic %s: %s: attempt %d failed: %v; retrying with backoff up to %v", name, work, st.attempts, err, maxRetryBackoff)
+		b.cfg.Logger.Warn("retried work failed", "topic", name, "work", work, "attempt", st.attempts, "err", err, "max_backoff", maxRetryBackoff)
 		st.failed = msg
 	}
 }

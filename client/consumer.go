@@ -812,9 +812,10 @@ func (cn *Consumer) heartbeat(ctx context.Context, kv jetstream.KeyValue) error 
 	for q := range cn.owned {
 		owns = append(owns, q)
 	}
+	gated, waited := cn.stats.Gated, cn.stats.TotalWait.Milliseconds() // shown by status pages
 	cn.mu.Unlock()
 	sort.Ints(owns)
-	body, _ := json.Marshal(wire.MemberState{ID: cn.opts.Member, Heartbeat: time.Now().UTC(), Owns: owns})
+	body, _ := json.Marshal(wire.MemberState{ID: cn.opts.Member, Heartbeat: time.Now().UTC(), Owns: owns, Gated: gated, GateWaitMS: waited})
 	ctx, cancel := cn.op(ctx)
 	defer cancel()
 	if _, err := kv.Put(ctx, wire.MemberKey(cn.topicID, cn.opts.Group, cn.opts.Member), body); err != nil {

@@ -246,20 +246,29 @@ Needs the admin role.
 
 func cmdTopicDescribe(e *env, args []string) int {
 	const cmd = "topic describe"
-	fs := newFlags(e, cmd, "topic describe TOPIC [--json]", `
+	fs := newFlags(e, cmd, "topic describe TOPIC [--json | --graph text|dot|svg]", `
 Shows a topic: its id, every epoch with its partitioner (name, digest, config), partition count,
 boundaries (the last sequence of each partition in that epoch) and ancestry (which partitions of
 the previous epoch feed each partition), and any epoch change in progress. --json prints the
 descriptor itself (spec/protocol.md §4).
+
+--graph FORMAT prints the ancestry graph instead: text (lines), dot (Graphviz: pipe it to
+'dot -Tpng') or svg (a picture, the one the status page of 'pctl serve --http' draws). Edges are
+sized by the distinct keys the broker observed on them; epochs of more than 64 partitions are
+drawn in runs of partitions.
 `+connHelp)
 	cf := addConnFlags(fs)
 	asJSON := fs.Bool("json", false, "print the descriptor as JSON")
+	graphFmt := fs.String("graph", "", "print the ancestry graph as `FORMAT`: text, dot or svg")
 	pos, st := parse(fs, args)
 	if st >= 0 {
 		return st
 	}
 	name, st := topicArg(e, cmd, pos)
 	if st >= 0 {
+		return st
+	}
+	if st := checkGraphFormat(e, cmd, *graphFmt, *asJSON); st >= 0 {
 		return st
 	}
 	c, st := cf.connect(e, cmd, nil)
@@ -273,6 +282,9 @@ descriptor itself (spec/protocol.md §4).
 	}
 	if *asJSON {
 		return writeJSON(e, cmd, t)
+	}
+	if *graphFmt != "" {
+		return writeGraph(e, cmd, t, *graphFmt) // graph.go
 	}
 	describeTopic(e.stdout, t, rev)
 	return exitOK
