@@ -207,7 +207,13 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 			continue // a stream or the bucket without a leader for a moment (an election)
 		}
 		if err != nil {
-			b.cfg.Logger.Warn("epoch change step failed", "topic", name, "to", ch.To, "step", step, "took", time.Since(stepStart).Round(time.Microsecond), "err", err)
+			// The retry loop logs its failures once per distinct error itself: its repeated
+			// attempts go to Debug here, so that a node that stays down is not a line per retry.
+			logStep := b.cfg.Logger.Warn
+			if retrying(ctx) {
+				logStep = b.cfg.Logger.Debug
+			}
+			logStep("epoch change step failed", "topic", name, "to", ch.To, "step", step, "took", time.Since(stepStart).Round(time.Microsecond), "err", err)
 			b.hookEpochStep(name, ch.To, step, time.Since(stepStart), err)
 			return err
 		}

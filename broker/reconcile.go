@@ -26,6 +26,15 @@ import (
 // Logging: the loop logs once when it takes up a piece of work, once per distinct failure of a
 // step (so a node that stays down is one line, not one per retry), and once when it is done.
 
+type retryingKey struct{}
+
+// withRetrying marks a context as the retry loop's, which logs the failures of its attempts itself.
+func withRetrying(ctx context.Context) context.Context {
+	return context.WithValue(ctx, retryingKey{}, true)
+}
+
+func retrying(ctx context.Context) bool { return ctx.Value(retryingKey{}) != nil }
+
 // maxRetryBackoff bounds the pause between retries of one topic's unfinished work.
 const maxRetryBackoff = 30 * time.Second
 
@@ -323,11 +332,12 @@ func (b *Broker) retryTopic(ctx context.Context, name string, states map[string]
 		b.cfg.Logger.Warn("stuck work taken up", "topic", name, "work", work, "unchanged_for", now.Sub(st.since).Round(time.Millisecond))
 		st.taken = true
 	}
-	err = b.finishLocked(ctx, name)
+	err = b.finishLocked(withRetrying(ctx), name)
 	mu.Unlock()
 	if err == nil {
-		// Logged as finished when the next round sees no unfinished work (or the next state).
-		st.next = time.Now()
+		// Done as far as it goes: what is left (pending ancestry, say) is new work next round.
+		b.cfg.Logger.Info("unfinished work finished", "topic", name, "work", st.work, "attempts", st.attempts)
+		delete(states, name)
 		return
 	}
 	backoff := every << min(st.attempts, 5)
