@@ -170,6 +170,9 @@ type ConsumerOptions struct {
 	OnKeysAssigned func(KeyChange)
 	// Logf receives the member's decisions (acquire, release, lease lost). Default: none.
 	Logf func(format string, args ...any)
+	// Hooks observe the member (hooks.go): records consumed, gate waits, lease changes.
+	// Default: none.
+	Hooks []Hook
 
 	// keepDrained is a test hook: the member keeps its drained-epochs cache across a reset
 	// (Pulsar's bug), to show that the order checks catch it.
@@ -1048,6 +1051,7 @@ func (cn *Consumer) acquire(ctx context.Context, kv jetstream.KeyValue, q int) (
 	if err != nil {
 		return 0, 0, 0, false
 	}
+	cn.hookLease(q, true) // hooks.go
 	return ps.Position, r, gen, true
 }
 
@@ -1108,6 +1112,7 @@ func (cn *Consumer) release(ctx context.Context, kv jetstream.KeyValue, w *worke
 	if newRev, err := kv.Update(ctx, wire.PartitionKey(cn.topicID, cn.opts.Group, w.partition), body, rev); err == nil {
 		cn.setPosition(w.partition, newRev, wire.PartitionState{Position: pos, Generation: gen})
 		cn.noteCommit(newRev)
+		cn.hookLease(w.partition, false) // hooks.go
 	}
 }
 
@@ -1459,12 +1464,14 @@ func (w *worker) deliver(ctx context.Context, msg jetstream.Msg, h Handler, fail
 	if !w.holdLease(ctx) {
 		return false // lost, or stopping: another member redelivers from the committed position
 	}
+	handled := time.Now()
 	if err := h(ctx, m); err != nil {
 		if ctx.Err() == nil {
 			fail(fmt.Errorf("handler failed on partition %d seq %d: %w", w.partition, m.Seq, err))
 		}
 		return false
 	}
+	cn.hookConsumed(m, time.Since(handled)) // hooks.go
 	w.mu.Lock()
 	w.delivered = m.Seq
 	w.mu.Unlock()
@@ -1810,6 +1817,7 @@ func (w *worker) gate(ctx context.Context, m *Message) error {
 			cn.stats.Waits = append(cn.stats.Waits, d)
 		}
 		cn.mu.Unlock()
+		cn.hookGateWait(w.partition, m.Epoch, d) // hooks.go
 	}
 	if cn.opts.OnKeysAssigned == nil {
 		return nil

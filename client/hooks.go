@@ -75,3 +75,27 @@ func (p *Producer) hookRepartitioned(epoch, resent int) {
 		}
 	}
 }
+
+func (cn *Consumer) hookConsumed(m *Message, took time.Duration) {
+	for _, h := range cn.opts.Hooks {
+		if h, ok := h.(HookConsumeRecord); ok {
+			h.OnConsumeRecord(cn.topic, cn.opts.Group, m, took)
+		}
+	}
+}
+
+func (cn *Consumer) hookGateWait(partition, epoch int, waited time.Duration) {
+	for _, h := range cn.opts.Hooks {
+		if h, ok := h.(HookGateWait); ok {
+			h.OnGateWait(cn.topic, cn.opts.Group, partition, epoch, waited)
+		}
+	}
+}
+
+func (cn *Consumer) hookLease(partition int, acquired bool) {
+	for _, h := range cn.opts.Hooks {
+		if h, ok := h.(HookLeaseChange); ok {
+			h.OnLeaseChange(cn.topic, cn.opts.Group, cn.opts.Member, partition, acquired)
+		}
+	}
+}

@@ -218,3 +218,86 @@ func TestTopicDescribeGraph(t *testing.T) {
 	expect(t, admin.run("", "topic", "describe", "g", "--graph", "png"), exitUsage, "--graph \"png\": give text, dot, svg")
 	expect(t, admin.run("", "topic", "describe", "g", "--graph", "svg", "--json"), exitUsage, "exclude each other")
 }
+
+// TestProduceStallsOutWhenTheBrokerIsGone: with the broker stopped under it, produce reports the
+// lost connection and gives up after --timeout without any acknowledgement, exit 1 (it used to
+// wait silently).
+func TestProduceStallsOutWhenTheBrokerIsGone(t *testing.T) {
+	url, dir, stop := servePctl(t, "--data", filepath.Join(t.TempDir(), "data"), "--listen", "127.0.0.1:0")
+	admin := as(t, url, dir, broker.RoleAdmin)
+	expect(t, admin.run("", "topic", "create", "s", "--partitions", "2", "--partitioner", "jump"), exitOK)
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	res := make(chan cliResult, 1)
+	go func() {
+		res <- runCLI(ctx, nil, pr, "produce", "s", "--timeout", "2s", "--verbose", "--server", url, "--creds", filepath.Join(dir, "admin.nk"))
+	}()
+	fmt.Fprintln(pw, "a\t1")
+	time.Sleep(time.Second) // acknowledged by now
+	expect(t, stop(), exitOK)
+	fmt.Fprintln(pw, "b\t2")
+	fmt.Fprintln(pw, "c\t3")
+	pw.Close()
+	start := time.Now()
+	var r cliResult
+	select {
+	case r = <-res:
+	case <-time.After(60 * time.Second):
+		t.Fatal("produce still waits 60s after its broker stopped (--timeout 2s)")
+	}
+	expect(t, r, exitFailure, "connection lost", "no acknowledgement for 2s", "record(s) outstanding", "1 acknowledged")
+	t.Logf("gave up %v after the input ended", time.Since(start).Round(time.Millisecond))
+}
+
+// TestPartitionStopsOnInterrupt: 'pctl partition' reading a pipe that has nothing more to give
+// stops when interrupted (SIGINT/SIGTERM cancel the command's context), printing the partitions
+// of the keys read so far. It used to ignore both signals.
+func TestPartitionStopsOnInterrupt(t *testing.T) {
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan cliResult, 1)
+	go func() { res <- runCLI(ctx, nil, pr, "partition", "--plugin", "jump", "--partitions", "8") }()
+	fmt.Fprintln(pw, "k1")
+	fmt.Fprintln(pw, "k2")
+	time.Sleep(300 * time.Millisecond) // both read; the pipe now blocks
+	cancel()
+	select {
+	case r := <-res:
+		expect(t, r, exitFailure, "interrupted after 2 keys")
+		want := runCLI(context.Background(), nil, strings.NewReader(""), "partition", "--plugin", "jump", "--partitions", "8", "k1", "k2")
+		if r.stdout != want.stdout {
+			t.Fatalf("printed %q before stopping, want the partitions of k1 and k2: %q", r.stdout, want.stdout)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("pctl partition did not stop within 10s of the interrupt")
+	}
+}
+
+// TestRepartitionOutlastsTheRequestTimeout: a change that takes longer than one broker request
+// may (here 3 s against 1 s) is followed to its end through the descriptor, instead of failing
+// with "the broker did not answer".
+func TestRepartitionOutlastsTheRequestTimeout(t *testing.T) {
+	b, err := broker.Start(context.Background(), broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000,
+		StepHook: func(topic, state string) error {
+			if state == "created" {
+				time.Sleep(3 * time.Second)
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	admin := &pctlAs{t: t, url: b.ClientURL(), creds: b.CredsPath(broker.RoleAdmin)}
+	expect(t, admin.run("", "topic", "create", "slow", "--partitions", "2", "--partitioner", "jump"), exitOK)
+	admin.getenv = func(k string) string {
+		if k == "PCTL_REQUEST_TIMEOUT" {
+			return "1s"
+		}
+		return ""
+	}
+	r := admin.run("", "topic", "expand", "slow", "--partitions", "4")
+	expect(t, r, exitOK, "epoch 2 active after", "following it")
+}

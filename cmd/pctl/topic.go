@@ -522,7 +522,10 @@ func cmdTopicDelete(e *env, args []string) int {
 }
 
 const repartitionHelp = `
-Starts a new epoch of a topic and waits until it is active: a new partition count, a new
+Starts a new epoch of a topic and waits until it is active (however long that takes: a change on
+thousands of partitions is followed to its end through the descriptor; on a terminal, standard
+error shows its step and how many partitions are fenced; SIGINT stops the waiting, not the
+change): a new partition count, a new
 partitioner (built-in name or plugin digest), or a new config, in any combination. Per-key order
 holds across the change: producers are fenced from the old epoch and re-send under the new one,
 and consumers deliver a moved key's new records only after its old partition is drained.
@@ -591,7 +594,7 @@ func repartition(e *env, cmd string, c *client.Client, req wire.RepartitionReque
 		return exitFor(e, cmd, err)
 	}
 	start := time.Now()
-	t, err := c.Repartition(e.ctx, req)
+	t, err := repartitionFollowed(e, cmd, c, req, before) // follow.go: to its end, with progress
 	if err != nil {
 		return exitFor(e, cmd, err)
 	}

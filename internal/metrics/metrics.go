@@ -68,6 +68,7 @@ type Metrics struct {
 	adminTook      *prometheus.HistogramVec
 
 	seriesCache sync.Map // produceKey -> *produceSeries
+	pluginCache sync.Map // plugin name -> *pluginSeries
 
 	mu     sync.Mutex
 	owners map[[3]string]string // (topic id, group, partition) -> owner last seen
@@ -202,14 +203,29 @@ func (m *Metrics) OnProduceRepartitioned(topic string, epoch, resent int) {
 
 // OnPluginCall implements broker.HookPluginCall.
 func (m *Metrics) OnPluginCall(plugin string, keys int, took time.Duration, fuel int64, err error) {
-	m.pluginTook.WithLabelValues(plugin).Observe(took.Seconds())
+	ps := m.pluginSeries(plugin)
+	ps.took.Observe(took.Seconds())
 	if fuel >= 0 {
-		m.pluginFuel.WithLabelValues(plugin).Observe(float64(fuel))
+		ps.fuel.Observe(float64(fuel))
 	}
-	m.pluginKeys.WithLabelValues(plugin).Add(float64(keys))
+	ps.keys.Add(float64(keys))
 	if err != nil {
 		m.pluginFailures.WithLabelValues(plugin, FailureClass(err)).Inc()
 	}
+}
+
+type pluginSeries struct {
+	took, fuel prometheus.Observer
+	keys       prometheus.Counter
+}
+
+func (m *Metrics) pluginSeries(plugin string) *pluginSeries {
+	if s, ok := m.pluginCache.Load(plugin); ok {
+		return s.(*pluginSeries)
+	}
+	s := &pluginSeries{took: m.pluginTook.WithLabelValues(plugin), fuel: m.pluginFuel.WithLabelValues(plugin), keys: m.pluginKeys.WithLabelValues(plugin)}
+	v, _ := m.pluginCache.LoadOrStore(plugin, s)
+	return v.(*pluginSeries)
 }
 
 // FailureClass names the class of a plugin call's failure, from the runtime's sentinels.

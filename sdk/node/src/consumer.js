@@ -274,11 +274,20 @@ export class Message {
     const k = h ? h.get('Pctl-Key') : '';
     // Like Go's wire.DecodeKey: "b64:" and standard base64; anything else is keyless.
     this.key = k.startsWith('b64:') && B64_RE.test(k) && k.length % 4 === 0 ? Buffer.from(k.slice(4), 'base64') : null;
-    this.value = e.data.length ? Buffer.from(e.data.buffer, e.data.byteOffset, e.data.length) : EMPTY;
+
     this.producer = h ? h.get('Pctl-Producer') : '';
     const ps = h ? h.get('Pctl-Seq') : '';
     this.pseq = ps ? Number(ps) : 0;
     this.acked = false;
+  }
+
+  /** The record's value (a Buffer over the received bytes). */
+  get value() {
+    if (this._value === undefined) {
+      const d = this.raw.data;
+      this._value = d.length ? Buffer.from(d.buffer, d.byteOffset, d.length) : EMPTY;
+    }
+    return this._value;
   }
 
   /** The record's application headers: {name: [values]} (spec/protocol.md §5.3). */
@@ -291,9 +300,9 @@ export class Message {
   header(name) { return this.headers[name]?.[0]; }
 
   /** When the stream stored the record: unix milliseconds. */
-  get storedTime() { return Number(this.raw.tsNanos.slice(0, -6) || '0'); }
+  get storedTime() { return this.raw.tsMs; }
   /** When the stream stored the record: unix nanoseconds. */
-  get storedNanos() { return BigInt(this.raw.tsNanos); }
+  get storedNanos() { return BigInt(this.raw.tsMs) * 1000000n + BigInt(this.raw.tsRest); }
   /** The record's time: its producer's Pctl-Time, else storedTime (unix milliseconds). */
   get timestamp() {
     const t = parseTime(this.raw.headers?.get(TIME_HEADER));
@@ -385,6 +394,7 @@ export class Consumer {
     this.kv = new KV(client.nc, GROUPS_BUCKET, this.opTimeout);
     this.prefix = `$KV.${GROUPS_BUCKET}.${groupPrefix(this.topicId, this.group)}`;
     this.parts = new Map(); // digest/config -> Partitioner
+    this.epochParts = new WeakMap(); // descriptor epoch -> Partitioner
     this.states = new Map(); // q -> {gen, position}: the group's committed positions (watch)
     this.members = new Map(); // member -> {time, deleted}
     this.gen = 0;
@@ -436,7 +446,14 @@ export class Consumer {
     return p;
   }
 
-  partitionerSync(ep) { return this.parts.get(`${ep.partitioner.digest}/${ep.partitioner.config ?? ''}`); }
+  partitionerSync(ep) {
+    let p = this.epochParts.get(ep); // per descriptor epoch object: no key string per record
+    if (p === undefined) {
+      p = this.parts.get(`${ep.partitioner.digest}/${ep.partitioner.config ?? ''}`);
+      if (p) this.epochParts.set(ep, p);
+    }
+    return p;
+  }
 
   // ---- starting and stopping ----
 
@@ -554,7 +571,7 @@ export class Consumer {
     const op = e.headers?.get('KV-Operation');
     const deleted = op === 'DEL' || op === 'PURGE';
     if (kind === 'm') {
-      const time = Number(e.tsNanos.slice(0, -6));
+      const time = e.tsMs;
       if (deleted) this.members.delete(id);
       else {
         const known = this.members.has(id);

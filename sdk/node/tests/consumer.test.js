@@ -567,7 +567,7 @@ describe('consumer against a real broker', { skip, timeout: 900_000 }, () => {
     await lossy.close();
   });
 
-  test('connections cut while consuming: the member reconnects, re-reads and delivers everything in order', async () => {
+  test('connections cut and frozen while consuming: the member reconnects or waits, re-reads and delivers everything in order', async () => {
     await broker.admin(['topic', 'create', 'cuts', '--partitions', '3', '--partitioner', 'kafka-murmur2']);
     const proxy = await startProxy(broker.url.replace('nats://', ''));
     const via = await connect({ server: proxy.url, creds: broker.creds.consumer, reconnectWait: 100 });
@@ -584,6 +584,13 @@ describe('consumer against a real broker', { skip, timeout: 900_000 }, () => {
     })();
     await sending;
     await waitFor(() => new Set(got.map((m) => `${m.partition}/${m.seq}`)).size >= 3000, 90_000, () => `3000 distinct, have ${new Set(got.map((m) => `${m.partition}/${m.seq}`)).size}`);
+    // Frozen for longer than a pull's expiry and two heartbeats, while records arrive: pulls and
+    // their answers are held, leases cannot be renewed; after the thaw everything comes.
+    proxy.freeze();
+    await produce(p, 500, { keys: 30, from: 3000 });
+    await sleep(7000);
+    proxy.thaw();
+    await waitFor(() => new Set(got.map((m) => `${m.partition}/${m.seq}`)).size >= 3500, 90_000, () => `3500 distinct after the thaw, have ${new Set(got.map((m) => `${m.partition}/${m.seq}`)).size}: ${JSON.stringify(c.stats)}`);
     await c.close();
     await done;
     await p.close();
