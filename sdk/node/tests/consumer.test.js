@@ -154,6 +154,11 @@ describe('consumer against a real broker', { skip, timeout: 900_000 }, () => {
     const b = rest.out.trimEnd().split('\n').filter(Boolean);
     const id = (l) => { const j = JSON.parse(l); return `${j.partition}/${j.seq}`; };
     assert.equal(new Set([...a, ...b].map(id)).size, 14 * 13, 'the two members of the group printed every record once');
+    // --reset-to earliest moves the group back: everything again, once.
+    const again = await run([...base, '--topic', 'fmt', '--group', 'maxg', '--reset-to', 'earliest', '--max', String(14 * 13), '--idle-exit', '30s']);
+    assert.equal(again.status, 0, again.err);
+    assert.equal(new Set(again.out.trimEnd().split('\n').map(id)).size, 14 * 13);
+    assert.equal((await run([...base, '--topic', 'fmt', '--group', 'maxg', '--reset-to', 'yesterday'])).status, 2);
   });
 
   test('manual commit: only a contiguous acknowledged prefix is committed; the rest comes again', async () => {
