@@ -353,3 +353,16 @@ func TestInterruptStopsEveryCommand(t *testing.T) {
 		})
 	}
 }
+
+// TestServeOpsFromConfigFile: the operations settings also come from --config.
+func TestServeOpsFromConfigFile(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "serve.json")
+	if err := os.WriteFile(cfg, []byte(`{"http": "127.0.0.1:0", "log_format": "json", "log_level": "warn"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, stderr, stop := serveOps(t, "--data", filepath.Join(t.TempDir(), "data"), "--listen", "127.0.0.1:0", "--config", cfg, "--log-level", "info")
+	if !httpAddrRE.MatchString(stderr.String()) { // --log-level info on the command line wins over warn
+		t.Fatalf("no JSON http listening line:\n%s", stderr.String())
+	}
+	expect(t, stop(), exitOK)
+}
