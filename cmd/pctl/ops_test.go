@@ -178,6 +178,9 @@ func TestServeHTTPAndLogs(t *testing.T) {
 			t.Fatalf("log line is not JSON: %q", sc.Text())
 		}
 		msg, _ := line["msg"].(string)
+		if line["component"] == "nats" {
+			count["nats"]++ // the embedded NATS server logs through the same logger
+		}
 		switch msg {
 		case "topic created", "plugin uploaded", "epoch change planned", "epoch active":
 			count[msg]++
@@ -187,6 +190,9 @@ func TestServeHTTPAndLogs(t *testing.T) {
 		if msg == "plugin uploaded" && line["verdict"] != "pass" {
 			t.Fatalf("upload line without its verdict: %v", line)
 		}
+	}
+	if count["nats"] == 0 {
+		t.Fatalf("no log line of the embedded NATS server (component=nats):\n%s", r.stderr)
 	}
 	for _, k := range []string{"topic created", "plugin uploaded", "epoch change planned", "epoch change step create", "epoch change step fence", "epoch change step activate", "epoch active"} {
 		if count[k] != 1 {
