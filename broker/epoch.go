@@ -115,9 +115,14 @@ func (b *Broker) runChange(ctx context.Context, name string) error {
 // runChangeLocked is runChange with the topic's lock held.
 func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 	stale := 0
+	var unavailableSince time.Time
+	pause := 250 * time.Millisecond
 	for {
 		stepStart := time.Now()
 		t, rev, err := b.getTopic(ctx, name)
+		if err != nil && errors.Is(err, wire.ErrUnavailable) && b.retryInPlace(ctx, &unavailableSince, &pause) {
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -198,11 +203,21 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 			stale++
 			continue
 		}
+		if err != nil && errors.Is(err, wire.ErrUnavailable) && b.retryInPlace(ctx, &unavailableSince, &pause) {
+			continue // a stream or the bucket without a leader for a moment (an election)
+		}
 		if err != nil {
-			b.cfg.Logger.Warn("epoch change step failed", "topic", name, "to", ch.To, "step", step, "took", time.Since(stepStart).Round(time.Microsecond), "err", err)
+			// The retry loop logs its failures once per distinct error itself: its repeated
+			// attempts go to Debug here, so that a node that stays down is not a line per retry.
+			logStep := b.cfg.Logger.Warn
+			if retrying(ctx) {
+				logStep = b.cfg.Logger.Debug
+			}
+			logStep("epoch change step failed", "topic", name, "to", ch.To, "step", step, "took", time.Since(stepStart).Round(time.Microsecond), "err", err)
 			b.hookEpochStep(name, ch.To, step, time.Since(stepStart), err)
 			return err
 		}
+		unavailableSince, pause = time.Time{}, 250*time.Millisecond
 		if _, err := b.putTopic(ctx, t, rev); err != nil {
 			if errors.Is(err, wire.ErrConflict) {
 				// Another writer (the background ancestry of an earlier epoch) changed the
@@ -220,6 +235,31 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 			}
 		}
 	}
+}
+
+// stepRetryWindow is how long a step that fails with ErrUnavailable (a stream or the bucket
+// without a leader: an election after a node died usually takes a few seconds) is retried in place
+// before the step fails and is left to the retry loop.
+const stepRetryWindow = 20 * time.Second
+
+// retryInPlace pauses before another try of a step that failed with ErrUnavailable, while the
+// failures have lasted less than stepRetryWindow; it reports whether to try again.
+func (b *Broker) retryInPlace(ctx context.Context, since *time.Time, pause *time.Duration) bool {
+	if since.IsZero() {
+		*since = time.Now()
+	}
+	if time.Since(*since) > stepRetryWindow || b.loopCtx.Err() != nil {
+		return false
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(*pause):
+	}
+	if *pause *= 2; *pause > 2*time.Second {
+		*pause = 2 * time.Second
+	}
+	return true
 }
 
 // stepName names the step an epoch change in a recorded state runs next (metrics and logs).

@@ -215,7 +215,14 @@ func Check(ctx context.Context, wasm []byte, opts Options) (*Report, error) {
 	}
 	rep.Results = append(rep.Results, abiPass(m, opts.Config), importsPass(m))
 
-	c.keys = makeKeys(opts.Keys, opts.Seed)
+	// Making millions of keys takes seconds: an interrupt must not wait for it.
+	made := make(chan keySet, 1)
+	go func() { made <- makeKeys(opts.Keys, opts.Seed) }()
+	select {
+	case c.keys = <-made:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	steps := []func() (Result, error){c.checkRange, c.checkDeterminism, c.checkLimits, c.checkAncestry, c.checkCompatibility, c.checkBalance}
 	names := []string{CheckRange, CheckDeterminism, CheckLimits, CheckAncestry, CheckCompatibility, CheckBalance}
 	for i, step := range steps {

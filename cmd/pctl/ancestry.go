@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/interrupt"
 	"pctl.dev/pctl/partitioner"
 	"pctl.dev/pctl/runtime"
 )
@@ -140,7 +141,7 @@ func cmdAncestry(e *env, args []string) int {
 			return usageErr(e, cmd, "--keys: %v", err)
 		}
 		defer f.Close()
-		sc := bufio.NewScanner(f)
+		sc := bufio.NewScanner(interrupt.Reader(e.ctx, f)) // SIGINT stops a blocked FIFO too
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for line := 1; sc.Scan(); line++ {
 			key := []byte(sc.Text())
@@ -168,6 +169,9 @@ func cmdAncestry(e *env, args []string) int {
 			}
 		}
 		if err := sc.Err(); err != nil {
+			if e.ctx.Err() != nil {
+				return usageFail(e, cmd, "interrupted while reading --keys (%d keys read); nothing printed", report.Keys)
+			}
 			return failErr(e, cmd, err)
 		}
 		if report.Source == "all" {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -177,6 +178,9 @@ func TestServeHTTPAndLogs(t *testing.T) {
 			t.Fatalf("log line is not JSON: %q", sc.Text())
 		}
 		msg, _ := line["msg"].(string)
+		if line["component"] == "nats" {
+			count["nats"]++ // the embedded NATS server logs through the same logger
+		}
 		switch msg {
 		case "topic created", "plugin uploaded", "epoch change planned", "epoch active":
 			count[msg]++
@@ -186,6 +190,9 @@ func TestServeHTTPAndLogs(t *testing.T) {
 		if msg == "plugin uploaded" && line["verdict"] != "pass" {
 			t.Fatalf("upload line without its verdict: %v", line)
 		}
+	}
+	if count["nats"] == 0 {
+		t.Fatalf("no log line of the embedded NATS server (component=nats):\n%s", r.stderr)
 	}
 	for _, k := range []string{"topic created", "plugin uploaded", "epoch change planned", "epoch change step create", "epoch change step fence", "epoch change step activate", "epoch active"} {
 		if count[k] != 1 {
@@ -300,4 +307,68 @@ func TestRepartitionOutlastsTheRequestTimeout(t *testing.T) {
 	}
 	r := admin.run("", "topic", "expand", "slow", "--partitions", "4")
 	expect(t, r, exitOK, "epoch 2 active after", "following it")
+}
+
+// TestInterruptStopsEveryCommand: each command that can wait on its input or its work stops
+// within seconds of SIGINT/SIGTERM (the command's context being cancelled), with a message that
+// says it was interrupted. Inputs are pipes and FIFOs that never end.
+func TestInterruptStopsEveryCommand(t *testing.T) {
+	url, dir, _ := servePctl(t, "--data", filepath.Join(t.TempDir(), "data"), "--listen", "127.0.0.1:0")
+	admin := as(t, url, dir, broker.RoleAdmin)
+	expect(t, admin.run("", "topic", "create", "i", "--partitions", "2", "--partitioner", "jump"), exitOK)
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Hold the FIFO open for writing, so readers block on it instead of seeing its end.
+	go func() {
+		if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+			t.Cleanup(func() { f.Close() })
+		}
+	}()
+	conn := []string{"--server", url, "--creds", filepath.Join(dir, "admin.nk")}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"partition", []string{"partition", "--plugin", "jump", "--partitions", "4"}, "interrupted"},
+		{"produce", append([]string{"produce", "i"}, conn...), "interrupted"},
+		{"consume", append([]string{"consume", "i", "--group", "g"}, conn...), "(interrupted)"},
+		{"conformance", []string{"conformance", "jump", "--keys", "3000000"}, "interrupted"},
+		{"ancestry", []string{"ancestry", "--plugin", "jump", "--from", "2", "--to", "3", "--keys", fifo}, "interrupted"},
+		{"verify", []string{"verify", "--sent", fifo, "--expect-group", "g"}, "interrupted"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pr, pw := io.Pipe()
+			defer pw.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			res := make(chan cliResult, 1)
+			go func() { res <- runCLI(ctx, nil, pr, tc.args...) }()
+			time.Sleep(time.Second)
+			cancel()
+			select {
+			case r := <-res:
+				if r.code == exitOK && tc.name != "consume" {
+					t.Fatalf("exit 0 after an interrupt: %s", r)
+				}
+				expect(t, r, r.code, tc.want)
+			case <-time.After(15 * time.Second):
+				t.Fatalf("pctl %s still runs 15s after the interrupt", tc.name)
+			}
+		})
+	}
+}
+
+// TestServeOpsFromConfigFile: the operations settings also come from --config.
+func TestServeOpsFromConfigFile(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "serve.json")
+	if err := os.WriteFile(cfg, []byte(`{"http": "127.0.0.1:0", "log_format": "json", "log_level": "warn"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, stderr, stop := serveOps(t, "--data", filepath.Join(t.TempDir(), "data"), "--listen", "127.0.0.1:0", "--config", cfg, "--log-level", "info")
+	if !httpAddrRE.MatchString(stderr.String()) { // --log-level info on the command line wins over warn
+		t.Fatalf("no JSON http listening line:\n%s", stderr.String())
+	}
+	expect(t, stop(), exitOK)
 }
