@@ -99,8 +99,13 @@ public final class Consumer implements AutoCloseable {
     private final ScheduledExecutorService timer;
 
     private final ReentrantLock mu = new ReentrantLock();
-    /** Signalled on every change anyone may wait for: records ready, room, positions, state. */
+    /** Positions, descriptors and state that gates and fetchers wait for. */
     private final Condition changed = mu.newCondition();
+    /** Records ready, or something poll must handle (rebalance, reset, failure, wakeup, close). */
+    private final Condition readyCond = mu.newCondition();
+    /** Room in the poll queue, for fetchers waiting to hand records over. */
+    private final Condition spaceCond = mu.newCondition();
+    private int spaceWaiters;
     // Guarded by mu:
     private TopicDescriptor desc;
     private final Map<Integer, PState> pstate = new HashMap<>();
@@ -142,6 +147,13 @@ public final class Consumer implements AutoCloseable {
     private final Map<String, int[]> subjects = new java.util.concurrent.ConcurrentHashMap<>();
     private Runnable stopViolations;
     private int events;
+
+    /** Wakes every waiter (mu held): for the rare changes (state, failure, stop, rebalance). */
+    private void wakeAllLocked() {
+        changed.signalAll();
+        readyCond.signalAll();
+        spaceCond.signalAll();
+    }
 
     // ---- state records ------------------------------------------------------------------------
 
@@ -393,7 +405,7 @@ public final class Consumer implements AutoCloseable {
         mu.lock();
         try {
             wakeup = true;
-            changed.signalAll();
+            wakeAllLocked();
         } finally {
             mu.unlock();
         }
@@ -530,7 +542,7 @@ public final class Consumer implements AutoCloseable {
                 if (pendingReset == null || pendingReset.gen < r.gen) {
                     pendingReset = r;
                 }
-                changed.signalAll();
+                wakeAllLocked();
             } finally {
                 mu.unlock();
             }
@@ -568,7 +580,7 @@ public final class Consumer implements AutoCloseable {
             mu.lock();
             try {
                 closed = true;
-                changed.signalAll();
+                wakeAllLocked();
                 ps = new ArrayList<>(parts.values());
             } finally {
                 mu.unlock();
@@ -627,7 +639,7 @@ public final class Consumer implements AutoCloseable {
         mu.lock();
         try {
             closed = true;
-            changed.signalAll();
+            wakeAllLocked();
         } finally {
             mu.unlock();
         }
@@ -716,14 +728,18 @@ public final class Consumer implements AutoCloseable {
                             out.add(item.record);
                             item = null;
                             if (out.size() >= o.maxPollRecords()) {
-                                changed.signalAll();
+                                if (spaceWaiters > 0) {
+                                    spaceCond.signalAll();
+                                }
                                 return out;
                             }
                             continue;
                         }
                         break; // needs work outside the lock
                     }
-                    changed.signalAll(); // room in the fetchers' queues
+                    if (spaceWaiters > 0) {
+                        spaceCond.signalAll(); // room in the fetchers' queues
+                    }
                 }
                 if (!needControl && item == null) {
                     if (!out.isEmpty()) {
@@ -734,7 +750,7 @@ public final class Consumer implements AutoCloseable {
                         return out;
                     }
                     try {
-                        changed.awaitNanos(Math.min(deadline - now, hbNanos));
+                        readyCond.awaitNanos(Math.min(deadline - now, hbNanos));
                     } catch (InterruptedException e) {
                         Thread.currentThread().interrupt();
                         throw new WakeupException();
@@ -1176,7 +1192,7 @@ public final class Consumer implements AutoCloseable {
             lostCount++;
             r = stopPartLocked(p);
             rebalance = true;
-            changed.signalAll();
+            wakeAllLocked();
         } finally {
             mu.unlock();
         }
@@ -1280,11 +1296,11 @@ public final class Consumer implements AutoCloseable {
                     if (op.equals("DEL") || op.equals("PURGE")) {
                         if (members.remove(rest) != null) {
                             rebalance = true;
-                            changed.signalAll();
+                            wakeAllLocked();
                         }
                     } else if (members.put(rest, raw.timeNanos()) == null) {
                         rebalance = true;
-                        changed.signalAll();
+                        wakeAllLocked();
                     }
                     return;
                 case "p":
@@ -1309,7 +1325,7 @@ public final class Consumer implements AutoCloseable {
                         lostCount++;
                         r = stopPartLocked(p);
                         rebalance = true;
-                        changed.signalAll();
+                        wakeAllLocked();
                     }
                     return;
                 case "g":
@@ -1344,7 +1360,7 @@ public final class Consumer implements AutoCloseable {
                 }
             }
             ready.clear();
-            changed.signalAll();
+            wakeAllLocked();
             for (StreamReader sr : close) {
                 sr.close(); // takes only the reader's own lock
             }
@@ -1454,7 +1470,7 @@ public final class Consumer implements AutoCloseable {
                 }
             }
             rebalance = true;
-            changed.signalAll();
+            wakeAllLocked();
         } finally {
             mu.unlock();
         }
@@ -1497,7 +1513,7 @@ public final class Consumer implements AutoCloseable {
             mu.lock();
             try {
                 rebalance = true;
-                changed.signalAll();
+                wakeAllLocked();
             } finally {
                 mu.unlock();
             }
@@ -1565,7 +1581,7 @@ public final class Consumer implements AutoCloseable {
                         computeNextBoundary(p);
                     }
                 }
-                changed.signalAll();
+                wakeAllLocked();
             }
         } finally {
             mu.unlock();
@@ -1845,7 +1861,7 @@ public final class Consumer implements AutoCloseable {
             return null;
         }
         p.stopped = true;
-        changed.signalAll();
+        wakeAllLocked();
         return p.reader;
     }
 
@@ -1998,11 +2014,15 @@ public final class Consumer implements AutoCloseable {
         try {
             for (Item it : pending) {
                 while (p.queued >= o.maxBuffered() && !p.stopped) {
+                    spaceWaiters++;
+                    readyCond.signalAll(); // what is queued so far
                     try {
-                        changed.await(100, TimeUnit.MILLISECONDS);
+                        spaceCond.await(100, TimeUnit.MILLISECONDS);
                     } catch (InterruptedException e) {
                         Thread.currentThread().interrupt();
                         return;
+                    } finally {
+                        spaceWaiters--;
                     }
                 }
                 if (p.stopped) {
@@ -2011,7 +2031,7 @@ public final class Consumer implements AutoCloseable {
                 p.queued++;
                 ready.addLast(it);
             }
-            changed.signalAll();
+            readyCond.signalAll();
         } finally {
             pending.clear();
             mu.unlock();
@@ -2603,7 +2623,7 @@ public final class Consumer implements AutoCloseable {
             if (fatal == null) {
                 fatal = e;
             }
-            changed.signalAll();
+            wakeAllLocked();
         } finally {
             mu.unlock();
         }

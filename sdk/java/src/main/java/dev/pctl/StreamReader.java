@@ -693,17 +693,23 @@ final class StreamReader implements AutoCloseable {
             }
             nextSeq = sseq + 1;
             stats.received++;
+            boolean wasEmpty = buf.isEmpty();
             buf.addLast(new Raw(sseq, m.subject(), m.headers(), m.data(), ts, pending));
-            if (pending == 0) {
+            boolean signal = wasEmpty;
+            if (pending == 0 && !caughtUp) {
                 caughtUp = true;
+                signal = true;
             }
             if (pull != null) {
                 pull[2]++;
                 if (pull[2] >= pull[1]) {
                     pull = null; // complete: the next one is issued when the buffer has room
+                    signal = true;
                 }
             }
-            wake.signalAll();
+            if (signal) {
+                wake.signalAll(); // the reader's thread waits only while the buffer is empty
+            }
         } finally {
             lock.unlock();
         }

@@ -53,16 +53,28 @@ public final class ConsumerBench {
             List<Double> raw = new ArrayList<>();
             List<Double> sdk = new ArrayList<>();
             List<Double> ungated = new ArrayList<>();
+            List<Double> ratios = new ArrayList<>();
+            List<Double> rawCpu = new ArrayList<>();
+            List<Double> sdkCpu = new ArrayList<>();
             int g = 0;
             for (int r = 0; r < rounds + 1; r++) { // the first round warms the JIT up and is not counted
+                long c0 = cpu();
                 double a = rawRound(b, n);
+                long c1 = cpu();
                 double s = sdkRound(b, n, "g" + (g++), true);
+                long c2 = cpu();
                 double u = sdkRound(b, n, "g" + (g++), false);
-                System.out.printf("round %d%s: raw jnats %.0f rec/s, sdk %.0f rec/s, sdk ungated %.0f rec/s%n", r, r == 0 ? " (warm-up)" : "", a, s, u);
+                double ac = (c1 - c0) / (double) n;
+                double sc = (c2 - c1) / (double) n;
+                System.out.printf("round %d%s: raw jnats %.0f rec/s (%.1f us CPU/record), sdk %.0f rec/s (%.1f us CPU/record), sdk ungated %.0f rec/s%n", r,
+                        r == 0 ? " (warm-up)" : "", a, ac / 1000, s, sc / 1000, u);
                 if (r > 0) {
                     raw.add(a);
                     sdk.add(s);
                     ungated.add(u);
+                    ratios.add(s / a);
+                    rawCpu.add(ac);
+                    sdkCpu.add(sc);
                 }
             }
             double mr = median(raw);
@@ -70,7 +82,14 @@ public final class ConsumerBench {
             double mu = median(ungated);
             System.out.printf("median of %d rounds: raw jnats ordered consumers %.0f records/s; sdk member (gating on) %.0f records/s = %.2fx raw; "
                     + "sdk ungated %.0f records/s (gates cost %.2fx)%n", rounds, mr, ms, ms / mr, mu, mu / ms);
+            System.out.printf("median of the per-round ratios sdk/raw: %.2fx; consumer JVM CPU per record: raw %.1f us, sdk %.1f us (raw/sdk %.2fx)%n",
+                    median(ratios), median(rawCpu) / 1000, median(sdkCpu) / 1000, median(rawCpu) / median(sdkCpu));
         }
+    }
+
+    /** This JVM's CPU time so far, in nanoseconds. */
+    private static long cpu() {
+        return ((com.sun.management.OperatingSystemMXBean) java.lang.management.ManagementFactory.getOperatingSystemMXBean()).getProcessCpuTime();
     }
 
     private static double median(List<Double> l) {
