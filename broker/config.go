@@ -67,6 +67,8 @@ type Config struct {
 	// change there, as if the broker had died: fault-injection tests use it, and this or another
 	// broker finishes the change later (its retry loop, or Start).
 	StepHook func(topic, state string) error
+
+	natsLogs bool // set by withDefaults: route the embedded server's log to Logger
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -92,6 +94,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ConformanceKeys == 0 {
 		c.ConformanceKeys = 20000
 	}
+	// The embedded server logs only to a Logger given as such: a test's Logf (t.Logf) must not
+	// get server lines after the test ends.
+	c.natsLogs = c.Logger != nil
 	if c.Logger == nil {
 		if c.Logf != nil {
 			c.Logger = logging.Logf(c.Logf)

@@ -24,9 +24,12 @@ func (n natsLogger) Tracef(format string, v ...any) {
 	n.l.Debug(fmt.Sprintf(format, v...), "trace", true)
 }
 
-// setNATSLogger routes the embedded server's log to Config.Logger (nats-server's debug lines only
-// when the logger shows debug).
+// setNATSLogger routes the embedded server's log to Config.Logger, when one was given
+// (nats-server's debug lines only when the logger shows debug).
 func (b *Broker) setNATSLogger() {
+	if !b.cfg.natsLogs {
+		return
+	}
 	l := b.cfg.Logger.With("component", "nats")
 	b.srv.SetLogger(natsLogger{l}, l.Enabled(context.Background(), slog.LevelDebug), false)
 }

@@ -178,6 +178,9 @@ func TestServeHTTPAndLogs(t *testing.T) {
 			t.Fatalf("log line is not JSON: %q", sc.Text())
 		}
 		msg, _ := line["msg"].(string)
+		if line["component"] == "nats" {
+			count["nats"]++ // the embedded NATS server logs through the same logger
+		}
 		switch msg {
 		case "topic created", "plugin uploaded", "epoch change planned", "epoch active":
 			count[msg]++
@@ -187,6 +190,9 @@ func TestServeHTTPAndLogs(t *testing.T) {
 		if msg == "plugin uploaded" && line["verdict"] != "pass" {
 			t.Fatalf("upload line without its verdict: %v", line)
 		}
+	}
+	if count["nats"] == 0 {
+		t.Fatalf("no log line of the embedded NATS server (component=nats):\n%s", r.stderr)
 	}
 	for _, k := range []string{"topic created", "plugin uploaded", "epoch change planned", "epoch change step create", "epoch change step fence", "epoch change step activate", "epoch active"} {
 		if count[k] != 1 {
@@ -352,4 +358,17 @@ func TestInterruptStopsEveryCommand(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestServeOpsFromConfigFile: the operations settings also come from --config.
+func TestServeOpsFromConfigFile(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "serve.json")
+	if err := os.WriteFile(cfg, []byte(`{"http": "127.0.0.1:0", "log_format": "json", "log_level": "warn"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, stderr, stop := serveOps(t, "--data", filepath.Join(t.TempDir(), "data"), "--listen", "127.0.0.1:0", "--config", cfg, "--log-level", "info")
+	if !httpAddrRE.MatchString(stderr.String()) { // --log-level info on the command line wins over warn
+		t.Fatalf("no JSON http listening line:\n%s", stderr.String())
+	}
+	expect(t, stop(), exitOK)
 }

@@ -50,7 +50,8 @@ with --creds or PCTL_CREDS.
   {"data": "/var/lib/pctl", "listen": "0.0.0.0:4222", "max_record_bytes": 1048576,
    "max_payload": 16777216, "replicas": 1, "conformance_keys": 20000, "produce_timeout": "10s",
    "sync_interval": "always", "retry_interval": "2s",
-   "nats": "nats://a:4222,nats://b:4222", "creds": "/etc/pctl/broker.nk"}
+   "nats": "nats://a:4222,nats://b:4222", "creds": "/etc/pctl/broker.nk",
+   "http": "127.0.0.1:8080", "log_format": "json", "log_level": "info", "metrics_partitions": false}
 
 An unknown field is an error. --listen with port 0 picks a free port (the ready line names it).
 
@@ -112,6 +113,11 @@ type serveConfig struct {
 	ProduceTimeout  string `json:"produce_timeout"`
 	SyncInterval    string `json:"sync_interval"`
 	RetryInterval   string `json:"retry_interval"`
+	// Operations (the --http, --log-format, --log-level and --metrics-partitions flags).
+	HTTP              string `json:"http"`
+	LogFormat         string `json:"log_format"`
+	LogLevel          string `json:"log_level"`
+	MetricsPartitions bool   `json:"metrics_partitions"`
 }
 
 func readServeConfig(path string) (serveConfig, error) {
@@ -125,7 +131,7 @@ func readServeConfig(path string) (serveConfig, error) {
 	if err := dec.Decode(&sc); err != nil {
 		msg := err.Error()
 		if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-			return sc, fmt.Errorf("--config %s: unknown field %s; the fields are data, listen, nats, creds, max_record_bytes, max_payload, replicas, conformance_keys, produce_timeout, sync_interval, retry_interval", path, f)
+			return sc, fmt.Errorf("--config %s: unknown field %s; the fields are data, listen, nats, creds, max_record_bytes, max_payload, replicas, conformance_keys, produce_timeout, sync_interval, retry_interval, http, log_format, log_level, metrics_partitions", path, f)
 		}
 		return sc, fmt.Errorf("--config %s: not a valid JSON settings object: %s", path, strings.TrimPrefix(msg, "json: "))
 	}
@@ -189,6 +195,18 @@ func cmdServe(e *env, args []string) int {
 		}
 		if !set["retry-interval"] {
 			sc.RetryInterval = fc.RetryInterval
+		}
+		if !set["http"] && fc.HTTP != "" {
+			*httpAddr = fc.HTTP
+		}
+		if !set["log-format"] && fc.LogFormat != "" {
+			*logFormat = fc.LogFormat
+		}
+		if !set["log-level"] && fc.LogLevel != "" {
+			*logLevel = fc.LogLevel
+		}
+		if !set["metrics-partitions"] && fc.MetricsPartitions {
+			*perPartition = true
 		}
 	}
 	if set["replicas"] {

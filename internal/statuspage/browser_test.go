@@ -214,8 +214,11 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait("the change held at created", art+` .change[data-state="created"]`)
-	if current, state := text(art+` .change li.current`), text(art+` .change .change-state`); current != "created" || state != "state created" {
+	if current, state := attr(art+` .change li.current`, "data-step"), text(art+` .change .change-state`); current != "created" || state != "state created" {
 		t.Fatalf("page shows step %q (%q) during a change held at created", current, state)
+	}
+	if seen := text(art + ` .change li.current`); !strings.HasPrefix(seen, "created +") || !strings.HasSuffix(seen, " s") {
+		t.Fatalf("the current step %q does not say when it was reached", seen)
 	}
 	if n := eval(`document.querySelectorAll('` + art + ` svg.ancestry g.epoch.planned[data-epoch="2"][data-state="created"]').length`); n != 1 {
 		t.Fatalf("the graph does not draw the planned epoch 2 (found %d)", n)

@@ -65,12 +65,23 @@ type Server struct {
 	at      time.Time
 	changed chan struct{} // closed (and replaced) on every descriptor change
 	taking  chan struct{} // non-nil while a snapshot is being taken
+	steps   map[string][]StepSeen
 }
 
-// View is what /api/status and the events carry: the broker's state and each topic's graph.
+// View is what /api/status and the events carry: the broker's state, each topic's graph, and
+// when this server first saw each step of an epoch change in progress.
 type View struct {
 	*broker.Status
-	Graphs map[string]string `json:"graphs"` // topic -> SVG
+	Graphs map[string]string     `json:"graphs"` // topic -> SVG
+	Steps  map[string][]StepSeen `json:"steps"`  // topic -> the steps of its change in progress
+}
+
+// StepSeen is a state of an epoch change and when this server first saw it (the descriptor
+// records only the change's start; the broker's log has every step's time).
+type StepSeen struct {
+	To    int       `json:"to"`
+	State string    `json:"state"`
+	Seen  time.Time `json:"seen"`
 }
 
 // New returns a server without a broker yet.
@@ -84,7 +95,7 @@ func New(opts Options) *Server {
 	if opts.MaxAge <= 0 {
 		opts.MaxAge = 500 * time.Millisecond
 	}
-	s := &Server{opts: opts, mux: http.NewServeMux(), changed: make(chan struct{})}
+	s := &Server{opts: opts, mux: http.NewServeMux(), changed: make(chan struct{}), steps: map[string][]StepSeen{}}
 	if opts.Metrics != nil {
 		opts.Metrics.SetSource(func(ctx context.Context) (*broker.Status, error) {
 			v, err := s.View(ctx)
@@ -175,7 +186,7 @@ func (s *Server) take(ctx context.Context, b *broker.Broker) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &View{Status: st, Graphs: map[string]string{}}
+	v := &View{Status: st, Graphs: map[string]string{}, Steps: s.noteSteps(st)}
 	for i := range st.Topics {
 		var buf bytes.Buffer
 		if err := graph.SVG(&buf, graph.Build(&st.Topics[i].Topic, graph.Options{})); err == nil {
@@ -183,6 +194,37 @@ func (s *Server) take(ctx context.Context, b *broker.Broker) (*View, error) {
 		}
 	}
 	return v, nil
+}
+
+// noteSteps records the first sighting of each state of each change in progress, and returns
+// them (a change that is over is forgotten).
+func (s *Server) noteSteps(st *broker.Status) map[string][]StepSeen {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string][]StepSeen{}
+	now := time.Now().UTC()
+	for _, ts := range st.Topics {
+		ch, name := ts.Topic.Change, ts.Topic.Name
+		if ch == nil {
+			delete(s.steps, name)
+			continue
+		}
+		seen := s.steps[name]
+		if len(seen) > 0 && seen[0].To != ch.To {
+			seen = nil
+		}
+		if len(seen) == 0 || seen[len(seen)-1].State != ch.State {
+			seen = append(seen, StepSeen{To: ch.To, State: ch.State, Seen: now})
+		}
+		s.steps[name] = seen
+		out[name] = append([]StepSeen(nil), seen...)
+	}
+	for name := range s.steps {
+		if _, ok := out[name]; !ok {
+			delete(s.steps, name)
+		}
+	}
+	return out
 }
 
 func (s *Server) handlePage(w http.ResponseWriter, r *http.Request) {
