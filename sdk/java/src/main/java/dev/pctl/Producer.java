@@ -3,7 +3,6 @@ package dev.pctl;
 import io.nats.client.JetStreamApiException;
 import io.nats.client.Message;
 import io.nats.client.api.PublishAck;
-import io.nats.client.impl.Headers;
 import io.nats.client.impl.NatsMessage;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -123,6 +122,7 @@ public final class Producer implements AutoCloseable {
         this.maxRecord = maxRecord(client, topic);
         TopicDescriptor d = fetch();
         install(d);
+        client.raw(); // records go on the raw connection: connect now, fail now
         this.callbacks = Executors.newSingleThreadExecutor(r -> {
             Thread t = new Thread(r, "pctl-producer-" + id + "-callbacks");
             t.setDaemon(true);
@@ -308,29 +308,55 @@ public final class Producer implements AutoCloseable {
         service(s);
     }
 
+    /**
+     * The record's message: its subject under its placement, and its header block, built here
+     * (the record's identity, the same for every re-send) so that values are sent as the UTF-8
+     * they are (jnats' own header type takes ASCII only).
+     */
     private Message message(Pending pd) {
-        Headers h = new Headers();
-        if (pd.rec.key() != null) {
-            h.put("Pctl-Key", "b64:" + Base64.getEncoder().encodeToString(pd.rec.key()));
-        }
-        String n = Long.toString(pd.seq);
-        h.put("Pctl-Producer", id);
-        h.put("Pctl-Seq", n);
-        if (pd.msgId == null) {
+        if (pd.block == null) {
+            String n = Long.toString(pd.seq);
             byte[] t = new byte[16];
             TOKENS.nextBytes(t);
             pd.msgId = id + "-" + n + "-" + java.util.HexFormat.of().formatHex(t);
+            StringBuilder b = new StringBuilder(128).append("NATS/1.0\r\n");
+            if (pd.rec.key() != null) {
+                b.append("Pctl-Key: b64:").append(Base64.getEncoder().encodeToString(pd.rec.key())).append("\r\n");
+            }
+            b.append("Pctl-Producer: ").append(id).append("\r\nPctl-Seq: ").append(n).append("\r\nNats-Msg-Id: ").append(pd.msgId)
+                    .append("\r\nPctl-Time: ").append(pd.ts).append("\r\n");
+            for (String[] kv : pd.rec.headers()) {
+                b.append(kv[0]).append(": ").append(kv[1]).append("\r\n");
+            }
+            pd.block = b.append("\r\n").toString().getBytes(StandardCharsets.UTF_8);
         }
-        h.put("Nats-Msg-Id", pd.msgId); // the same for every re-send of the record
-        h.put("Pctl-Time", Long.toString(pd.ts));
-        for (String[] kv : pd.rec.headers()) {
-            h.add(kv[0], kv[1]);
-        }
-        return NatsMessage.builder()
-                .subject("pctl.data." + topic + "." + pd.epoch + "." + pd.partition)
-                .headers(h)
-                .data(pd.rec.value())
-                .build();
+        return NatsMessage.builder().subject("pctl.data." + topic + "." + pd.epoch + "." + pd.partition).data(new byte[0]).build();
+    }
+
+    /**
+     * Publishes a record on the client's raw connection (see {@link RawConn}): a publish written
+     * before a lost connection is never written again, so what the stream stored of a partition's
+     * records in flight is a prefix of them, and the in-place retry with the same ids (every one
+     * in flight counts as ambiguous after a lost connection) stores the rest in order
+     * (spec/protocol.md §5.1.3: no pipelining across a reconnect). jnats' own publishes are
+     * written again after it reconnects, so a later record could be stored while an earlier one
+     * was lost with the old connection.
+     */
+    private CompletableFuture<PublishAck> publish(Pending pd) {
+        String subject = pd.msg.getSubject();
+        return client.raw().requestAsync(subject, pd.block, pd.rec.value()).thenApply(m -> {
+            if (m.status() == 503) {
+                throw new CompletionException(new java.io.IOException("503 No Responders Available For Request: no stream is bound to " + subject));
+            }
+            if (m.status() != 0) {
+                throw new CompletionException(new java.io.IOException("status " + m.status() + " " + m.statusDescription() + " from " + subject));
+            }
+            try {
+                return new PublishAck(NatsMessage.builder().subject(subject).data(m.data()).build());
+            } catch (java.io.IOException | JetStreamApiException e) {
+                throw new CompletionException(e);
+            }
+        });
     }
 
     /** Reports a record's fate (lock held): frees its buffer slot and queues its callback. */
@@ -498,6 +524,7 @@ public final class Producer implements AutoCloseable {
         Message msg;
         long ts; // Pctl-Time
         String msgId; // Nats-Msg-Id, fixed at the first attempt
+        byte[] block; // the header block, fixed at the first attempt
         boolean ambiguous; // an attempt under the current placement may be stored (its acknowledgement was lost)
         long floor; // when ambiguous: a stored copy can only be after this stream sequence
         boolean done;
@@ -533,6 +560,13 @@ public final class Producer implements AutoCloseable {
         long lastAcked;
         boolean servicing;
         boolean again;
+        /**
+         * Set (without the lock) the moment a publish of this sink fails: the connection's thread
+         * fails every request of a lost connection before it reconnects, so no later record is
+         * written on the new connection ahead of an earlier one that may be lost. Cleared when
+         * the control loop resumes the sink after it settled.
+         */
+        volatile boolean failing;
 
         Sink(int epoch, int partition) {
             this.epoch = epoch;
@@ -623,11 +657,21 @@ public final class Producer implements AutoCloseable {
             s.abort(s.aborted);
             return;
         }
-        while (s.cause == null && !s.paused && !s.stopping && s.inflight.size() < opts.maxInFlight() && !s.queue.isEmpty()) {
+        while (s.cause == null && !s.failing && !s.paused && !s.stopping && s.inflight.size() < opts.maxInFlight() && !s.queue.isEmpty()) {
             Pending pd = s.queue.pollFirst();
             CompletableFuture<PublishAck> f;
             try {
-                f = client.jetStream().publishAsync(pd.msg);
+                f = publish(pd);
+                if (f.isCompletedExceptionally()) {
+                    // Not written (not connected): nothing after it may be written either, or a
+                    // reconnect in the middle of this loop would store a later record while this
+                    // one was never sent.
+                    try {
+                        f.join();
+                    } catch (CompletionException | CancellationException e) {
+                        throw e.getCause() instanceof RuntimeException ? (RuntimeException) e.getCause() : e;
+                    }
+                }
             } catch (RuntimeException e) {
                 if (permanent(e)) {
                     completeLocked(pd, null, new BadRequestException(String.format(
@@ -643,6 +687,9 @@ public final class Producer implements AutoCloseable {
             f = f.orTimeout(ackTimeoutMillis, TimeUnit.MILLISECONDS);
             s.inflight.addLast(new Flight(pd, f));
             f.whenComplete((a, t) -> {
+                if (t != null) {
+                    s.failing = true;
+                }
                 lock.lock();
                 try {
                     service(s);
@@ -655,6 +702,10 @@ public final class Producer implements AutoCloseable {
             // Settled: hand everything unacknowledged to the control loop, in order.
             List<Pending> left = new ArrayList<>(s.failed);
             left.addAll(s.queue);
+            // In send order: a record that could not be written is failed at once, before the
+            // earlier ones still in flight get their (ambiguous) fate; re-sent in that order, it
+            // would be stored ahead of them.
+            left.sort(Comparator.comparingLong(pd -> pd.seq));
             s.failed.clear();
             s.queue.clear();
             Throwable cause = s.cause;
@@ -823,6 +874,7 @@ public final class Producer implements AutoCloseable {
                     for (int i = ev.left().size() - 1; i >= 0; i--) {
                         s.queue.addFirst(ev.left().get(i));
                     }
+                    s.failing = false;
                     s.paused = false;
                     service(s);
                 } finally {
@@ -972,17 +1024,12 @@ public final class Producer implements AutoCloseable {
         for (long s = floor + 1; s <= boundary; s++) {
             for (int attempt = 0; ; attempt++) {
                 try {
-                    Message m = client.connection().request(subject, ("{\"seq\":" + s + "}").getBytes(StandardCharsets.UTF_8), client.options().requestTimeout());
-                    if (m == null) {
-                        throw new IllegalStateException("no answer");
-                    }
-                    if (!m.isStatusMessage() && m.getHeaders() != null && msgId.equals(m.getHeaders().getFirst("Nats-Msg-Id"))) {
+                    // On the raw connection: a stored record's headers may hold any bytes.
+                    RawConn.Msg m = client.raw().request(subject, ("{\"seq\":" + s + "}").getBytes(StandardCharsets.UTF_8), client.options().requestTimeout());
+                    if (m.status() == 0 && msgId.equals(m.header("Nats-Msg-Id"))) {
                         return s;
                     }
                     break; // another record, or none at this sequence (404)
-                } catch (InterruptedException ex) {
-                    Thread.currentThread().interrupt();
-                    return 0;
                 } catch (RuntimeException ex) {
                     if (attempt >= 2) {
                         // Unreadable: count it as absent. The record is then re-sent, and may be

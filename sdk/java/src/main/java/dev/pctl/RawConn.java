@@ -92,6 +92,8 @@ final class RawConn implements AutoCloseable {
     private volatile long lastPong = System.nanoTime();
     private final Thread readerThread;
     private final Thread pinger;
+    private final Thread flusher;
+    private boolean dirty; // guarded by writeLock: written, not flushed
     private final CompletableFuture<Void> firstConnect = new CompletableFuture<>();
 
     private record Sub(String subject, Consumer<Msg> handler) {}
@@ -113,6 +115,8 @@ final class RawConn implements AutoCloseable {
         readerThread.setDaemon(true);
         pinger = new Thread(this::pingLoop, "pctl-raw-conn-ping");
         pinger.setDaemon(true);
+        flusher = new Thread(this::flushLoop, "pctl-raw-conn-flush");
+        flusher.setDaemon(true);
         readerThread.start();
         try {
             firstConnect.get(Math.max(5000, client.options().requestTimeout().toMillis()), TimeUnit.MILLISECONDS);
@@ -132,6 +136,7 @@ final class RawConn implements AutoCloseable {
             throw new UnavailableException("interrupted while connecting", e);
         }
         pinger.start();
+        flusher.start();
         subscribe(replyPrefix + "*", m -> {
             CompletableFuture<Msg> f = replies.remove(m.subject());
             if (f != null) {
@@ -192,6 +197,87 @@ final class RawConn implements AutoCloseable {
             write(line.getBytes(StandardCharsets.UTF_8), payload);
         } catch (IOException e) {
             throw new UnavailableException("publish to " + subject + ": not connected (" + e.getMessage() + ")", e);
+        }
+    }
+
+    /**
+     * Publishes a request with a header block (bytes: any UTF-8 the protocol allows) and returns
+     * its reply, whatever it is. The future fails with a {@link TimeoutException} when the
+     * connection is lost before the reply came (the request may or may not have been handled),
+     * and with an {@link UnavailableException} when it could not be written (it was not sent).
+     * Nothing written before a lost connection is ever written again.
+     */
+    CompletableFuture<Msg> requestAsync(String subject, byte[] headers, byte[] data) {
+        String reply = replyPrefix + replyIds.incrementAndGet();
+        CompletableFuture<Msg> f = new CompletableFuture<>();
+        replies.put(reply, f);
+        f.whenComplete((m, t) -> replies.remove(reply));
+        String line = "HPUB " + subject + " " + reply + " " + headers.length + " " + (headers.length + data.length) + "\r\n";
+        try {
+            writeDeferred(line.getBytes(StandardCharsets.UTF_8), headers, data);
+        } catch (IOException e) {
+            f.completeExceptionally(new UnavailableException("publish to " + subject + ": not connected (" + e.getMessage() + ")", e));
+        }
+        return f;
+    }
+
+    /** Writes without flushing at once: the flusher thread flushes soon (writes in a burst share one flush). */
+    private void writeDeferred(byte[] line, byte[] a, byte[] b) throws IOException {
+        synchronized (writeLock) {
+            OutputStream o = out;
+            if (o == null || closed) {
+                throw new IOException("not connected");
+            }
+            try {
+                o.write(line);
+                o.write(a);
+                o.write(b);
+                o.write(CRLF);
+            } catch (IOException e) {
+                Socket s = socket;
+                if (s != null) {
+                    try {
+                        s.close();
+                    } catch (IOException ignored) {
+                        // closing
+                    }
+                }
+                throw e;
+            }
+            if (!dirty) {
+                dirty = true;
+                writeLock.notifyAll();
+            }
+        }
+    }
+
+    private void flushLoop() {
+        while (!closed) {
+            synchronized (writeLock) {
+                while (!dirty && !closed) {
+                    try {
+                        writeLock.wait(1000);
+                    } catch (InterruptedException e) {
+                        return;
+                    }
+                }
+                dirty = false;
+                OutputStream o = out;
+                if (o != null) {
+                    try {
+                        o.flush();
+                    } catch (IOException e) {
+                        Socket s = socket;
+                        if (s != null) {
+                            try {
+                                s.close();
+                            } catch (IOException ignored) {
+                                // the reader reconnects
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 
@@ -270,6 +356,10 @@ final class RawConn implements AutoCloseable {
         }
         readerThread.interrupt();
         pinger.interrupt();
+        flusher.interrupt();
+        for (CompletableFuture<Msg> f : replies.values()) {
+            f.completeExceptionally(new UnavailableException("the client was closed"));
+        }
     }
 
     // ---- connection and reading ----------------------------------------------------------------
@@ -396,6 +486,12 @@ final class RawConn implements AutoCloseable {
                 synchronized (writeLock) {
                     out = null;
                     socket = null;
+                    dirty = false;
+                }
+                // Replies to what was sent on the lost connection will never come: the requests
+                // are ambiguous now (handled or not), not "still waiting".
+                for (CompletableFuture<Msg> f : replies.values()) {
+                    f.completeExceptionally(new TimeoutException("the connection to the broker was lost before the reply came"));
                 }
                 if (s != null) {
                     try {
