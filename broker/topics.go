@@ -199,11 +199,38 @@ func (b *Broker) ensureStream(ctx context.Context, topic string, q int, subject 
 		MaxMsgSize:  b.cfg.MaxRecordBytes,
 		Replicas:    b.cfg.Replicas,
 		AllowDirect: true,
+		// Producers send fast batches (spec/protocol.md §5.1.1).
+		AllowBatchPublish: true,
 	})
-	if err == nil || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return b.allowBatches(ctx, wire.StreamName(topic, q))
+	}
+	if err == nil {
 		return nil
 	}
 	return fmt.Errorf("%w: create stream %s: %v", wire.ErrUnavailable, wire.StreamName(topic, q), err)
+}
+
+// allowBatches turns on fast batch publishing for a partition stream created by an older pctl
+// (producers need it, spec/protocol.md §5.1.1). A missing stream is left alone.
+func (b *Broker) allowBatches(ctx context.Context, name string) error {
+	s, err := b.js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%w: stream %s: %v", wire.ErrUnavailable, name, err)
+	}
+	cfg := s.CachedInfo().Config
+	if cfg.AllowBatchPublish {
+		return nil
+	}
+	cfg.AllowBatchPublish = true
+	if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("%w: enable fast batches on stream %s (needs nats-server 2.14+ on every node): %v", wire.ErrUnavailable, name, err)
+	}
+	b.cfg.Logf("stream %s: fast batch publishing enabled (created by an older pctl)", name)
+	return nil
 }
 
 func (b *Broker) apiTopicDelete(ctx context.Context, m *nats.Msg) (any, error) {
@@ -344,6 +371,14 @@ func (b *Broker) resume(ctx context.Context) error {
 		t, rev, err := b.getTopic(ctx, name)
 		if err != nil {
 			continue
+		}
+		if !t.Deleting && !t.Creating {
+			// Streams of topics created by an older pctl: producers need fast batches.
+			if err := b.forPartitions(ctx, t.MaxPartitions(), func(q int) error {
+				return b.allowBatches(ctx, wire.StreamName(t.Name, q))
+			}); err != nil {
+				b.cfg.Logf("resume topic %s: %v", name, err)
+			}
 		}
 		switch {
 		case t.Deleting:

@@ -37,7 +37,7 @@ func orderUnderCuts(t *testing.T, seed int64) {
 	}
 	defer px.Close()
 	c := connectVia(t, b, px.Addr(), broker.RoleProducer, time.Second)
-	p, err := c.NewProducer(ctx, topic, client.ProducerOptions{})
+	p, err := c.NewProducer(ctx, topic, client.ProducerOptions{Logf: quietLogf(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
