@@ -78,7 +78,11 @@ func ensureCredentials(dir string) (map[string]string, error) {
 // CredsPath is where the broker writes a role's NKey seed.
 func CredsPath(dir, role string) string { return filepath.Join(dir, role+".nk") }
 
-// permissions returns the NATS permissions of a role (spec/protocol.md §7).
+// RolePermissions returns the NATS permissions of a role (spec/protocol.md §8), nil meaning
+// everything; 'pctl nats-server config' writes them into an external cluster's configuration.
+func RolePermissions(role string) *server.Permissions { return permissions(role) }
+
+// permissions returns the NATS permissions of a role (spec/protocol.md §8).
 func permissions(role string) *server.Permissions {
 	inbox := []string{"_INBOX.>", wire.EventsPrefix + ".>"}
 	switch role {

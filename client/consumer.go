@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,7 +30,80 @@ type Message struct {
 	Value       []byte
 	Producer    string // producer id, if the producer set it
 	ProducerSeq uint64
+	// Misplaced is set on a record that is not where the topic's partitioner puts it (delivered
+	// only with ConsumerOptions.Misplaced = MisplacedDeliver): no order is promised for it.
+	Misplaced *Misplacement
 }
+
+// Misplacement says why a stored record is not in its key's partition (spec/protocol.md §6.8).
+// Only a producer that bypasses the partitioner (a bug, or a hostile client with a producer
+// credential) can store one: pctl's producers and the produce service never do.
+type Misplacement struct {
+	// Expected is the partition the epoch's partitioner gives the key, or -1 when the record
+	// has no usable key or epoch (Reason says which).
+	Expected int
+	Reason   string
+}
+
+// MisplacedPolicy is what a member does with a misplaced record.
+type MisplacedPolicy int
+
+const (
+	// MisplacedStop (the default) stops the member before the record: Run returns a
+	// *MisplacedError (errors.Is(err, ErrMisplaced)). Nothing after it in that partition is
+	// delivered until the group is run with another policy.
+	MisplacedStop MisplacedPolicy = iota
+	// MisplacedDeliver delivers the record with Message.Misplaced set, in its stream's order;
+	// it is neither gated nor counted in key-level callbacks.
+	MisplacedDeliver
+	// MisplacedSkip does not deliver the record; the group's position moves past it.
+	MisplacedSkip
+)
+
+// String returns the policy's name, as the CLI spells it.
+func (p MisplacedPolicy) String() string {
+	switch p {
+	case MisplacedStop:
+		return "stop"
+	case MisplacedDeliver:
+		return "deliver"
+	case MisplacedSkip:
+		return "skip"
+	}
+	return "MisplacedPolicy(" + strconv.Itoa(int(p)) + ")"
+}
+
+// ParseMisplacedPolicy parses "stop", "deliver" or "skip".
+func ParseMisplacedPolicy(s string) (MisplacedPolicy, error) {
+	for _, p := range []MisplacedPolicy{MisplacedStop, MisplacedDeliver, MisplacedSkip} {
+		if p.String() == s {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: misplaced-record policy %q: give stop, deliver or skip", wire.ErrBadRequest, s)
+}
+
+// ErrMisplaced is matched (errors.Is) by the error of a member stopped by a misplaced record.
+var ErrMisplaced = errors.New("misplaced record")
+
+// MisplacedError is returned by Run when a misplaced record stopped the member (MisplacedStop).
+type MisplacedError struct {
+	Topic     string
+	Partition int
+	Seq       uint64 // the record's stream sequence
+	Epoch     int
+	Key       []byte
+	Misplacement
+}
+
+func (e *MisplacedError) Error() string {
+	return fmt.Sprintf("misplaced record in topic %s partition %d at sequence %d (epoch %d, key %q): %s. "+
+		"A producer bypassed the partitioner; the group stopped before this record. To go on, consume with the deliver (flagged) or skip policy (pctl consume --misplaced deliver|skip)",
+		e.Topic, e.Partition, e.Seq, e.Epoch, e.Key, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrMisplaced) hold.
+func (e *MisplacedError) Unwrap() error { return ErrMisplaced }
 
 // KeyChange describes keys that move between partitions at an epoch change (KIP-253's key-level
 // rebalance listener). Moved tells, for any key, whether it is one of them.
@@ -66,6 +140,13 @@ type ConsumerOptions struct {
 	// DisableGating delivers new-epoch records without waiting for their parents (for the
 	// benchmark that measures what gating costs: order is NOT guaranteed then).
 	DisableGating bool
+	// Misplaced is what the member does with a record stored in a partition its key does not
+	// map to under its epoch's partitioner (or with a key header it cannot decode). Default
+	// MisplacedStop; see RATIONALE.md for why.
+	Misplaced MisplacedPolicy
+	// OnMisplaced, if set, runs for every misplaced record the member reads, before the policy
+	// applies (so also for skipped ones and the one that stops the member).
+	OnMisplaced func(m *Message)
 
 	// OnAssigned and OnRevoked run when the member gains or gives up partitions.
 	OnAssigned func(partitions []int)
@@ -101,6 +182,11 @@ type Consumer struct {
 	drained   int             // cache of drainedThrough
 	kvh       jetstream.KeyValue
 	assigned  map[[3]int]bool // (partition, epoch, parent) whose keys-assigned step ran here
+	// The positions watch must show our own commits: commitRev is the newest revision we wrote
+	// (at commitAt), seenRev the newest the watch brought.
+	commitRev uint64
+	commitAt  time.Time
+	seenRev   uint64
 
 	stats ConsumerStats
 }
@@ -112,6 +198,13 @@ type ConsumerStats struct {
 	MaxWait   time.Duration // longest such wait
 	TotalWait time.Duration
 	Waits     []time.Duration // every wait (the first 100000), for percentiles
+	// ReaderRestarts counts partition readers replaced because they handed nothing over while
+	// their stream held records past the member's position; WatchRestarts counts re-made watches
+	// of the group's positions (after a reconnect, or when the watch fell behind).
+	ReaderRestarts int64
+	WatchRestarts  int64
+	// Misplaced counts misplaced records read (whatever the policy did with them).
+	Misplaced int64
 }
 
 // NewConsumer prepares a member of a group; Run starts it.
@@ -206,33 +299,9 @@ func (cn *Consumer) Run(ctx context.Context, h Handler) error {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
-	// Watch the group's committed positions (gates wait on them).
-	w, err := kv.Watch(runCtx, wire.GroupPrefix(cn.topicID, cn.opts.Group)+"p.*")
-	if err != nil {
-		return fmt.Errorf("%w: watch group state: %v", wire.ErrUnavailable, err)
-	}
-	defer w.Stop()
-	go func() {
-		for e := range w.Updates() {
-			if e == nil {
-				continue
-			}
-			_, _, name, ok := wire.ParseGroupKey(cn.topicID, e.Key())
-			q, err := strconv.Atoi(name)
-			if !ok || err != nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			var ps wire.PartitionState
-			if json.Unmarshal(e.Value(), &ps) == nil {
-				cn.mu.Lock()
-				if ps.Position > cn.positions[q] {
-					cn.positions[q] = ps.Position
-				}
-				cn.cond.Broadcast()
-				cn.mu.Unlock()
-			}
-		}
-	}()
+	// Watch the group's committed positions (gates wait on them), and the readers.
+	go cn.watchPositions(runCtx, kv)
+	go cn.watchdog(runCtx)
 	// Topic changes (epoch activations) refresh the descriptor at once.
 	sub, err := cn.c.nc.Subscribe(wire.TopicEventSubject(cn.topic), func(_ *nats.Msg) { cn.refresh(runCtx) })
 	if err == nil {
@@ -285,6 +354,156 @@ func (cn *Consumer) Run(ctx context.Context, h Handler) error {
 		case <-ticker.C:
 		}
 	}
+}
+
+// watchPositions keeps the group's committed positions (cn.positions) up to date from a KV watch
+// on the group's partition keys. The watch is made again after every reconnect and whenever it
+// falls behind the member's own commits (a watch is a server-side consumer too, and can be lost
+// like a reader); meanwhile a waiting gate also reads the positions it needs directly.
+func (cn *Consumer) watchPositions(ctx context.Context, kv jetstream.KeyValue) {
+	status := cn.c.nc.StatusChanged(nats.CONNECTED)
+	defer cn.c.nc.RemoveStatusListener(status)
+	var backoff time.Duration
+	for first := true; ctx.Err() == nil; first = false {
+		if !first {
+			cn.mu.Lock()
+			cn.stats.WatchRestarts++
+			cn.mu.Unlock()
+		}
+		w, err := kv.Watch(ctx, wire.GroupPrefix(cn.topicID, cn.opts.Group)+"p.*")
+		if err != nil {
+			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			continue
+		}
+		backoff = 0
+		cn.followWatch(ctx, w, status)
+		_ = w.Stop()
+	}
+}
+
+// followWatch applies the watch's entries until the context ends, the connection reconnects, the
+// watch ends or it falls behind.
+func (cn *Consumer) followWatch(ctx context.Context, w jetstream.KeyWatcher, reconnected <-chan nats.Status) {
+	check := time.NewTicker(readerStall / 2)
+	defer check.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-reconnected:
+			cn.opts.Logf("member %s: reconnected; watching the group's positions again", cn.opts.Member)
+			return
+		case <-check.C:
+			cn.mu.Lock()
+			behind := cn.commitRev > cn.seenRev && time.Since(cn.commitAt) > readerStall
+			cn.mu.Unlock()
+			if behind {
+				cn.opts.Logf("member %s: the positions watch missed our own commit; watching again", cn.opts.Member)
+				return
+			}
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e != nil {
+				cn.applyEntry(e)
+			}
+		}
+	}
+}
+
+// applyEntry takes a committed position from the group's state.
+func (cn *Consumer) applyEntry(e jetstream.KeyValueEntry) {
+	g, kind, name, ok := wire.ParseGroupKey(cn.topicID, e.Key())
+	q, err := strconv.Atoi(name)
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if e.Revision() > cn.seenRev {
+		cn.seenRev = e.Revision()
+	}
+	if !ok || err != nil || g != cn.opts.Group || kind != "p" || e.Operation() != jetstream.KeyValuePut {
+		return
+	}
+	var ps wire.PartitionState
+	if json.Unmarshal(e.Value(), &ps) == nil && ps.Position > cn.positions[q] {
+		cn.positions[q] = ps.Position
+		cn.cond.Broadcast()
+	}
+}
+
+// noteCommit records a revision this member wrote to the group's state.
+func (cn *Consumer) noteCommit(rev uint64) {
+	cn.mu.Lock()
+	if rev > cn.commitRev {
+		cn.commitRev, cn.commitAt = rev, time.Now()
+	}
+	cn.mu.Unlock()
+}
+
+// watchdog replaces partition readers that stopped handing records over although their stream
+// holds records past the member's position, whatever the cause (a pull request lost with a node,
+// a consumer deleted, a connection that froze): a member that owns a partition reads its new
+// records within about readerStall plus the time to create a consumer.
+func (cn *Consumer) watchdog(ctx context.Context) {
+	t := time.NewTicker(readerStall / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cn.mu.Lock()
+		var stalled []*worker
+		for _, w := range cn.owned {
+			if w.stalled(readerStall) {
+				stalled = append(stalled, w)
+			}
+		}
+		cn.mu.Unlock()
+		if len(stalled) == 0 {
+			continue
+		}
+		last := cn.lastSequences(ctx, stalled)
+		for _, w := range stalled {
+			if l, ok := last[w.partition]; ok && l > w.position() {
+				cn.opts.Logf("member %s: partition %d: the reader handed nothing over for %v while the stream holds records up to %d past position %d; reading again",
+					cn.opts.Member, w.partition, readerStall, l, w.position())
+				w.setWaiting(true, true)
+				w.kickReader()
+			}
+		}
+	}
+}
+
+// lastSequences returns the last stream sequence of the given workers' partitions (those it could
+// read): one stream list request for the topic, or one info request per stream if listing fails.
+func (cn *Consumer) lastSequences(ctx context.Context, ws []*worker) map[int]uint64 {
+	ctx, cancel := cn.op(ctx)
+	defer cancel()
+	out := map[int]uint64{}
+	prefix := wire.StreamPrefix + cn.topic + "_"
+	lister := cn.c.js.ListStreams(ctx, jetstream.WithStreamListSubject(wire.DataPrefix+"."+cn.topic+".>"))
+	for info := range lister.Info() {
+		if q, err := strconv.Atoi(strings.TrimPrefix(info.Config.Name, prefix)); err == nil && strings.HasPrefix(info.Config.Name, prefix) && info.State.Msgs > 0 {
+			out[q] = info.State.LastSeq
+		}
+	}
+	if lister.Err() == nil {
+		return out
+	}
+	for _, w := range ws {
+		s, err := cn.c.js.Stream(ctx, wire.StreamName(cn.topic, w.partition))
+		if err == nil && s.CachedInfo().State.Msgs > 0 {
+			out[w.partition] = s.CachedInfo().State.LastSeq
+		}
+	}
+	return out
 }
 
 // ensureGroup creates the group's state on first use: every existing partition's starting
@@ -436,11 +655,13 @@ func (cn *Consumer) rebalance(ctx context.Context, kv jetstream.KeyValue, h Hand
 		}
 	}
 	var revoked []int
-	for _, w := range drop {
+	parallel(drop, func(w *worker) {
 		w.stop()
 		if !w.lost() {
 			cn.release(ctx, kv, w)
 		}
+	})
+	for _, w := range drop {
 		cn.mu.Lock()
 		delete(cn.owned, w.partition)
 		cn.mu.Unlock()
@@ -528,8 +749,8 @@ func (cn *Consumer) acquire(ctx context.Context, kv jetstream.KeyValue, q int) (
 }
 
 // commitAll writes every owned partition's delivered position (renewing its lease when a third
-// of it is used up) by compare-and-set; a failed CAS means the partition was taken over: its
-// worker stops.
+// of it is used up) by compare-and-set, the partitions in parallel; a failed CAS means the
+// partition was taken over: its worker stops.
 func (cn *Consumer) commitAll(ctx context.Context, kv jetstream.KeyValue, renew bool) {
 	cn.mu.Lock()
 	ws := make([]*worker, 0, len(cn.owned))
@@ -537,20 +758,50 @@ func (cn *Consumer) commitAll(ctx context.Context, kv jetstream.KeyValue, renew 
 		ws = append(ws, w)
 	}
 	cn.mu.Unlock()
-	for _, w := range ws {
-		w.commit(ctx, kv, renew)
-	}
+	parallel(ws, func(w *worker) { w.commit(ctx, kv, renew) })
 }
 
+// parallel runs f for every worker, at most 32 at a time, and waits for all.
+func parallel(ws []*worker, f func(*worker)) {
+	if len(ws) == 1 {
+		f(ws[0])
+		return
+	}
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			f(w)
+		}()
+	}
+	wg.Wait()
+}
+
+// release hands a stopped worker's partition back: the final position, no owner.
 func (cn *Consumer) release(ctx context.Context, kv jetstream.KeyValue, w *worker) {
 	ctx, cancel := cn.op(ctx)
 	defer cancel()
+	select {
+	case w.commitSem <- struct{}{}: // no commit of this partition runs meanwhile
+	case <-ctx.Done():
+		return
+	}
+	defer func() { <-w.commitSem }()
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	ps := wire.PartitionState{Position: w.delivered}
-	body, _ := json.Marshal(ps)
-	if _, err := kv.Update(ctx, wire.PartitionKey(cn.topicID, cn.opts.Group, w.partition), body, w.rev); err == nil {
-		cn.setPosition(w.partition, w.delivered)
+	if w.isLost {
+		w.mu.Unlock()
+		return
+	}
+	pos, rev := w.delivered, w.rev
+	w.mu.Unlock()
+	body, _ := json.Marshal(wire.PartitionState{Position: pos})
+	if newRev, err := kv.Update(ctx, wire.PartitionKey(cn.topicID, cn.opts.Group, w.partition), body, rev); err == nil {
+		cn.setPosition(w.partition, pos)
+		cn.noteCommit(newRev)
 	}
 }
 
@@ -566,11 +817,13 @@ func (cn *Consumer) shutdown(kv jetstream.KeyValue) {
 	cn.cond.Broadcast()
 	cn.mu.Unlock()
 	var qs []int
-	for _, w := range ws {
+	parallel(ws, func(w *worker) {
 		w.stop()
 		if !w.lost() {
 			cn.release(ctx, kv, w)
 		}
+	})
+	for _, w := range ws {
 		qs = append(qs, w.partition)
 	}
 	_ = kv.Delete(ctx, wire.MemberKey(cn.topicID, cn.opts.Group, cn.opts.Member))
@@ -594,7 +847,7 @@ func (cn *Consumer) partitionerFor(ctx context.Context, e *wire.Epoch) (partitio
 }
 
 // worker reads one partition in order and delivers its records. Lock order: worker.mu, then
-// Consumer.mu.
+// Consumer.mu. Neither is ever held across a network call.
 type worker struct {
 	cn        *Consumer
 	partition int
@@ -604,17 +857,24 @@ type worker struct {
 	committed uint64
 	rev       uint64 // KV revision of our PartitionState
 	isLost    bool
-	iter      jetstream.MessagesContext // the partition reader, stopped by stop()
 	// leaseUntil is when our lease ends by our own clock (measured from before the write that
 	// set it). The worker delivers nothing past leaseUntil minus a margin: by then another
 	// member may take the partition over.
 	leaseUntil time.Time
+	waiting    bool      // the worker waits for its reader (see stalled)
+	waitSince  time.Time // since when
 	cancel     context.CancelFunc
 	done       chan struct{}
+
+	// commitSem lets one compare-and-set on the partition's state run at a time (each needs the
+	// revision the previous one produced); it is not held by anything else.
+	commitSem chan struct{}
+	kick      chan struct{} // the watchdog asks for a new reader
 }
 
 func newWorker(cn *Consumer, q int, pos, rev uint64) *worker {
-	return &worker{cn: cn, partition: q, delivered: pos, committed: pos, rev: rev, done: make(chan struct{})}
+	return &worker{cn: cn, partition: q, delivered: pos, committed: pos, rev: rev, done: make(chan struct{}),
+		commitSem: make(chan struct{}, 1), kick: make(chan struct{}, 1)}
 }
 
 func (w *worker) lost() bool {
@@ -623,34 +883,45 @@ func (w *worker) lost() bool {
 	return w.isLost
 }
 
+// stop stops the worker and waits for it: the record in hand is finished (its handler returns);
+// the reader is closed without waiting for it.
 func (w *worker) stop() {
 	w.mu.Lock()
-	c, it := w.cancel, w.iter
+	c := w.cancel
 	w.mu.Unlock()
 	if c != nil {
 		c()
 	}
-	if it != nil {
-		// The reader may be re-creating its server-side consumer (after a broker restart, or
-		// forever on a connection that closed): stopping it ends that retry loop.
-		it.Stop()
-	}
 	<-w.done
 }
 
+// commit writes the delivered position (and a renewed lease) by compare-and-set, when there is
+// something new to commit or a third of the lease is used up (always with renew). A failed
+// compare-and-set means another member took the partition: the worker stops at once.
 func (w *worker) commit(ctx context.Context, kv jetstream.KeyValue, renew bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	session := w.cn.opts.SessionTimeout
-	if w.isLost || (!renew && w.delivered == w.committed && time.Until(w.leaseUntil) > session*2/3) {
+	select {
+	case w.commitSem <- struct{}{}:
+	case <-ctx.Done():
 		return
 	}
+	defer func() { <-w.commitSem }()
+	session := w.cn.opts.SessionTimeout
+	w.mu.Lock()
+	if w.isLost || (!renew && w.delivered == w.committed && time.Until(w.leaseUntil) > session*2/3) {
+		w.mu.Unlock()
+		return
+	}
+	pos, rev := w.delivered, w.rev
+	w.mu.Unlock()
+
 	now := time.Now()
-	ps := wire.PartitionState{Owner: w.cn.opts.Member, LeaseEnd: now.Add(session).UnixMilli(), Position: w.delivered}
+	ps := wire.PartitionState{Owner: w.cn.opts.Member, LeaseEnd: now.Add(session).UnixMilli(), Position: pos}
 	body, _ := json.Marshal(ps)
-	ctx, cancel := w.cn.op(ctx)
-	defer cancel()
-	rev, err := kv.Update(ctx, wire.PartitionKey(w.cn.topicID, w.cn.opts.Group, w.partition), body, w.rev)
+	octx, cancel := w.cn.op(ctx)
+	newRev, err := kv.Update(octx, wire.PartitionKey(w.cn.topicID, w.cn.opts.Group, w.partition), body, rev)
+	cancel()
+
+	w.mu.Lock()
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) || isWrongSeq(err) {
 			w.cn.opts.Logf("member %s: partition %d: lost (taken over); delivered %d, committed %d", w.cn.opts.Member, w.partition, w.delivered, w.committed)
@@ -659,12 +930,17 @@ func (w *worker) commit(ctx context.Context, kv jetstream.KeyValue, renew bool) 
 				w.cancel()
 			}
 		}
+		w.mu.Unlock()
 		return
 	}
-	w.rev = rev
-	w.committed = w.delivered
+	w.rev = newRev
+	if pos > w.committed {
+		w.committed = pos
+	}
 	w.leaseUntil = now.Add(session)
-	w.cn.setPosition(w.partition, w.delivered)
+	w.mu.Unlock()
+	w.cn.setPosition(w.partition, pos)
+	w.cn.noteCommit(newRev)
 }
 
 func isWrongSeq(err error) bool {
@@ -685,103 +961,246 @@ func (w *worker) run(parent context.Context, h Handler, fail func(error)) {
 	ctx, cancel := context.WithCancel(parent)
 	w.mu.Lock()
 	w.cancel = cancel
-	start := w.delivered + 1
+	start := w.delivered
 	w.mu.Unlock()
 	defer cancel()
 	cn := w.cn
-	cons, err := cn.c.js.OrderedConsumer(ctx, wire.StreamName(cn.topic, w.partition), jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start,
-	})
-	if err != nil {
-		if ctx.Err() == nil {
-			fail(fmt.Errorf("%w: read partition %d: %v", wire.ErrUnavailable, w.partition, err))
-		}
-		return
-	}
-	// Short pull expiries and heartbeats: after a broker restart the reader notices the lost
-	// pull within seconds (the defaults let it stall for half a minute).
-	it, err := cons.Messages(jetstream.PullExpiry(3*time.Second), jetstream.PullHeartbeat(time.Second))
-	if err != nil {
-		if ctx.Err() == nil {
-			fail(fmt.Errorf("%w: read partition %d: %v", wire.ErrUnavailable, w.partition, err))
-		}
-		return
-	}
-	defer it.Stop()
-	w.mu.Lock()
-	w.iter = it
-	w.mu.Unlock()
-	if ctx.Err() != nil {
-		return
-	}
 	// Records already past: a boundary at or before our start position may still owe its
 	// keys-revoked step (for example right after this member took the partition over).
-	w.passBoundaries(ctx, start-1)
+	w.passBoundaries(ctx, start)
+	var rd *partitionReader
+	defer func() {
+		if rd != nil {
+			rd.close()
+		}
+	}()
+	tick := time.NewTicker(cn.opts.Heartbeat)
+	defer tick.Stop()
+	var backoff time.Duration
 	for {
-		msg, err := it.Next(jetstream.NextMaxWait(cn.opts.Heartbeat))
-		if err != nil {
+		if rd == nil {
+			from := w.position() + 1
+			r, err := openReader(ctx, cn.c.js, cn.topic, w.partition, from)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				// The stream may have no leader for a while (a node died): retry, never give up
+				// the partition for that.
+				backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+				cn.opts.Logf("member %s: partition %d: cannot read from %d: %v; again in %v", cn.opts.Member, w.partition, from, err, backoff)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(backoff):
+				}
+				continue
+			}
+			rd, backoff = r, 0
+			w.setWaiting(true, true)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case err := <-rd.errc:
 			if ctx.Err() != nil {
 				return
 			}
-			if errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
-				w.passBoundaries(ctx, w.position())
-				continue
-			}
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			cn.opts.Logf("member %s: partition %d: reader stopped: %v; reading again from %d", cn.opts.Member, w.partition, err, w.position()+1)
+			rd.close()
+			rd = nil
+		case <-w.kick:
+			// The watchdog found the reader silent while the stream has records past our
+			// position: whatever happened to its pull requests, read again from there.
+			rd.close()
+			rd = nil
+			cn.mu.Lock()
+			cn.stats.ReaderRestarts++
+			cn.mu.Unlock()
+		case <-tick.C:
+			w.passBoundaries(ctx, w.position())
+		case msg := <-rd.msgs:
+			w.setWaiting(false, false)
+			if !w.deliver(ctx, msg, h, fail) {
 				return
 			}
-			continue
+			w.setWaiting(true, true)
 		}
-		md, err := msg.Metadata()
-		if err != nil {
-			continue
-		}
-		if msg.Headers().Get(wire.HeaderFence) != "" {
-			// A fence marker, not a record: nothing to deliver, but the position moves past it.
-			w.mu.Lock()
-			w.delivered = md.Sequence.Stream
-			w.mu.Unlock()
-			w.passBoundaries(ctx, md.Sequence.Stream)
-			continue
-		}
-		m := &Message{Topic: cn.topic, Partition: w.partition, Seq: md.Sequence.Stream, Value: msg.Data(), NoKey: true}
-		if _, e, _, err := wire.ParseDataSubject(msg.Subject()); err == nil {
-			m.Epoch = e
-		}
-		hdr := msg.Headers()
-		if v := hdr.Get(wire.HeaderKey); v != "" {
-			if k, err := wire.DecodeKey(v); err == nil {
-				m.Key, m.NoKey = k, false
-			}
-		}
-		m.Producer = hdr.Get(wire.HeaderProducer)
-		m.ProducerSeq, _ = strconv.ParseUint(hdr.Get(wire.HeaderSeq), 10, 64)
-
-		if !cn.opts.DisableGating && !m.NoKey {
-			if err := w.gate(ctx, m); err != nil {
-				if ctx.Err() == nil {
-					fail(err)
-				}
-				return
-			}
-		}
-		if !w.holdLease(ctx) {
-			return // lost, or stopping: another member redelivers from the committed position
-		}
-		if err := h(ctx, m); err != nil {
-			if ctx.Err() == nil {
-				fail(fmt.Errorf("handler failed on partition %d seq %d: %w", w.partition, m.Seq, err))
-			}
-			return
-		}
-		w.mu.Lock()
-		w.delivered = m.Seq
-		w.mu.Unlock()
-		cn.mu.Lock()
-		cn.stats.Delivered++
-		cn.mu.Unlock()
-		w.passBoundaries(ctx, m.Seq)
 	}
+}
+
+// setWaiting records whether the worker is waiting for its reader (and, with reset, that the wait
+// starts now): the watchdog only looks at readers the worker waits for.
+func (w *worker) setWaiting(waiting, reset bool) {
+	w.mu.Lock()
+	w.waiting = waiting
+	if reset {
+		w.waitSince = time.Now()
+	}
+	w.mu.Unlock()
+}
+
+// stalled reports whether the worker has been waiting for its reader for at least d.
+func (w *worker) stalled(d time.Duration) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.waiting && !w.isLost && time.Since(w.waitSince) >= d
+}
+
+// kickReader asks the worker to replace its reader (never blocks).
+func (w *worker) kickReader() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// deliver handles one message from the reader: a fence marker moves the position; a record is
+// gated, delivered and acknowledged. It returns false when the worker must stop.
+func (w *worker) deliver(ctx context.Context, msg jetstream.Msg, h Handler, fail func(error)) bool {
+	cn := w.cn
+	md, err := msg.Metadata()
+	if err != nil {
+		return true
+	}
+	if msg.Headers().Get(wire.HeaderFence) != "" {
+		// A fence marker, not a record: nothing to deliver, but the position moves past it.
+		w.mu.Lock()
+		w.delivered = md.Sequence.Stream
+		w.mu.Unlock()
+		w.passBoundaries(ctx, md.Sequence.Stream)
+		return true
+	}
+	m := &Message{Topic: cn.topic, Partition: w.partition, Seq: md.Sequence.Stream, Value: msg.Data(), NoKey: true}
+	hdr := msg.Headers()
+	m.Producer = hdr.Get(wire.HeaderProducer)
+	m.ProducerSeq, _ = strconv.ParseUint(hdr.Get(wire.HeaderSeq), 10, 64)
+	mp, err := w.placement(ctx, m, msg.Subject(), hdr)
+	if err != nil {
+		if ctx.Err() == nil {
+			fail(err)
+		}
+		return false
+	}
+	if mp != nil {
+		m.Misplaced = mp
+		cn.mu.Lock()
+		cn.stats.Misplaced++
+		cn.mu.Unlock()
+		cn.opts.Logf("member %s: partition %d: misplaced record at %d (epoch %d, key %q): %s", cn.opts.Member, w.partition, m.Seq, m.Epoch, m.Key, mp.Reason)
+		if cn.opts.OnMisplaced != nil {
+			cn.opts.OnMisplaced(m)
+		}
+		switch cn.opts.Misplaced {
+		case MisplacedSkip:
+			if !w.holdLease(ctx) {
+				return false
+			}
+			w.mu.Lock()
+			w.delivered = m.Seq
+			w.mu.Unlock()
+			w.passBoundaries(ctx, m.Seq)
+			return true
+		case MisplacedDeliver:
+		default:
+			if ctx.Err() == nil {
+				fail(&MisplacedError{Topic: cn.topic, Partition: w.partition, Seq: m.Seq, Epoch: m.Epoch, Key: m.Key, Misplacement: *mp})
+			}
+			return false
+		}
+	}
+
+	if !cn.opts.DisableGating && !m.NoKey && m.Misplaced == nil {
+		if err := w.gate(ctx, m); err != nil {
+			if ctx.Err() == nil {
+				fail(err)
+			}
+			return false
+		}
+	}
+	if !w.holdLease(ctx) {
+		return false // lost, or stopping: another member redelivers from the committed position
+	}
+	if err := h(ctx, m); err != nil {
+		if ctx.Err() == nil {
+			fail(fmt.Errorf("handler failed on partition %d seq %d: %w", w.partition, m.Seq, err))
+		}
+		return false
+	}
+	w.mu.Lock()
+	w.delivered = m.Seq
+	w.mu.Unlock()
+	cn.mu.Lock()
+	cn.stats.Delivered++
+	cn.mu.Unlock()
+	w.passBoundaries(ctx, m.Seq)
+	return true
+}
+
+// placement decodes the record's epoch and key into m and checks that the record is in its key's
+// partition under that epoch's partitioner (spec/protocol.md §6.8). It returns nil for a record
+// in its place (and for a keyless one), a Misplacement otherwise; an error only when the
+// partitioner cannot be run (the member stops: it cannot tell).
+func (w *worker) placement(ctx context.Context, m *Message, subject string, hdr nats.Header) (*Misplacement, error) {
+	cn := w.cn
+	_, e, q, err := wire.ParseDataSubject(subject)
+	if err == nil {
+		m.Epoch = e
+	}
+	v := hdr.Get(wire.HeaderKey)
+	if v == "" && len(hdr.Values(wire.HeaderKey)) == 0 {
+		return nil, nil // keyless: any partition will do
+	}
+	k, kerr := wire.DecodeKey(v)
+	if kerr != nil {
+		return &Misplacement{Expected: -1, Reason: fmt.Sprintf("its %s header %.40q is not b64:<standard base64>", wire.HeaderKey, v)}, nil
+	}
+	m.Key, m.NoKey = k, false
+	if err != nil {
+		return &Misplacement{Expected: -1, Reason: fmt.Sprintf("its subject %q is not an epoch's record subject", subject)}, nil
+	}
+	if q != w.partition {
+		return &Misplacement{Expected: -1, Reason: fmt.Sprintf("its subject %q names partition %d", subject, q)}, nil
+	}
+	for {
+		cn.mu.Lock()
+		ep, cur := cn.desc.Epoch(e), cn.desc.Current().Epoch
+		cn.mu.Unlock()
+		if ep != nil {
+			break
+		}
+		if e <= cur {
+			return &Misplacement{Expected: -1, Reason: fmt.Sprintf("the topic has no epoch %d", e)}, nil
+		}
+		// A record of an epoch newer than our descriptor (its streams are bound before the
+		// descriptor says it is active): wait for the descriptor.
+		cn.refresh(ctx)
+		cn.mu.Lock()
+		known := cn.desc.Epoch(e) != nil
+		cn.mu.Unlock()
+		if !known {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	cn.mu.Lock()
+	ep := cn.desc.Epoch(e)
+	cn.mu.Unlock()
+	f, err := cn.partitionerFor(ctx, ep)
+	if err != nil {
+		return nil, err
+	}
+	want, err := f.Partition(k, int32(ep.Partitions))
+	if err != nil {
+		return nil, fmt.Errorf("%w: partition of key %x in epoch %d: %v", wire.ErrPluginFailed, k, ep.Epoch, err)
+	}
+	if int(want) != w.partition {
+		return &Misplacement{Expected: int(want), Reason: fmt.Sprintf("epoch %d's partitioner (%d partitions) puts the key in partition %d", e, ep.Partitions, want)}, nil
+	}
+	return nil, nil
 }
 
 // holdLease makes sure the lease still has a safe margin before a delivery, renewing it if

@@ -5,7 +5,9 @@ package conformance_test
 // every host in another language under conformance/hosts/, with identical output required, and
 // every hostile module refused or stopped with its documented error class everywhere. The hosts'
 // command-line convention is conformance/hosts/README.md; a directory there with executable
-// `setup` and `run` files joins this test without any code here.
+// `setup` and `run` files joins this test without any code here. The engines of requiredEngines
+// (wazero's two, V8, wasmtime, Chicory) must all take part with PCTL_REQUIRE_TOOLCHAINS=1, and
+// the run says which took part.
 
 import (
 	"bytes"
@@ -55,36 +57,83 @@ type confHost struct {
 	name, dir string
 }
 
-func discoverHosts(t *testing.T) []*confHost {
-	dirs, err := filepath.Glob(filepath.Join("hosts", "*"))
+// requiredEngine is a WebAssembly engine TestHosts must run: the two wazero engines in this
+// process, every other one through its conformance/hosts directory. With
+// PCTL_REQUIRE_TOOLCHAINS=1 (CI) TestHosts fails when any of them cannot take part; otherwise it
+// says loudly which did not, since a run without them compares wazero with itself only.
+type requiredEngine struct {
+	name string
+	host string // the conformance/hosts directory; "" for an engine in this process
+}
+
+var requiredEngines = []requiredEngine{
+	{"wazero compiler", ""},
+	{"wazero interpreter", ""},
+	{"V8 (Node.js)", "node"},
+	{"wasmtime (Python)", "python"},
+	{"Chicory (Java)", "java"},
+}
+
+// discoverHosts lists the directories of root with executable setup and run files, and says
+// why each other directory is not a host.
+func discoverHosts(t *testing.T, root string) (hosts []*confHost, broken map[string]string) {
+	entries, err := os.ReadDir(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var hosts []*confHost
-	for _, d := range dirs {
-		ok := true
+	broken = map[string]string{}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		d := filepath.Join(root, e.Name())
+		var why []string
 		for _, f := range []string{"setup", "run"} {
 			fi, err := os.Stat(filepath.Join(d, f))
-			if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-				ok = false
+			switch {
+			case err != nil:
+				why = append(why, fmt.Sprintf("no %s file (%v)", f, err))
+			case fi.IsDir() || fi.Mode()&0o111 == 0:
+				why = append(why, fmt.Sprintf("%s is not an executable file (mode %v)", f, fi.Mode()))
 			}
 		}
-		if ok {
-			abs, err := filepath.Abs(d)
-			if err != nil {
-				t.Fatal(err)
-			}
-			hosts = append(hosts, &confHost{name: filepath.Base(d), dir: abs})
+		if len(why) > 0 {
+			broken[e.Name()] = strings.Join(why, "; ")
+			continue
 		}
+		abs, err := filepath.Abs(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hosts = append(hosts, &confHost{name: e.Name(), dir: abs})
 	}
 	sort.Slice(hosts, func(i, j int) bool { return hosts[i].name < hosts[j].name })
-	return hosts
+	return hosts, broken
 }
 
-// setupHosts runs every host's setup at once. A host whose setup fails is dropped with its reason
-// (a skip), or fails the test when PCTL_REQUIRE_TOOLCHAINS=1 (as CI sets it).
-func setupHosts(t *testing.T, hosts []*confHost) []*confHost {
-	require := os.Getenv("PCTL_REQUIRE_TOOLCHAINS") == "1"
+// missingEngines says, for each required engine that will not take part, why (ready: the hosts
+// whose setup succeeded; broken: why the other directories are not ready).
+func missingEngines(ready []*confHost, broken map[string]string) []string {
+	have := map[string]bool{}
+	for _, h := range ready {
+		have[h.name] = true
+	}
+	var out []string
+	for _, e := range requiredEngines {
+		switch {
+		case e.host == "" || have[e.host]:
+		case broken[e.host] != "":
+			out = append(out, fmt.Sprintf("%s (conformance/hosts/%s): %s", e.name, e.host, broken[e.host]))
+		default:
+			out = append(out, fmt.Sprintf("%s (conformance/hosts/%s): no such directory", e.name, e.host))
+		}
+	}
+	return out
+}
+
+// setupHosts runs every host's setup at once. It returns the hosts that are ready, and why each
+// other one is not.
+func setupHosts(t *testing.T, hosts []*confHost) ([]*confHost, map[string]string) {
 	reasons := make([]string, len(hosts))
 	var wg sync.WaitGroup
 	for i, h := range hosts {
@@ -98,7 +147,7 @@ func setupHosts(t *testing.T, hosts []*confHost) []*confHost {
 			cmd.Dir = h.dir
 			out, err := cmd.CombinedOutput()
 			if err != nil {
-				reasons[i] = fmt.Sprintf("%v after %v: %s", err, time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
+				reasons[i] = fmt.Sprintf("setup failed: %v after %v: %s", err, time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
 				return
 			}
 			t.Logf("host %s: setup in %v", h.name, time.Since(start).Round(time.Millisecond))
@@ -106,19 +155,59 @@ func setupHosts(t *testing.T, hosts []*confHost) []*confHost {
 	}
 	wg.Wait()
 	var ready []*confHost
+	failed := map[string]string{}
 	for i, h := range hosts {
-		switch {
-		case reasons[i] == "":
+		if reasons[i] == "" {
 			ready = append(ready, h)
-		case require:
-			t.Errorf("host %s: setup failed (PCTL_REQUIRE_TOOLCHAINS=1): %s", h.name, reasons[i])
-		default:
-			t.Run("hosts/"+h.name, func(t *testing.T) {
-				t.Skipf("setup failed: %s (with PCTL_REQUIRE_TOOLCHAINS=1 this is a failure)", reasons[i])
-			})
+		} else {
+			failed[h.name] = reasons[i]
 		}
 	}
-	return ready
+	return ready, failed
+}
+
+// takePart discovers and sets up the hosts, and decides what happens to the engines that cannot
+// take part: a failure with PCTL_REQUIRE_TOOLCHAINS=1, else a skipped subtest for each and a
+// loud log line.
+func takePart(t *testing.T) []*confHost {
+	found, broken := discoverHosts(t, "hosts")
+	hosts, failed := setupHosts(t, found)
+	for name, why := range failed {
+		broken[name] = why
+	}
+	missing := missingEngines(hosts, broken)
+	names := []string{"wazero compiler", "wazero interpreter"}
+	for _, h := range hosts {
+		names = append(names, "hosts/"+h.name)
+	}
+	t.Logf("engines taking part: %s", strings.Join(names, ", "))
+	require := os.Getenv("PCTL_REQUIRE_TOOLCHAINS") == "1"
+	for _, m := range missing {
+		if require {
+			t.Errorf("required engine missing (PCTL_REQUIRE_TOOLCHAINS=1): %s", m)
+		}
+	}
+	if len(missing) > 0 && !require {
+		t.Logf("ENGINES MISSING: %s. This run does not compare against them (with PCTL_REQUIRE_TOOLCHAINS=1 it fails)", strings.Join(missing, "; "))
+		for name, why := range broken {
+			t.Run("hosts/"+name, func(t *testing.T) { t.Skipf("not ready: %s", why) })
+		}
+	}
+	for name, why := range broken {
+		if require && !isRequiredHost(name) {
+			t.Errorf("host %s is not ready (PCTL_REQUIRE_TOOLCHAINS=1): %s", name, why)
+		}
+	}
+	return hosts
+}
+
+func isRequiredHost(name string) bool {
+	for _, e := range requiredEngines {
+		if e.host == name {
+			return true
+		}
+	}
+	return false
 }
 
 type hostRun struct {
@@ -462,15 +551,10 @@ func vecKey(key []byte, n int32) string { return strconv.Itoa(int(n)) + ":" + st
 
 func TestHosts(t *testing.T) {
 	start := time.Now()
-	hosts := setupHosts(t, discoverHosts(t))
+	hosts := takePart(t)
 	if t.Failed() {
 		t.FailNow()
 	}
-	var names []string
-	for _, h := range hosts {
-		names = append(names, h.name)
-	}
-	t.Logf("hosts: %s (plus wazero compiler and interpreter)", strings.Join(names, ", "))
 
 	mods := moduleTable(t)
 	sets := buildKeySets(t)

@@ -40,6 +40,14 @@ that is "-" is printed as hex:2d); the empty key is an empty field.
 "value"}; a key or value that is not valid UTF-8 is given as "key_b64" or "value_b64" (standard
 base64) instead; a keyless record has no key field.
 
+--misplaced says what to do with a record stored in a partition its key does not map to under
+its epoch's partitioner (or whose key header cannot be decoded): only a producer that bypasses
+the partitioner stores one (spec/protocol.md §6.8). stop (default): exit 1 before the record,
+naming it; deliver: print it, flagged (jsonl: "misplaced": true, "expected_partition" (absent
+when the key or epoch is unusable) and "misplaced_reason"; text: a sixth field
+"misplaced:<expected partition or ->"), in its stream's order, no order promised for its key;
+skip: do not print it, go past it. Every misplaced record is also reported on standard error.
+
 --from-beginning starts a group that does not exist yet at the first record of every partition
 (default: after the records present when the group is created). An existing group always goes on
 from its committed positions.
@@ -52,7 +60,7 @@ unreachable or failed.
 
 func cmdConsume(e *env, args []string) int {
 	const cmd = "consume"
-	fs := newFlags(e, cmd, "consume TOPIC --group GROUP [--format text|jsonl] [--from-beginning] [--max N] [--idle-exit DURATION]", consumeHelp)
+	fs := newFlags(e, cmd, "consume TOPIC --group GROUP [--format text|jsonl] [--from-beginning] [--max N] [--idle-exit DURATION] [--misplaced stop|deliver|skip]", consumeHelp)
 	cf := addConnFlags(fs)
 	group := fs.String("group", "", "consumer group `NAME` (required)")
 	format := fs.String("format", "text", "output `FORMAT`: text or jsonl")
@@ -62,6 +70,7 @@ func cmdConsume(e *env, args []string) int {
 	member := fs.String("member", "", "member `ID` in the group (default: random)")
 	stamps := fs.Bool("timestamps", false, "jsonl: add \"ts\", the delivery time in unix nanoseconds (lets 'pctl verify' order several members' outputs)")
 	heartbeat := fs.Duration("heartbeat", time.Second, "how often the member announces itself and rebalances; stopping takes up to this `DURATION`")
+	misplaced := fs.String("misplaced", "stop", "what to do with a record outside its key's partition: stop, deliver (flagged) or `skip`")
 	pos, st := parse(fs, args)
 	if st >= 0 {
 		return st
@@ -81,6 +90,10 @@ func cmdConsume(e *env, args []string) int {
 		return usageErr(e, cmd, "--heartbeat %v: give a positive duration", *heartbeat)
 	case *idle < 0:
 		return usageErr(e, cmd, "--idle-exit %v: give a positive duration such as 5s", *idle)
+	}
+	policy, err := client.ParseMisplacedPolicy(*misplaced)
+	if err != nil {
+		return usageErr(e, cmd, "--misplaced %q: give stop, deliver or skip", *misplaced)
 	}
 	if err := wire.ValidGroup(*group); err != nil {
 		return usageErr(e, cmd, "--group: %v", err)
@@ -107,8 +120,15 @@ func cmdConsume(e *env, args []string) int {
 	settled := make(chan struct{})
 	var once sync.Once
 	onAssigned := func([]int) { once.Do(func() { close(settled) }) }
+	var misplacedMu sync.Mutex
+	onMisplaced := func(m *client.Message) {
+		misplacedMu.Lock()
+		defer misplacedMu.Unlock()
+		fmt.Fprintf(e.stderr, "pctl %s: misplaced record: partition %d seq %d epoch %d key %s: %s (--misplaced %s)\n", cmd, m.Partition, m.Seq, m.Epoch,
+			appendTextField(nil, m.Key), m.Misplaced.Reason, policy)
+	}
 	cn, err := c.NewConsumer(e.ctx, topic, client.ConsumerOptions{Group: *group, Member: *member, FromBeginning: *fromBeginning,
-		Heartbeat: *heartbeat, OnAssigned: onAssigned})
+		Heartbeat: *heartbeat, OnAssigned: onAssigned, Misplaced: policy, OnMisplaced: onMisplaced})
 	if err != nil {
 		return exitFor(e, cmd, err)
 	}
@@ -173,7 +193,11 @@ func cmdConsume(e *env, args []string) int {
 	if runErr != nil || refused != nil {
 		why = "failed"
 	}
-	fmt.Fprintf(e.stderr, "pctl %s: %s group %s: %d records in %v (%s)\n", cmd, topic, *group, n, time.Since(start).Round(time.Millisecond), why)
+	mis := ""
+	if st := cn.Stats(); st.Misplaced > 0 {
+		mis = fmt.Sprintf(", %d misplaced (%s)", st.Misplaced, policy)
+	}
+	fmt.Fprintf(e.stderr, "pctl %s: %s group %s: %d records in %v (%s)%s\n", cmd, topic, *group, n, time.Since(start).Round(time.Millisecond), why, mis)
 	if refused != nil {
 		return exitFor(e, cmd, refused)
 	}
@@ -273,6 +297,14 @@ func appendTextRecord(b []byte, m *client.Message) []byte {
 	}
 	b = append(b, '\t')
 	b = appendTextField(b, m.Value)
+	if m.Misplaced != nil {
+		b = append(b, "\tmisplaced:"...)
+		if m.Misplaced.Expected >= 0 {
+			b = strconv.AppendInt(b, int64(m.Misplaced.Expected), 10)
+		} else {
+			b = append(b, '-')
+		}
+	}
 	return append(b, '\n')
 }
 
@@ -312,12 +344,24 @@ type jsonRecord struct {
 	Producer string `json:"producer,omitempty"`
 	PSeq     uint64 `json:"pseq,omitempty"`
 	TS       int64  `json:"ts,omitempty"`
+	// Misplaced marks a record outside its key's partition (--misplaced deliver):
+	// ExpectedPartition is where the partitioner puts its key (absent when unusable).
+	Misplaced         bool   `json:"misplaced,omitempty"`
+	ExpectedPartition *int   `json:"expected_partition,omitempty"`
+	MisplacedReason   string `json:"misplaced_reason,omitempty"`
 }
 
 func appendJSONRecord(b []byte, topic string, m *client.Message, stamp bool) []byte {
 	jr := jsonRecord{Topic: topic, Partition: m.Partition, Epoch: m.Epoch, Seq: m.Seq, Producer: m.Producer, PSeq: m.ProducerSeq}
 	if stamp {
 		jr.TS = time.Now().UnixNano()
+	}
+	if mp := m.Misplaced; mp != nil {
+		jr.Misplaced, jr.MisplacedReason = true, mp.Reason
+		if mp.Expected >= 0 {
+			x := mp.Expected
+			jr.ExpectedPartition = &x
+		}
 	}
 	str := func(v []byte) (*string, *string) {
 		if utf8.Valid(v) {

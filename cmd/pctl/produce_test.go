@@ -295,16 +295,10 @@ func TestIntSet(t *testing.T) {
 }
 
 // TestProducerRecordOverMaxPayload: a record larger than the server's max_payload can never be
-// published; the producer must fail it (and only it) at once.
-//
-// BUG (client/producer.go): sink.run treats an error from js.PublishMsgAsync itself (here
-// nats.ErrMaxPayload, returned before anything is sent) as a transient failure: the control loop
-// sees the same epoch and re-sends the record after a backoff, forever. It never gets its Result
-// and Flush never returns. Meanwhile the later records are published: the next record with the
-// same key is stored before the failed one is retried (as for any non-fence failure of a record
-// whose successors got through). `pctl produce` checks the size itself first. Fix: classify
-// nats.ErrMaxPayload (and other errors no retry can cure) as permanent at enqueue time too, and
-// finish the record with an error.
+// published; the producer must fail it, and only it, with wire.ErrBadRequest: at Send when its
+// key and value alone are too large, else (the headers make it too large) in its Result, while
+// the next record with the same key is stored. It once caught the producer re-sending such a
+// record forever, so that it never got a Result and Flush never returned.
 func TestProducerRecordOverMaxPayload(t *testing.T) {
 	b := testBroker(t)
 	expect(t, cliFor(t, b, broker.RoleAdmin).run("", "topic", "create", "t", "--partitions", "1", "--partitioner", "jump"), exitOK)
@@ -319,31 +313,36 @@ func TestProducerRecordOverMaxPayload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	results := make(chan client.Result, 2)
-	huge := make([]byte, c.Conn().MaxPayload()+1)
-	if err := p.Send(ctx, client.Record{Key: []byte("k"), Value: huge}, func(r client.Result) { results <- r }); err != nil {
-		return // refusing it at once is fine too
+	max := int(c.Conn().MaxPayload())
+	if err := p.Send(ctx, client.Record{Key: []byte("k"), Value: make([]byte, max)}, nil); !errors.Is(err, wire.ErrBadRequest) {
+		t.Fatalf("Send of a record over max_payload: %v, want wire.ErrBadRequest", err)
 	}
-	if err := p.Send(ctx, client.Record{Key: []byte("k"), Value: []byte("small")}, func(r client.Result) { results <- r }); err != nil {
+	results := make(chan client.Result, 2)
+	done := func(r client.Result) { results <- r }
+	// Key and value are exactly max_payload: only the headers push the message over.
+	if err := p.Send(ctx, client.Record{Key: []byte("k"), Value: make([]byte, max-1)}, done); err != nil {
+		t.Fatalf("Send of a record within max_payload before headers: %v", err)
+	}
+	if err := p.Send(ctx, client.Record{Key: []byte("k"), Value: []byte("small")}, done); err != nil {
 		t.Fatal(err)
 	}
 	got := map[uint64]client.Result{}
-	timeout := time.After(5 * time.Second)
 	for len(got) < 2 {
 		select {
 		case r := <-results:
 			got[r.ProducerSeq] = r
-		case <-timeout:
-			t.Fatalf("the record over max_payload has no result after 5s (results: %+v): the producer retries a record that can never be sent", got)
+		case <-ctx.Done():
+			t.Fatalf("results %+v: the record over max_payload has no result: the producer retries a record that can never be sent", got)
 		}
 	}
-	if got[1].Err == nil || got[2].Err != nil {
-		t.Fatalf("want the record over max_payload refused and the next one stored: %+v", got)
+	if len(got) != 2 || !errors.Is(got[1].Err, wire.ErrBadRequest) || got[2].Err != nil {
+		t.Fatalf("want the record over max_payload refused with wire.ErrBadRequest and the next one stored: %+v", got)
 	}
-	fctx, fcancel := context.WithTimeout(ctx, 5*time.Second)
-	defer fcancel()
-	if err := p.Close(fctx); err != nil && errors.Is(err, context.DeadlineExceeded) {
+	if err := p.Close(ctx); err != nil {
 		t.Fatalf("Close: %v", err)
+	}
+	if n := stored(t, b, "t"); n != 1 {
+		t.Fatalf("%d records stored, want the small one only", n)
 	}
 }
 

@@ -34,6 +34,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -71,8 +72,9 @@ type sdk struct {
 	dir  string
 }
 
-// discover lists sdk/*/ directories with executable setup and produce.
-func discover(t *testing.T) []sdk {
+// discover lists sdk/*/ directories with executable setup and produce, and says why each other
+// directory is not an SDK of this test.
+func discover(t *testing.T) ([]sdk, map[string]string) {
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
@@ -82,29 +84,84 @@ func discover(t *testing.T) []sdk {
 		t.Fatal(err)
 	}
 	var out []sdk
+	broken := map[string]string{}
 	for _, e := range entries {
 		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") || e.Name() == "crosslang" {
 			continue
 		}
 		dir := filepath.Join(root, e.Name())
-		ok := true
+		var why []string
 		for _, f := range []string{"setup", "produce"} {
 			fi, err := os.Stat(filepath.Join(dir, f))
-			if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-				ok = false
+			switch {
+			case err != nil:
+				why = append(why, "no "+f+" file")
+			case fi.IsDir() || fi.Mode()&0o111 == 0:
+				why = append(why, f+" is not an executable file")
 			}
 		}
-		if ok {
+		if len(why) == 0 {
 			out = append(out, sdk{name: e.Name(), dir: dir})
 		} else {
-			t.Logf("sdk/%s: no executable setup and produce: not an SDK of this test (yet)", e.Name())
+			broken[e.Name()] = strings.Join(why, "; ")
 		}
 	}
-	return out
+	return out, broken
 }
 
-// setupAll runs every SDK's setup at once and returns the SDKs that are ready.
-func setupAll(t *testing.T, sdks []sdk) []sdk {
+// takingPart discovers and sets up the SDKs and says loudly which languages take part. A
+// required SDK that cannot take part fails the test with PCTL_REQUIRE_TOOLCHAINS=1; otherwise
+// every SDK that cannot is a skipped subtest with its reason.
+func takingPart(t *testing.T) []sdk {
+	found, broken := discover(t)
+	sdks, failed := setupAll(t, found)
+	for name, why := range failed {
+		broken[name] = why
+	}
+	ready := map[string]bool{}
+	langs := []string{"go (in process)"}
+	for _, s := range sdks {
+		ready[s.name] = true
+		langs = append(langs, s.name)
+	}
+	var missing []string
+	for _, r := range required {
+		if !ready[r] {
+			why := broken[r]
+			if why == "" {
+				why = "no directory sdk/" + r
+			}
+			missing = append(missing, "sdk/"+r+": "+why)
+		}
+	}
+	t.Logf("LANGUAGES TAKING PART: %s", strings.Join(langs, ", "))
+	switch {
+	case requireToolchains():
+		for _, m := range missing {
+			t.Errorf("required SDK missing or not ready (PCTL_REQUIRE_TOOLCHAINS=1): %s", m)
+		}
+		for name, why := range broken {
+			if !slices.Contains(required, name) {
+				t.Errorf("sdk/%s is not ready (PCTL_REQUIRE_TOOLCHAINS=1): %s", name, why)
+			}
+		}
+	case len(missing) > 0:
+		t.Logf("LANGUAGES MISSING: %s. This run does not check them (with PCTL_REQUIRE_TOOLCHAINS=1 it fails)", strings.Join(missing, "; "))
+	}
+	if !requireToolchains() {
+		for name, why := range broken {
+			t.Run("sdk/"+name, func(t *testing.T) { t.Skipf("not taking part: %s", why) })
+		}
+	}
+	if len(sdks) == 0 {
+		t.Logf("NO SDK BESIDES GO TOOK PART: this run checks Go against itself only")
+	}
+	return sdks
+}
+
+// setupAll runs every SDK's setup at once and returns the SDKs that are ready, and why each other
+// one is not.
+func setupAll(t *testing.T, sdks []sdk) ([]sdk, map[string]string) {
 	reasons := make([]string, len(sdks))
 	var wg sync.WaitGroup
 	for i, s := range sdks {
@@ -128,17 +185,15 @@ func setupAll(t *testing.T, sdks []sdk) []sdk {
 	}
 	wg.Wait()
 	var ready []sdk
+	failed := map[string]string{}
 	for i, s := range sdks {
-		switch {
-		case reasons[i] == "":
+		if reasons[i] == "" {
 			ready = append(ready, s)
-		case requireToolchains():
-			t.Errorf("sdk/%s: setup failed (PCTL_REQUIRE_TOOLCHAINS=1): %s", s.name, reasons[i])
-		default:
-			t.Logf("sdk/%s: SKIPPED: setup failed: %s (with PCTL_REQUIRE_TOOLCHAINS=1 this is a failure)", s.name, reasons[i])
+		} else {
+			failed[s.name] = "setup failed: " + reasons[i]
 		}
 	}
-	return ready
+	return ready, failed
 }
 
 func lastLines(s string, n int) string {
@@ -152,33 +207,15 @@ func lastLines(s string, n int) string {
 // TestCrossLanguage runs two scenarios, each on its own topic: every producer writing at once,
 // and the same with an epoch change (more partitions) in the middle of the run.
 func TestCrossLanguage(t *testing.T) {
-	sdks := setupAll(t, discover(t))
-	names := map[string]bool{}
-	for _, s := range sdks {
-		names[s.name] = true
-	}
-	if requireToolchains() {
-		for _, r := range required {
-			if !names[r] {
-				t.Errorf("sdk/%s is required with PCTL_REQUIRE_TOOLCHAINS=1 but is missing or not ready (it needs executable setup and produce)", r)
-			}
-		}
-	}
+	sdks := takingPart(t)
 	if t.Failed() {
 		t.FailNow()
-	}
-	var taking []string
-	for _, s := range sdks {
-		taking = append(taking, s.name)
-	}
-	t.Logf("taking part: go (in process) and %d SDKs: %s", len(sdks), strings.Join(taking, ", "))
-	if len(sdks) == 0 {
-		t.Logf("no SDK besides Go took part: this run checks Go against itself only")
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000})
+	var hook changeHook
+	b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000, StepHook: hook.step})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,10 +223,10 @@ func TestCrossLanguage(t *testing.T) {
 	admin := connect(t, b, broker.RoleAdmin)
 
 	t.Run("steady", func(t *testing.T) {
-		run(t, ctx, b, admin, sdks, scenario{topic: "xl-steady", partitions: 6, partitioner: "kafka-murmur2"})
+		run(t, ctx, b, admin, &hook, sdks, scenario{topic: "xl-steady", partitions: 6, partitioner: "kafka-murmur2"})
 	})
 	t.Run("epoch-change", func(t *testing.T) {
-		run(t, ctx, b, admin, sdks, scenario{topic: "xl-epoch", partitions: 3, partitioner: "librdkafka-consistent", grow: 8})
+		run(t, ctx, b, admin, &hook, sdks, scenario{topic: "xl-epoch", partitions: 3, partitioner: "librdkafka-consistent", grow: 8})
 	})
 }
 
@@ -279,7 +316,32 @@ type producerRun struct {
 	took     time.Duration
 }
 
-func run(t *testing.T, ctx context.Context, b *broker.Broker, admin *client.Client, sdks []sdk, sc scenario) {
+// changeHook is the broker's StepHook: it lets a scenario hold an epoch change at a step.
+type changeHook struct {
+	mu sync.Mutex
+	at map[string]func(state string) // by topic
+}
+
+func (h *changeHook) step(topic, state string) error {
+	h.mu.Lock()
+	f := h.at[topic]
+	h.mu.Unlock()
+	if f != nil {
+		f(state)
+	}
+	return nil
+}
+
+func (h *changeHook) set(topic string, f func(state string)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.at == nil {
+		h.at = map[string]func(string){}
+	}
+	h.at[topic] = f
+}
+
+func run(t *testing.T, ctx context.Context, b *broker.Broker, admin *client.Client, hook *changeHook, sdks []sdk, sc scenario) {
 	if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: sc.topic, Partitions: sc.partitions, Partitioner: sc.partitioner}); err != nil {
 		t.Fatal(err)
 	}
@@ -335,15 +397,32 @@ func run(t *testing.T, ctx context.Context, b *broker.Broker, admin *client.Clie
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		changed := make(chan error, 1)
-		go func() {
-			_, err := admin.Repartition(ctx, wire.RepartitionRequest{Topic: sc.topic, Partitions: sc.grow})
-			changed <- err
-		}()
-		time.Sleep(time.Millisecond) // the change is under way as the rest of the input arrives
-		close(release)
-		if err := <-changed; err != nil {
+		// The rest of the input is released when the change is under way: its new partitions
+		// are created and the old ones not yet fenced (the broker's step hook), while every
+		// producer is still writing the first part of its input.
+		var at []int64
+		hook.set(sc.topic, func(state string) {
+			if state != "created" {
+				return
+			}
+			for _, pr := range runs {
+				at = append(at, pr.progress.Load())
+			}
+			close(release)
+		})
+		if _, err := admin.Repartition(ctx, wire.RepartitionRequest{Topic: sc.topic, Partitions: sc.grow}); err != nil {
 			t.Errorf("repartition to %d partitions: %v", sc.grow, err)
+		}
+		hook.set(sc.topic, nil)
+		for i, pr := range runs {
+			if i < len(at) {
+				t.Logf("%s producer: %d of %d results when the change was under way", pr.lang, at[i], len(lines))
+			}
+		}
+		select {
+		case <-release:
+		default:
+			t.Fatal("the epoch change never reached its \"created\" step")
 		}
 	}
 	wg.Wait()
@@ -645,8 +724,9 @@ func produceSDK(ctx context.Context, b *broker.Broker, s sdk, topic string, pr *
 
 type place struct{ partition, epoch int }
 
-// consumeAll reads the topic with a Go consumer group until `want` records arrived (and a moment
-// longer, to see duplicates), recording the global delivery order.
+// consumeAll reads the topic with a Go consumer group until `want` distinct records arrived (and
+// a moment longer, to see duplicates; the checker fails on any), recording the global delivery
+// order.
 func consumeAll(t *testing.T, ctx context.Context, b *broker.Broker, topic string, want int) ([]verify.Delivered, []place) {
 	c := connect(t, b, broker.RoleConsumer)
 	cn, err := c.NewConsumer(ctx, topic, client.ConsumerOptions{Group: "xl", Member: "m1", FromBeginning: true, Heartbeat: 200 * time.Millisecond})
@@ -657,6 +737,7 @@ func consumeAll(t *testing.T, ctx context.Context, b *broker.Broker, topic strin
 	var delivered []verify.Delivered
 	var places []place
 	var order int64
+	distinct := map[string]bool{}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
@@ -666,6 +747,7 @@ func consumeAll(t *testing.T, ctx context.Context, b *broker.Broker, topic strin
 			order++
 			delivered = append(delivered, verify.Delivered{Group: "xl", Member: "m1", Order: order, Producer: m.Producer, PSeq: m.ProducerSeq, Key: m.Key, NoKey: m.NoKey})
 			places = append(places, place{m.Partition, m.Epoch})
+			distinct[fmt.Sprint(m.Producer, "/", m.ProducerSeq)] = true
 			mu.Unlock()
 			return nil
 		})
@@ -674,7 +756,7 @@ func consumeAll(t *testing.T, ctx context.Context, b *broker.Broker, topic strin
 	last, lastChange := 0, time.Now()
 	for {
 		mu.Lock()
-		n := len(delivered)
+		n := len(distinct)
 		mu.Unlock()
 		if n != last {
 			last, lastChange = n, time.Now()

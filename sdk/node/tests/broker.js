@@ -11,10 +11,17 @@ import { fileURLToPath } from 'node:url';
 
 export const root = fileURLToPath(new URL('../../../', import.meta.url));
 
-/** Why integration tests cannot run here, or null. */
+/**
+ * Why integration tests cannot run here, or null. With PCTL_REQUIRE_TOOLCHAINS=1 (CI) a missing
+ * toolchain is not a reason to skip: it throws, so that the test file fails instead.
+ */
 export function missingToolchain() {
   const r = spawnSync('go', ['version'], { encoding: 'utf8' });
-  if (r.error || r.status !== 0) return 'go is not installed: the broker (./cmd/pctl) cannot be built';
+  if (r.error || r.status !== 0) {
+    const why = 'go is not installed: the broker (./cmd/pctl) cannot be built';
+    if (process.env.PCTL_REQUIRE_TOOLCHAINS === '1') throw new Error(`${why} (PCTL_REQUIRE_TOOLCHAINS=1)`);
+    return why;
+  }
   return null;
 }
 

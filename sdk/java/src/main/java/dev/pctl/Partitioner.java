@@ -65,6 +65,44 @@ public final class Partitioner implements AutoCloseable {
         idle.set(first);
     }
 
+    /**
+     * The names of the built-in partitioners embedded in this library (the modules of
+     * plugins/builtin, byte for byte), sorted: {@code jump}, {@code kafka-murmur2}, ...
+     */
+    public static List<String> builtinNames() {
+        return BUILTINS;
+    }
+
+    private static final List<String> BUILTINS = List.of(
+            "jump", "kafka-murmur2", "librdkafka-consistent", "librdkafka-fnv1a", "linear-murmur2", "sarama-fnv1a");
+
+    /**
+     * A built-in partitioner by name, from the module embedded in this library: works offline,
+     * with no file and no broker. {@code Partitioner.builtin("kafka-murmur2").partition(key, 12)}
+     * is what Kafka's Java client computes for that key.
+     *
+     * @throws NotFoundException if {@code name} is not a built-in (see {@link #builtinNames()})
+     */
+    public static Partitioner builtin(String name) {
+        byte[] module = builtinModule(name);
+        return fromBytes(module, name);
+    }
+
+    /** The embedded module bytes of a built-in partitioner. */
+    public static byte[] builtinModule(String name) {
+        if (!BUILTINS.contains(name)) {
+            throw new NotFoundException(name + " is not a built-in partitioner; the built-ins are " + String.join(", ", BUILTINS), null);
+        }
+        try (var in = Partitioner.class.getResourceAsStream("builtin/" + name + ".wasm")) {
+            if (in == null) {
+                throw new InternalException("built-in " + name + " is missing from this jar (dev/pctl/builtin/" + name + ".wasm): the package was built without plugins/builtin", null);
+            }
+            return in.readAllBytes();
+        } catch (IOException e) {
+            throw new InternalException("read built-in " + name + ": " + e.getMessage(), e);
+        }
+    }
+
     /** Loads a {@code .wasm} file with no config. */
     public static Partitioner load(Path wasm) throws IOException {
         return load(wasm, Map.of());

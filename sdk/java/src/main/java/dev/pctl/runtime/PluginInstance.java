@@ -148,9 +148,9 @@ public final class PluginInstance implements AutoCloseable {
     }
 
     /**
-     * A batch (§2.4): keys i = arena[ends[i-1], ends[i]) (ends[-1] = 0) for i < count; the caller
-     * guarantees 1 <= count <= MAX_BATCH_KEYS and 4*count + sum(len) <= BUFFER_BYTES. Results go
-     * to out[0, count).
+     * A batch (§2.4): keys {@code i = arena[ends[i-1], ends[i])} ({@code ends[-1] = 0}) for
+     * {@code i < count}; the caller guarantees {@code 1 <= count <= MAX_BATCH_KEYS} and
+     * {@code 4*count + sum(len) <= BUFFER_BYTES}. Results go to {@code out[0, count)}.
      */
     public void batch(byte[] arena, int[] ends, int count, int n, int[] out) throws PluginException {
         int keyBytes = ends[count - 1];
