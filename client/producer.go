@@ -119,13 +119,13 @@ type Producer struct {
 	fatal     error
 	closed    bool
 
-	batches sync.Map // open batch id -> *sink
-	subs    []*nats.Subscription
+	batches  sync.Map // open batch id -> *sink
+	subs     []*nats.Subscription
 	unlisten func()
-	events  chan event
-	checks  chan struct{} // "re-read the descriptor" (coalesced)
-	done    chan struct{}
-	wg      sync.WaitGroup
+	events   chan event
+	checks   chan struct{} // "re-read the descriptor" (coalesced)
+	done     chan struct{}
+	wg       sync.WaitGroup
 
 	resent  atomic.Int64 // records re-sent under a new epoch after a fence
 	settles atomic.Int64 // batches settled after an anomaly

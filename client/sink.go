@@ -48,19 +48,19 @@ type sink struct {
 
 // batch is the open fast batch: recs[i] was sent with batch seq i+1.
 type batch struct {
-	id       string
-	recs     []*pending
-	acked    int    // records 1..acked are persisted (flow acks): already finished
-	commit   uint64 // batch seq of the commit message once sent (n for op 2, n+1 for an EOB)
-	anomaly  string // why the batch must be settled; "" while clean
-	ended    bool   // the server ended the batch (gap or error): a PubAck is on its way
-	unknown  bool   // the server no longer knows the batch (refusal 10208)
-	never    bool   // the first message was refused: nothing of the batch is stored
-	noResp   bool   // no responders: no stream on the subject (fenced?)
-	pubAck   *fbReply
-	progress time.Time // last reply
-	checked  time.Time // last stall check
-	transient bool     // the anomaly calls for a pause before re-sending
+	id        string
+	recs      []*pending
+	acked     int    // records 1..acked are persisted (flow acks): already finished
+	commit    uint64 // batch seq of the commit message once sent (n for op 2, n+1 for an EOB)
+	anomaly   string // why the batch must be settled; "" while clean
+	ended     bool   // the server ended the batch (gap or error): a PubAck is on its way
+	unknown   bool   // the server no longer knows the batch (refusal 10208)
+	never     bool   // the first message was refused: nothing of the batch is stored
+	noResp    bool   // no responders: no stream on the subject (fenced?)
+	pubAck    *fbReply
+	progress  time.Time // last reply
+	checked   time.Time // last stall check
+	transient bool      // the anomaly calls for a pause before re-sending
 }
 
 func newSink(p *Producer, epoch, partition int) *sink {
