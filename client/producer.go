@@ -142,12 +142,15 @@ type pending struct {
 	failed    error       // set when the server refused the record for good
 }
 
-// event is a sink's last word: it stopped, and hands back its records not acknowledged (in send
-// order). fenced is the descriptor that showed the sink's epoch ended, when that is why.
+// event is a sink's word to the control loop. A final event says the sink stopped and hands
+// back its records not acknowledged (in send order). A sink that finds its epoch fenced by
+// itself sends a non-final event with the descriptor and waits, sending nothing, until the
+// control loop stops it (records queued meanwhile stay with it and come back in its final event).
 type event struct {
 	s      *sink
 	left   []*pending
-	fenced *wire.Topic
+	fenced *wire.Topic // the descriptor that showed the sink's epoch ended
+	final  bool
 }
 
 // NewProducer fetches the topic's descriptor and partitioner and returns a producer. It fails
@@ -519,8 +522,8 @@ func (p *Producer) control() {
 	for {
 		select {
 		case ev := <-p.events:
-			if ev.fenced != nil {
-				p.repartition(ctx, ev, ev.fenced)
+			if !ev.final && ev.fenced != nil && ev.fenced.Current().Epoch > p.Epoch() {
+				p.repartition(ctx, ev.fenced)
 			}
 		case <-p.checks:
 			desc, err := p.fetchQuick(ctx)
@@ -535,7 +538,7 @@ func (p *Producer) control() {
 			}
 			if desc.Current().Epoch > p.Epoch() {
 				p.opts.Logf("producer %s: epoch %d of topic %s is current: settling partitions of epoch %d", p.id, desc.Current().Epoch, p.topic, p.Epoch())
-				p.repartition(ctx, event{}, desc)
+				p.repartition(ctx, desc)
 			}
 		case <-p.done:
 			return
@@ -546,24 +549,21 @@ func (p *Producer) control() {
 // repartition moves every unacknowledged record to the new epoch, in the original order. Every
 // old sink settles its open batch first (so nothing it sent can still be stored), then hands
 // back its records.
-func (p *Producer) repartition(ctx context.Context, first event, desc *wire.Topic) {
+func (p *Producer) repartition(ctx context.Context, desc *wire.Topic) {
 	p.mu.Lock()
 	p.switching = true
 	old := p.sinks
 	p.mu.Unlock()
-	left := append([]*pending(nil), first.left...)
+	var left []*pending
 	waiting := map[*sink]bool{}
 	for _, s := range old {
-		if s == first.s {
-			continue
-		}
 		waiting[s] = true
 		s.fence(desc)
 	}
 	for len(waiting) > 0 {
 		select {
 		case ev := <-p.events:
-			if waiting[ev.s] {
+			if ev.final && waiting[ev.s] {
 				left = append(left, ev.left...)
 				delete(waiting, ev.s)
 				if ev.fenced != nil && ev.fenced.Current().Epoch > desc.Current().Epoch {

@@ -39,6 +39,7 @@ type sink struct {
 	done    chan struct{} // closed when run returns
 
 	// run goroutine only
+	fencedSelf *wire.Topic // the sink found its epoch fenced and waits to be stopped
 	floor      uint64 // every record this sink stores is above this stream sequence
 	floorKnown bool
 	b          *batch
@@ -136,8 +137,16 @@ func (s *sink) run() {
 		s.mu.Unlock()
 		if aborted != nil {
 			s.failAll(aborted)
-			s.exit(event{s: s})
+			s.exit(event{s: s, final: true})
 			return
+		}
+		if s.fencedSelf != nil && fenceDesc == nil {
+			// Fenced: wait for the control loop to stop the sink (it asked for that already).
+			select {
+			case <-s.wake:
+			case <-ctx.Done():
+			}
+			continue
 		}
 		if b := s.b; b != nil {
 			if connLost && b.anomaly == "" && (len(b.recs) > b.acked || b.commit > 0) {
@@ -154,14 +163,17 @@ func (s *sink) run() {
 					}
 					continue // aborted now: the top of the loop fails the records
 				}
-				if fenced != nil {
-					s.exit(event{s: s, left: s.takeQueue(), fenced: fenced})
-					return
+				if fenced != nil && fenceDesc == nil {
+					s.fencedSelf = fenced
+					select {
+					case s.p.events <- event{s: s, fenced: fenced}:
+					case <-s.p.done:
+					}
 				}
 				continue
 			}
 		} else if fenceDesc != nil {
-			s.exit(event{s: s, left: s.takeQueue(), fenced: fenceDesc})
+			s.exit(event{s: s, left: s.takeQueue(), fenced: fenceDesc, final: true})
 			return
 		}
 		if s.b == nil && !s.floorKnown && s.queued() > 0 {
@@ -574,6 +586,11 @@ func (s *sink) learn(ctx context.Context, desc, fenced **wire.Topic, exact map[i
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
+		s.mu.Lock()
+		if fd := s.fenceDesc; fd != nil && (*desc == nil || fd.Current().Epoch > (*desc).Current().Epoch) {
+			*desc = fd // the control loop knows a newer descriptor
+		}
+		s.mu.Unlock()
 		if b.pubAck != nil {
 			k, at, ok, err := s.checkPubAck(ctx, *b.pubAck)
 			if err != nil {
@@ -633,10 +650,10 @@ func (s *sink) learn(ctx context.Context, desc, fenced **wire.Topic, exact map[i
 			}
 		} else if d != nil && d.Change != nil && b.noResp {
 			// Fenced but the new epoch is not active yet: wait for it before closing.
-			if attempt%10 == 0 {
+			if attempt%20 == 0 {
 				s.logf("epoch change to %d in progress (%s); waiting for it", d.Change.To, d.Change.State)
 			}
-			if !sleepCtx(ctx, s.pause(attempt)) {
+			if !sleepCtx(ctx, min(s.pause(attempt), 100*time.Millisecond)) {
 				return 0, ctx.Err()
 			}
 			continue
@@ -689,7 +706,9 @@ func (s *sink) handleSettling(r fbReply) {
 			b.ended = true
 		}
 	case replyNoResponders:
-		b.noResp = true
+		if r.op == fbEOB {
+			b.noResp = true // only our EOB's: the records' own 503s are old news by now
+		}
 	case replyPubAck:
 		rr := r
 		b.pubAck = &rr
