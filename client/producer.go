@@ -61,6 +61,12 @@ type Result struct {
 type ProducerOptions struct {
 	// ID identifies the producer in record headers and deduplication ids. Default: random.
 	ID string
+	// ContentTokens makes each record's deduplication token a digest of its key and value
+	// (RecordToken) instead of random: a re-run of the same input under the same ID is then
+	// deduplicated record by record (what 'pctl produce --producer-id' promises), at the price
+	// that a client who knows a record's key and value before it is stored can predict its id
+	// (spec/protocol.md §5.1.4). Default false: random tokens.
+	ContentTokens bool
 	// MaxInFlight bounds, per partition, the records sent beyond the last one the server
 	// confirmed persisted. Default 1024.
 	MaxInFlight int
@@ -391,6 +397,8 @@ func (p *Producer) identity(pd *pending) nats.Header {
 		if token == "" {
 			token = RecordToken(pd.rec.Key, pd.rec.NoKey, pd.rec.Value)
 		}
+	} else if p.opts.ContentTokens {
+		token = RecordToken(pd.rec.Key, pd.rec.NoKey, pd.rec.Value)
 	} else {
 		token = newToken()
 	}

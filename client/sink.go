@@ -40,7 +40,7 @@ type sink struct {
 
 	// run goroutine only
 	fencedSelf *wire.Topic // the sink found its epoch fenced and waits to be stopped
-	floor      uint64 // every record this sink stores is above this stream sequence
+	floor      uint64      // every record this sink stores is above this stream sequence
 	floorKnown bool
 	b          *batch
 	timer      *time.Timer

@@ -107,6 +107,7 @@ type ThinProducer struct {
 	id      string
 	opts    ThinOptions
 	prefix  string // reply subjects are prefix + sequence
+	tokens  bool   // send a random Pctl-Token with every record
 	sub     *nats.Subscription
 
 	mu      sync.Mutex
@@ -133,6 +134,9 @@ func (c *Client) NewThinProducer(topic string, opts ThinOptions) (*ThinProducer,
 	if err := wire.ValidTopic(topic); err != nil {
 		return nil, err
 	}
+	// A random id gets random per-record tokens (spec/protocol.md §5.2); a chosen one is for
+	// idempotent re-runs, which need the broker's content tokens.
+	tokens := opts.ID == ""
 	if opts.ID == "" {
 		opts.ID = nuid.Next()
 	}
@@ -145,7 +149,7 @@ func (c *Client) NewThinProducer(topic string, opts ThinOptions) (*ThinProducer,
 	if opts.Timeout <= 0 {
 		opts.Timeout = c.opts.Timeout
 	}
-	t := &ThinProducer{c: c, topic: topic, subject: wire.ProduceSubject(topic), id: opts.ID, opts: opts,
+	t := &ThinProducer{c: c, topic: topic, subject: wire.ProduceSubject(topic), id: opts.ID, opts: opts, tokens: tokens,
 		prefix: c.nc.NewInbox() + ".", pending: map[uint64]*thinPending{}, stop: make(chan struct{})}
 	t.cond = sync.NewCond(&t.mu)
 	sub, err := c.nc.Subscribe(t.prefix+"*", t.onReply)
@@ -196,6 +200,9 @@ func (t *ThinProducer) Send(ctx context.Context, rec Record, done func(Result)) 
 	m, err := thinMessage(t.subject, rec, t.id, t.seq+1)
 	if err != nil {
 		return err
+	}
+	if t.tokens {
+		m.Header[wire.HeaderToken] = []string{newToken()}
 	}
 	t.seq++
 	m.Reply = t.prefix + strconv.FormatUint(t.seq, 10)
