@@ -2,8 +2,8 @@ package broker_test
 
 import (
 	"bytes"
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
