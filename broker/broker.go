@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/partitioner"
@@ -21,6 +22,7 @@ import (
 
 // Broker is a running broker. Start it with Start; stop it with Close.
 type Broker struct {
+	id    string // random, new at every start: names this broker to thin clients (§5.2)
 	cfg   Config
 	srv   *server.Server // nil with Config.NATSURL
 	nc    *nats.Conn
@@ -38,8 +40,17 @@ type Broker struct {
 	ctx   context.Context
 	stop  context.CancelFunc
 
-	changeMu sync.Mutex // serialises epoch-change steps within this process
-	ps       produceService
+	users  *userRegistry    // scoped credentials of the embedded server (creds.go); nil with NATSURL
+	floors descriptorFloors // descriptor revisions this broker wrote or read (descriptors.go)
+	locks  topicLocks       // one epoch change, creation or deletion at a time per topic, in this process
+
+	// The background retry loop (reconcile.go) and the observed-ancestry scans: stopped first by
+	// Close and Abort.
+	loopCtx   context.Context
+	loopStop  context.CancelFunc
+	loopWG    sync.WaitGroup
+	observing sync.Map // "topic/epoch" -> true while this process scans for observed ancestry
+	ps        produceService
 }
 
 // Start starts a broker: the embedded server (unless Config.NATSURL), the buckets, the services,
@@ -49,8 +60,9 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, parts: make(map[string]*partitioner.WASM)}
+	b := &Broker{cfg: cfg, parts: make(map[string]*partitioner.WASM), id: nuid.Next()}
 	b.ctx, b.stop = context.WithCancel(context.Background())
+	b.loopCtx, b.loopStop = context.WithCancel(b.ctx)
 	ok := false
 	defer func() {
 		if !ok {
@@ -75,7 +87,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := b.ensureBuckets(ctx); err != nil {
+	if err := b.ensureBucketsWaiting(ctx); err != nil {
 		return nil, err
 	}
 	b.rt, err = runtime.New(ctx, runtime.Config{CacheDir: filepath.Join(cfg.DataDir, "wazero-cache")})
@@ -89,6 +101,8 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if err := b.resume(ctx); err != nil {
 		return nil, err
 	}
+	b.loopWG.Add(1)
+	go b.retryLoop()
 	ok = true
 	return b, nil
 }
@@ -115,13 +129,24 @@ func (b *Broker) startEmbedded() error {
 		NoSigs:     true,
 		NoLog:      true,
 	}
+	if b.cfg.SyncInterval == 0 {
+		// fsync before acknowledging (sync_interval: always); see Config.SyncInterval.
+		opts.SyncAlways = true
+		opts.SyncInterval = 2 * time.Minute
+	} else {
+		opts.SyncInterval = b.cfg.SyncInterval
+	}
 	for role, pub := range users {
-		opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: pub, Permissions: permissions(role)})
+		opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: pub, Permissions: UserPermissions(role, pub)})
+	}
+	if b.users, err = newUserRegistry(b.cfg.DataDir, opts); err != nil { // creds.go
+		return fmt.Errorf("broker: %w", err)
 	}
 	b.srv, err = server.NewServer(opts)
 	if err != nil {
 		return fmt.Errorf("broker: %w", err)
 	}
+	b.users.srv = b.srv
 	go b.srv.Start()
 	if !b.srv.ReadyForConnections(30 * time.Second) {
 		return fmt.Errorf("broker: the NATS server did not start listening on %s within 30s (port in use? try --listen 127.0.0.1:0)", b.cfg.Listen)
@@ -137,6 +162,54 @@ func (b *Broker) startEmbedded() error {
 	return nil
 }
 
+// bucketWait bounds how long Start waits for a JetStream cluster that cannot hold the buckets yet
+// (nodes still starting, no meta leader elected, fewer servers up than --replicas).
+const bucketWait = 2 * time.Minute
+
+// ensureBucketsWaiting creates or updates the buckets, retrying while the cluster is not ready:
+// brokers and NATS nodes are often started together.
+func (b *Broker) ensureBucketsWaiting(ctx context.Context) error {
+	deadline := time.Now().Add(bucketWait)
+	pause := 100 * time.Millisecond
+	logged := false
+	for {
+		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := b.ensureBuckets(octx)
+		cancel()
+		if err == nil || b.cfg.NATSURL == "" || ctx.Err() != nil || !clusterNotReady(err) {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w (waited %v for the JetStream cluster; are enough of its servers up for --replicas %d?)", err, bucketWait, b.cfg.Replicas)
+		}
+		if !logged {
+			b.cfg.Logf("waiting for the JetStream cluster at %s: %v", b.cfg.NATSURL, err)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
+		if pause < 2*time.Second {
+			pause *= 2
+		}
+	}
+}
+
+// clusterNotReady reports whether a bucket creation failed because the cluster is not ready yet.
+func clusterNotReady(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case 10005, 10023, 10008: // no suitable peers; insufficient resources; JetStream not ready (cluster)
+			return true
+		}
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount)
+}
+
 func (b *Broker) ensureBuckets(ctx context.Context) error {
 	var err error
 	b.topic, err = b.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
@@ -146,10 +219,7 @@ func (b *Broker) ensureBuckets(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("broker: topics bucket: %w", err)
 	}
-	b.group, err = b.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: wire.GroupsBucket, Description: "pctl consumer-group state", History: 1,
-		Storage: jetstream.FileStorage, Replicas: b.cfg.Replicas,
-	})
+	b.group, err = b.ensureGroupBucket(ctx) // groups.go: no rollups, no purges
 	if err != nil {
 		return fmt.Errorf("broker: groups bucket: %w", err)
 	}
@@ -174,6 +244,9 @@ func (b *Broker) ClientURL() string {
 // CredsPath returns the credentials file of a role (embedded mode).
 func (b *Broker) CredsPath(role string) string { return CredsPath(b.cfg.DataDir, role) }
 
+// ID returns the broker's id: random, new at every start (spec/protocol.md §5.2).
+func (b *Broker) ID() string { return b.id }
+
 // Conn returns the broker's own NATS connection (full permissions), for tests and tools.
 func (b *Broker) Conn() *nats.Conn { return b.nc }
 
@@ -181,6 +254,10 @@ func (b *Broker) Conn() *nats.Conn { return b.nc }
 // JetStream has persisted every acknowledged record before acknowledging it, so nothing
 // acknowledged is lost.
 func (b *Broker) Close() error {
+	if b.loopStop != nil {
+		b.loopStop()
+	}
+	b.loopWG.Wait()
 	for _, s := range b.subs {
 		_ = s.Drain()
 	}
@@ -221,6 +298,9 @@ func (b *Broker) Close() error {
 // flushed beyond what JetStream already stored. Fault-injection tests use it; a later Start on the
 // same data directory resumes whatever was in progress.
 func (b *Broker) Abort() {
+	if b.loopStop != nil {
+		b.loopStop()
+	}
 	for _, s := range b.subs {
 		_ = s.Unsubscribe()
 	}
@@ -238,6 +318,7 @@ func (b *Broker) Abort() {
 		b.srv.WaitForShutdown()
 	}
 	b.wg.Wait()
+	b.loopWG.Wait()
 	if b.rt != nil {
 		_ = b.rt.Close(context.Background())
 	}
@@ -259,10 +340,16 @@ func (b *Broker) subscribe() error {
 		wire.AdminTopicNew:  b.apiTopicCreate,
 		wire.AdminTopicDel:  b.apiTopicDelete,
 		wire.AdminTopicEdit: b.apiTopicRepartition,
+		wire.AdminTopicSet:  b.apiTopicSet,
 	}
+	b.credsRoutes(routes) // creds.go
 	for subj, h := range routes {
 		h := h
 		s, err := b.nc.QueueSubscribe(subj, "pctl-broker", func(m *nats.Msg) {
+			if relayed(m, true) { // auth.go: not from a client allowed to publish here
+				b.cfg.Logf("broker: ignored a request on %s relayed by JetStream (reply %q)", m.Subject, m.Reply)
+				return
+			}
 			b.wg.Add(1)
 			go func() {
 				defer b.wg.Done()
@@ -274,12 +361,25 @@ func (b *Broker) subscribe() error {
 		}
 		b.subs = append(b.subs, s)
 	}
-	s, err := b.nc.QueueSubscribe(wire.ProducePrefix+".*", "pctl-broker", b.produce)
-	if err != nil {
+	// The produce service: the shared subject (one broker of the queue group) and this broker's
+	// own (spec/protocol.md §5.2). Each subscription handles its requests in arrival order.
+	for _, subj := range []string{wire.ProducePrefix + ".*", wire.ProduceBrokerSubject("*", b.id)} {
+		s, err := b.nc.QueueSubscribe(subj, "pctl-broker", func(m *nats.Msg) {
+			if relayed(m, false) { // auth.go
+				b.cfg.Logf("broker: ignored a produce request on %s relayed by JetStream (reply %q)", m.Subject, m.Reply)
+				return
+			}
+			b.produce(m)
+		})
+		if err != nil {
+			return err
+		}
+		_ = s.SetPendingLimits(1<<20, 256<<20)
+		b.subs = append(b.subs, s)
+	}
+	if err := b.subscribeCreds(); err != nil {
 		return err
 	}
-	_ = s.SetPendingLimits(1<<20, 256<<20)
-	b.subs = append(b.subs, s)
 	return b.nc.Flush()
 }
 
@@ -325,7 +425,10 @@ type detailed struct {
 func (d *detailed) Error() string { return d.err.Error() }
 func (d *detailed) Unwrap() error { return d.err }
 
-func respondErr(m *nats.Msg, err error) {
+func respondErr(m *nats.Msg, err error) { respondErrWith(m, err, nil) }
+
+// respondErrWith answers with an error reply carrying extra headers.
+func respondErrWith(m *nats.Msg, err error, headers nats.Header) {
 	reply := wire.ErrorReply{Code: wire.Code(err), Message: err.Error()}
 	var d *detailed
 	if errors.As(err, &d) {
@@ -333,6 +436,9 @@ func respondErr(m *nats.Msg, err error) {
 	}
 	body, _ := json.Marshal(reply)
 	out := nats.NewMsg(m.Reply)
+	for k, v := range headers {
+		out.Header[k] = v
+	}
 	out.Header.Set(wire.HeaderError, reply.Code)
 	out.Data = body
 	_ = m.RespondMsg(out)

@@ -29,14 +29,28 @@ type Config struct {
 	// MaxRecordBytes is the largest record (key + value + headers) a partition stream accepts.
 	// Default 1 MiB.
 	MaxRecordBytes int32
-	// Replicas of each partition stream and bucket (1 for a single server; 3 in a cluster).
+	// Replicas is the default number of replicas of a new topic's partition streams (a topic
+	// created with its own replicas keeps them), and the replicas of pctl's buckets (descriptors,
+	// plugins, group state). Default 1; the embedded server runs alone, so only 1 there; 3 on a
+	// cluster of three or more JetStream servers.
 	Replicas int
+	// SyncInterval is how often the embedded server fsyncs JetStream's files. Zero, the default,
+	// means before acknowledging any write (nats-server's "sync_interval: always"): an
+	// acknowledged record survives an OS crash or a power failure. A positive duration (nats-
+	// server's own default is 2 minutes) is faster, but an OS crash or power failure can lose up
+	// to that much acknowledged data (RATIONALE.md, "Why fsync before acknowledging?"). With
+	// NATSURL the servers' own configuration decides.
+	SyncInterval time.Duration
 	// ConformanceKeys is the number of random keys the upload check runs. Default 20000.
 	ConformanceKeys int
 	// Logf receives the broker's log lines. Default: discard.
 	Logf func(format string, args ...any)
 	// ProduceTimeout bounds one publish of the produce service. Default 10s.
 	ProduceTimeout time.Duration
+	// RetryInterval is how often the broker looks for unfinished work (a topic being created or
+	// deleted, an epoch change, pending ancestry) that made no progress for two intervals, and
+	// retries it with a backoff of up to 30s. Default 2s.
+	RetryInterval time.Duration
 	// StepHook, if set, runs after each recorded step of an epoch change (state "created",
 	// "fenced", "active"). Returning an error stops the change there, as if the broker had died:
 	// fault-injection tests use it, and a later Start resumes the change.
@@ -69,8 +83,20 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}
+	if c.RetryInterval <= 0 {
+		c.RetryInterval = 2 * time.Second
+	}
 	if c.ProduceTimeout == 0 {
 		c.ProduceTimeout = 10 * time.Second
+	}
+	if c.NATSURL == "" && c.Replicas > 1 {
+		return c, fmt.Errorf("broker: --replicas %d needs a JetStream cluster; the embedded server runs alone (use 'pctl serve --nats URL' with a cluster)", c.Replicas)
+	}
+	if c.Replicas < 0 || c.Replicas > 5 {
+		return c, fmt.Errorf("broker: --replicas %d: JetStream keeps 1 to 5 replicas", c.Replicas)
+	}
+	if c.SyncInterval < 0 {
+		return c, fmt.Errorf("broker: --sync-interval %v is negative; give 0 (fsync before every acknowledgement) or a duration such as 2m", c.SyncInterval)
 	}
 	if c.NATSURL != "" && c.Creds == "" {
 		return c, fmt.Errorf("broker: --nats %s needs --creds: the broker's own NKey seed file (full permissions)", c.NATSURL)

@@ -48,6 +48,9 @@ func (b *Broker) apiTopicRepartition(ctx context.Context, m *nats.Msg) (any, err
 		case t.Change != nil:
 			return nil, fmt.Errorf("%w: topic %s is already changing to epoch %d (state %s, started %s); wait for it to finish ('pctl topic describe %s')",
 				wire.ErrChangeInProgress, t.Name, t.Change.To, t.Change.State, t.Change.Started.Format(time.RFC3339), t.Name)
+		case t.Reconfig != nil:
+			return nil, fmt.Errorf("%w: topic %s is changing its replicas or placement (to R%d, started %s); wait for it to finish ('pctl topic describe %s')",
+				wire.ErrChangeInProgress, t.Name, t.Reconfig.Replicas, t.Reconfig.Started.Format(time.RFC3339), t.Name)
 		case t.Creating || t.Deleting:
 			return nil, fmt.Errorf("%w: topic %s is being created or deleted", wire.ErrConflict, t.Name)
 		}
@@ -85,7 +88,7 @@ func (b *Broker) apiTopicRepartition(ctx context.Context, m *nats.Msg) (any, err
 	}
 	b.cfg.Logf("topic %s: epoch %d -> %d planned (%d -> %d partitions, %s -> %s)", t.Name, cur.Epoch, cur.Epoch+1, cur.Partitions, n, cur.Partitioner.Name, p.Name)
 	if err := b.runChange(ctx, t.Name); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w (the change to epoch %d is recorded and the broker keeps retrying it; 'pctl topic describe %s' shows its state)", err, cur.Epoch+1, t.Name)
 	}
 	t, rev, err := b.getTopic(ctx, t.Name)
 	if err != nil {
@@ -96,8 +99,15 @@ func (b *Broker) apiTopicRepartition(ctx context.Context, m *nats.Msg) (any, err
 
 // runChange drives a topic's epoch change from its recorded state to activation.
 func (b *Broker) runChange(ctx context.Context, name string) error {
-	b.changeMu.Lock()
-	defer b.changeMu.Unlock()
+	mu := b.locks.get(name)
+	mu.Lock()
+	defer mu.Unlock()
+	return b.runChangeLocked(ctx, name)
+}
+
+// runChangeLocked is runChange with the topic's lock held.
+func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
+	stale := 0
 	for {
 		t, rev, err := b.getTopic(ctx, name)
 		if err != nil {
@@ -115,10 +125,10 @@ func (b *Broker) runChange(ctx context.Context, name string) error {
 					return nil // fenced and moved to the new subject in the next step
 				}
 				subj := wire.DataSubject(t.Name, ch.To, q)
-				if err := b.ensureStream(ctx, t.Name, q, subj); err != nil {
+				if err := b.ensureStream(ctx, t, q, subj, ch.To); err != nil {
 					return err
 				}
-				return b.setSubject(ctx, t.Name, q, subj) // a retired stream coming back
+				return b.setSubject(ctx, t.Name, q, subj, ch.To) // a retired stream coming back
 			})
 			ch.State = stateCreated
 		case stateCreated:
@@ -135,7 +145,7 @@ func (b *Broker) runChange(ctx context.Context, name string) error {
 				// record is below the marker, every new-epoch record (none exists before
 				// activation) above it. Its deduplication id makes a re-run after a crash get
 				// the same marker, so the boundary is the same however often this runs.
-				if err := b.setSubject(ctx, t.Name, q, subj); err != nil {
+				if err := b.setSubject(ctx, t.Name, q, subj, ch.To); err != nil {
 					return err
 				}
 				marker, err := b.fenceMarker(ctx, t, ch.To, q, subj)
@@ -163,17 +173,17 @@ func (b *Broker) runChange(ctx context.Context, name string) error {
 				_ = b.cfg.StepHook(name, "active")
 			}
 			if anc.Source == "pending" {
-				b.wg.Add(1)
-				go func() {
-					defer b.wg.Done()
-					if err := b.observeAncestry(b.ctx, name, ch.To); err != nil {
-						b.cfg.Logf("topic %s: observed ancestry of epoch %d: %v", name, ch.To, err)
-					}
-				}()
+				b.observeInBackground(name, ch.To)
 			}
 			return nil
 		default:
 			return fmt.Errorf("%w: topic %s has an epoch change in unknown state %q", wire.ErrInternal, name, ch.State)
+		}
+		if errors.Is(err, wire.ErrConflict) && stale < 10 {
+			// A stream is bound for a later epoch than this step's: the descriptor read moved on
+			// meanwhile (another broker finished the step and more). Re-read it.
+			stale++
+			continue
 		}
 		if err != nil {
 			return err
@@ -194,20 +204,51 @@ func (b *Broker) runChange(ctx context.Context, name string) error {
 	}
 }
 
-func (b *Broker) setSubject(ctx context.Context, topic string, q int, subject string) error {
+// setSubject binds partition q's stream to subject for the change to epoch `epoch`. A stream
+// already bound by a later epoch's change is left alone and the step fails with ErrConflict: this
+// step belongs to a change that has been overtaken (its broker was paused between reading the
+// descriptor and acting), and moving the stream back would unfence it. The check and the update
+// are not atomic (JetStream has no compare-and-set on stream configurations), so this narrows
+// the window to the time between one stream info and one stream update.
+func (b *Broker) setSubject(ctx context.Context, topic string, q int, subject string, epoch int) error {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	s, err := b.js.Stream(ctx, wire.StreamName(topic, q))
 	if err != nil {
 		return fmt.Errorf("%w: stream %s: %v", wire.ErrUnavailable, wire.StreamName(topic, q), err)
 	}
 	cfg := s.CachedInfo().Config
-	if len(cfg.Subjects) == 1 && cfg.Subjects[0] == subject {
+	if bound := bindingEpoch(cfg); bound > epoch {
+		return fmt.Errorf("%w: stream %s is bound for epoch %d already; the step for epoch %d is stale", wire.ErrConflict, cfg.Name, bound, epoch)
+	}
+	if len(cfg.Subjects) == 1 && cfg.Subjects[0] == subject && bindingEpoch(cfg) == epoch {
 		return nil
 	}
 	cfg.Subjects = []string{subject}
+	meta := map[string]string{}
+	for k, v := range cfg.Metadata {
+		meta[k] = v
+	}
+	meta[metaBindingEpoch] = strconv.Itoa(epoch)
+	cfg.Metadata = meta
 	if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
 		return fmt.Errorf("%w: move stream %s to %s: %v", wire.ErrUnavailable, cfg.Name, subject, err)
 	}
 	return nil
+}
+
+// bindingEpoch is the epoch whose change last bound a stream: from its metadata, else (a stream
+// bound before the metadata existed) from its subject; 0 if neither says.
+func bindingEpoch(cfg jetstream.StreamConfig) int {
+	if v, err := strconv.Atoi(cfg.Metadata[metaBindingEpoch]); err == nil {
+		return v
+	}
+	if len(cfg.Subjects) == 1 {
+		if _, e, _, err := wire.ParseDataSubject(cfg.Subjects[0]); err == nil {
+			return e
+		}
+	}
+	return 0
 }
 
 // fenceMarker publishes partition q's fence marker for the change to epoch `to` and returns its
@@ -216,6 +257,8 @@ func (b *Broker) fenceMarker(ctx context.Context, t *wire.Topic, to, q int, subj
 	m := nats.NewMsg(subject)
 	m.Header.Set(wire.HeaderFence, strconv.Itoa(to))
 	m.Header.Set(wire.HeaderMsgID, fmt.Sprintf("pctl-fence-%s-%d-%d", t.ID, to, q))
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	ack, err := b.js.PublishMsg(ctx, m, jetstream.WithExpectStream(wire.StreamName(t.Name, q)))
 	if err != nil {
 		return 0, fmt.Errorf("%w: fence marker of %s: %v", wire.ErrUnavailable, wire.StreamName(t.Name, q), err)

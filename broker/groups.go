@@ -3,6 +3,8 @@ package broker
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"sort"
 	"strconv"
 	"time"
@@ -63,4 +65,45 @@ func (b *Broker) apiGroupList(ctx context.Context, m *nats.Msg) (any, error) {
 	}
 	sort.Slice(reply.Groups, func(i, j int) bool { return reply.Groups[i].Group < reply.Groups[j].Group })
 	return reply, nil
+}
+
+// groupBucketStream is the JetStream stream behind the group bucket.
+const groupBucketStream = "KV_" + wire.GroupsBucket
+
+// maxGroupValue bounds one value in the group bucket (a position or a member's heartbeat is a
+// few hundred bytes): a member cannot fill the bucket's storage with one huge write.
+const maxGroupValue = 64 << 10
+
+// ensureGroupBucket creates the consumer-group bucket, or hardens an existing one, so that no
+// write to one group's keys can change another group's (spec/protocol.md §8): no rollups (a
+// "Nats-Rollup: all" published to any key of the bucket would otherwise wipe every group of
+// every topic), no purges and no message deletes through the JetStream API (the bucket's state
+// changes only by writes to its keys, which credentials scope per group), and a size limit per
+// value. Keys are removed with delete markers, never purged. A bucket made by an older broker is
+// updated in place on start (nothing to do when it is already so).
+func (b *Broker) ensureGroupBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	s, err := b.js.Stream(ctx, groupBucketStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err = b.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: wire.GroupsBucket, Description: "pctl consumer-group state", History: 1,
+			Storage: jetstream.FileStorage, Replicas: b.cfg.Replicas, MaxValueSize: maxGroupValue,
+		}); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+			return nil, err
+		}
+		s, err = b.js.Stream(ctx, groupBucketStream)
+	}
+	if err != nil {
+		return nil, err
+	}
+	cfg := s.CachedInfo().Config
+	if cfg.AllowRollup || !cfg.DenyPurge || !cfg.DenyDelete || cfg.MaxMsgSize <= 0 || cfg.MaxMsgSize > maxGroupValue || cfg.Replicas != b.cfg.Replicas {
+		cfg.AllowRollup, cfg.DenyPurge, cfg.DenyDelete, cfg.Replicas = false, true, true, b.cfg.Replicas
+		if cfg.MaxMsgSize <= 0 || cfg.MaxMsgSize > maxGroupValue {
+			cfg.MaxMsgSize = maxGroupValue
+		}
+		if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("harden the group bucket (no rollups, no purges): %w", err)
+		}
+	}
+	return b.js.KeyValue(ctx, wire.GroupsBucket)
 }

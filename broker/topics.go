@@ -3,10 +3,10 @@ package broker
 import (
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -23,48 +23,6 @@ import (
 
 // MaxTopicPartitions is the most partitions a topic may have.
 const MaxTopicPartitions = 16384
-
-func (b *Broker) getTopic(ctx context.Context, name string) (*wire.Topic, uint64, error) {
-	if err := wire.ValidTopic(name); err != nil {
-		return nil, 0, err
-	}
-	e, err := b.topic.Get(ctx, name)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, fmt.Errorf("%w: topic %q does not exist; create it with 'pctl topic create %s --partitions N --partitioner NAME'", wire.ErrNotFound, name, name)
-	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("%w: read topic %s: %v", wire.ErrUnavailable, name, err)
-	}
-	var t wire.Topic
-	if err := json.Unmarshal(e.Value(), &t); err != nil {
-		return nil, 0, fmt.Errorf("%w: descriptor of %s is corrupt: %v", wire.ErrInternal, name, err)
-	}
-	return &t, e.Revision(), nil
-}
-
-// putTopic replaces a descriptor by compare-and-set on rev; a concurrent change makes it fail
-// with ErrConflict.
-func (b *Broker) putTopic(ctx context.Context, t *wire.Topic, rev uint64) (uint64, error) {
-	body, err := json.Marshal(t)
-	if err != nil {
-		return 0, err
-	}
-	nrev, err := b.topic.Update(ctx, t.Name, body, rev)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyExists) || strings.Contains(err.Error(), "wrong last sequence") {
-			return 0, fmt.Errorf("%w: topic %s changed concurrently (revision %d is no longer current)", wire.ErrConflict, t.Name, rev)
-		}
-		return 0, fmt.Errorf("%w: write topic %s: %v", wire.ErrUnavailable, t.Name, err)
-	}
-	b.announce(t.Name)
-	return nrev, nil
-}
-
-// announce tells clients that a topic's descriptor changed (best effort; clients also refresh
-// when a publish is fenced).
-func (b *Broker) announce(topic string) {
-	_ = b.nc.Publish(wire.TopicEventSubject(topic), nil)
-}
 
 func (b *Broker) apiTopicGet(ctx context.Context, m *nats.Msg) (any, error) {
 	var req wire.TopicRequest
@@ -110,14 +68,21 @@ func (b *Broker) apiTopicCreate(ctx context.Context, m *nats.Msg) (any, error) {
 	if req.Partitions < 1 || req.Partitions > MaxTopicPartitions {
 		return nil, fmt.Errorf("%w: --partitions %d: a topic has 1 to %d partitions", wire.ErrBadRequest, req.Partitions, MaxTopicPartitions)
 	}
+	replicas := req.Replicas
+	if replicas == 0 {
+		replicas = b.cfg.Replicas
+	}
+	if err := validPlacement(replicas, req.PlacementTags); err != nil {
+		return nil, err
+	}
 	p, err := b.resolvePartitioner(ctx, req.Partitioner, req.Config)
 	if err != nil {
 		return nil, err
 	}
 	t := &wire.Topic{Name: req.Topic, ID: nuid.Next(), Created: time.Now().UTC(), Creating: true,
-		Epochs: []wire.Epoch{{Epoch: 1, Partitioner: p, Partitions: req.Partitions, Started: time.Now().UTC()}}}
-	body, _ := json.Marshal(t)
-	rev, err := b.topic.Create(ctx, t.Name, body)
+		Epochs:   []wire.Epoch{{Epoch: 1, Partitioner: p, Partitions: req.Partitions, Started: time.Now().UTC()}},
+		Replicas: replicas, PlacementTags: req.PlacementTags}
+	rev, err := b.createTopicKey(ctx, t)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			if old, _, gerr := b.getTopic(ctx, t.Name); gerr == nil {
@@ -128,8 +93,24 @@ func (b *Broker) apiTopicCreate(ctx context.Context, m *nats.Msg) (any, error) {
 		}
 		return nil, fmt.Errorf("%w: %v", wire.ErrUnavailable, err)
 	}
-	if err := b.finishCreate(ctx, t, rev); err != nil {
+	mu := b.locks.get(t.Name)
+	mu.Lock()
+	err = b.finishCreate(ctx, t, rev)
+	if err != nil && errors.Is(err, wire.ErrBadRequest) {
+		// The cluster can never hold these streams (too few servers for the replicas, no server
+		// with the placement tags): undo the creation rather than retry it for ever.
+		if t, rev, gerr := b.getTopic(ctx, req.Topic); gerr == nil && t.Creating {
+			t.Deleting = true
+			if rev, gerr = b.putTopic(ctx, t, rev); gerr == nil {
+				_ = b.finishDelete(ctx, t, rev)
+			}
+		}
+		mu.Unlock()
 		return nil, err
+	}
+	mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("%w (the topic is recorded as being created; the broker keeps retrying)", err)
 	}
 	t, rev, err = b.getTopic(ctx, t.Name)
 	if err != nil {
@@ -143,7 +124,7 @@ func (b *Broker) apiTopicCreate(ctx context.Context, m *nats.Msg) (any, error) {
 func (b *Broker) finishCreate(ctx context.Context, t *wire.Topic, rev uint64) error {
 	cur := t.Current()
 	err := b.forPartitions(ctx, cur.Partitions, func(q int) error {
-		return b.ensureStream(ctx, t.Name, q, wire.DataSubject(t.Name, cur.Epoch, q))
+		return b.ensureStream(ctx, t, q, wire.DataSubject(t.Name, cur.Epoch, q), cur.Epoch)
 	})
 	if err != nil {
 		return err
@@ -186,29 +167,91 @@ func (b *Broker) forPartitions(ctx context.Context, n int, f func(q int) error) 
 	return first
 }
 
-// ensureStream creates partition q's stream with the given subject if it does not exist. An
-// existing stream is left as it is (its subject is the epoch machinery's business).
-func (b *Broker) ensureStream(ctx context.Context, topic string, q int, subject string) error {
+// ensureStream creates partition q's stream bound to subject, the binding of epoch `epoch`, with
+// the topic's replicas and placement, if it does not exist. An existing stream is left as it is
+// (its subject is the epoch machinery's business, its replicas the reconfiguration's).
+func (b *Broker) ensureStream(ctx context.Context, t *wire.Topic, q int, subject string, epoch int) error {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	_, err := b.js.CreateStream(ctx, jetstream.StreamConfig{
-		Name:        wire.StreamName(topic, q),
-		Description: fmt.Sprintf("pctl topic %s partition %d", topic, q),
+		Name:        wire.StreamName(t.Name, q),
+		Description: fmt.Sprintf("pctl topic %s partition %d", t.Name, q),
 		Subjects:    []string{subject},
 		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,
 		Duplicates:  2 * time.Minute,
 		MaxMsgSize:  b.cfg.MaxRecordBytes,
-		Replicas:    b.cfg.Replicas,
+		Replicas:    b.replicas(t),
+		Placement:   placement(t.PlacementTags),
 		AllowDirect: true,
+		Metadata:    map[string]string{metaBindingEpoch: strconv.Itoa(epoch)},
 		// Producers send fast batches (spec/protocol.md §5.1.1).
 		AllowBatchPublish: true,
 	})
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		return b.allowBatches(ctx, wire.StreamName(topic, q))
+		return b.allowBatches(ctx, wire.StreamName(t.Name, q))
 	}
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("%w: create stream %s: %v", wire.ErrUnavailable, wire.StreamName(topic, q), err)
+	return streamError(fmt.Sprintf("create stream %s", wire.StreamName(t.Name, q)), b.replicas(t), t.PlacementTags, err)
+}
+
+// metaBindingEpoch is the stream metadata key that records which epoch's change last bound the
+// stream's subject, so that a step of an older change (a broker that was paused, then resumed)
+// never moves it back (setSubject).
+const metaBindingEpoch = "pctl_binding_epoch"
+
+// replicas returns a topic's replicas (the broker's default for descriptors that predate them).
+func (b *Broker) replicas(t *wire.Topic) int {
+	if t.Replicas > 0 {
+		return t.Replicas
+	}
+	return b.cfg.Replicas
+}
+
+func placement(tags []string) *jetstream.Placement {
+	if len(tags) == 0 {
+		return nil
+	}
+	return &jetstream.Placement{Tags: tags}
+}
+
+// MaxReplicas is JetStream's largest replication factor.
+const MaxReplicas = 5
+
+func validPlacement(replicas int, tags []string) error {
+	if replicas < 1 || replicas > MaxReplicas {
+		return fmt.Errorf("%w: --replicas %d: a partition stream has 1 to %d replicas", wire.ErrBadRequest, replicas, MaxReplicas)
+	}
+	for _, tag := range tags {
+		if tag == "" || tag == "!" || strings.ContainsAny(tag, " \t\n,") {
+			return fmt.Errorf("%w: --placement-tags: tag %q is empty or has a space or comma; give tags such as az:1,ssd", wire.ErrBadRequest, tag)
+		}
+	}
+	return nil
+}
+
+// streamError words a failed stream create or update: what the cluster cannot do (a bad request,
+// never retried) or a transient failure (unavailable, retried).
+func streamError(what string, replicas int, tags []string, err error) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case 10074: // replicas > 1 not supported in non-clustered mode
+			return fmt.Errorf("%w: %s: %d replicas need a JetStream cluster; this server runs alone (use --replicas 1, or 'pctl serve --nats URL' on a cluster)", wire.ErrBadRequest, what, replicas)
+		case 10005, 10023: // no suitable peers for placement; insufficient resources
+			return fmt.Errorf("%w: %s: the cluster cannot place %d replica(s)%s now (%s): too few JetStream servers are running with room%s; start them, or use fewer --replicas or other --placement-tags", wire.ErrBadRequest, what, replicas, tagText(tags), apiErr.Description, tagText(tags))
+		}
+	}
+	return fmt.Errorf("%w: %s: %v", wire.ErrUnavailable, what, err)
+}
+
+func tagText(tags []string) string {
+	if len(tags) == 0 {
+		return ""
+	}
+	return " with placement tags " + strings.Join(tags, ",")
 }
 
 // allowBatches turns on fast batch publishing for a partition stream created by an older pctl
@@ -238,6 +281,12 @@ func (b *Broker) apiTopicDelete(ctx context.Context, m *nats.Msg) (any, error) {
 	if err := decode(m, &req); err != nil {
 		return nil, err
 	}
+	if err := wire.ValidTopic(req.Topic); err != nil {
+		return nil, err
+	}
+	mu := b.locks.get(req.Topic)
+	mu.Lock()
+	defer mu.Unlock()
 	t, rev, err := b.getTopic(ctx, req.Topic)
 	if err != nil {
 		return nil, err
@@ -248,11 +297,16 @@ func (b *Broker) apiTopicDelete(ctx context.Context, m *nats.Msg) (any, error) {
 			return nil, err
 		}
 	}
-	return struct{}{}, b.finishDelete(ctx, t, rev)
+	if err := b.finishDelete(ctx, t, rev); err != nil {
+		return nil, fmt.Errorf("%w (the topic is recorded as being deleted; the broker keeps retrying)", err)
+	}
+	return struct{}{}, nil
 }
 
 func (b *Broker) finishDelete(ctx context.Context, t *wire.Topic, rev uint64) error {
 	err := b.forPartitions(ctx, t.MaxPartitions(), func(q int) error {
+		ctx, cancel := opContext(ctx)
+		defer cancel()
 		err := b.js.DeleteStream(ctx, wire.StreamName(t.Name, q))
 		if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return fmt.Errorf("%w: delete stream %s: %v", wire.ErrUnavailable, wire.StreamName(t.Name, q), err)
@@ -265,15 +319,11 @@ func (b *Broker) finishDelete(ctx context.Context, t *wire.Topic, rev uint64) er
 	if lister, err := b.group.ListKeys(ctx, jetstream.IgnoreDeletes()); err == nil {
 		for k := range lister.Keys() {
 			if strings.HasPrefix(k, t.ID+".") {
-				_ = b.group.Purge(ctx, k)
+				_ = b.group.Delete(ctx, k) // the bucket refuses purges (rollups): groups.go
 			}
 		}
 	}
-	if err := b.topic.Delete(ctx, t.Name, jetstream.LastRevision(rev)); err != nil {
-		return fmt.Errorf("%w: %v", wire.ErrUnavailable, err)
-	}
-	b.announce(t.Name)
-	return nil
+	return b.deleteTopicKey(ctx, t.Name, rev)
 }
 
 // resolvePartitioner turns a reference (built-in name or digest of an uploaded plugin) into an
@@ -355,42 +405,4 @@ func (b *Broker) partitionerFor(ctx context.Context, p wire.Partitioner) (*parti
 	}
 	b.parts[key] = w
 	return w, nil
-}
-
-// resume finishes what a previous run left: topics being created or deleted, epoch changes.
-func (b *Broker) resume(ctx context.Context) error {
-	lister, err := b.topic.ListKeys(ctx)
-	if err != nil {
-		return fmt.Errorf("broker: list topics: %w", err)
-	}
-	var names []string
-	for k := range lister.Keys() {
-		names = append(names, k)
-	}
-	for _, name := range names {
-		t, rev, err := b.getTopic(ctx, name)
-		if err != nil {
-			continue
-		}
-		if !t.Deleting && !t.Creating {
-			// Streams of topics created by an older pctl: producers need fast batches.
-			if err := b.forPartitions(ctx, t.MaxPartitions(), func(q int) error {
-				return b.allowBatches(ctx, wire.StreamName(t.Name, q))
-			}); err != nil {
-				b.cfg.Logf("resume topic %s: %v", name, err)
-			}
-		}
-		switch {
-		case t.Deleting:
-			err = b.finishDelete(ctx, t, rev)
-		case t.Creating:
-			err = b.finishCreate(ctx, t, rev)
-		case t.Change != nil:
-			err = b.runChange(ctx, t.Name)
-		}
-		if err != nil {
-			b.cfg.Logf("resume topic %s: %v", name, err)
-		}
-	}
-	return nil
 }

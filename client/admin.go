@@ -51,6 +51,16 @@ func (c *Client) Repartition(ctx context.Context, req wire.RepartitionRequest) (
 	return &r.Topic, nil
 }
 
+// SetTopic changes a live topic's replicas and/or placement tags (admin role) and returns the
+// descriptor once every partition stream has them.
+func (c *Client) SetTopic(ctx context.Context, req wire.SetTopicRequest) (*wire.Topic, error) {
+	var r wire.TopicReply
+	if _, err := c.request(ctx, wire.AdminTopicSet, req, &r); err != nil {
+		return nil, err
+	}
+	return &r.Topic, nil
+}
+
 // Groups lists a topic's consumer groups and their committed positions.
 func (c *Client) Groups(ctx context.Context, topic string) ([]wire.GroupInfo, error) {
 	var r wire.GroupListReply

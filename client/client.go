@@ -39,6 +39,10 @@ type Options struct {
 	// AckTimeout bounds the wait for a publish acknowledgement; after it the publish counts as
 	// ambiguous and is retried with the same deduplication id. Default 5s.
 	AckTimeout time.Duration
+	// SharedInbox makes an NKey user receive its replies under the shared _INBOX prefix instead
+	// of its private one, _INBOX_<public key> (spec/protocol.md §8), for a NATS server whose
+	// configuration predates private inboxes. Scoped credentials need the private one.
+	SharedInbox bool
 }
 
 // Client is a connection to a broker. It is safe for concurrent use.
@@ -57,6 +61,8 @@ type Client struct {
 	vlisteners []func(subject string)
 	clisteners map[int]func(connected bool)
 	cnext      int
+
+	thin thinIdentity // ProduceBrokerSide's producer id and sequence (thin.go)
 }
 
 // Connect connects to a broker.
@@ -93,6 +99,11 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 			return nil, fmt.Errorf("pctl: credentials %s: %w (use a .nk seed file from the broker's data directory)", opts.Creds, err)
 		}
 		nopts = append(nopts, o)
+		if !opts.SharedInbox {
+			if pub, err := publicKey(opts.Creds); err == nil {
+				nopts = append(nopts, nats.CustomInboxPrefix(wire.InboxPrefix(pub)))
+			}
+		}
 	}
 	nc, err := nats.Connect(opts.URL, nopts...)
 	if err != nil {

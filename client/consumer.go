@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -289,21 +290,70 @@ func (cn *Consumer) kv(ctx context.Context) (jetstream.KeyValue, error) {
 // Run makes the member take part in the group until ctx is done or the handler fails. On a clean
 // stop it commits what it delivered and hands its partitions back.
 func (cn *Consumer) Run(ctx context.Context, h Handler) error {
-	kv, err := cn.kv(ctx)
-	if err != nil {
-		return err
-	}
-	if err := cn.ensureGroup(ctx, kv); err != nil {
-		return err
-	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	// A refusal of one of this member's subjects (its group's state, its topic's readers) is
+	// final: the credentials do not allow this topic or group (spec/protocol.md §8).
+	var running atomic.Bool
+	running.Store(true)
+	defer running.Store(false)
+	var refusedMu sync.Mutex
+	var refused error
+	cn.c.onViolation(func(subject string) {
+		if !running.Load() || !cn.ownSubject(subject) {
+			return
+		}
+		refusedMu.Lock()
+		if refused == nil {
+			refused = fmt.Errorf("%w: these credentials may not use %s: consuming topic %s as group %s needs the consumer or admin role, or a consumer credential for this topic and group (pctl creds issue)",
+				wire.ErrPermission, subject, cn.topic, cn.opts.Group)
+		}
+		err := refused
+		refusedMu.Unlock()
+		cancel(err)
+	})
+	refusal := func(err error) error {
+		refusedMu.Lock()
+		defer refusedMu.Unlock()
+		if refused != nil {
+			return refused
+		}
+		return err
+	}
+	kv, err := cn.kv(runCtx)
+	if err != nil {
+		return refusal(err)
+	}
+	if err := cn.ensureGroup(runCtx, kv); err != nil {
+		return refusal(err)
+	}
 
 	// Watch the group's committed positions (gates wait on them), and the readers.
 	go cn.watchPositions(runCtx, kv)
 	go cn.watchdog(runCtx)
 	// Topic changes (epoch activations) refresh the descriptor at once.
-	sub, err := cn.c.nc.Subscribe(wire.TopicEventSubject(cn.topic), func(_ *nats.Msg) { cn.refresh(runCtx) })
+	// Events are hints: one refresh at a time (events meanwhile make one more), and none for
+	// what JetStream relays (a consumer may point a push consumer at the events subject,
+	// spec/protocol.md §8.6).
+	var pending atomic.Int32 // 0 idle, 1 refreshing, 2 refreshing and another one wanted
+	sub, err := cn.c.nc.Subscribe(wire.TopicEventSubject(cn.topic), func(m *nats.Msg) {
+		if strings.HasPrefix(m.Reply, "$JS.") {
+			return
+		}
+		if pending.Add(1) > 1 {
+			pending.Store(2)
+			return
+		}
+		go func() {
+			for {
+				cn.refresh(runCtx)
+				if pending.CompareAndSwap(1, 0) || runCtx.Err() != nil {
+					return
+				}
+				pending.Store(1)
+			}
+		}()
+	})
 	if err == nil {
 		defer sub.Unsubscribe()
 	}
@@ -350,10 +400,23 @@ func (cn *Consumer) Run(ctx context.Context, h Handler) error {
 			cn.shutdown(kv)
 			werrMu.Lock()
 			defer werrMu.Unlock()
+			if werr == nil {
+				return refusal(nil)
+			}
 			return werr
 		case <-ticker.C:
 		}
 	}
+}
+
+// ownSubject reports whether a subject is one this member uses for its group or its topic's
+// partitions (so that a refusal of it concerns this member).
+func (cn *Consumer) ownSubject(subject string) bool {
+	group := wire.GroupsBucket + "." + wire.GroupPrefix(cn.topicID, cn.opts.Group)
+	return strings.Contains(subject, group) ||
+		strings.HasPrefix(subject, "$JS.API.CONSUMER.CREATE."+wire.StreamPrefix+cn.topic+"_") ||
+		strings.HasPrefix(subject, "$JS.API.STREAM.INFO."+wire.StreamPrefix+cn.topic+"_") ||
+		subject == "$JS.API.STREAM.INFO.KV_"+wire.GroupsBucket
 }
 
 // watchPositions keeps the group's committed positions (cn.positions) up to date from a KV watch

@@ -47,7 +47,7 @@ func startTestCluster(t testing.TB, n int) *testCluster {
 		tc.creds[u] = path
 		var perms *server.Permissions
 		if u == broker.RoleProducer || u == broker.RoleConsumer {
-			perms = broker.RolePermissions(u)
+			perms = broker.UserPermissions(u, pub)
 		}
 		users = append(users, &server.NkeyUser{Nkey: pub, Permissions: perms})
 	}

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,15 +26,49 @@ import (
 // so a thin client needs nothing but a NATS connection; these helpers exist for tests, tools and
 // `pctl produce --broker-side`.
 
+// Retry timing of the thin clients (spec/protocol.md §5.2 and §9).
+const (
+	// thinAttemptTimeout bounds the wait for one reply before the record is re-sent.
+	thinAttemptTimeout = 5 * time.Second
+	// thinPauseMin and thinPauseMax bound the pause before re-sending, doubled after each failure.
+	thinPauseMin = 100 * time.Millisecond
+	thinPauseMax = 2 * time.Second
+)
+
+// retryable reports whether a failed produce attempt should be re-sent: the service is not there
+// or did not answer (a broker or node failure), or it said so (unavailable, out_of_sequence).
+func retryable(err error) bool {
+	return errors.Is(err, wire.ErrUnavailable) || errors.Is(err, wire.ErrOutOfSequence)
+}
+
+// thinIdentity is the producer id and sequence that ProduceBrokerSide gives its records, so that
+// its retries are deduplicated: one per Client.
+type thinIdentity struct {
+	once sync.Once
+	id   string
+	seq  atomic.Uint64
+}
+
+func (ti *thinIdentity) next() (string, uint64) {
+	ti.once.Do(func() { ti.id = nuid.Next() })
+	return ti.id, ti.seq.Add(1)
+}
+
 // ProduceBrokerSide sends one record through the broker's produce service and waits for its
-// reply. It is the simplest thin client: one request at a time. For throughput use
-// NewThinProducer, which keeps many requests in flight.
+// reply. It is the simplest thin client: one request at a time, to whichever broker answers
+// wire.ProduceSubject. The record carries the client's producer id (random, one per Client) and
+// the next sequence number, so that a retry is deduplicated: on no responders (no broker, or the
+// one it reached is gone), no reply within 5 seconds, or an unavailable or out_of_sequence reply,
+// it sends the same request again after a pause (100 ms, doubling up to 2 s), until the client's
+// Options.Timeout has passed since the first attempt. For throughput use NewThinProducer, which
+// keeps many requests in flight.
 func (c *Client) ProduceBrokerSide(ctx context.Context, topic string, rec Record) (wire.ProduceReply, error) {
 	var reply wire.ProduceReply
 	if err := wire.ValidTopic(topic); err != nil {
 		return reply, err
 	}
-	m, err := thinMessage(wire.ProduceSubject(topic), rec, "", 0)
+	id, seq := c.thin.next()
+	m, err := thinMessage(wire.ProduceSubject(topic), rec, id, seq)
 	if err != nil {
 		return reply, err
 	}
@@ -40,13 +76,36 @@ func (c *Client) ProduceBrokerSide(ctx context.Context, topic string, rec Record
 	defer cancel()
 	viol, stop := c.watchViolation(m.Subject)
 	defer stop()
+	pause := thinPauseMin
+	start := time.Now()
+	for {
+		reply, err = c.produceOnce(ctx, m, viol)
+		if err == nil || !retryable(err) {
+			return reply, err
+		}
+		select {
+		case <-ctx.Done():
+			return reply, fmt.Errorf("%w (gave up after %v)", err, time.Since(start).Round(time.Millisecond))
+		case <-time.After(pause):
+		}
+		if pause *= 2; pause > thinPauseMax {
+			pause = thinPauseMax
+		}
+	}
+}
+
+// produceOnce is one attempt of ProduceBrokerSide.
+func (c *Client) produceOnce(ctx context.Context, m *nats.Msg, viol chan struct{}) (wire.ProduceReply, error) {
+	var reply wire.ProduceReply
+	actx, cancel := context.WithTimeout(ctx, thinAttemptTimeout)
+	defer cancel()
 	type result struct {
 		m   *nats.Msg
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		r, err := c.nc.RequestMsgWithContext(ctx, m)
+		r, err := c.nc.RequestMsgWithContext(actx, m)
 		done <- result{r, err}
 	}()
 	var res result
@@ -68,7 +127,7 @@ func (c *Client) ProduceBrokerSide(ctx context.Context, topic string, rec Record
 		case errors.Is(res.err, nats.ErrNoResponders):
 			return reply, noProduceService(m.Subject, c.opts.URL)
 		case errors.Is(res.err, context.DeadlineExceeded) || errors.Is(res.err, nats.ErrTimeout):
-			return reply, fmt.Errorf("%w: the produce service did not answer %s within %v; the record may or may not be stored", wire.ErrUnavailable, m.Subject, c.opts.Timeout)
+			return reply, fmt.Errorf("%w: the produce service did not answer %s; the record may or may not be stored", wire.ErrUnavailable, m.Subject)
 		}
 		return reply, fmt.Errorf("%w: %s: %v", wire.ErrUnavailable, m.Subject, res.err)
 	}
@@ -82,20 +141,36 @@ type ThinOptions struct {
 	// pair: re-sending the same sequence under the same ID within the streams' deduplication
 	// window (2 minutes) stores no second copy. Default: random.
 	ID string
-	// MaxInFlight bounds requests awaiting a reply; Send blocks beyond it. Default 4096.
+	// MaxInFlight bounds records sent (or waiting to be re-sent) without a result; Send blocks
+	// beyond it. Default 4096.
 	MaxInFlight int
-	// Timeout bounds the wait for one reply; a record without a reply by then fails with
-	// wire.ErrUnavailable (it may or may not be stored). Default: the client's Options.Timeout.
+	// Timeout bounds the time from a record's first send to its result: a record still without
+	// an acknowledgement by then fails with wire.ErrUnavailable (it may or may not be stored).
+	// Until then failed attempts are re-sent (see ThinProducer). Default: the client's
+	// Options.Timeout.
 	Timeout time.Duration
+	// AttemptTimeout bounds the wait for one reply before the producer re-sends (the broker or
+	// its node may have died). Default 5s, and at most Timeout.
+	AttemptTimeout time.Duration
 }
 
 // ThinProducer sends records to the broker's produce service with many requests in flight on
-// one connection, the way a thin client in any language would with nothing but NATS: it publishes
-// each request with a reply subject of its own and matches replies by that subject.
+// one connection, the way a thin client in any language would with nothing but NATS, following
+// spec/protocol.md §5.2: it publishes each request with a reply subject of its own and matches
+// replies by that subject; it sends one request to wire.ProduceSubject, and once a reply names the
+// broker that answered, pipelines the following ones to that broker's own subject
+// (wire.ProduceBrokerSubject), so that one broker stores them in order however many brokers serve
+// the topic.
 //
-// Order: requests are published in the order Send was called, on one connection, and the
-// broker's produce service handles the requests of its subscription in arrival order, so records
-// with the same key are stored in Send order, like a client-side Producer's.
+// Failures: when an attempt fails retryably — no responders (the broker is gone), no reply within
+// AttemptTimeout, or an unavailable or out_of_sequence reply — the producer stops sending new
+// records, pauses (100 ms, doubling up to 2 s), and re-sends every record not yet acknowledged,
+// in Send order, with the same producer id and sequence (so copies the old broker stored are
+// deduplicated), again starting with one request to the shared subject. A record fails for good
+// on any other error reply, or when Timeout passes without an acknowledgement.
+//
+// Order: records with the same key are stored in Send order, like a client-side Producer's,
+// across the failure of a broker with requests in flight (§5.2 says why).
 //
 // Results are delivered by calling Send's done function once per record, from the goroutine
 // that receives replies (replies of different partitions may complete out of Send order). A
@@ -106,14 +181,19 @@ type ThinProducer struct {
 	subject string
 	id      string
 	opts    ThinOptions
-	prefix  string // reply subjects are prefix + sequence
-	tokens  bool   // send a random Pctl-Token with every record
+	prefix  string // reply subjects are prefix + sequence + "." + attempt
+	tokens  bool   // send a random Pctl-Token with every record (the same for its re-sends)
 	sub     *nats.Subscription
 
 	mu      sync.Mutex
 	cond    *sync.Cond
 	seq     uint64
 	pending map[uint64]*thinPending
+	broker  string // the broker requests go to; "" while none is known
+	probing bool   // with broker == "": one request is out to the shared subject
+	paused  bool   // a failure was seen: nothing is sent until the pause ends
+	pause   time.Duration
+	lastErr error // the last retryable failure of any record
 	fatal   error
 	closed  bool
 
@@ -124,7 +204,11 @@ type ThinProducer struct {
 
 type thinPending struct {
 	seq      uint64
-	deadline time.Time
+	msg      *nats.Msg // the request, without its reply subject
+	deadline time.Time // Timeout after the first send
+	attempt  int       // of the attempt in flight (or last sent)
+	sentAt   time.Time // of the attempt in flight; zero: waiting to be sent
+	lastErr  error     // the last retryable failure
 	done     func(Result)
 }
 
@@ -149,10 +233,16 @@ func (c *Client) NewThinProducer(topic string, opts ThinOptions) (*ThinProducer,
 	if opts.Timeout <= 0 {
 		opts.Timeout = c.opts.Timeout
 	}
+	if opts.AttemptTimeout <= 0 {
+		opts.AttemptTimeout = thinAttemptTimeout
+	}
+	if opts.AttemptTimeout > opts.Timeout {
+		opts.AttemptTimeout = opts.Timeout
+	}
 	t := &ThinProducer{c: c, topic: topic, subject: wire.ProduceSubject(topic), id: opts.ID, opts: opts, tokens: tokens,
-		prefix: c.nc.NewInbox() + ".", pending: map[uint64]*thinPending{}, stop: make(chan struct{})}
+		prefix: c.nc.NewInbox() + ".", pending: map[uint64]*thinPending{}, stop: make(chan struct{}), pause: thinPauseMin}
 	t.cond = sync.NewCond(&t.mu)
-	sub, err := c.nc.Subscribe(t.prefix+"*", t.onReply)
+	sub, err := c.nc.Subscribe(t.prefix+"*.*", t.onReply)
 	if err != nil {
 		return nil, fmt.Errorf("%w: subscribe to replies: %v", wire.ErrUnavailable, err)
 	}
@@ -176,10 +266,17 @@ func (c *Client) NewThinProducer(topic string, opts ThinOptions) (*ThinProducer,
 // ID returns the producer's id.
 func (t *ThinProducer) ID() string { return t.id }
 
+// Broker returns the id of the broker the producer sends to now ("" while it knows none).
+func (t *ThinProducer) Broker() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.broker
+}
+
 // Send publishes one record's request. done, if not nil, is called exactly once with the
 // record's fate (Partition, Epoch and Seq from the broker's reply; ProducerSeq is this
-// producer's sequence number of the record). Send blocks while MaxInFlight requests await their
-// reply. It fails at once, without calling done, for a record that can never be sent (a keyless
+// producer's sequence number of the record). Send blocks while MaxInFlight records await their
+// result. It fails at once, without calling done, for a record that can never be sent (a keyless
 // record with a key, a key over 64 KiB, a message over the server's max_payload, a closed or
 // failed producer).
 func (t *ThinProducer) Send(ctx context.Context, rec Record, done func(Result)) error {
@@ -204,20 +301,86 @@ func (t *ThinProducer) Send(ctx context.Context, rec Record, done func(Result)) 
 	if t.tokens {
 		m.Header[wire.HeaderToken] = []string{newToken()}
 	}
+	if max := t.c.nc.MaxPayload(); int64(m.Size()-len(m.Subject)) > max {
+		return tooLarge(m, max)
+	}
 	t.seq++
-	m.Reply = t.prefix + strconv.FormatUint(t.seq, 10)
-	pd := &thinPending{seq: t.seq, deadline: time.Now().Add(t.opts.Timeout), done: done}
+	pd := &thinPending{seq: t.seq, msg: m, deadline: time.Now().Add(t.opts.Timeout), done: done}
 	t.pending[t.seq] = pd
-	// Published under t.mu, so that requests leave in Send order.
-	if err := t.c.nc.PublishMsg(m); err != nil {
-		delete(t.pending, t.seq)
-		t.seq-- // never sent: the sequence stays free, so the next record keeps the numbering
-		if errors.Is(err, nats.ErrMaxPayload) {
-			return tooLarge(m, t.c.nc.MaxPayload())
-		}
-		return fmt.Errorf("%w: publish to %s: %v", wire.ErrUnavailable, t.subject, err)
+	if !t.paused && (t.broker != "" || !t.probing) {
+		t.publishLocked(pd)
 	}
 	return nil
+}
+
+// publishLocked sends an attempt of pd: to the known broker, or (as the one probe) to the shared
+// subject. A publish that fails (the connection is closed) makes the record wait for a re-send.
+func (t *ThinProducer) publishLocked(pd *thinPending) {
+	subject := t.subject
+	if t.broker != "" {
+		subject = wire.ProduceBrokerSubject(t.topic, t.broker)
+	} else {
+		t.probing = true
+	}
+	pd.attempt++
+	pd.sentAt = time.Now()
+	m := &nats.Msg{Subject: subject, Data: pd.msg.Data, Header: pd.msg.Header,
+		Reply: t.prefix + strconv.FormatUint(pd.seq, 10) + "." + strconv.Itoa(pd.attempt)}
+	// Published under t.mu, so that requests leave in sequence order.
+	if err := t.c.nc.PublishMsg(m); err != nil {
+		pd.lastErr = fmt.Errorf("%w: publish to %s: %v", wire.ErrUnavailable, subject, err)
+		t.retryLocked(pd.lastErr)
+	}
+}
+
+// retryLocked reacts to a retryable failure: forget the broker, pause, then re-send every record
+// not yet acknowledged, in order (resume).
+func (t *ThinProducer) retryLocked(cause error) {
+	if cause != nil {
+		t.lastErr = cause
+	}
+	if t.paused || t.closed {
+		return
+	}
+	t.paused, t.broker, t.probing = true, "", false
+	for _, pd := range t.pending {
+		pd.sentAt = time.Time{}
+	}
+	pause := t.pause
+	if t.pause *= 2; t.pause > thinPauseMax {
+		t.pause = thinPauseMax
+	}
+	time.AfterFunc(pause, t.resume)
+}
+
+// resume ends a pause: the oldest unacknowledged record goes out alone to the shared subject; its
+// reply names the broker the rest go to (onReply).
+func (t *ThinProducer) resume() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.paused = false
+	t.sendWaitingLocked()
+}
+
+// sendWaitingLocked sends the records waiting to be sent, in sequence order: all of them to the
+// known broker, or the oldest one alone to the shared subject.
+func (t *ThinProducer) sendWaitingLocked() {
+	if t.paused || t.closed || t.fatal != nil || (t.broker == "" && t.probing) {
+		return
+	}
+	var waiting []*thinPending
+	for _, pd := range t.pending {
+		if pd.sentAt.IsZero() {
+			waiting = append(waiting, pd)
+		}
+	}
+	sort.Slice(waiting, func(i, j int) bool { return waiting[i].seq < waiting[j].seq })
+	for _, pd := range waiting {
+		t.publishLocked(pd)
+		if t.paused || t.broker == "" {
+			return // the probe is out (or the publish failed)
+		}
+	}
 }
 
 // Produce sends one record and waits for its result.
@@ -269,28 +432,62 @@ func (t *ThinProducer) Close(ctx context.Context) error {
 }
 
 func (t *ThinProducer) onReply(m *nats.Msg) {
-	seq, err := strconv.ParseUint(strings.TrimPrefix(m.Subject, t.prefix), 10, 64)
-	if err != nil {
+	seqText, attemptText, ok := strings.Cut(strings.TrimPrefix(m.Subject, t.prefix), ".")
+	if !ok {
 		return
 	}
-	t.mu.Lock()
-	pd, ok := t.pending[seq]
-	t.mu.Unlock()
-	if !ok {
-		return // timed out already
+	seq, err1 := strconv.ParseUint(seqText, 10, 64)
+	attempt, err2 := strconv.Atoi(attemptText)
+	if err1 != nil || err2 != nil {
+		return
 	}
 	var r Result
+	from := m.Header.Get(wire.HeaderBroker)
 	if m.Header.Get("Status") == "503" && len(m.Data) == 0 {
-		r.Err = noProduceService(t.subject, t.c.opts.URL)
+		r.Err = noProduceService(t.subject, t.c.opts.URL) // the broker the request went to is gone
 	} else if rep, err := decodeProduceReply(m); err != nil {
 		r.Err = err
 	} else {
 		r = Result{Partition: rep.Partition, Epoch: rep.Epoch, Seq: rep.Seq, Duplicate: rep.Duplicate}
+		if from == "" {
+			from = rep.Broker
+		}
 	}
+	t.mu.Lock()
+	pd, ok := t.pending[seq]
+	if !ok {
+		t.mu.Unlock()
+		return // settled already
+	}
+	current := attempt == pd.attempt && !pd.sentAt.IsZero()
+	probe := current && t.broker == "" && t.probing
+	if probe && r.Err == nil || probe && !retryable(r.Err) {
+		// The probe's answer names the broker to pipeline to.
+		t.probing = false
+		if wire.ValidBrokerID(from) {
+			t.broker = from
+		}
+	}
+	switch {
+	case r.Err == nil:
+		t.pause = thinPauseMin
+	case !current:
+		t.mu.Unlock()
+		return // a superseded attempt's failure says nothing about the record now
+	case retryable(r.Err):
+		pd.lastErr = r.Err
+		t.retryLocked(r.Err)
+		t.mu.Unlock()
+		return
+	}
+	t.mu.Unlock()
 	t.settle(pd, r)
+	t.mu.Lock()
+	t.sendWaitingLocked()
+	t.mu.Unlock()
 }
 
-// settle completes one request once: a reply and a timeout may race for it.
+// settle completes one record once.
 func (t *ThinProducer) settle(pd *thinPending, r Result) {
 	t.mu.Lock()
 	if t.pending[pd.seq] != pd {
@@ -298,6 +495,9 @@ func (t *ThinProducer) settle(pd *thinPending, r Result) {
 		return
 	}
 	delete(t.pending, pd.seq)
+	if t.broker == "" && t.probing && !pd.sentAt.IsZero() {
+		t.probing = false // the probe itself gave up
+	}
 	t.cond.Broadcast()
 	t.mu.Unlock()
 	r.ProducerSeq = pd.seq
@@ -306,12 +506,12 @@ func (t *ThinProducer) settle(pd *thinPending, r Result) {
 	}
 }
 
-// sweep fails requests whose reply is overdue.
+// sweep re-sends records whose attempt is overdue and fails records past their Timeout.
 func (t *ThinProducer) sweep() {
 	defer t.wg.Done()
-	every := t.opts.Timeout / 4
-	if every > time.Second {
-		every = time.Second
+	every := t.opts.AttemptTimeout / 4
+	if every > 250*time.Millisecond {
+		every = 250 * time.Millisecond
 	}
 	if every < time.Millisecond {
 		every = time.Millisecond
@@ -325,20 +525,41 @@ func (t *ThinProducer) sweep() {
 		case now := <-tick.C:
 			var late []*thinPending
 			t.mu.Lock()
+			overdue := false
 			for _, pd := range t.pending {
-				if now.After(pd.deadline) {
+				switch {
+				case now.After(pd.deadline):
 					late = append(late, pd)
+				case !pd.sentAt.IsZero() && now.Sub(pd.sentAt) > t.opts.AttemptTimeout:
+					pd.lastErr = fmt.Errorf("%w: the produce service did not answer %s within %v; the record may or may not be stored", wire.ErrUnavailable, t.subject, t.opts.AttemptTimeout)
+					overdue = true
 				}
 			}
+			if overdue {
+				t.retryLocked(nil)
+			}
+			lastErr := t.lastErr
 			t.mu.Unlock()
 			for _, pd := range late {
-				t.settle(pd, Result{Err: fmt.Errorf("%w: the produce service did not answer %s within %v; the record may or may not be stored", wire.ErrUnavailable, t.subject, t.opts.Timeout)})
+				err := pd.lastErr
+				if err == nil {
+					err = lastErr
+				}
+				if err == nil {
+					err = fmt.Errorf("%w: the produce service did not answer %s", wire.ErrUnavailable, t.subject)
+				}
+				t.settle(pd, Result{Err: fmt.Errorf("%w (gave up after %v: the record may or may not be stored)", err, t.opts.Timeout)})
+			}
+			if len(late) > 0 {
+				t.mu.Lock()
+				t.sendWaitingLocked()
+				t.mu.Unlock()
 			}
 		}
 	}
 }
 
-// fail makes the producer unusable and fails every request awaiting a reply.
+// fail makes the producer unusable and fails every record awaiting a result.
 func (t *ThinProducer) fail(err error) {
 	t.mu.Lock()
 	if t.fatal == nil {

@@ -333,7 +333,7 @@ func loadFailure(le *runtime.LoadError) []Result {
 	switch {
 	case errors.Is(le, runtime.ErrForbiddenImport):
 		owner = CheckImports
-	case errors.Is(le, runtime.ErrModuleTooLarge), errors.Is(le, runtime.ErrMemoryLimit),
+	case errors.Is(le, runtime.ErrModuleTooLarge), errors.Is(le, runtime.ErrMemoryLimit), errors.Is(le, runtime.ErrTableLimit),
 		errors.Is(le, runtime.ErrTimeLimit), errors.Is(le, runtime.ErrCallDepth):
 		owner = CheckLimits
 	}

@@ -177,6 +177,26 @@ func TestHostileModules(t *testing.T) {
 		{"oversize.wasm", []string{"limits"}, "module too large: 8388906 bytes, the limit is 8388608"},
 		{"memory-initial.wasm", []string{"limits"}, "513 initial memory pages"},
 		{"config-echo.wasm", nil, ""},
+		// Issue 11: bulk work, the table limit, what every host loads, limits hit at start.
+		{"bulk-memory.wasm", []string{"range", "limits"}, "time limit"},
+		{"bulk-table.wasm", []string{"range", "limits"}, "time limit"},
+		{"wasi-bulk.wasm", []string{"range", "limits"}, "time limit"},
+		{"bulk-trigger.wasm", nil, ""}, // hostile for one key conformance never tries: the broker test's module
+		{"fuel-edge.wasm", nil, ""},    // hostile only for keys that start with "fuel" and have 9 bytes
+		{"table-huge.wasm", []string{"limits"}, "table limit exceeded: table 0 declares 134217728 initial elements"},
+		{"table-grow.wasm", nil, ""},
+		{"elem-out-of-bounds.wasm", []string{"abi"}, "element segment 0 writes elements [1, 2) of table 0"},
+		{"data-out-of-bounds.wasm", []string{"abi"}, "data segment 0 writes bytes [1114111, 1114113)"},
+		{"start-loop.wasm", []string{"limits"}, "time limit exceeded: while loading: start"},
+		{"start-memory.wasm", []string{"limits"}, "memory limit exceeded: while loading: start"},
+		{"metadata-invalid-utf8.wasm", []string{"abi"}, "not valid UTF-8"},
+		{"metadata-bom.wasm", []string{"abi"}, "byte-order mark"},
+		{"metadata-nan.wasm", []string{"abi"}, "invalid plugin metadata"},
+		{"metadata-deep.wasm", []string{"abi"}, "nest 2001 deep"},
+		{"metadata-key-case.wasm", []string{"abi"}, `metadata name ""`},
+		{"metadata-null-property.wasm", []string{"abi"}, "list of strings"},
+		{"metadata-description-type.wasm", []string{"abi"}, `"description" must be a string`},
+		{"metadata-big-number.wasm", nil, ""},
 	}
 	files, _ := filepath.Glob(filepath.Join("..", "runtime", "testdata", "hostile", "*.wasm"))
 	if len(files) != len(tests) {

@@ -16,6 +16,8 @@ const (
 	// MaxAncestryRanges is PCTL_MAX_RANGES: the most ranges pctl_ancestry may return.
 	MaxAncestryRanges = 8192
 	MaxPartitions     = 1<<31 - 1
+	// MaxTableElements is PCTL_MAX_TABLE_ELEMENTS (spec/abi-v1.md §7): the default table limit.
+	MaxTableElements = 131072
 	// WASITime is the value every clock of the wasi-deterministic profile returns (§6.2).
 	WASITime uint64 = 1704067200000000000
 )
@@ -49,13 +51,18 @@ type Config struct {
 	// Default 512 (32 MiB).
 	MaxMemoryPages uint32
 
+	// MaxTableElements caps the elements of all of an instance's tables together, initial and
+	// grown (spec/abi-v1.md §7.3). Default 131072 (PCTL_MAX_TABLE_ELEMENTS).
+	MaxTableElements uint64
+
 	// MaxCallDepth is the deepest nesting of guest calls. Default 1000.
 	MaxCallDepth uint32
 
-	// Fuel is the work budget of one crossing (a single or a batch call), counted in guest
-	// instructions (an upper bound, see internal/wasmbin.Instrument). Default 1<<31, about one
-	// second of guest work on current hardware. InitFuel is the budget of instantiation and
-	// _initialize; default 1<<33.
+	// Fuel is the work budget of one crossing (a single or a batch call), counted as
+	// spec/abi-v1.md §7.2 says: guest instructions (an upper bound), bytes of bulk memory
+	// instructions and of WASI calls. Default 1<<31 (PCTL_FUEL), about one second of guest work
+	// on current hardware. InitFuel is the budget of the start function and of _initialize,
+	// each; default 1<<33 (PCTL_INIT_FUEL).
 	Fuel     int64
 	InitFuel int64
 
@@ -90,6 +97,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxMemoryPages == 0 {
 		c.MaxMemoryPages = 512
 	}
+	if c.MaxTableElements == 0 {
+		c.MaxTableElements = MaxTableElements
+	}
 	if c.MaxCallDepth == 0 {
 		c.MaxCallDepth = 1000
 	}
@@ -111,6 +121,8 @@ func (c Config) withDefaults() (Config, error) {
 	switch {
 	case c.MaxModuleBytes < 0:
 		return c, fmt.Errorf("runtime config: MaxModuleBytes %d is negative", c.MaxModuleBytes)
+	case c.MaxTableElements > 1<<32-1:
+		return c, fmt.Errorf("runtime config: MaxTableElements %d is above 2^32-1", c.MaxTableElements)
 	case c.MaxMemoryPages > 65536:
 		return c, fmt.Errorf("runtime config: MaxMemoryPages %d is above 65536 (4 GiB)", c.MaxMemoryPages)
 	case c.Fuel < 0 || c.InitFuel < 0:
@@ -126,4 +138,4 @@ func (c Config) withDefaults() (Config, error) {
 }
 
 // fuelTime is a rough conversion used only in messages.
-func fuelTime(f int64) time.Duration { return time.Duration(f/2) * time.Nanosecond }
+func fuelTime(f int64) time.Duration { return (time.Duration(f/2) * time.Nanosecond).Round(100 * time.Millisecond) }

@@ -50,6 +50,9 @@ var (
 	// ErrMemoryLimit is returned when a guest traps after its memory reached the page limit, or
 	// when a module declares more initial memory than the limit.
 	ErrMemoryLimit = errors.New("memory limit exceeded")
+	// ErrTableLimit is returned by Load for a module whose tables could exceed
+	// Config.MaxTableElements (spec/abi-v1.md §7.3), before anything is allocated.
+	ErrTableLimit = errors.New("table limit exceeded")
 	// ErrCallDepth is returned when a guest nests calls deeper than the limit.
 	ErrCallDepth = errors.New("call stack exhausted")
 	// ErrTrap is returned when a guest traps for another reason (unreachable, out-of-bounds

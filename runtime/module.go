@@ -1,11 +1,13 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"regexp"
 	"sort"
+	"unicode/utf8"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -176,10 +178,68 @@ func (m *Module) checkExports(p *wasmbin.Module) error {
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
+// MaxMetadataDepth is how deep arrays and objects may nest in a metadata document
+// (spec/abi-v1.md §2.6, rule 3).
+const MaxMetadataDepth = 32
+
+// parseMetadata applies the rules of spec/abi-v1.md §2.6, which every host applies alike: strict
+// UTF-8 without a byte-order mark, one RFC 8259 JSON object nested at most MaxMetadataDepth deep,
+// keys matched exactly (encoding/json's struct decoding would match "Name" too), null as absent,
+// and the types of the four known keys.
 func parseMetadata(b []byte) (Metadata, error) {
 	var md Metadata
-	if err := json.Unmarshal(b, &md); err != nil {
-		return md, fmt.Errorf("pctl_metadata returned %d bytes that are not a JSON object: %v", len(b), err)
+	notJSON := func(why string) (Metadata, error) {
+		return md, fmt.Errorf("pctl_metadata returned %d bytes that are not a JSON object: %s", len(b), why)
+	}
+	if !utf8.Valid(b) {
+		return notJSON("not valid UTF-8 (spec/abi-v1.md §2.6)")
+	}
+	if bytes.HasPrefix(b, []byte("\xef\xbb\xbf")) {
+		return notJSON("it starts with a byte-order mark (spec/abi-v1.md §2.6)")
+	}
+	if d := jsonDepth(b); d > MaxMetadataDepth {
+		return notJSON(fmt.Sprintf("arrays and objects nest %d deep; at most %d are allowed (spec/abi-v1.md §2.6)", d, MaxMetadataDepth))
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(b, &obj); err != nil {
+		return notJSON(err.Error())
+	}
+	if obj == nil { // the document is null
+		return notJSON("it is null")
+	}
+	str := func(key string) (string, bool, error) {
+		raw, ok := obj[key]
+		if !ok || string(raw) == "null" {
+			return "", false, nil
+		}
+		var v string
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return "", false, fmt.Errorf("metadata %q must be a string (spec/abi-v1.md §2.6)", key)
+		}
+		return v, true, nil
+	}
+	var err error
+	if md.Name, _, err = str("name"); err != nil {
+		return md, err
+	}
+	if md.Version, _, err = str("version"); err != nil {
+		return md, err
+	}
+	if md.Description, _, err = str("description"); err != nil {
+		return md, err
+	}
+	if raw, ok := obj["properties"]; ok && string(raw) != "null" {
+		var props []json.RawMessage
+		if err := json.Unmarshal(raw, &props); err != nil {
+			return md, fmt.Errorf("metadata \"properties\" must be a list of strings (spec/abi-v1.md §2.6)")
+		}
+		for _, p := range props {
+			var v string
+			if string(p) == "null" || json.Unmarshal(p, &v) != nil {
+				return md, fmt.Errorf("metadata \"properties\" must be a list of strings (spec/abi-v1.md §2.6)")
+			}
+			md.Properties = append(md.Properties, v)
+		}
 	}
 	if !nameRE.MatchString(md.Name) {
 		return md, fmt.Errorf("metadata name %q must match [a-z0-9][a-z0-9-]{0,62} (spec/abi-v1.md §2.6)", md.Name)
@@ -188,6 +248,36 @@ func parseMetadata(b []byte) (Metadata, error) {
 		return md, fmt.Errorf("metadata has no \"version\" (spec/abi-v1.md §2.6)")
 	}
 	return md, nil
+}
+
+// jsonDepth returns how deep arrays and objects nest in b, read as JSON (brackets inside strings
+// do not count). It does not validate anything else.
+func jsonDepth(b []byte) int {
+	depth, max := 0, 0
+	inString, escaped := false, false
+	for _, c := range b {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			depth++
+			if depth > max {
+				max = depth
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return max
 }
 
 // newInstance instantiates and prepares one instance: _initialize, version check, buffer,
@@ -210,6 +300,7 @@ func (m *Module) newInstance(ctx context.Context, config []byte, probe bool) (*i
 		in.fuel = mod.ExportedGlobal(wasmbin.FuelExport).(api.MutableGlobal)
 		in.depth = mod.ExportedGlobal(wasmbin.DepthExport)
 		in.memFail = mod.ExportedGlobal(wasmbin.MemFailExport)
+		ws.fuel = in.fuel
 	}
 	in.fnPartition = mod.ExportedFunction("pctl_partition")
 	in.fnBatch = mod.ExportedFunction("pctl_partition_batch")
@@ -220,6 +311,14 @@ func (m *Module) newInstance(ctx context.Context, config []byte, probe bool) (*i
 			in.close(ctx)
 		}
 	}()
+	// The start function, moved to an export by the instrumentation: it runs here, under its own
+	// budget, so that a limit it hits is reported as that limit (spec/abi-v1.md §7).
+	if start := mod.ExportedFunction(wasmbin.StartExport); start != nil && !cfg.Unguarded {
+		in.stack[0] = 0
+		if err := start.CallWithStack(in.ctx, in.stack[:1]); err != nil {
+			return nil, in.fail("start", err)
+		}
+	}
 	if m.HasInitialize {
 		if _, err := in.call("_initialize", mod.ExportedFunction("_initialize")); err != nil {
 			return nil, err

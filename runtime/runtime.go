@@ -159,7 +159,8 @@ func (r *Runtime) load(ctx context.Context, wasm []byte, digest string) (*Module
 			exportFuel[s.name] = r.cfg.Fuel
 		}
 	}
-	inst, parsed, err := wasmbin.Instrument(wasm, wasmbin.Limits{InitialFuel: r.cfg.InitFuel, MaxDepth: r.cfg.MaxCallDepth, ExportFuel: exportFuel})
+	inst, parsed, err := wasmbin.Instrument(wasm, wasmbin.Limits{InitialFuel: r.cfg.InitFuel, MaxDepth: r.cfg.MaxCallDepth, ExportFuel: exportFuel,
+		MaxMemoryPages: r.cfg.MaxMemoryPages, MaxTableElements: r.cfg.MaxTableElements, MoveStart: true})
 	if err == nil && r.cfg.Unguarded {
 		inst = wasm
 	}
@@ -197,6 +198,9 @@ func (r *Runtime) load(ctx context.Context, wasm []byte, digest string) (*Module
 	m.InitialPages = uint32(mem.Min)
 	if mem.Min > uint64(r.cfg.MaxMemoryPages) {
 		return nil, fail(ErrMemoryLimit, "declares %d initial memory pages (%d MiB); the limit is %d pages (%d MiB)", mem.Min, mem.Min/16, r.cfg.MaxMemoryPages, r.cfg.MaxMemoryPages/16)
+	}
+	if err := checkLoad(parsed, r.cfg.MaxTableElements); err != nil {
+		return nil, &LoadError{Digest: digest, Err: errOf(err), Detail: err.Error()}
 	}
 
 	if m.Profile == ProfileWASIDeterministic {
@@ -249,4 +253,48 @@ func valTypes(params, results []api.ValueType) wasmbin.FuncType {
 		t.Results = append(t.Results, wasmbin.ValType(r))
 	}
 	return t
+}
+
+// checkLoad applies the structural checks of spec/abi-v1.md §7.3, in their order: the table
+// limit, then the bounds of active element and data segments, which the core specification
+// requires and wazero does not check for element segments.
+func checkLoad(p *wasmbin.Module, maxTable uint64) error {
+	var sum uint64
+	for i, t := range p.Tables {
+		if t.Min > maxTable {
+			return &exportError{ErrTableLimit, fmt.Sprintf("table %d declares %d initial elements; the limit is %d (spec/abi-v1.md §7.3)", i, t.Min, maxTable)}
+		}
+		max := maxTable
+		if t.HasMax && t.Max < max {
+			max = t.Max
+		}
+		sum += max
+	}
+	if sum > maxTable {
+		return &exportError{ErrTableLimit, fmt.Sprintf("%d tables could grow to %d elements together; the limit is %d: declare maxima that sum to at most the limit (spec/abi-v1.md §7.3)", len(p.Tables), sum, maxTable)}
+	}
+	for i, s := range p.Elements {
+		if int(s.Index) >= len(p.Tables) {
+			return &exportError{ErrInvalidModule, fmt.Sprintf("element segment %d initialises table %d, which the module does not define", i, s.Index)}
+		}
+		if !s.OffsetOK {
+			return &exportError{ErrInvalidModule, fmt.Sprintf("element segment %d: the offset must be a constant i32.const (spec/abi-v1.md §7.3)", i)}
+		}
+		if uint64(s.Offset)+s.Count > p.Tables[s.Index].Min {
+			return &exportError{ErrInvalidModule, fmt.Sprintf("element segment %d writes elements [%d, %d) of table %d, which has %d: out of bounds, so instantiation must fail (spec/abi-v1.md §7.3)", i, s.Offset, uint64(s.Offset)+s.Count, s.Index, p.Tables[s.Index].Min)}
+		}
+	}
+	for i, s := range p.Data {
+		mem, ok := p.Memory(s.Index)
+		if !ok {
+			return &exportError{ErrInvalidModule, fmt.Sprintf("data segment %d initialises memory %d, which the module does not define", i, s.Index)}
+		}
+		if !s.OffsetOK {
+			return &exportError{ErrInvalidModule, fmt.Sprintf("data segment %d: the offset must be a constant i32.const (spec/abi-v1.md §7.3)", i)}
+		}
+		if uint64(s.Offset)+s.Count > mem.Min*65536 {
+			return &exportError{ErrInvalidModule, fmt.Sprintf("data segment %d writes bytes [%d, %d) of memory %d, which has %d: out of bounds, so instantiation must fail (spec/abi-v1.md §7.3)", i, s.Offset, uint64(s.Offset)+s.Count, s.Index, mem.Min*65536)}
+		}
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"sync"
 
 	"github.com/tetratelabs/wazero"
@@ -29,19 +30,32 @@ var (
 type wasiFunc struct {
 	params, results []api.ValueType
 	fn              func(ctx context.Context, mod api.Module, stack []uint64)
+	// bytes is how many bytes of memory the arguments let the call read or write: with
+	// wasiCallFuel, what the call costs (spec/abi-v1.md §7.2, rule 4).
+	bytes func(stack []uint64) uint64
 }
 
+// Charges of spec/abi-v1.md §7.2, rule 4: PCTL_WASI_CALL_FUEL per call, plus wasiByteFuel per
+// byte the call may touch.
+const (
+	wasiCallFuel = 16384
+	wasiByteFuel = 64
+)
+
+func noBytes(_ []uint64) uint64    { return 0 }
+func eightBytes(_ []uint64) uint64 { return 8 }
+
 var wasiFuncs = map[string]wasiFunc{
-	"args_sizes_get":    {[]api.ValueType{i32, i32}, []api.ValueType{i32}, zeroSizes},
-	"args_get":          {[]api.ValueType{i32, i32}, []api.ValueType{i32}, nothing},
-	"environ_sizes_get": {[]api.ValueType{i32, i32}, []api.ValueType{i32}, zeroSizes},
-	"environ_get":       {[]api.ValueType{i32, i32}, []api.ValueType{i32}, nothing},
-	"clock_time_get":    {[]api.ValueType{i32, i64, i32}, []api.ValueType{i32}, clockTimeGet},
-	"random_get":        {[]api.ValueType{i32, i32}, []api.ValueType{i32}, randomGet},
-	"fd_write":          {[]api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32}, fdWrite},
-	"poll_oneoff":       {[]api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32}, pollOneoff},
-	"sched_yield":       {nil, []api.ValueType{i32}, schedYield},
-	"proc_exit":         {[]api.ValueType{i32}, nil, procExit},
+	"args_sizes_get":    {[]api.ValueType{i32, i32}, []api.ValueType{i32}, zeroSizes, eightBytes},
+	"args_get":          {[]api.ValueType{i32, i32}, []api.ValueType{i32}, nothing, noBytes},
+	"environ_sizes_get": {[]api.ValueType{i32, i32}, []api.ValueType{i32}, zeroSizes, eightBytes},
+	"environ_get":       {[]api.ValueType{i32, i32}, []api.ValueType{i32}, nothing, noBytes},
+	"clock_time_get":    {[]api.ValueType{i32, i64, i32}, []api.ValueType{i32}, clockTimeGet, eightBytes},
+	"random_get":        {[]api.ValueType{i32, i32}, []api.ValueType{i32}, randomGet, func(s []uint64) uint64 { return uint64(uint32(s[1])) }},
+	"fd_write":          {[]api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32}, fdWrite, func(s []uint64) uint64 { return 8*uint64(uint32(s[2])) + 4 }},
+	"poll_oneoff":       {[]api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32}, pollOneoff, func(s []uint64) uint64 { return 80*uint64(uint32(s[2])) + 4 }},
+	"sched_yield":       {nil, []api.ValueType{i32}, schedYield, noBytes},
+	"proc_exit":         {[]api.ValueType{i32}, nil, procExit, noBytes},
 }
 
 // wasiState is the per-instance state of the deterministic WASI: the clock value and the
@@ -49,9 +63,27 @@ var wasiFuncs = map[string]wasiFunc{
 // instance, so host functions find it without a lookup table.
 type wasiState struct {
 	time  uint64
-	state uint64  // SplitMix64 state
-	buf   [8]byte // current output
-	left  int     // unread bytes of buf (taken from its end)
+	state uint64            // SplitMix64 state
+	buf   [8]byte           // current output
+	left  int               // unread bytes of buf (taken from its end)
+	fuel  api.MutableGlobal // the instance's work budget (nil when unguarded)
+}
+
+// errFuel ends a WASI call that its crossing's budget cannot pay for; the instance's fuel is then
+// negative, so the call is reported as a time limit (spec/abi-v1.md §7.2, rule 4).
+var errFuel = errors.New("pctl: work budget exhausted in a WASI call")
+
+// charge takes cost units from the calling instance's budget before the call touches memory, and
+// stops the call (a panic, which wazero turns into the guest call's error) if it cannot pay.
+func (w *wasiState) charge(cost uint64) {
+	if w.fuel == nil {
+		return
+	}
+	left := int64(w.fuel.Get()) - int64(cost) // cost < 2^45: no overflow
+	w.fuel.Set(uint64(left))
+	if left < 0 {
+		panic(errFuel)
+	}
 }
 
 type wasiKey struct{}
@@ -100,7 +132,11 @@ func stateOf(ctx context.Context, mod api.Module) *wasiState {
 func instantiateWASI(ctx context.Context, r wazero.Runtime) (api.Module, error) {
 	b := r.NewHostModuleBuilder(wasiModule)
 	for name, f := range wasiFuncs {
-		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(f.fn), f.params, f.results).Export(name)
+		charged := func(ctx context.Context, mod api.Module, stack []uint64) {
+			stateOf(ctx, mod).charge(wasiCallFuel + wasiByteFuel*f.bytes(stack))
+			f.fn(ctx, mod, stack)
+		}
+		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(charged), f.params, f.results).Export(name)
 	}
 	return b.Instantiate(ctx)
 }

@@ -13,6 +13,7 @@ const (
 	AdminTopicNew  = AdminPrefix + ".topic.create"
 	AdminTopicDel  = AdminPrefix + ".topic.delete"
 	AdminTopicEdit = AdminPrefix + ".topic.repartition"
+	AdminTopicSet  = AdminPrefix + ".topic.set" // SetTopicRequest -> TopicReply
 )
 
 // TopicRequest names a topic.
@@ -46,6 +47,20 @@ type CreateTopicRequest struct {
 	Partitions  int    `json:"partitions"`
 	Partitioner string `json:"partitioner"` // built-in name or hex digest of an uploaded plugin
 	Config      []byte `json:"config,omitempty"`
+	// Replicas of every partition stream (1 to 5); 0: the broker's default.
+	Replicas int `json:"replicas,omitempty"`
+	// PlacementTags place every partition stream on servers with all these tags.
+	PlacementTags []string `json:"placement_tags,omitempty"`
+}
+
+// SetTopicRequest changes a live topic's replicas and/or placement tags: every partition stream
+// is updated (JetStream moves or adds replicas while records flow). Zero Replicas keeps them;
+// SetPlacement replaces the placement tags (an empty list removes them).
+type SetTopicRequest struct {
+	Topic         string   `json:"topic"`
+	Replicas      int      `json:"replicas,omitempty"`
+	PlacementTags []string `json:"placement_tags,omitempty"`
+	SetPlacement  bool     `json:"set_placement,omitempty"`
 }
 
 // RepartitionRequest starts an epoch change. Zero Partitions or empty Partitioner keep the
@@ -88,6 +103,9 @@ type ProduceReply struct {
 	Epoch     int    `json:"epoch"`
 	Seq       uint64 `json:"seq"`
 	Duplicate bool   `json:"duplicate,omitempty"`
+	// Broker is the id of the broker that stored the record (also in header Pctl-Broker): a
+	// pipelining thin client sends its next requests to ProduceBrokerSubject(topic, Broker).
+	Broker string `json:"broker,omitempty"`
 }
 
 // GroupListReply lists consumer groups of a topic with their committed positions.

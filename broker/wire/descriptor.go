@@ -18,6 +18,23 @@ type Topic struct {
 	// Creating is set until every partition stream exists; Deleting while they are removed.
 	Creating bool `json:"creating,omitempty"`
 	Deleting bool `json:"deleting,omitempty"`
+	// Replicas is the number of replicas of every partition stream (JetStream R1 to R5). 0 in a
+	// descriptor written before replicas were recorded: the broker's default (Config.Replicas).
+	Replicas int `json:"replicas,omitempty"`
+	// PlacementTags, if any, place every partition stream on servers that have all of them
+	// (JetStream placement tags; a tag starting with "!" excludes servers that have it).
+	PlacementTags []string `json:"placement_tags,omitempty"`
+	// Reconfig is a change of Replicas or PlacementTags in progress (spec/protocol.md §7.1).
+	Reconfig *Reconfig `json:"reconfig,omitempty"`
+}
+
+// Reconfig is a change of a topic's replicas or placement in progress: every partition stream is
+// updated, then Replicas and PlacementTags take the new values and Reconfig is cleared. It
+// excludes an epoch change (each waits for the other).
+type Reconfig struct {
+	Replicas      int       `json:"replicas"`
+	PlacementTags []string  `json:"placement_tags,omitempty"`
+	Started       time.Time `json:"started"`
 }
 
 // Epoch fixes a layout: partitioner, config and partition count.

@@ -52,6 +52,9 @@ const (
 	HeaderMsgID = "Nats-Msg-Id"
 	// HeaderError carries an API error code on a reply that failed (with a JSON body).
 	HeaderError = "Pctl-Error"
+	// HeaderBroker names, on every reply of the produce service, the broker that answered: a
+	// pipelining thin client sends its next requests to ProduceBrokerSubject(topic, that id).
+	HeaderBroker = "Pctl-Broker"
 	// HeaderFence marks a fence marker: not a record, but the message the broker stores in a
 	// partition stream when it fences it (its value: the new epoch). Consumers skip it.
 	HeaderFence = "Pctl-Fence"
@@ -98,8 +101,18 @@ func StreamName(topic string, partition int) string {
 	return StreamPrefix + topic + "_" + strconv.Itoa(partition)
 }
 
-// ProduceSubject is the broker-side produce service's subject for a topic.
+// ProduceSubject is the broker-side produce service's subject for a topic (any broker answers).
 func ProduceSubject(topic string) string { return ProducePrefix + "." + topic }
+
+// ProduceBrokerSubject is the produce service's subject for a topic at one broker (by its id).
+func ProduceBrokerSubject(topic, broker string) string {
+	return ProducePrefix + "." + topic + "." + broker
+}
+
+// ValidBrokerID checks a broker id: 1 to 64 of [A-Za-z0-9].
+func ValidBrokerID(id string) bool { return brokerRE.MatchString(id) }
+
+var brokerRE = regexp.MustCompile(`^[A-Za-z0-9]{1,64}$`)
 
 // TopicEventSubject is where the broker announces a change of a topic's descriptor.
 func TopicEventSubject(topic string) string { return EventsPrefix + ".topic." + topic }
@@ -129,7 +142,11 @@ var (
 	ErrChangeInProgress = errors.New("epoch change in progress")
 	ErrPermission       = errors.New("permission denied")
 	ErrUnavailable      = errors.New("unavailable")
-	ErrInternal         = errors.New("internal error")
+	// ErrOutOfSequence: the produce service refused a request because one before it (same
+	// producer) never arrived, or because it does not know the producer on its own subject
+	// (spec/protocol.md §5.2): re-send every unacknowledged record in order.
+	ErrOutOfSequence = errors.New("out of sequence")
+	ErrInternal      = errors.New("internal error")
 )
 
 var codes = map[string]error{
@@ -144,6 +161,7 @@ var codes = map[string]error{
 	"change_in_progress": ErrChangeInProgress,
 	"permission":         ErrPermission,
 	"unavailable":        ErrUnavailable,
+	"out_of_sequence":    ErrOutOfSequence,
 	"internal":           ErrInternal,
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -17,6 +18,9 @@ func init() {
 var subcommandSets = map[string]map[string]command{
 	"plugin": pluginSubs,
 	"topic":  topicSubs,
+	"nats-server": {
+		"config": {name: "config", run: cmdNATSServerConfig},
+	},
 	"bench": {
 		"produce": {name: "produce", run: cmdBenchProduce},
 		"epoch":   {name: "epoch", run: cmdBenchEpoch},
@@ -46,6 +50,11 @@ func collectTree(e *env) cmdTree {
 		var names []string
 		ce := *e
 		ce.stdout, ce.stderr = io.Discard, io.Discard
+		// Commands only build their flags here; should one start work anyway, it finds its
+		// context already cancelled.
+		ctx, cancel := context.WithCancel(e.ctx)
+		cancel()
+		ce.ctx = ctx
 		ce.capture = func(fs *flag.FlagSet) {
 			fs.VisitAll(func(f *flag.Flag) { names = append(names, flagDashes(f.Name)+f.Name) })
 		}

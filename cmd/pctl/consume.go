@@ -136,7 +136,7 @@ func cmdConsume(e *env, args []string) int {
 	ctx, cancel := context.WithCancelCause(e.ctx)
 	defer cancel(nil)
 	onViolation(c, func(subject string) {
-		cancel(fmt.Errorf("%w: these credentials may not use %s: consuming needs the consumer or admin role (consumer.nk)", wire.ErrPermission, subject))
+		cancel(fmt.Errorf("%w: these credentials may not use %s: consuming needs the consumer or admin role (consumer.nk), or a consumer credential for this topic and group (pctl creds issue)", wire.ErrPermission, subject))
 	})
 	out := &recordWriter{w: bufio.NewWriterSize(e.stdout, 64<<10), jsonl: *format == "jsonl", stamps: *stamps, topic: topic, max: *maxN, last: time.Now()}
 	errMax := errors.New("--max reached")

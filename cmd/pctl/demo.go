@@ -35,10 +35,16 @@ function gives. Exit status 0 only if the checker found nothing wrong.
 
 --faults also restarts the broker in the middle of an epoch change (it must finish the change
 after restarting, and producers and consumers must ride it out).
+
+--cluster runs it on a real NATS cluster instead: three JetStream nodes started from this binary
+('pctl nats-server', on free 127.0.0.1 ports, data in a temporary directory), topics with 3
+replicas and two brokers ('pctl serve --nats'). In the middle of the epoch changes it kills -9
+the node leading a partition stream (and starts it again), and kills -9 a broker (and starts it
+again); every change must still complete and the checker must still find nothing wrong.
 `
 
 func cmdDemo(e *env, args []string) int {
-	fs := newFlags(e, "demo", "demo [--records N] [--keys K] [--seed S] [--faults] [--json] [--verbose] [--data DIR]", demoHelp)
+	fs := newFlags(e, "demo", "demo [--records N] [--keys K] [--seed S] [--faults | --cluster] [--json] [--verbose] [--data DIR]", demoHelp)
 	records := fs.Int("records", 2000, "records per producer")
 	keys := fs.Int("keys", 200, "distinct keys")
 	seed := fs.Int64("seed", 1, "random seed (the run is otherwise the same)")
@@ -46,6 +52,7 @@ func cmdDemo(e *env, args []string) int {
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	verbose := fs.Bool("verbose", false, "log what the broker and the group members do (stderr)")
 	data := fs.String("data", "", "keep the broker's data in `DIR` (default: a temporary directory, removed)")
+	cluster := fs.Bool("cluster", false, "run on a 3-node NATS cluster of processes with 2 brokers, killing a node and a broker mid-change")
 	pos, st := parse(fs, args)
 	if st >= 0 {
 		return st
@@ -55,6 +62,12 @@ func cmdDemo(e *env, args []string) int {
 	}
 	if *records < 1 || *keys < 1 {
 		return usageErr(e, "demo", "--records and --keys must be at least 1")
+	}
+	if *cluster {
+		if *faults {
+			return usageErr(e, "demo", "--faults and --cluster are two different runs; --cluster has its own faults")
+		}
+		return clusterDemo(e, clusterDemoOpts{records: *records, keys: *keys, seed: *seed, json: *asJSON, verbose: *verbose, data: *data})
 	}
 	dir := *data
 	if dir == "" {

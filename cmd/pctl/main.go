@@ -36,7 +36,8 @@ type env struct {
 	stderr io.Writer
 	getenv func(string) string
 	// capture, when set, receives each FlagSet a command builds instead of letting it run
-	// ('pctl completion').
+	// ('pctl completion'). A command that parses its arguments without newFlags/parse must
+	// return at once when it is set (it must never start anything).
 	capture func(*flag.FlagSet)
 }
 

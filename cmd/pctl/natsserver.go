@@ -29,6 +29,9 @@ The most used nats-server flags: -c FILE, -t, -p PORT, -a HOST, -n NAME, -m HTTP
 `
 
 func cmdNATSServer(e *env, args []string) int {
+	if e.capture != nil {
+		return exitOK // 'pctl completion' asks for flags: nats-server's own are not ours to list
+	}
 	if len(args) > 0 && args[0] == "config" {
 		return cmdNATSServerConfig(e, args[1:])
 	}

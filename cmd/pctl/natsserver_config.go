@@ -131,7 +131,7 @@ func cmdNATSServerConfig(e *env, args []string) int {
 		seeds[role] = seed
 		u := natsconf.User{Comment: role, NKey: pub}
 		if role != "broker" {
-			u.Permissions = convertPermissions(broker.RolePermissions(role))
+			u.Permissions = convertPermissions(broker.UserPermissions(role, pub)) // with its private inbox (spec §8)
 		}
 		layout.Users = append(layout.Users, u)
 	}

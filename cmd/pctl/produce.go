@@ -42,7 +42,10 @@ across epoch changes.
 
 --broker-side sends each record to the broker's produce service, which partitions it with the
 topic's module (what a thin client in any language does); by default this command partitions on
-the client with the same module.
+the client with the same module. With several brokers it sends to one of them at a time (the one
+that answered first) and, when that broker or its NATS node fails, re-sends every record not yet
+acknowledged, in order, through another (duplicates are dropped by the producer id and sequence).
+--timeout DURATION bounds how long a record may go unacknowledged before it fails (default 60s).
 
 --producer-id ID names the producer. Records are deduplicated by (ID, the record's sequence
 number in the run: 1, 2, ...) for two minutes, so running the same input again with the same ID
@@ -84,12 +87,13 @@ type inputLine struct {
 
 func cmdProduce(e *env, args []string) int {
 	const cmd = "produce"
-	fs := newFlags(e, cmd, "produce TOPIC [--broker-side] [--hex] [--producer-id ID] [--server URL] [--creds FILE]", produceHelp)
+	fs := newFlags(e, cmd, "produce TOPIC [--broker-side [--timeout DURATION]] [--hex] [--producer-id ID] [--server URL] [--creds FILE]", produceHelp)
 	cf := addConnFlags(fs)
 	brokerSide := fs.Bool("broker-side", false, "partition in the broker (its produce service) instead of on the client")
 	hexIn := fs.Bool("hex", false, "keys and values are hex-encoded")
 	id := fs.String("producer-id", "", "producer `ID` for deduplication (default: random)")
 	logPath := fs.String("log", "", "write one JSON line per record's fate to `FILE` (input for 'pctl verify --sent')")
+	timeout := fs.Duration("timeout", 60*time.Second, "with --broker-side: how long a record may go unacknowledged, retries included, before it fails")
 	pos, st := parse(fs, args)
 	if st >= 0 {
 		return st
@@ -97,6 +101,9 @@ func cmdProduce(e *env, args []string) int {
 	topic, st := topicArg(e, cmd, pos)
 	if st >= 0 {
 		return st
+	}
+	if *timeout <= 0 {
+		return usageErr(e, cmd, "--timeout %v: give a positive duration such as 60s", *timeout)
 	}
 	if *id != "" && wire.ValidGroup(*id) != nil {
 		return usageErr(e, cmd, "--producer-id %q: 1 to 64 characters of A-Z a-z 0-9 _ -", *id)
@@ -116,7 +123,7 @@ func cmdProduce(e *env, args []string) int {
 	defer c.Close()
 	var p sender
 	if *brokerSide {
-		tp, err := c.NewThinProducer(topic, client.ThinOptions{ID: *id})
+		tp, err := c.NewThinProducer(topic, client.ThinOptions{ID: *id, Timeout: *timeout})
 		if err != nil {
 			return exitFor(e, cmd, err)
 		}
@@ -201,7 +208,11 @@ loop:
 
 	// Every record sent gets its answer before the summary: wait up to 2 minutes, or 5 seconds
 	// more after an interrupt (SIGINT while reading or while waiting here).
-	flushCtx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	flushWait := 2 * time.Minute
+	if *brokerSide && *timeout+10*time.Second > flushWait {
+		flushWait = *timeout + 10*time.Second // every record gets its result first
+	}
+	flushCtx, cancel := context.WithTimeout(context.Background(), flushWait)
 	defer cancel()
 	stopGrace := context.AfterFunc(e.ctx, func() { time.AfterFunc(5*time.Second, cancel) })
 	defer stopGrace()

@@ -42,14 +42,34 @@ with --creds or PCTL_CREDS.
 
   {"data": "/var/lib/pctl", "listen": "0.0.0.0:4222", "max_record_bytes": 1048576,
    "max_payload": 16777216, "replicas": 1, "conformance_keys": 20000, "produce_timeout": "10s",
+   "sync_interval": "always", "retry_interval": "2s",
    "nats": "nats://a:4222,nats://b:4222", "creds": "/etc/pctl/broker.nk"}
 
 An unknown field is an error. --listen with port 0 picks a free port (the ready line names it).
+
+Replication: --replicas N is the default number of replicas of a new topic's partition streams
+('pctl topic create --replicas' overrides it per topic, 'pctl topic set --replicas' changes a live
+topic) and the replicas of pctl's own buckets (descriptors, plugins, group state). The embedded
+server runs alone, so N is 1 there; on a cluster of three or more JetStream servers use 3.
+
+Durability: the embedded server fsyncs before it acknowledges a write (--sync-interval always, the
+default), so an acknowledged record survives an OS crash or a power failure, not only a crash of
+the process. --sync-interval DURATION (nats-server's default is 2m) fsyncs in the background
+instead: produce throughput is higher (RATIONALE.md has the numbers measured on this machine), but
+an OS crash or power failure can lose up to DURATION of acknowledged records. With --nats the NATS
+servers' own sync_interval decides (the server configuration pctl writes for a cluster
+says "always").
+
+Several brokers: any number of 'pctl serve --nats URL' processes may run against one cluster, each
+with its own --data. Requests go to any of them; an epoch change, creation or deletion left
+unfinished by one (it died, or a node was down) is finished by any other, or by itself, within a
+few --retry-interval periods (default 2s).
 
 Examples:
   pctl serve
   pctl serve --data ./pctl-data --listen 127.0.0.1:0
   pctl serve --nats nats://nats-1:4222 --creds broker.nk
+  pctl serve --nats nats://n1:4222,nats://n2:4222,nats://n3:4222 --creds broker.nk --replicas 3
 `
 
 // serveConfig is the --config file: broker.Config's settings, in JSON.
@@ -63,6 +83,8 @@ type serveConfig struct {
 	Replicas        int    `json:"replicas"`
 	ConformanceKeys int    `json:"conformance_keys"`
 	ProduceTimeout  string `json:"produce_timeout"`
+	SyncInterval    string `json:"sync_interval"`
+	RetryInterval   string `json:"retry_interval"`
 }
 
 func readServeConfig(path string) (serveConfig, error) {
@@ -76,7 +98,7 @@ func readServeConfig(path string) (serveConfig, error) {
 	if err := dec.Decode(&sc); err != nil {
 		msg := err.Error()
 		if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-			return sc, fmt.Errorf("--config %s: unknown field %s; the fields are data, listen, nats, creds, max_record_bytes, max_payload, replicas, conformance_keys, produce_timeout", path, f)
+			return sc, fmt.Errorf("--config %s: unknown field %s; the fields are data, listen, nats, creds, max_record_bytes, max_payload, replicas, conformance_keys, produce_timeout, sync_interval, retry_interval", path, f)
 		}
 		return sc, fmt.Errorf("--config %s: not a valid JSON settings object: %s", path, strings.TrimPrefix(msg, "json: "))
 	}
@@ -87,7 +109,7 @@ func readServeConfig(path string) (serveConfig, error) {
 }
 
 func cmdServe(e *env, args []string) int {
-	fs := newFlags(e, "serve", "serve [--data DIR] [--listen HOST:PORT] [--config FILE] [--nats URL --creds FILE]", serveHelp)
+	fs := newFlags(e, "serve", "serve [--data DIR] [--listen HOST:PORT] [--config FILE] [--nats URL --creds FILE] [--replicas N] [--sync-interval always|DURATION]", serveHelp)
 	var sc serveConfig
 	fs.StringVar(&sc.Data, "data", "", "data `DIR`: JetStream files and role credentials (default $XDG_DATA_HOME/pctl or ~/.local/share/pctl)")
 	fs.StringVar(&sc.Listen, "listen", "", "client address `HOST:PORT` of the embedded server; port 0 picks one (default 127.0.0.1:4222)")
@@ -95,6 +117,9 @@ func cmdServe(e *env, args []string) int {
 	fs.StringVar(&sc.NATS, "nats", "", "use this NATS server or cluster `URL` (with JetStream) instead of an embedded one")
 	fs.StringVar(&sc.Creds, "creds", "", "with --nats: the broker's NKey seed `FILE` (full permissions)")
 	maxRecord := fs.Int("max-record-bytes", 0, "largest record, key + value + headers, in `BYTES` (default 1048576)")
+	replicas := fs.Int("replicas", 0, "default replicas of new topics' partition streams, and of pctl's buckets: `N` (default 1; 3 on a cluster)")
+	syncInterval := fs.String("sync-interval", "", "embedded server: fsync before acknowledging (always, the default) or every `DURATION` (faster; an OS crash can lose up to DURATION of acknowledged records)")
+	retryInterval := fs.String("retry-interval", "", "how often to look for unfinished epoch changes, creations and deletions to retry: `DURATION` (default 2s)")
 	pos, st := parse(fs, args)
 	if st >= 0 {
 		return st
@@ -121,10 +146,28 @@ func cmdServe(e *env, args []string) int {
 		if !set["creds"] {
 			sc.Creds = fc.Creds
 		}
-		sc.MaxPayload, sc.Replicas, sc.ConformanceKeys, sc.ProduceTimeout = fc.MaxPayload, fc.Replicas, fc.ConformanceKeys, fc.ProduceTimeout
+		sc.MaxPayload, sc.ConformanceKeys, sc.ProduceTimeout = fc.MaxPayload, fc.ConformanceKeys, fc.ProduceTimeout
 		if !set["max-record-bytes"] {
 			sc.MaxRecordBytes = fc.MaxRecordBytes
 		}
+		if !set["replicas"] {
+			sc.Replicas = fc.Replicas
+		}
+		if !set["sync-interval"] {
+			sc.SyncInterval = fc.SyncInterval
+		}
+		if !set["retry-interval"] {
+			sc.RetryInterval = fc.RetryInterval
+		}
+	}
+	if set["replicas"] {
+		sc.Replicas = *replicas
+	}
+	if set["sync-interval"] {
+		sc.SyncInterval = *syncInterval
+	}
+	if set["retry-interval"] {
+		sc.RetryInterval = *retryInterval
 	}
 	if set["max-record-bytes"] {
 		if *maxRecord < 0 || *maxRecord > 1<<31-1 {
@@ -194,6 +237,29 @@ func (sc serveConfig) brokerConfig() (broker.Config, error) {
 		return cfg, errors.New("--listen is the embedded server's address; with --nats clients connect to the NATS cluster")
 	case sc.MaxRecordBytes < 0, sc.MaxPayload < 0, sc.Replicas < 0, sc.ConformanceKeys < 0:
 		return cfg, errors.New("max_record_bytes, max_payload, replicas and conformance_keys must not be negative")
+	case sc.Replicas > 5:
+		return cfg, fmt.Errorf("--replicas %d: JetStream keeps 1 to 5 replicas", sc.Replicas)
+	case sc.NATS == "" && sc.Replicas > 1:
+		return cfg, fmt.Errorf("--replicas %d needs a JetStream cluster (--nats URL); the embedded server runs alone", sc.Replicas)
+	}
+	switch sc.SyncInterval {
+	case "", "always":
+	default:
+		d, err := time.ParseDuration(sc.SyncInterval)
+		if err != nil || d <= 0 {
+			return cfg, fmt.Errorf("--sync-interval %q: give always (fsync before every acknowledgement, the default) or a positive duration such as 2m", sc.SyncInterval)
+		}
+		if sc.NATS != "" {
+			return cfg, errors.New("--sync-interval sets the embedded server's fsync; with --nats the NATS servers' own sync_interval decides")
+		}
+		cfg.SyncInterval = d
+	}
+	if sc.RetryInterval != "" {
+		d, err := time.ParseDuration(sc.RetryInterval)
+		if err != nil || d <= 0 {
+			return cfg, fmt.Errorf("--retry-interval %q is not a positive duration such as \"2s\"", sc.RetryInterval)
+		}
+		cfg.RetryInterval = d
 	}
 	if sc.Creds != "" {
 		if _, err := os.Stat(sc.Creds); err != nil {

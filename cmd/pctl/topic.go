@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -26,6 +27,7 @@ func init() {
 	topicSubs["delete"] = command{name: "delete", summary: "delete a topic and all its records", run: cmdTopicDelete}
 	topicSubs["repartition"] = command{name: "repartition", summary: "start a new epoch: partition count, partitioner or config", run: cmdTopicRepartition}
 	topicSubs["expand"] = command{name: "expand", summary: "grow a topic's partition count (a repartition)", run: cmdTopicExpand}
+	topicSubs["set"] = command{name: "set", summary: "change a live topic's replicas or placement tags", run: cmdTopicSet}
 	topicSubs["groups"] = command{name: "groups", summary: "show a topic's consumer groups: members, positions, lag", run: cmdTopicGroups}
 }
 
@@ -83,16 +85,24 @@ func writeJSON(e *env, cmd string, v any) int {
 
 func cmdTopicCreate(e *env, args []string) int {
 	const cmd = "topic create"
-	fs := newFlags(e, cmd, "topic create TOPIC --partitions N --partitioner NAME|DIGEST [--config K=V ...] [--json]", `
+	fs := newFlags(e, cmd, "topic create TOPIC --partitions N --partitioner NAME|DIGEST [--config K=V ...] [--replicas R] [--placement-tags T,...] [--json]", `
 Creates a topic with epoch 1: N partition streams and a partitioner, a built-in name (see 'pctl
 plugin list') or the digest of an uploaded plugin ('pctl plugin list --remote'; a unique prefix of
 at least 6 hex digits will do). Needs the admin role.
+
+--replicas R keeps R copies of every partition stream on different JetStream servers (default:
+the broker's --replicas, 1 unless set); partitions added later by an epoch change get the same.
+--placement-tags puts the streams only on servers that have all the given tags (nats-server's
+server_tags; a tag starting with ! excludes servers that have it). Both are in the descriptor
+('pctl topic describe') and can be changed later with 'pctl topic set'.
 `+connHelp)
 	cf := addConnFlags(fs)
 	partitions := fs.String("partitions", "", "number of partitions (required)")
 	plugin := fs.String("partitioner", "", "built-in name or plugin digest (required)")
 	var config multiFlag
 	fs.Var(&config, "config", "partitioner config `K=V` (repeatable)")
+	replicas := fs.Int("replicas", 0, "replicas of every partition stream, 1 to 5 (default: the broker's)")
+	tags := fs.String("placement-tags", "", "place the partition streams on servers with all these comma-separated `TAGS`")
 	asJSON := fs.Bool("json", false, "print the topic's descriptor as JSON")
 	pos, st := parse(fs, args)
 	if st >= 0 {
@@ -101,6 +111,13 @@ at least 6 hex digits will do). Needs the admin role.
 	name, st := topicArg(e, cmd, pos)
 	if st >= 0 {
 		return st
+	}
+	if *replicas < 0 || *replicas > 5 {
+		return usageErr(e, cmd, "--replicas %d: a partition stream has 1 to 5 replicas", *replicas)
+	}
+	tagList, err := parseTags(*tags)
+	if err != nil {
+		return usageErr(e, cmd, "%v", err)
 	}
 	if *partitions == "" || *plugin == "" {
 		return usageErr(e, cmd, "--partitions and --partitioner are required, e.g. --partitions 12 --partitioner kafka-murmur2")
@@ -122,7 +139,7 @@ at least 6 hex digits will do). Needs the admin role.
 	if err != nil {
 		return exitFor(e, cmd, err)
 	}
-	t, err := c.CreateTopic(e.ctx, wire.CreateTopicRequest{Topic: name, Partitions: n, Partitioner: ref, Config: cfg})
+	t, err := c.CreateTopic(e.ctx, wire.CreateTopicRequest{Topic: name, Partitions: n, Partitioner: ref, Config: cfg, Replicas: *replicas, PlacementTags: tagList})
 	if err != nil {
 		return exitFor(e, cmd, err)
 	}
@@ -130,7 +147,100 @@ at least 6 hex digits will do). Needs the admin role.
 		return writeJSON(e, cmd, t)
 	}
 	cur := t.Current()
-	fmt.Fprintf(e.stdout, "created topic %s: epoch %d, %d partitions, partitioner %s\n", t.Name, cur.Epoch, cur.Partitions, partitionerText(cur.Partitioner))
+	fmt.Fprintf(e.stdout, "created topic %s: epoch %d, %d partitions, partitioner %s, %s\n", t.Name, cur.Epoch, cur.Partitions, partitionerText(cur.Partitioner), replicasText(t))
+	return exitOK
+}
+
+// parseTags splits a --placement-tags value.
+func parseTags(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var tags []string
+	for _, tag := range strings.Split(s, ",") {
+		tag = strings.TrimSpace(tag)
+		if tag == "" || tag == "!" || strings.ContainsAny(tag, " \t") {
+			return nil, fmt.Errorf("--placement-tags %q: give comma-separated tags without spaces, e.g. az:1,ssd (a leading ! excludes)", s)
+		}
+		tags = append(tags, tag)
+	}
+	return tags, nil
+}
+
+// replicasText is "R3" or "R3, placement tags a,b" (R? for a descriptor that predates replicas).
+func replicasText(t *wire.Topic) string {
+	r := "replicas: the broker's default"
+	if t.Replicas > 0 {
+		r = fmt.Sprintf("%d replica(s)", t.Replicas)
+	}
+	if len(t.PlacementTags) > 0 {
+		r += ", placement tags " + strings.Join(t.PlacementTags, ",")
+	}
+	return r
+}
+
+func cmdTopicSet(e *env, args []string) int {
+	const cmd = "topic set"
+	fs := newFlags(e, cmd, "topic set TOPIC [--replicas R] [--placement-tags T,... | --clear-placement] [--json]", `
+Changes a live topic's replicas or placement tags: every partition stream (retired ones too) is
+updated, and the command returns when all of them are. JetStream adds, removes or moves the
+replicas while records flow; producers and consumers carry on (a publish that meets a stream
+while its leader moves is retried). Partitions added later by an epoch change get the new
+values. Refused while an epoch change is in progress, and an epoch change waits for this.
+Needs the admin role.
+`+connHelp)
+	cf := addConnFlags(fs)
+	replicas := fs.Int("replicas", 0, "new number of replicas, 1 to 5 (default: unchanged)")
+	tags := fs.String("placement-tags", "", "new placement `TAGS`, comma-separated (default: unchanged)")
+	clearTags := fs.Bool("clear-placement", false, "remove the placement tags")
+	asJSON := fs.Bool("json", false, "print the new descriptor as JSON")
+	pos, st := parse(fs, args)
+	if st >= 0 {
+		return st
+	}
+	name, st := topicArg(e, cmd, pos)
+	if st >= 0 {
+		return st
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	req := wire.SetTopicRequest{Topic: name, Replicas: *replicas}
+	if set["replicas"] && (*replicas < 1 || *replicas > 5) {
+		return usageErr(e, cmd, "--replicas %d: a partition stream has 1 to 5 replicas", *replicas)
+	}
+	if set["placement-tags"] && *clearTags {
+		return usageErr(e, cmd, "--placement-tags and --clear-placement exclude each other")
+	}
+	if set["placement-tags"] {
+		tagList, err := parseTags(*tags)
+		if err != nil {
+			return usageErr(e, cmd, "%v", err)
+		}
+		if len(tagList) == 0 {
+			return usageErr(e, cmd, "--placement-tags is empty; use --clear-placement to remove the tags")
+		}
+		req.PlacementTags, req.SetPlacement = tagList, true
+	}
+	if *clearTags {
+		req.SetPlacement = true
+	}
+	if req.Replicas == 0 && !req.SetPlacement {
+		return usageErr(e, cmd, "nothing to change: give --replicas, --placement-tags or --clear-placement")
+	}
+	c, st := cf.connect(e, cmd, nil)
+	if st >= 0 {
+		return st
+	}
+	defer c.Close()
+	start := time.Now()
+	t, err := c.SetTopic(e.ctx, req)
+	if err != nil {
+		return exitFor(e, cmd, err)
+	}
+	if *asJSON {
+		return writeJSON(e, cmd, t)
+	}
+	fmt.Fprintf(e.stdout, "topic %s: %s on every partition stream after %v\n", t.Name, replicasText(t), time.Since(start).Round(time.Millisecond))
 	return exitOK
 }
 
@@ -177,6 +287,14 @@ func describeTopic(out io.Writer, t *wire.Topic, rev uint64) {
 	fmt.Fprintf(w, "created\t%s\n", t.Created.Format(time.RFC3339))
 	fmt.Fprintf(w, "revision\t%d\n", rev)
 	fmt.Fprintf(w, "current epoch\t%d: %d partitions, %s\n", cur.Epoch, cur.Partitions, partitionerText(cur.Partitioner))
+	fmt.Fprintf(w, "replication\t%s\n", replicasText(t))
+	if rc := t.Reconfig; rc != nil {
+		tags := "none"
+		if len(rc.PlacementTags) > 0 {
+			tags = strings.Join(rc.PlacementTags, ",")
+		}
+		fmt.Fprintf(w, "reconfig\tto %d replica(s), placement tags %s, started %s\n", rc.Replicas, tags, rc.Started.Format(time.RFC3339))
+	}
 	switch {
 	case t.Deleting:
 		fmt.Fprintf(w, "state\tbeing deleted\n")

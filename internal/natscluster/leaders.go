@@ -241,3 +241,43 @@ func (c *Cluster) WaitHealthy(ctx context.Context) error {
 		}
 	}
 }
+
+// NodesWithClient returns the nodes (among those running and not paused) that have a client
+// connection whose name starts with prefix, from their /connz: the node a broker or a client is
+// connected to.
+func (c *Cluster) NodesWithClient(ctx context.Context, prefix string) ([]int, error) {
+	var out []int
+	var lastErr error
+	for _, i := range c.reachable() {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, c.MonitorURL(i)+"/connz?limit=4096", nil)
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			cancel()
+			lastErr = err
+			continue
+		}
+		var cz struct {
+			Conns []struct {
+				Name string `json:"name"`
+			} `json:"connections"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&cz)
+		resp.Body.Close()
+		cancel()
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		for _, cn := range cz.Conns {
+			if strings.HasPrefix(cn.Name, prefix) {
+				out = append(out, i)
+				break
+			}
+		}
+	}
+	if len(out) == 0 && lastErr != nil {
+		return nil, fmt.Errorf("natscluster: /connz: %w", lastErr)
+	}
+	return out, nil
+}

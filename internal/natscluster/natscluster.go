@@ -565,17 +565,24 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// writeUser creates an NKey user and writes its seed (mode 0600).
-func writeUser(path string) (string, error) {
+// NewUser creates an NKey user, writes its seed to path (mode 0600) and returns its public key
+// (for Options.Users) and the path (for a client's credentials).
+func NewUser(path string) (pub, seedFile string, err error) {
 	kp, err := nkeys.CreateUser()
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	seed, _ := kp.Seed()
 	if err := os.WriteFile(path, append(seed, '\n'), 0o600); err != nil {
-		return "", err
+		return "", "", err
 	}
-	return path, nil
+	pub, _ = kp.PublicKey()
+	return pub, path, nil
+}
+
+func writeUser(path string) (string, error) {
+	_, p, err := NewUser(path)
+	return p, err
 }
 
 func publicKey(seedFile string) (string, error) {
@@ -589,3 +596,6 @@ func publicKey(seedFile string) (string, error) {
 	}
 	return kp.PublicKey()
 }
+
+// Bin returns the pctl binary the nodes run (for starting brokers from the same build).
+func (c *Cluster) Bin() string { return c.bin }

@@ -11,6 +11,16 @@ const (
 	FuelExport    = "pctl.fuel"
 	DepthExport   = "pctl.depth"
 	MemFailExport = "pctl.memfail"
+	// StartExport names the wrapper of the module's start function, when MoveStart moved it.
+	StartExport = "pctl.start"
+)
+
+// Bulk-instruction charges of spec/abi-v1.md §7.2, rule 3: fuel per byte of memory.fill,
+// memory.copy and memory.init, and per element of table.fill, table.copy and table.init (as a
+// shift: 128 = 1 << 7).
+const (
+	MemoryByteCost        = 1
+	TableElementCostShift = 7
 )
 
 // Limits configures Instrument.
@@ -25,6 +35,15 @@ type Limits struct {
 	// gets. Each such export is replaced by a wrapper that sets the fuel global and calls the
 	// original, so the host never writes the global on the hot path.
 	ExportFuel map[string]int64
+	// MaxMemoryPages lowers every memory's maximum to at most this many pages (0: no change).
+	MaxMemoryPages uint32
+	// MaxTableElements lowers every table's maximum to at most this many elements (0: no
+	// change). The host checks the tables against it first (spec/abi-v1.md §7.3).
+	MaxTableElements uint64
+	// MoveStart drops the start section and exports the start function instead, under
+	// StartExport, through a wrapper that sets the fuel to InitialFuel: the host calls it right
+	// after instantiation, like any crossing, so that a limit hit there is classified like one.
+	MoveStart bool
 }
 
 // Instrument returns a copy of the module whose code enforces two limits with no cost outside
@@ -43,9 +62,16 @@ type Limits struct {
 //     function's label still pass the decrement; each `return` is preceded by it). Entering a
 //     function deeper than MaxDepth traps.
 //
+//     Bulk instructions (memory.fill/copy/init, table.fill/copy/init) are charged their length
+//     operand (bytes, or 128 per table element) before they run, so one instruction can never
+//     do unbounded work past the budget (spec/abi-v1.md §7.2, rule 3).
+//
 //   - Memory: a mutable i32 global, exported as MemFailExport, set to 1 whenever memory.grow
 //     fails (returns -1). A module that traps after a refused grow has hit the memory limit,
 //     whatever size it had reached.
+//
+// With MaxMemoryPages and MaxTableElements set, every memory's and table's maximum is lowered to
+// the limit; with MoveStart, the start function becomes the export StartExport.
 //
 // After a trap the host reads the globals: fuel < 0 means the work limit was hit, depth >
 // MaxDepth means the call-depth limit, memfail = 1 the memory limit. The host must discard an instance after any trap (the
@@ -61,7 +87,11 @@ func Instrument(b []byte, lim Limits) ([]byte, *Module, error) {
 	if _, ok := m.Export(FuelExport); ok {
 		return nil, nil, &Error{Where: "export section", Msg: fmt.Sprintf("export name %q is reserved by the pctl host", FuelExport), Err: ErrMalformed}
 	}
-	for _, name := range []string{DepthExport, MemFailExport} {
+	reserved := []string{DepthExport, MemFailExport}
+	if lim.MoveStart {
+		reserved = append(reserved, StartExport)
+	}
+	for _, name := range reserved {
 		if _, ok := m.Export(name); ok {
 			return nil, nil, &Error{Where: "export section", Msg: fmt.Sprintf("export name %q is reserved by the pctl host", name), Err: ErrMalformed}
 		}
@@ -110,7 +140,7 @@ func Instrument(b []byte, lim Limits) ([]byte, *Module, error) {
 	// Wrappers for the exports that start a crossing (defined functions only: an exported import
 	// is a host function and needs no budget).
 	type wrapper struct {
-		export int // index into m.Exports
+		export int // index into m.Exports; -1 for the start function's wrapper
 		target uint32
 		typ    uint32
 		fuel   int64
@@ -123,9 +153,51 @@ func Instrument(b []byte, lim Limits) ([]byte, *Module, error) {
 		}
 		wrappers = append(wrappers, wrapper{export: i, target: e.Index, typ: m.Funcs[int(e.Index)-m.impFuncs], fuel: f})
 	}
+	moveStart := lim.MoveStart && m.HasStart
+	if moveStart {
+		ft, ok := m.FuncType(m.StartFunc)
+		if !ok || len(ft.Params) != 0 || len(ft.Results) != 0 {
+			return nil, nil, &Error{Where: "start section", Msg: fmt.Sprintf("start function %d must exist and have type () -> ()", m.StartFunc), Err: ErrMalformed}
+		}
+		// The start function may be an import; a wrapper works for both.
+		typ := -1
+		for i, t := range m.Types {
+			if len(t.Params) == 0 && len(t.Results) == 0 {
+				typ = i
+				break
+			}
+		}
+		if typ < 0 {
+			for i, t := range newTypes {
+				if len(t.Params) == 0 && len(t.Results) == 0 {
+					typ = len(m.Types) + i
+					break
+				}
+			}
+		}
+		if typ < 0 {
+			typ = len(m.Types) + len(newTypes)
+			newTypes = append(newTypes, FuncType{})
+		}
+		wrappers = append(wrappers, wrapper{export: -1, target: m.StartFunc, typ: uint32(typ), fuel: lim.InitialFuel})
+	}
+	typeOf := func(ti uint32) FuncType {
+		if int(ti) < len(m.Types) {
+			return m.Types[ti]
+		}
+		return newTypes[int(ti)-len(m.Types)]
+	}
 	exports := append([]Export(nil), m.Exports...)
 	for j, w := range wrappers {
-		exports[w.export].Index = uint32(m.impFuncs + len(m.Funcs) + j)
+		idx := uint32(m.impFuncs + len(m.Funcs) + j)
+		if w.export >= 0 {
+			exports[w.export].Index = idx
+		} else {
+			exports = append(exports, Export{Name: StartExport, Kind: KindFunc, Index: idx})
+		}
+	}
+	if len(wrappers) > 0 && !m.hasSection(secCode) {
+		return nil, nil, &Error{Where: "code section", Msg: "module exports functions but has no code section", Err: ErrMalformed}
 	}
 
 	in := &instrumenter{m: m, fuel: fuelIdx, depth: depthIdx, memFail: memFailIdx, maxDepth: lim.MaxDepth, wrapType: wrapType}
@@ -196,6 +268,36 @@ func Instrument(b []byte, lim Limits) ([]byte, *Module, error) {
 		wroteTypes = true
 	}
 
+	emitMemories := func(s *section) {
+		r := &reader{b: b[:s.end], pos: s.start, where: "memory section"}
+		n := r.u32()
+		body := appendU32(nil, n)
+		for i := uint32(0); i < n; i++ {
+			l := r.limits()
+			max := uint64(lim.MaxMemoryPages)
+			if l.HasMax && l.Max < max {
+				max = l.Max
+			}
+			body = append(body, 0x01)
+			body = appendU64(body, l.Min)
+			body = appendU64(body, max)
+		}
+		out = appendSection(out, secMemory, body)
+	}
+	emitTables := func(s *section) {
+		body := appendU32(nil, uint32(len(m.Tables)))
+		for _, t := range m.Tables {
+			max := lim.MaxTableElements
+			if t.HasMax && t.Max < max {
+				max = t.Max
+			}
+			body = append(body, byte(t.RefType), 0x01)
+			body = appendU64(body, t.Min)
+			body = appendU64(body, max)
+		}
+		out = appendSection(out, secTable, body)
+	}
+
 	for i := range m.sections {
 		s := &m.sections[i]
 		// Insert missing sections before the first section that must follow them.
@@ -222,6 +324,22 @@ func Instrument(b []byte, lim Limits) ([]byte, *Module, error) {
 			emitGlobals(s)
 		case secExport:
 			emitExports()
+		case secMemory:
+			if lim.MaxMemoryPages == 0 {
+				out = appendSection(out, s.id, b[s.start:s.end])
+			} else {
+				emitMemories(s)
+			}
+		case secTable:
+			if lim.MaxTableElements == 0 {
+				out = appendSection(out, s.id, b[s.start:s.end])
+			} else {
+				emitTables(s)
+			}
+		case secStart:
+			if !moveStart {
+				out = appendSection(out, s.id, b[s.start:s.end])
+			}
 		case secFunction:
 			body := appendU32(nil, uint32(len(m.Funcs)+len(wrappers)))
 			for _, t := range m.Funcs {
@@ -243,7 +361,7 @@ func Instrument(b []byte, lim Limits) ([]byte, *Module, error) {
 				fb = appendS64(fb, w.fuel)
 				fb = append(fb, 0x24)
 				fb = appendU32(fb, fuelIdx)
-				for p := range m.Types[w.typ].Params {
+				for p := range typeOf(w.typ).Params {
 					fb = append(fb, 0x20)
 					fb = appendU32(fb, uint32(p))
 				}
@@ -328,7 +446,8 @@ type frame struct {
 type insn struct {
 	start, end int
 	op         byte
-	loopIdx    int // for loop instructions: index into costs
+	loopIdx    int  // for loop instructions: index into costs
+	bulk       byte // 1: memory.fill/copy/init (per byte); 2: table.fill/copy/init (per element)
 }
 
 // function rewrites one body (locals and expression) that occupies b[start:len(b)].
@@ -346,8 +465,8 @@ func (in *instrumenter) function(out []byte, b []byte, start int, fn uint32) ([]
 	}
 	localsEnd := r.pos
 	t := in.m.Types[in.m.Funcs[fn]]
-	scratch := uint32(uint64(len(t.Params)) + numLocals) // index of the i32 local added for memory.grow
-	hasGrow := false
+	scratch := uint32(uint64(len(t.Params)) + numLocals) // index of the i32 local added for memory.grow and bulk charges
+	needScratch := false
 
 	// Pass 1: find instruction boundaries and charge each instruction to the innermost loop (or
 	// to the function's top level, counter 0).
@@ -377,7 +496,17 @@ func (in *instrumenter) function(out []byte, b []byte, start int, fn uint32) ([]
 			}
 		default:
 			if op == 0x40 {
-				hasGrow = true
+				needScratch = true
+			}
+			if op == 0xfc {
+				pr := &reader{b: b, pos: r.pos}
+				switch pr.u32() {
+				case 8, 10, 11: // memory.init, memory.copy, memory.fill
+					ins.bulk = 1
+				case 12, 14, 17: // table.init, table.copy, table.fill
+					ins.bulk = 2
+				}
+				needScratch = needScratch || ins.bulk != 0
 			}
 			if err := skipImmediates(r, op); err != nil {
 				return nil, err
@@ -397,7 +526,7 @@ func (in *instrumenter) function(out []byte, b []byte, start int, fn uint32) ([]
 	}
 
 	// Pass 2: emit.
-	if hasGrow {
+	if needScratch {
 		if numLocals+uint64(len(t.Params)) >= 50000 {
 			return nil, &Error{Offset: start, Where: where, Msg: "too many locals", Err: ErrMalformed}
 		}
@@ -423,6 +552,9 @@ func (in *instrumenter) function(out []byte, b []byte, start int, fn uint32) ([]
 	for _, ins := range insns[:len(insns)-1] { // all but the final end
 		if ins.op == 0x0f { // return
 			out = in.depthLeave(out)
+		}
+		if ins.bulk != 0 {
+			out = in.chargeBulk(out, scratch, ins.bulk == 2)
 		}
 		out = append(out, b[ins.start:ins.end]...)
 		if ins.loopIdx >= 0 {
@@ -452,6 +584,27 @@ func (in *instrumenter) charge(out []byte, cost int64) []byte {
 	out = append(out, 0x42)
 	out = appendS64(out, cost)
 	out = append(out, 0x7d, 0x24) // i64.sub, global.set
+	out = appendU32(out, in.fuel)
+	out = append(out, 0x23)
+	out = appendU32(out, in.fuel)
+	out = append(out, 0x42, 0x00, 0x53, 0x04, 0x40, 0x00, 0x0b) // i64.const 0, i64.lt_s, if, unreachable, end
+	return out
+}
+
+// chargeBulk charges the length operand on top of the stack (left there for the bulk
+// instruction that follows): fuel -= n (tables: n << TableElementCostShift); trap if negative.
+func (in *instrumenter) chargeBulk(out []byte, scratch uint32, table bool) []byte {
+	out = append(out, 0x22) // local.tee scratch
+	out = appendU32(out, scratch)
+	out = append(out, 0x23) // global.get fuel
+	out = appendU32(out, in.fuel)
+	out = append(out, 0x20) // local.get scratch
+	out = appendU32(out, scratch)
+	out = append(out, 0xad) // i64.extend_i32_u
+	if table {
+		out = append(out, 0x42, TableElementCostShift, 0x86) // i64.const 7, i64.shl
+	}
+	out = append(out, 0x7d, 0x24) // i64.sub, global.set fuel
 	out = appendU32(out, in.fuel)
 	out = append(out, 0x23)
 	out = appendU32(out, in.fuel)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/tetratelabs/wazero"
@@ -185,5 +186,107 @@ func TestParseErrors(t *testing.T) {
 				t.Fatalf("want a *Error with a message, got %T %v", err, err)
 			}
 		})
+	}
+}
+
+// TestBulkCharges: each bulk instruction of testdata/bulk.wat costs its length operand (bytes),
+// or 128 per table element, on top of its function's 5 instructions (spec/abi-v1.md §7.2, rule 3),
+// and an instruction the budget cannot pay for does not run at all.
+func TestBulkCharges(t *testing.T) {
+	orig, err := os.ReadFile("testdata/bulk.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, _, err := Instrument(orig, Limits{InitialFuel: 1 << 40, MaxDepth: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tests := []struct {
+		fn   string
+		n    uint64
+		cost int64
+	}{
+		{"fill", 0, 5}, {"fill", 1000, 5 + 1000}, {"fill", 65536, 5 + 65536},
+		{"copy", 300, 5 + 300},
+		{"init", 32, 5 + 32},
+		{"tfill", 16, 5 + 128*16},
+		{"tcopy", 8, 5 + 128*8},
+		{"tinit", 4, 5 + 128*4},
+	}
+	for _, tc := range tests {
+		m := instantiate(t, inst)
+		fuel := m.ExportedGlobal(FuelExport).(api.MutableGlobal)
+		fuel.Set(1 << 40)
+		if _, err := m.ExportedFunction(tc.fn).Call(ctx, tc.n); err != nil {
+			t.Fatalf("%s(%d): %v", tc.fn, tc.n, err)
+		}
+		if used := 1<<40 - int64(fuel.Get()); used != tc.cost {
+			t.Errorf("%s(%d) used %d units; §7.2 gives %d", tc.fn, tc.n, used, tc.cost)
+		}
+		// One unit short: the charge traps before the instruction runs.
+		m = instantiate(t, inst)
+		fuel = m.ExportedGlobal(FuelExport).(api.MutableGlobal)
+		fuel.Set(uint64(tc.cost - 1))
+		_, err := m.ExportedFunction(tc.fn).Call(ctx, tc.n)
+		if tc.n > 0 && (err == nil || int64(fuel.Get()) >= 0) {
+			t.Errorf("%s(%d) with %d units: got %v, fuel %d; want a trap with negative fuel", tc.fn, tc.n, tc.cost-1, err, int64(fuel.Get()))
+		}
+		if tc.fn == "fill" && tc.n > 0 {
+			if b, _ := m.Memory().ReadByte(0); b != 0 {
+				t.Errorf("fill(%d) ran although the budget could not pay for it", tc.n)
+			}
+		}
+	}
+}
+
+// TestLimitsRewrite: the memory's declared maximum (1000 pages) and the table's absent one are
+// lowered to the limits, the start function becomes the export StartExport (the module no longer
+// runs it at instantiation), and a module that exports that name itself is refused.
+func TestLimitsRewrite(t *testing.T) {
+	orig, err := os.ReadFile("testdata/bulk.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, _, err := Instrument(orig, Limits{InitialFuel: 1 << 40, MaxDepth: 1000, MaxMemoryPages: 512, MaxTableElements: 100, MoveStart: true,
+		ExportFuel: map[string]int64{"tgrow": 1 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Parse(inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mem := p.Memories[0]; !mem.HasMax || mem.Max != 512 || mem.Min != 1 {
+		t.Errorf("memory limits %+v, want min 1, max 512", mem)
+	}
+	if tab := p.Tables[0]; !tab.HasMax || tab.Max != 100 || tab.Min != 16 {
+		t.Errorf("table limits %+v, want min 16, max 100", tab)
+	}
+	if p.HasStart {
+		t.Error("the start section is still there")
+	}
+	ctx := context.Background()
+	m := instantiate(t, inst)
+	if m.ExportedGlobal("started").Get() != 0 {
+		t.Fatal("the start function ran at instantiation")
+	}
+	if _, err := m.ExportedFunction(StartExport).Call(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m.ExportedGlobal("started").Get() != 1 {
+		t.Fatal("calling pctl.start did not run the start function")
+	}
+	grow := m.ExportedFunction("tgrow")
+	if r, _ := grow.Call(ctx, 84); int32(r[0]) != 16 {
+		t.Errorf("growing 16 elements to the limit of 100 returned %d, want 16", int32(r[0]))
+	}
+	if r, _ := grow.Call(ctx, 1); int32(r[0]) != -1 {
+		t.Errorf("growing past the limit returned %d, want -1", int32(r[0]))
+	}
+	// () -> (), one function exported as "pctl.start".
+	own := append([]byte("\x00asm\x01\x00\x00\x00\x01\x04\x01\x60\x00\x00\x03\x02\x01\x00\x07\x0e\x01\x0apctl.start\x00\x00"), 0x0a, 4, 1, 2, 0, 0x0b)
+	if _, _, err := Instrument(own, Limits{MoveStart: true}); err == nil || !strings.Contains(err.Error(), StartExport) {
+		t.Errorf("a module that exports %q itself: got %v, want a refusal naming it", StartExport, err)
 	}
 }

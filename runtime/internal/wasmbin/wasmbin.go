@@ -181,14 +181,34 @@ type Memory struct {
 	Is64     bool
 }
 
+// Table describes a table's element type and limits, in elements.
+type Table struct {
+	RefType  ValType
+	Min, Max uint64
+	HasMax   bool
+}
+
+// Segment is an active element or data segment: what spec/abi-v1.md §7.3 checks before the
+// engine sees the module. Passive and declarative segments are not listed.
+type Segment struct {
+	Index    uint32 // table (element segment) or memory (data segment)
+	OffsetOK bool   // the offset expression is exactly `i32.const c`
+	Offset   uint32 // c, as unsigned
+	Count    uint64 // elements (element segment) or bytes (data segment)
+}
+
 // Module is what the host needs to know about a module before compiling it.
 type Module struct {
 	Types     []FuncType
 	Imports   []Import
 	Funcs     []uint32 // type index of each defined function
+	Tables    []Table  // defined tables
 	Memories  []Memory // defined memories
 	Exports   []Export
+	Elements  []Segment // active element segments, in order
+	Data      []Segment // active data segments, in order
 	HasStart  bool
+	StartFunc uint32
 	numGlobal int // defined globals
 	impFuncs  int
 	impGlob   int
@@ -291,11 +311,28 @@ func Parse(b []byte) (*Module, error) {
 			for i := uint32(0); i < n && sr.err == nil; i++ {
 				m.Funcs = append(m.Funcs, sr.u32())
 			}
+		case secTable:
+			n := sr.u32()
+			for i := uint32(0); i < n && sr.err == nil; i++ {
+				rt := ValType(sr.byte())
+				if sr.err == nil && rt != FuncRef && rt != ExternRef {
+					return nil, &Error{Offset: sr.pos - 1, Where: "table section", Msg: fmt.Sprintf("table %d has element type 0x%02x; only funcref and externref are allowed (typed function references are not)", i, byte(rt)), Err: ErrUnsupportedFeature}
+				}
+				lim := sr.limits()
+				if lim.Shared || lim.Is64 {
+					return nil, &Error{Offset: sr.pos, Where: "table section", Msg: fmt.Sprintf("table %d has limits flags of a shared or 64-bit table", i), Err: ErrUnsupportedFeature}
+				}
+				m.Tables = append(m.Tables, Table{RefType: rt, Min: lim.Min, Max: lim.Max, HasMax: lim.HasMax})
+			}
 		case secMemory:
 			n := sr.u32()
 			for i := uint32(0); i < n && sr.err == nil; i++ {
 				m.Memories = append(m.Memories, sr.limits())
 			}
+		case secElement:
+			err = m.parseElements(sr)
+		case secData:
+			err = m.parseData(sr)
 		case secGlobal:
 			m.numGlobal = int(sr.u32())
 			sr.pos = end
@@ -303,7 +340,7 @@ func Parse(b []byte) (*Module, error) {
 			err = m.parseExports(sr)
 		case secStart:
 			m.HasStart = true
-			sr.pos = end
+			m.StartFunc = sr.u32()
 		case secTag:
 			return nil, &Error{Offset: idPos, Where: "tag section", Msg: "exception handling is not allowed (spec/abi-v1.md §7.1)", Err: ErrUnsupportedFeature}
 		default:
@@ -436,4 +473,129 @@ func (m *Module) parseExports(r *reader) error {
 		m.Exports = append(m.Exports, e)
 	}
 	return nil
+}
+
+// constExpr reads a constant expression up to and including its `end`. It reports whether the
+// expression is exactly `i32.const c; end`, and c.
+func constExpr(r *reader) (isConst bool, c uint32, err error) {
+	first := true
+	for r.err == nil {
+		op := r.byte()
+		if r.err != nil {
+			break
+		}
+		if op == 0x0b {
+			return isConst, c, nil
+		}
+		if first && op == 0x41 {
+			v := r.sleb(32)
+			isConst, c = true, uint32(int32(v))
+			first = false
+			continue
+		}
+		isConst, first = false, false
+		if op == 0x02 || op == 0x03 || op == 0x04 {
+			r.sleb(33)
+			continue
+		}
+		if err := skipImmediates(r, op); err != nil {
+			return false, 0, err
+		}
+	}
+	return false, 0, r.fail("constant expression")
+}
+
+// parseElements reads the element section and keeps its active segments (spec/abi-v1.md §7.3).
+func (m *Module) parseElements(r *reader) error {
+	n := r.u32()
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		pos := r.pos
+		flags := r.u32()
+		if r.err != nil {
+			break
+		}
+		if flags > 7 {
+			return &Error{Offset: pos, Where: "element section", Msg: fmt.Sprintf("segment %d has unknown flags %d", i, flags), Err: ErrMalformed}
+		}
+		active := flags&1 == 0
+		var seg Segment
+		if flags&2 != 0 && active {
+			seg.Index = r.u32()
+		}
+		if active {
+			ok, c, err := constExpr(r)
+			if err != nil {
+				return err
+			}
+			seg.OffsetOK, seg.Offset = ok, c
+		}
+		if flags&3 != 0 { // elemkind (flags 1-3) or reftype (flags 5-7)
+			r.byte()
+		}
+		count := r.u32()
+		if r.err != nil {
+			break
+		}
+		seg.Count = uint64(count)
+		if flags&4 == 0 { // function indices
+			for j := uint32(0); j < count && r.err == nil; j++ {
+				r.u32()
+			}
+		} else { // expressions
+			for j := uint32(0); j < count && r.err == nil; j++ {
+				if _, _, err := constExpr(r); err != nil {
+					return err
+				}
+			}
+		}
+		if active {
+			m.Elements = append(m.Elements, seg)
+		}
+	}
+	return nil
+}
+
+// parseData reads the data section and keeps its active segments (spec/abi-v1.md §7.3).
+func (m *Module) parseData(r *reader) error {
+	n := r.u32()
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		pos := r.pos
+		flags := r.u32()
+		if r.err != nil {
+			break
+		}
+		if flags > 2 {
+			return &Error{Offset: pos, Where: "data section", Msg: fmt.Sprintf("segment %d has unknown flags %d", i, flags), Err: ErrMalformed}
+		}
+		var seg Segment
+		if flags == 2 {
+			seg.Index = r.u32()
+		}
+		if flags != 1 {
+			ok, c, err := constExpr(r)
+			if err != nil {
+				return err
+			}
+			seg.OffsetOK, seg.Offset = ok, c
+		}
+		size := r.u32()
+		r.bytes(int(size))
+		if r.err != nil {
+			break
+		}
+		seg.Count = uint64(size)
+		if flags != 1 {
+			m.Data = append(m.Data, seg)
+		}
+	}
+	return nil
+}
+
+func (m *Module) hasSection(id byte) bool {
+	for _, s := range m.sections {
+		if s.id == id {
+			return true
+		}
+	}
+	return false
 }

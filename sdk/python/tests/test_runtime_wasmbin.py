@@ -197,3 +197,30 @@ def test_instrumented_bytes_equal_the_node_port(tmp_path):
     lim = wasmbin.InstrumentLimits(initial_fuel=1 << 33, max_depth=1000, export_fuel={"pctl_partition": 1 << 31, "_initialize": 1 << 33}, max_memory_pages=512, move_start=True)
     py, _ = wasmbin.instrument(wasm.read_bytes(), lim)
     assert py == out.read_bytes()
+
+
+def test_instrumented_bytes_equal_the_go_host_on_the_corpus():
+    """The rewriting must produce exactly the Go host's bytes (runtime/internal/wasmbin), so that
+    wasmtime charges the same fuel at the same points as wazero (spec/abi-v1.md §7.2): every module
+    of the corpus, rewritten with the hosts' default limits, hashes to what
+    runtime/internal/wasmbin/testdata/instrumented.txt records from Go (or is refused with the same
+    class)."""
+    import hashlib
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[3]
+    abi = ["pctl_abi_version", "pctl_key_buffer", "pctl_partition", "pctl_configure", "pctl_metadata", "pctl_partition_batch", "pctl_ancestry"]
+    lim = wasmbin.InstrumentLimits(initial_fuel=1 << 33, max_depth=1000, export_fuel={"_initialize": 1 << 33, **{n: 1 << 31 for n in abi}},
+                                   max_memory_pages=512, max_table_elements=131072, move_start=True)
+    lines = [l for l in (root / "runtime/internal/wasmbin/testdata/instrumented.txt").read_text().splitlines() if l and not l.startswith("#")]
+    assert len(lines) > 40
+    wrong = []
+    for line in lines:
+        want, name = line.split(" ", 1)
+        try:
+            out, _ = wasmbin.instrument((root / name).read_bytes(), lim)
+            got = hashlib.sha256(out).hexdigest()
+        except wasmbin.WasmbinError as e:
+            got = "unsupported" if e.kind == "unsupported" else "malformed"
+        if got != want:
+            wrong.append(f"{name}: {got}, Go: {want}")
+    assert wrong == []

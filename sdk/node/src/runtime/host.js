@@ -5,12 +5,13 @@
 
 import { createHash } from 'node:crypto';
 import { instrument, WasmbinError, KIND, kindName, typeString, typeEqual, funcType, memoryAt, exportNamed, FUEL_EXPORT, DEPTH_EXPORT, MEMFAIL_EXPORT, START_EXPORT } from './wasmbin.js';
-import { wasiImports, WASI_MODULE, WASI_FUNCS, ProcExit } from './wasi.js';
+import { wasiImports, WASI_MODULE, WASI_FUNCS, ProcExit, FuelExhausted } from './wasi.js';
 
 /** Limits and ABI constants (spec/abi-v1.md §1.3, §7), the Go runtime's defaults. */
 export const LIMITS = Object.freeze({
   maxModuleBytes: 8 << 20,
   maxMemoryPages: 512,
+  maxTableElements: 131072,
   maxCallDepth: 1000,
   fuel: 1n << 31n,
   initFuel: 1n << 33n,
@@ -43,6 +44,7 @@ export const CLASS = Object.freeze({
   badN: 'invalid partition count',
   timeLimit: 'time limit exceeded',
   memoryLimit: 'memory limit exceeded',
+  tableLimit: 'table limit exceeded',
   callDepth: 'call stack exhausted',
   trap: 'plugin trapped',
   exit: 'plugin exited',
@@ -119,6 +121,30 @@ function checkExports(m) {
   return [null, has];
 }
 
+// The structural checks of spec/abi-v1.md §7.3, in their order, with the Go host's words: the
+// table limit, then the bounds of active element and data segments. Returns [class, detail] or [null].
+function checkLoad(m, mem, maxTable) {
+  let sum = 0;
+  for (const [i, t] of m.tables.entries()) {
+    if (t.min > maxTable) return [CLASS.tableLimit, `table ${i} declares ${t.min} initial elements; the limit is ${maxTable} (spec/abi-v1.md §7.3)`];
+    sum += t.hasMax ? Math.min(t.max, maxTable) : maxTable;
+  }
+  if (sum > maxTable) return [CLASS.tableLimit, `${m.tables.length} tables could grow to ${sum} elements together; the limit is ${maxTable}: declare maxima that sum to at most the limit (spec/abi-v1.md §7.3)`];
+  for (const [i, seg] of m.elements.entries()) {
+    const t = m.tables[seg.index];
+    if (!t) return [CLASS.invalid, `element segment ${i} initialises table ${seg.index}, which the module does not define`];
+    if (!seg.offsetOK) return [CLASS.invalid, `element segment ${i}: the offset must be a constant i32.const (spec/abi-v1.md §7.3)`];
+    if (seg.offset + seg.count > t.min) return [CLASS.invalid, `element segment ${i} writes elements [${seg.offset}, ${seg.offset + seg.count}) of table ${seg.index}, which has ${t.min}: out of bounds, so instantiation must fail (spec/abi-v1.md §7.3)`];
+  }
+  for (const [i, seg] of m.data.entries()) {
+    const dm = memoryAt(m, seg.index);
+    if (!dm) return [CLASS.invalid, `data segment ${i} initialises memory ${seg.index}, which the module does not define`];
+    if (!seg.offsetOK) return [CLASS.invalid, `data segment ${i}: the offset must be a constant i32.const (spec/abi-v1.md §7.3)`];
+    if (seg.offset + seg.count > dm.min * 65536) return [CLASS.invalid, `data segment ${i} writes bytes [${seg.offset}, ${seg.offset + seg.count}) of memory ${seg.index}, which has ${dm.min * 65536}: out of bounds, so instantiation must fail (spec/abi-v1.md §7.3)`];
+  }
+  return [null];
+}
+
 function firstLine(err) {
   const s = String(err?.message ?? err);
   const i = s.indexOf('\n');
@@ -154,7 +180,7 @@ export class PluginModule {
     let inst;
     try {
       const exportFuel = new Map(ABI_EXPORTS.map((s) => [s.name, s.name === '_initialize' ? LIMITS.initFuel : LIMITS.fuel]));
-      inst = instrument(bytes, { initialFuel: LIMITS.initFuel, maxDepth: LIMITS.maxCallDepth, exportFuel, maxMemoryPages: LIMITS.maxMemoryPages, moveStart: true });
+      inst = instrument(bytes, { initialFuel: LIMITS.initFuel, maxDepth: LIMITS.maxCallDepth, exportFuel, maxMemoryPages: LIMITS.maxMemoryPages, maxTableElements: LIMITS.maxTableElements, moveStart: true });
     } catch (e) {
       if (e instanceof WasmbinError) throw fail(e.kind === 'unsupported' ? CLASS.feature : CLASS.invalid, e.message);
       throw e;
@@ -185,6 +211,8 @@ export class PluginModule {
     if (mem && mem.min > LIMITS.maxMemoryPages) {
       throw fail(CLASS.memoryLimit, `declares ${mem.min} initial memory pages (${Math.floor(mem.min / 16)} MiB); the limit is ${LIMITS.maxMemoryPages} pages (${LIMITS.maxMemoryPages / 16} MiB)`);
     }
+    const [lcls, ldetail] = checkLoad(m, mem, LIMITS.maxTableElements);
+    if (lcls) throw fail(lcls, ldetail);
 
     try {
       this.compiled = new WebAssembly.Module(inst.bytes);
@@ -233,7 +261,7 @@ export class Plugin {
     };
     let imports = {};
     if (this.profile === 'wasi-deterministic') {
-      const w = wasiImports(() => this.memory, wasiOpts);
+      const w = wasiImports(() => this.memory, wasiOpts, () => this.fuel);
       imports = { [WASI_MODULE]: w[WASI_MODULE] };
     }
     let instance;
@@ -322,9 +350,9 @@ export class Plugin {
   fail(op, err) {
     const mk = (cls, detail, code) => new CallError(this.digest, this.name, op, cls, detail, code);
     if (err instanceof ProcExit) return mk(CLASS.exit, `proc_exit(${err.code}); a partitioner must return, not exit`, err.code);
-    if (!(err instanceof WebAssembly.RuntimeError) && !(err instanceof RangeError)) throw err; // a host bug
+    if (!(err instanceof WebAssembly.RuntimeError) && !(err instanceof RangeError) && !(err instanceof FuelExhausted)) throw err; // a host bug
     if (this.fuel && this.fuel.value < 0n) {
-      return mk(CLASS.timeLimit, `used its whole work budget of ${LIMITS.fuel} instructions (~1s): it loops forever or is far too slow for a partitioner`);
+      return mk(CLASS.timeLimit, `used its whole work budget of ${LIMITS.fuel} units (spec/abi-v1.md §7.2, about 1s of work): it loops forever, does unbounded work or is far too slow for a partitioner`);
     }
     if ((this.depth && (this.depth.value >>> 0) > LIMITS.maxCallDepth) || (err instanceof RangeError && /call stack/i.test(err.message))) {
       return mk(CLASS.callDepth, `nested more than ${LIMITS.maxCallDepth} calls (unbounded recursion?)`);
@@ -421,18 +449,56 @@ export class Plugin {
   }
 }
 
+/** How deep arrays and objects may nest in a metadata document (spec/abi-v1.md §2.6, rule 3). */
+export const MAX_METADATA_DEPTH = 32;
+
+// How deep arrays and objects nest in b, read as JSON (brackets inside strings do not count).
+function jsonDepth(b) {
+  let depth = 0;
+  let max = 0;
+  let inString = false;
+  let escaped = false;
+  for (const c of b) {
+    if (inString) {
+      if (escaped) escaped = false;
+      else if (c === 0x5c) escaped = true;
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x7b || c === 0x5b) max = Math.max(max, ++depth);
+    else if (c === 0x7d || c === 0x5d) depth--;
+  }
+  return max;
+}
+
+// The rules of spec/abi-v1.md §2.6, which every host applies alike.
 function parseMetadata(bytes) {
+  const notJSON = (why) => `pctl_metadata returned ${bytes.length} bytes that are not a JSON object: ${why}`;
+  let text;
+  try {
+    // ignoreBOM: keep a byte-order mark, so that JSON.parse refuses it as every host does.
+    text = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(bytes);
+  } catch {
+    return notJSON('not valid UTF-8 (spec/abi-v1.md §2.6)');
+  }
+  if (bytes[0] === 0xef && bytes[1] === 0xbb && bytes[2] === 0xbf) return notJSON('it starts with a byte-order mark (spec/abi-v1.md §2.6)');
+  const depth = jsonDepth(bytes);
+  if (depth > MAX_METADATA_DEPTH) return notJSON(`arrays and objects nest ${depth} deep; at most ${MAX_METADATA_DEPTH} are allowed (spec/abi-v1.md §2.6)`);
   let md;
   try {
-    md = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
+    md = JSON.parse(text);
   } catch (e) {
-    return `pctl_metadata returned ${bytes.length} bytes that are not a JSON object: ${e.message}`;
+    return notJSON(e.message);
   }
-  if (md === null || typeof md !== 'object' || Array.isArray(md)) return `pctl_metadata returned ${bytes.length} bytes that are not a JSON object`;
-  if (typeof md.name !== 'string' || !NAME_RE.test(md.name)) return `metadata name ${JSON.stringify(md.name ?? '')} must match [a-z0-9][a-z0-9-]{0,62} (spec/abi-v1.md §2.6)`;
-  if (typeof md.version !== 'string' || md.version === '') return 'metadata has no "version" (spec/abi-v1.md §2.6)';
-  if (md.properties !== undefined && md.properties !== null && (!Array.isArray(md.properties) || md.properties.some((p) => typeof p !== 'string'))) {
+  if (md === null || typeof md !== 'object' || Array.isArray(md)) return notJSON('not an object');
+  const present = (k) => Object.hasOwn(md, k) && md[k] !== null;
+  if (present('name') && typeof md.name !== 'string') return 'metadata "name" must be a string (spec/abi-v1.md §2.6)';
+  if (present('version') && typeof md.version !== 'string') return 'metadata "version" must be a string (spec/abi-v1.md §2.6)';
+  if (present('description') && typeof md.description !== 'string') return 'metadata "description" must be a string (spec/abi-v1.md §2.6)';
+  if (present('properties') && (!Array.isArray(md.properties) || md.properties.some((p) => typeof p !== 'string'))) {
     return 'metadata "properties" must be a list of strings (spec/abi-v1.md §2.6)';
   }
-  return md;
+  const name = present('name') ? md.name : '';
+  if (!NAME_RE.test(name)) return `metadata name ${JSON.stringify(name)} must match [a-z0-9][a-z0-9-]{0,62} (spec/abi-v1.md §2.6)`;
+  if (!present('version') || md.version === '') return 'metadata has no "version" (spec/abi-v1.md §2.6)';
+  return { name, version: md.version, description: present('description') ? md.description : undefined, properties: present('properties') ? md.properties : [] };
 }

@@ -68,6 +68,20 @@ export class RandomStream {
   }
 }
 
+/**
+ * Thrown by a WASI function whose charge the crossing's budget cannot pay (spec/abi-v1.md §7.2,
+ * rule 4); the instance's fuel is then negative and the host reports a time limit.
+ */
+export class FuelExhausted extends Error {
+  constructor() {
+    super('work budget exhausted in a WASI call');
+  }
+}
+
+/** PCTL_WASI_CALL_FUEL and the charge per byte a WASI call may touch (§7.2, rule 4). */
+export const WASI_CALL_FUEL = 16384n;
+export const WASI_BYTE_FUEL = 64n;
+
 /** Thrown by proc_exit to end the current call; the host reports "plugin exited with code C". */
 export class ProcExit extends Error {
   constructor(code) {
@@ -81,8 +95,15 @@ export class ProcExit extends Error {
  * instance's exported memory (the host sets it right after instantiation; the Node host moves a
  * start function after that point, so no WASI call can come earlier).
  */
-export function wasiImports(getMemory, { time = WASI_TIME, seed = 0n } = {}) {
+export function wasiImports(getMemory, { time = WASI_TIME, seed = 0n } = {}, getFuel = () => null) {
   const random = new RandomStream(seed);
+  // Every call is charged first, before it checks or touches anything (§7.2, rule 4).
+  const charge = (bytes) => {
+    const f = getFuel();
+    if (!f) return;
+    f.value -= WASI_CALL_FUEL + WASI_BYTE_FUEL * BigInt(bytes);
+    if (f.value < 0n) throw new FuelExhausted();
+  };
   const mem = () => {
     const m = getMemory();
     return { u8: new Uint8Array(m.buffer), dv: new DataView(m.buffer) };
@@ -153,5 +174,22 @@ export function wasiImports(getMemory, { time = WASI_TIME, seed = 0n } = {}) {
       throw new ProcExit(u32(code));
     },
   };
-  return { [WASI_MODULE]: fns, random };
+  // What each call may touch, in bytes, from its arguments (read as unsigned).
+  const bytes = {
+    args_sizes_get: () => 8,
+    environ_sizes_get: () => 8,
+    clock_time_get: () => 8,
+    random_get: (_buf, len) => u32(len),
+    fd_write: (_fd, _iovs, n) => 8 * u32(n) + 4,
+    poll_oneoff: (_in, _out, nsubs) => 80 * u32(nsubs) + 4,
+  };
+  const charged = {};
+  for (const [name, fn] of Object.entries(fns)) {
+    const size = bytes[name] ?? (() => 0);
+    charged[name] = (...args) => {
+      charge(size(...args));
+      return fn(...args);
+    };
+  }
+  return { [WASI_MODULE]: charged, random };
 }

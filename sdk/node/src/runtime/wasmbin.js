@@ -84,6 +84,21 @@ class Reader {
     }
     return v;
   }
+  // Signed LEB128 of at most 32 bits, as a Number.
+  s32() {
+    let v = 0;
+    let mul = 1;
+    let c;
+    for (let i = 0; ; i++) {
+      c = this.byte();
+      v += (c & 0x7f) * mul;
+      mul *= 128;
+      if ((c & 0x80) === 0) break;
+      if (i >= 4) throw this.fail('LEB128 integer too long');
+    }
+    if (c & 0x40) v -= mul;
+    return v | 0;
+  }
   // Signed LEB128 of at most `bits` bits; only skipped (value not needed), but length checked.
   sleb(bits) {
     const maxBytes = Math.ceil(bits / 7);
@@ -137,7 +152,7 @@ export function parse(b) {
   if (b[4] !== 1 || b[5] !== 0 || b[6] !== 0 || b[7] !== 0) {
     throw new WasmbinError('unsupported', '', `unsupported binary version ${Buffer.from(b.subarray(4, 8)).toString('hex')} (a component or a newer format?); pctl takes core WebAssembly version 1 binaries`, 4);
   }
-  const m = { types: [], imports: [], funcs: [], memories: [], impMems: [], exports: [], hasStart: false, numGlobal: 0, impFuncs: 0, impGlob: 0, sections: [] };
+  const m = { types: [], imports: [], funcs: [], tables: [], memories: [], impMems: [], exports: [], elements: [], data: [], hasStart: false, numGlobal: 0, impFuncs: 0, impGlob: 0, sections: [] };
   const r = new Reader(b, 8, b.length, '');
   let lastID = 0;
   while (r.pos < b.length) {
@@ -198,11 +213,24 @@ export function parse(b) {
         for (let i = 0; i < n; i++) m.funcs.push(sr.u32());
         break;
       }
+      case SEC.table: {
+        const n = sr.u32();
+        for (let i = 0; i < n; i++) {
+          const rt = sr.byte();
+          if (rt !== 0x70 && rt !== 0x6f) throw new WasmbinError('unsupported', 'table section', `table ${i} has element type 0x${rt.toString(16).padStart(2, '0')}; only funcref and externref are allowed (typed function references are not)`, sr.pos - 1);
+          const lim = sr.limits();
+          if (lim.shared || lim.is64) throw new WasmbinError('unsupported', 'table section', `table ${i} has limits flags of a shared or 64-bit table`, sr.pos);
+          m.tables.push({ refType: rt, min: lim.min, max: lim.max, hasMax: lim.hasMax });
+        }
+        break;
+      }
       case SEC.memory: {
         const n = sr.u32();
         for (let i = 0; i < n; i++) m.memories.push(sr.limits());
         break;
       }
+      case SEC.element: parseElements(m, sr); break;
+      case SEC.data: parseData(m, sr); break;
       case SEC.global:
         m.numGlobal = sr.u32();
         sr.pos = end;
@@ -230,6 +258,73 @@ export function parse(b) {
     if (mem.is64) throw new WasmbinError('unsupported', 'memory section', `memory ${i} is a memory64: not allowed (spec/abi-v1.md §7.1)`, 0);
   });
   return m;
+}
+
+// Reads a constant expression through its `end`; returns { isConst, c }: whether it is exactly
+// `i32.const c; end`, and c as unsigned.
+function constExpr(r) {
+  let first = true;
+  let isConst = false;
+  let c = 0;
+  for (;;) {
+    const op = r.byte();
+    if (op === 0x0b) return { isConst, c };
+    if (first && op === 0x41) {
+      c = r.s32() >>> 0;
+      isConst = true;
+      first = false;
+      continue;
+    }
+    isConst = false;
+    first = false;
+    if (op === 0x02 || op === 0x03 || op === 0x04) { r.sleb(33); continue; }
+    skipImmediates(r, op);
+  }
+}
+
+// The element section: its active segments (spec/abi-v1.md §7.3).
+function parseElements(m, r) {
+  const n = r.u32();
+  for (let i = 0; i < n; i++) {
+    const pos = r.pos;
+    const flags = r.u32();
+    if (flags > 7) throw new WasmbinError('malformed', 'element section', `segment ${i} has unknown flags ${flags}`, pos);
+    const active = (flags & 1) === 0;
+    const seg = { index: 0, offsetOK: false, offset: 0, count: 0 };
+    if ((flags & 2) && active) seg.index = r.u32();
+    if (active) {
+      const e = constExpr(r);
+      seg.offsetOK = e.isConst;
+      seg.offset = e.c;
+    }
+    if (flags & 3) r.byte(); // elemkind or reftype
+    const count = r.u32();
+    seg.count = count;
+    if ((flags & 4) === 0) for (let j = 0; j < count; j++) r.u32();
+    else for (let j = 0; j < count; j++) constExpr(r);
+    if (active) m.elements.push(seg);
+  }
+}
+
+// The data section: its active segments (spec/abi-v1.md §7.3).
+function parseData(m, r) {
+  const n = r.u32();
+  for (let i = 0; i < n; i++) {
+    const pos = r.pos;
+    const flags = r.u32();
+    if (flags > 2) throw new WasmbinError('malformed', 'data section', `segment ${i} has unknown flags ${flags}`, pos);
+    const seg = { index: 0, offsetOK: false, offset: 0, count: 0 };
+    if (flags === 2) seg.index = r.u32();
+    if (flags !== 1) {
+      const e = constExpr(r);
+      seg.offsetOK = e.isConst;
+      seg.offset = e.c;
+    }
+    const size = r.u32();
+    r.bytes(size);
+    seg.count = size;
+    if (flags !== 1) m.data.push(seg);
+  }
 }
 
 /** Signature of function index idx (imports first), or null. */
@@ -365,9 +460,11 @@ function skipImmediates(r, op) {
 /**
  * Returns the instrumented copy of module bytes b, and the parsed module.
  *
- * limits: { initialFuel, maxDepth, exportFuel: Map name -> fuel, maxMemoryPages, moveStart }.
- *  - fuel / depth / memory.grow flag as in the Go host (see runtime/internal/wasmbin/instrument.go);
- *  - every memory's maximum becomes min(declared max, maxMemoryPages);
+ * limits: { initialFuel, maxDepth, exportFuel: Map name -> fuel, maxMemoryPages, maxTableElements, moveStart }.
+ *  - fuel / depth / memory.grow flag as in the Go host (see runtime/internal/wasmbin/instrument.go),
+ *    bulk instructions charged by their length before they run (spec/abi-v1.md §7.2, rule 3);
+ *  - every memory's maximum becomes min(declared max, maxMemoryPages), every table's
+ *    min(declared max, maxTableElements);
  *  - moveStart: the start section is dropped and the start function exported (through a fuel
  *    wrapper with initialFuel) as START_EXPORT, for the host to call right after instantiation.
  */
@@ -489,6 +586,18 @@ export function instrument(b, limits) {
     out.section(SEC.type, body);
     wroteTypes = true;
   };
+  const emitTables = () => {
+    const body = new Out(16);
+    body.u32(m.tables.length);
+    for (const t of m.tables) {
+      const max = t.hasMax ? Math.min(t.max, limits.maxTableElements) : limits.maxTableElements;
+      body.byte(t.refType);
+      body.byte(0x01);
+      body.u32(t.min);
+      body.u32(max);
+    }
+    out.section(SEC.table, body);
+  };
   const emitMemories = (s) => {
     const r = new Reader(b, s.start, s.end, 'memory section');
     const n = r.u32();
@@ -521,6 +630,10 @@ export function instrument(b, limits) {
       case SEC.global: emitGlobals(s); break;
       case SEC.export: emitExports(); break;
       case SEC.memory: emitMemories(s); break;
+      case SEC.table:
+        if (limits.maxTableElements) emitTables();
+        else { out.byte(s.id); out.u32(s.end - s.start); out.bytes(b.subarray(s.start, s.end)); }
+        break;
       case SEC.start:
         if (startWrapper) break; // moved to an export
         out.byte(s.id); out.u32(s.end - s.start); out.bytes(b.subarray(s.start, s.end));
@@ -594,6 +707,11 @@ function code(ins, b, start, end, extra) {
 const KIND_RETURN = 1;
 const KIND_LOOP = 2;
 const KIND_GROW = 3;
+const KIND_BULK_MEMORY = 4; // memory.fill/copy/init: charged n (bytes)
+const KIND_BULK_TABLE = 5; // table.fill/copy/init: charged 128 n (elements)
+
+/** Bulk-instruction charges of spec/abi-v1.md §7.2, rule 3 (a table element: 1 << 7 = 128). */
+export const TABLE_ELEMENT_COST_SHIFT = 7;
 
 // Rewrites one body (locals and expression) b[start:end] into out.
 function fn(ins, out, b, start, end, index) {
@@ -607,8 +725,8 @@ function fn(ins, out, b, start, end, index) {
   }
   const localsEnd = r.pos;
   const t = ins.m.types[ins.m.funcs[index]];
-  const scratch = t.params.length + numLocals; // the i32 local added for memory.grow
-  let hasGrow = false;
+  const scratch = t.params.length + numLocals; // the i32 local added for memory.grow and bulk charges
+  let needScratch = false;
 
   // Pass 1: instruction boundaries of the instructions that get extra code, and the cost of each
   // straight part (the function's top level: counter 0; each loop body: its own counter).
@@ -635,18 +753,28 @@ function fn(ins, out, b, start, end, index) {
         break;
       }
     } else {
+      let bulk = 0;
+      if (op === 0xfc) {
+        const pr = new Reader(b, r.pos, end, where);
+        const sub = pr.u32();
+        if (sub === 8 || sub === 10 || sub === 11) bulk = KIND_BULK_MEMORY;
+        else if (sub === 12 || sub === 14 || sub === 17) bulk = KIND_BULK_TABLE;
+      }
       skipImmediates(r, op);
       if (op === 0x0f) specials.push([KIND_RETURN, at, r.pos, 0]);
       else if (op === 0x40) {
-        hasGrow = true;
+        needScratch = true;
         specials.push([KIND_GROW, at, r.pos, 0]);
+      } else if (bulk) {
+        needScratch = true;
+        specials.push([bulk, at, r.pos, 0]);
       }
     }
   }
   if (bodyEnd < 0 || r.pos !== end) throw new WasmbinError('malformed', where, 'function body does not end with its final `end`', r.pos);
 
   // Pass 2: emit.
-  if (hasGrow) {
+  if (needScratch) {
     if (numLocals + t.params.length >= 50000) throw new WasmbinError('malformed', where, 'too many locals', start);
     out.u32(groups + 1);
     const rr = new Reader(b, start, end, where);
@@ -672,6 +800,9 @@ function fn(ins, out, b, start, end, index) {
     } else if (kind === KIND_LOOP) {
       out.bytes(b.subarray(s, e));
       charge(ins, out, costs[counter]);
+    } else if (kind === KIND_BULK_MEMORY || kind === KIND_BULK_TABLE) {
+      chargeBulk(ins, out, scratch, kind === KIND_BULK_TABLE);
+      out.bytes(b.subarray(s, e));
     } else {
       out.bytes(b.subarray(s, e));
       out.byte(0x22); out.u32(scratch); // local.tee scratch
@@ -691,6 +822,19 @@ function charge(ins, out, cost) {
   if (cost < 1) cost = 1;
   out.byte(0x23); out.u32(ins.fuel);
   out.byte(0x42); out.s64(cost);
+  out.byte(0x7d); out.byte(0x24); out.u32(ins.fuel); // i64.sub, global.set
+  out.byte(0x23); out.u32(ins.fuel);
+  out.bytes([0x42, 0x00, 0x53, 0x04, 0x40, 0x00, 0x0b]); // i64.const 0, i64.lt_s, if, unreachable, end
+}
+
+// Charges the length operand on top of the stack, which stays there for the bulk instruction:
+// local.tee scratch; fuel -= extend_u(scratch) (tables: << 7); trap if fuel < 0.
+function chargeBulk(ins, out, scratch, table) {
+  out.byte(0x22); out.u32(scratch);
+  out.byte(0x23); out.u32(ins.fuel);
+  out.byte(0x20); out.u32(scratch);
+  out.byte(0xad); // i64.extend_i32_u
+  if (table) out.bytes([0x42, TABLE_ELEMENT_COST_SHIFT, 0x86]); // i64.const 7, i64.shl
   out.byte(0x7d); out.byte(0x24); out.u32(ins.fuel); // i64.sub, global.set
   out.byte(0x23); out.u32(ins.fuel);
   out.bytes([0x42, 0x00, 0x53, 0x04, 0x40, 0x00, 0x0b]); // i64.const 0, i64.lt_s, if, unreachable, end

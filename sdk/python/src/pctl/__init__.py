@@ -15,14 +15,16 @@ Offline: ``pctl.Partitioner.load("kafka-murmur2.wasm").partition(b"user-1", 12)`
 The specs are spec/abi-v1.md (modules) and spec/protocol.md (the broker's protocol)."""
 
 from .client import Client, connect
+from .consumer import CommitFailed, Consumer, ConsumerStats, MisplacedRecord, reset_group
 from .errors import (BadRequest, ChangeInProgress, Conflict, Exists, Fenced, InternalError, InUse, NotFound, PctlError,
                      PermissionDenied, PluginFailed, PluginRejected, Unavailable, error_from_code)
 from .partitioner import Partitioner
 from .producer import Producer, RecordMetadata
+from .record import KeyChange, Misplacement, Record
 from .wire import Epoch, PartitionerRef, Topic
 
 __version__ = "0.1.0"
 
-__all__ = ["BadRequest", "ChangeInProgress", "Client", "Conflict", "Epoch", "Exists", "Fenced", "InUse", "InternalError",
+__all__ = ["BadRequest", "ChangeInProgress", "Client", "CommitFailed", "Conflict", "Consumer", "ConsumerStats", "KeyChange", "Misplacement", "MisplacedRecord", "Record", "reset_group", "Epoch", "Exists", "Fenced", "InUse", "InternalError",
            "NotFound", "PartitionerRef", "Partitioner", "PctlError", "PermissionDenied", "PluginFailed", "PluginRejected",
            "Producer", "RecordMetadata", "Topic", "Unavailable", "connect", "error_from_code"]

@@ -12,6 +12,8 @@ import socket
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import nats
+import nats.aio.client
+import nats.aio.msg
 import nats.errors
 
 from . import wire
@@ -19,6 +21,7 @@ from .errors import BadRequest, InternalError, PermissionDenied, Unavailable, er
 from .partitioner import Partitioner
 
 if TYPE_CHECKING:
+    from .consumer import Consumer
     from .producer import Producer
 
 DEFAULT_SERVER = "nats://127.0.0.1:4222"
@@ -35,9 +38,10 @@ async def connect(server: Optional[str] = None, creds: Optional[str] = None, **k
     return await Client.connect(server, creds, **kwargs)
 
 
-def _check_seed_file(path: str) -> None:
+def _check_seed_file(path: str) -> str:
     """Refuses a credentials file that is missing or holds no NKey user seed, before connecting
-    (nats-py would retry such a connection until connect_timeout)."""
+    (nats-py would retry such a connection until connect_timeout). Returns the user's public key
+    ("" when nkeys is not installed)."""
     hint = "use admin.nk, producer.nk or consumer.nk from the broker's data directory (creds= or PCTL_CREDS)"
     try:
         with open(path, "rb") as f:
@@ -47,9 +51,10 @@ def _check_seed_file(path: str) -> None:
     seeds = [w for w in text.split() if w.startswith(b"SU")]
     try:
         import nkeys
-        nkeys.from_seed(bytearray(seeds[0]))
+        kp = nkeys.from_seed(bytearray(seeds[0]))
+        return kp.public_key.decode()
     except ImportError:
-        return
+        return ""
     except Exception:  # noqa: BLE001 - nkeys raises its own error types
         raise BadRequest(f"credentials {path}: not an NKey user seed file (a line starting with SU); {hint}") from None
 
@@ -67,10 +72,12 @@ class Client:
         self.ack_timeout = ack_timeout
         self._parts: dict[tuple, Partitioner] = {}
         self._violation_listeners: list[Callable[[str, str], None]] = []
+        self._reconnect_listeners: list[Callable[[], None]] = []
 
     @classmethod
     async def connect(cls, server: Optional[str] = None, creds: Optional[str] = None, *, name: str = "pctl-python",
-                      timeout: float = 30.0, connect_timeout: float = 10.0, ack_timeout: float = 5.0) -> "Client":
+                      timeout: float = 30.0, connect_timeout: float = 10.0, ack_timeout: float = 5.0,
+                      shared_inbox: bool = False) -> "Client":
         """Connects to the broker at `server` (default ``$PCTL_SERVER``, else
         nats://127.0.0.1:4222) with the NKey seed file `creds` (default ``$PCTL_CREDS``; empty: no
         credentials): admin.nk, producer.nk or consumer.nk from the broker's data directory.
@@ -78,12 +85,14 @@ class Client:
         `timeout` bounds each broker API request; `ack_timeout` the wait for a publish's
         acknowledgement, after which the publish is ambiguous and retried with the same
         deduplication id (spec/protocol.md §5.1); `connect_timeout` the first connection (after
-        it, the connection reconnects forever). Raises :class:`pctl.Unavailable` when no broker
-        answers, :class:`pctl.PermissionDenied` when it refuses the credentials."""
+        it, the connection reconnects forever). With NKey credentials the client receives its
+        replies on the private inbox ``_INBOX_<public key>`` (spec/protocol.md §8.3), which scoped
+        credentials (``pctl creds issue``) require; `shared_inbox` uses ``_INBOX`` instead, for a
+        server configured before private inboxes existed. Raises :class:`pctl.Unavailable` when no
+        broker answers, :class:`pctl.PermissionDenied` when it refuses the credentials."""
         server = server or os.environ.get("PCTL_SERVER") or DEFAULT_SERVER
         creds = creds if creds is not None else os.environ.get("PCTL_CREDS", "")
-        if creds:
-            _check_seed_file(creds)
+        pub = _check_seed_file(creds) if creds else ""
         client: Optional[Client] = None
         errors: list[BaseException] = []
         give_up = asyncio.Event()  # an error that waiting cannot cure
@@ -98,11 +107,19 @@ class Client:
             elif isinstance(e, (ConnectionRefusedError, socket.gaierror)):
                 give_up.set()  # nothing listens there (or no such host): no use waiting
 
+        async def on_reconnect() -> None:
+            if client is not None:
+                for f in list(client._reconnect_listeners):
+                    f()
+
         nc = nats.aio.client.Client()
         opts: dict[str, Any] = dict(servers=[server], name=name, error_cb=on_error, allow_reconnect=True,
-                                    max_reconnect_attempts=-1, reconnect_time_wait=0.25, connect_timeout=2)
+                                    max_reconnect_attempts=-1, reconnect_time_wait=0.25, connect_timeout=2,
+                                    reconnected_cb=on_reconnect, disconnected_cb=on_reconnect)
         if creds:
             opts["nkeys_seed"] = creds
+            if pub and not shared_inbox:
+                opts["inbox_prefix"] = f"_INBOX_{pub}"
         task = asyncio.ensure_future(nc.connect(**opts))
         auth_wait = asyncio.ensure_future(give_up.wait())
         try:
@@ -164,8 +181,16 @@ class Client:
             f(op, subject)
 
     def _on_violation(self, f: Callable[[str, str], None]) -> Callable[[], None]:
+        """Registers f(op, subject) for every permissions violation the server reports. nats-py
+        reports the subject in lower case: listeners compare case-insensitively."""
         self._violation_listeners.append(f)
         return lambda: self._violation_listeners.remove(f) if f in self._violation_listeners else None
+
+    def _on_reconnect(self, f: Callable[[], None]) -> Callable[[], None]:
+        """Registers `f` to run after the connection was lost and after it came back (readers
+        re-create their server-side state then: requests in flight were lost)."""
+        self._reconnect_listeners.append(f)
+        return lambda: self._reconnect_listeners.remove(f) if f in self._reconnect_listeners else None
 
     def permission_error(self, subject: str, op: str = "publish") -> PermissionDenied:
         return permission_denied(subject, self.creds, "publish to" if op == "publish" else "subscribe to")
@@ -181,22 +206,39 @@ class Client:
             data = bytes(body)
         else:
             data = json.dumps(body).encode()
+        msg = await self.raw_request(subject, data, timeout=timeout)
+        code = (msg.headers or {}).get(wire.HEADER_ERROR)
+        if code:
+            try:
+                er = json.loads(msg.data)
+            except ValueError:
+                er = {}
+            raise error_from_code(er.get("code") or code, er.get("message") or "", er.get("detail"))
+        return msg
+
+    async def raw_request(self, subject: str, data: bytes, *, headers: Optional[dict] = None,
+                          timeout: Optional[float] = None) -> "nats.aio.msg.Msg":
+        """A request/reply round trip. Raises :class:`pctl.PermissionDenied` when the server
+        reports that the credentials may not publish to `subject`, :class:`pctl.Unavailable` when
+        nothing answers (no responders, or no reply within `timeout`, default the client's)."""
         loop = asyncio.get_running_loop()
         violated: asyncio.Future = loop.create_future()
 
+        low = subject.lower()
+
         def on_violation(op: str, subj: str) -> None:
-            if subj == subject and not violated.done():
+            if subj.lower() == low and not violated.done():
                 violated.set_result(op)
 
         stop = self._on_violation(on_violation)
-        req = asyncio.ensure_future(self._nc.request(subject, data, timeout=timeout or self.timeout))
+        req = asyncio.ensure_future(self._nc.request(subject, data, timeout=timeout or self.timeout, headers=headers))
         try:
             done, _ = await asyncio.wait({req, violated}, return_when=asyncio.FIRST_COMPLETED)
             if violated in done:
                 req.cancel()
                 raise self.permission_error(subject, violated.result())
             try:
-                msg = req.result()
+                return req.result()
             except nats.errors.NoRespondersError:
                 raise Unavailable(f"no broker answers {subject}; is 'pctl serve' running and connected to {self.server}?") from None
             except (nats.errors.TimeoutError, asyncio.TimeoutError):
@@ -211,17 +253,11 @@ class Client:
                 raise Unavailable(f"{subject}: {e}") from None
         finally:
             stop()
-        code = (msg.headers or {}).get(wire.HEADER_ERROR)
-        if code:
-            try:
-                er = json.loads(msg.data)
-            except ValueError:
-                er = {}
-            raise error_from_code(er.get("code") or code, er.get("message") or "", er.get("detail"))
-        return msg
+            if not req.done():
+                req.cancel()
 
-    async def request_json(self, subject: str, body: Any = None) -> Any:
-        msg = await self.request(subject, body)
+    async def request_json(self, subject: str, body: Any = None, *, timeout: Optional[float] = None) -> Any:
+        msg = await self.request(subject, body, timeout=timeout)
         try:
             return json.loads(msg.data)
         except ValueError as e:
@@ -229,11 +265,11 @@ class Client:
 
     # --- topics and plugins ----------------------------------------------------------------------
 
-    async def topic(self, name: str) -> wire.Topic:
+    async def topic(self, name: str, *, timeout: Optional[float] = None) -> wire.Topic:
         """The topic's descriptor (spec/protocol.md §4). Raises :class:`pctl.NotFound` for an
         unknown topic."""
         wire.valid_name("topic name", name)
-        return wire.Topic.from_reply(await self.request_json(wire.API_TOPIC_GET, {"topic": name}))
+        return wire.Topic.from_reply(await self.request_json(wire.API_TOPIC_GET, {"topic": name}, timeout=timeout))
 
     async def module(self, digest: str) -> bytes:
         """A plugin's bytes by digest (64 hex digits), verified: their SHA-256 must equal the
@@ -270,3 +306,26 @@ class Client:
         from .producer import Producer
         return await Producer.create(self, topic, **kwargs)
 
+
+    async def consumer(self, topic: str, group: str, **kwargs: Any) -> "Consumer":
+        """Joins consumer group `group` on `topic` as a new member (spec/protocol.md §6) and returns
+        it; iterate it with ``async for record in consumer``. Options (defaults in brackets):
+
+        - `member` [random]: the member id, 1 to 64 of ``[A-Za-z0-9_-]``;
+        - `from_beginning` [False]: a group that does not exist yet starts at the first record of
+          every partition, else after the records present when it is created (partitions created
+          later are always read from their first record);
+        - `auto_commit` [True]: a record is acknowledged when the iterator is asked for the next
+          one; False: only by ``await consumer.commit(record)`` (at-least-once processing: gates
+          of other partitions open only on what you commit);
+        - `heartbeat` [1.0 s], `session_timeout` [6.0 s], `commit_interval` [0.2 s];
+        - `on_assigned`, `on_revoked` (lists of partitions), `on_keys_assigned`,
+          `on_keys_revoked` (:class:`pctl.KeyChange`): callbacks, plain or async;
+        - `gating` [True]: False delivers newer-epoch records without waiting for their keys'
+          older partitions (per-key order across epoch changes is then NOT kept; for benchmarks);
+        - `max_buffered` [512]: records fetched ahead per partition;
+        - `logf`: receives the member's decisions (acquire, release, lost, gates waiting long).
+
+        Needs the consumer or admin role."""
+        from .consumer import Consumer
+        return await Consumer.create(self, topic, group, **kwargs)

@@ -142,11 +142,12 @@ def error_from_code(code: str, message: str, detail: Any = None) -> PctlError:
 def role_hint(subject: str) -> tuple[str, str]:
     """For a refused subject: (the role it needs, a sentence saying so). Mirrors broker/wire's
     RoleHint and the role table of spec/protocol.md §8."""
+    subject = subject.lower()  # nats-py reports violations in lower case
     if subject.startswith("pctl.admin"):
         return "admin", "this needs the admin role (connect with the broker's admin.nk)"
     if subject.startswith("pctl.data") or subject.startswith("pctl.produce"):
         return "producer", "producing needs the producer or admin role (producer.nk)"
-    if subject.startswith("$KV.pctl-groups") or subject.startswith("$JS.API.CONSUMER") or subject.startswith("$JS.ACK"):
+    if subject.startswith("$kv.pctl-groups") or subject.startswith("$js.api.consumer") or subject.startswith("$js.ack"):
         return "consumer", "consuming needs the consumer or admin role (consumer.nk)"
     return "", "check the role of the credentials you connect with"
 

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import sys
 import threading
-from typing import Optional
+from typing import Callable, Optional
 
 from . import client as pctl_client
 from .errors import BadRequest, NotFound, PctlError
@@ -106,7 +107,7 @@ async def _run(args: argparse.Namespace, out) -> int:
                     failed += 1
                     out.write(json.dumps({"pseq": pseq, "acked": False, "partition": None, "epoch": None, "seq": None, "error": str(e)}) + "\n")
                     break
-                fut.add_done_callback(lambda f, n=pseq: report(n, f))
+                fut.add_done_callback(functools.partial(_report_at, report, pseq))
         try:
             await producer.close()
         except PctlError as e:
@@ -121,6 +122,10 @@ async def _run(args: argparse.Namespace, out) -> int:
         return 0
     finally:
         await c.close()
+
+
+def _report_at(report: Callable[[int, asyncio.Future], None], pseq: int, fut: asyncio.Future) -> None:
+    report(pseq, fut)
 
 
 def main(argv: Optional[list] = None) -> int:

@@ -17,12 +17,16 @@ import secrets
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+
+if TYPE_CHECKING:
+    from datetime import datetime
 
 import nats.errors
 
-from . import wire
+from . import _nats, wire
 from .errors import BadRequest, NotFound, PctlError, PermissionDenied, PluginFailed, Unavailable
+from .record import HEADER_TIME, HeadersArg, check_headers, check_time
 
 if TYPE_CHECKING:
     from .client import Client
@@ -66,13 +70,15 @@ def _permanent(e: BaseException) -> bool:
 
 
 class _Pending:
-    __slots__ = ("seq", "key", "value", "future", "epoch", "partition", "subject", "headers", "ambiguous", "tries", "floor")
+    __slots__ = ("seq", "key", "value", "future", "epoch", "partition", "subject", "msg_id", "block", "ambiguous", "tries",
+                 "floor")
 
-    def __init__(self, seq: int, key: Optional[bytes], value: bytes, future: asyncio.Future):
+    def __init__(self, seq: int, key: Optional[bytes], value: bytes, future: asyncio.Future, msg_id: str, block: bytes):
         self.seq, self.key, self.value, self.future = seq, key, value, future
         self.epoch = self.partition = 0
         self.subject = ""
-        self.headers: dict = {}
+        self.msg_id = msg_id
+        self.block = block  # the record's NATS header block: its identity, the same on every re-send
         self.ambiguous = False  # from its first lost acknowledgement until a search clears it
         self.tries = 0
         # The partition's last acknowledged sequence when the record was first published there:
@@ -85,6 +91,20 @@ class _Event:
 
     def __init__(self, sink: "_Sink", left: list, cause: Optional[BaseException], final: bool = False):
         self.sink, self.left, self.cause, self.final = sink, left, cause, final
+
+
+async def _max_record(client: "Client", topic: str) -> int:
+    """The largest message the topic's partition streams take (their max_msg_size; every partition
+    stream of a topic has the same), else the server's max payload."""
+    try:
+        info = await _nats.js_request(client, f"$JS.API.STREAM.INFO.{wire.stream_name(topic, 0)}", {})
+        m = int((info.get("config") or {}).get("max_msg_size") or 0)
+    except (PctlError, _nats.JSError):
+        m = 0
+    mp = int(client.nc.max_payload or 0)
+    if m <= 0:
+        return mp
+    return min(m, mp) if mp else m
 
 
 def _data(v: Data, what: str) -> bytes:
@@ -133,12 +153,13 @@ class Producer:
         self._replies: dict[str, asyncio.Future] = {}
         self._token = 0
         self._inbox = ""
-        self._sub = None
+        self._sub: Any = None
         self._control_task: Optional[asyncio.Task] = None
         self._event_check: Optional[asyncio.Future] = None
-        self._events_sub = None
-        self._stop_listening = None
+        self._events_sub: Any = None
+        self._stop_listening: Optional[Callable[[], None]] = None
         self.resent = 0  # records re-sent under a new epoch after a fence
+        self._max_record = 0  # the partition streams' max_msg_size (spec/protocol.md §5.3); 0: unknown
 
     @classmethod
     async def create(cls, client: "Client", topic: str, *, producer_id: Optional[str] = None, max_in_flight: int = 1024,
@@ -161,6 +182,7 @@ class Producer:
         p = cls(client, topic, producer_id, max_in_flight, max_buffered)
         desc = await p._fetch()
         await p._install(desc)
+        p._max_record = await _max_record(client, topic)
         nc = client.nc
         p._inbox = nc.new_inbox()
         p._sub = await nc.subscribe(p._inbox + ".*", cb=p._on_reply)
@@ -176,14 +198,21 @@ class Producer:
         """The epoch the producer currently produces to."""
         return self._desc.current.epoch if self._desc else 0
 
-    async def send(self, key: Optional[Data], value: Data = b"") -> "asyncio.Future[RecordMetadata]":
+    async def send(self, key: Optional[Data], value: Data = b"", *, headers: HeadersArg = None,
+                   timestamp: Union[int, float, "datetime", None] = None) -> "asyncio.Future[RecordMetadata]":
         """Queues a record and returns a future of its :class:`RecordMetadata`.
 
         `key` is bytes or str (UTF-8); ``None`` makes a keyless record, which the producer spreads
         over the partitions round-robin with no order promised (the empty key ``b""`` is a key like
-        any other). Waits while `max_buffered` records are unacknowledged. Raises at once for a
-        record that can never be sent (key over 64 KiB, record over the server's max payload, a
-        closed producer, or the producer's fatal error, e.g. :class:`pctl.PermissionDenied`).
+        any other). `headers` are application headers (spec/protocol.md §5.3): a mapping from name
+        to a value or a list of values, or (name, value) pairs. `timestamp` is the record's time
+        (``Pctl-Time``): unix milliseconds (int), unix seconds (float) or an aware datetime;
+        default: now. Waits while `max_buffered` records are unacknowledged. Raises
+        :class:`pctl.BadRequest` at once for a record that can never be sent (key over 64 KiB, a
+        reserved or malformed header) and for a closed producer; or the producer's fatal error,
+        e.g. :class:`pctl.PermissionDenied`. A record larger than the topic's record limit (the
+        partition streams' max message size, headers included) is refused alone, before sending:
+        its future fails with :class:`pctl.BadRequest` giving its size, its parts and the limit.
         The future fails with a :class:`pctl.PctlError` when the record cannot be stored
         (:class:`pctl.PluginFailed` if the module failed on its key, :class:`pctl.BadRequest` if
         the stream refused it)."""
@@ -191,9 +220,10 @@ class Producer:
         v = _data(value, "value")
         if k is not None and len(k) > 65536:
             raise BadRequest(f"key of {len(k)} bytes; keys are at most 65536 bytes (spec/abi-v1.md §1.1)")
-        max_payload = self._c.nc.max_payload
-        if max_payload and len(v) + len(k or b"") > max_payload:
-            raise BadRequest(f"record of {len(v) + len(k or b'')} bytes (key and value); the server takes messages of at most {max_payload} bytes")
+        app = check_headers(headers)
+        ms = check_time(timestamp)
+        if ms is None:
+            ms = time.time_ns() // 1_000_000
         while self._buffered >= self._max_buffered and self._fatal is None and not self._closed:
             self._space.clear()
             await self._space.wait()
@@ -201,9 +231,25 @@ class Producer:
             raise BadRequest("the producer is closed")
         if self._fatal is not None:
             raise self._fatal
-        self._seq += 1
+        seq = self._seq + 1
+        msg_id = f"{self.id}-{seq}"
+        hs = [(wire.HEADER_KEY, wire.encode_key(k))] if k is not None else []
+        hs += [(wire.HEADER_PRODUCER, self.id), (wire.HEADER_SEQ, str(seq)), (wire.HEADER_MSG_ID, msg_id), (HEADER_TIME, str(ms))]
+        hs += app
+        block = _nats.encode_header_block(hs)
+        limit = self._max_record
+        if limit and len(block) + len(v) > limit:
+            app_size = _nats.header_block_size(app) - 12 if app else 0
+            # Refused alone, before sending (spec/protocol.md §5.3): the future fails, the producer goes on.
+            refused: asyncio.Future = asyncio.get_running_loop().create_future()
+            refused.set_exception(BadRequest(f"record of {len(block) + len(v)} bytes (value {len(v)}, key {0 if k is None else len(k)}, "
+                             f"application headers {app_size}, headers in all {len(block)}) is larger than topic {self.topic}'s "
+                             f"record limit of {limit} bytes: send a smaller value or fewer headers, or run the broker with a "
+                             f"larger --max-record-bytes (spec/protocol.md §5.3)"))
+            return refused
+        self._seq = seq
         fut = asyncio.get_running_loop().create_future()
-        pd = _Pending(self._seq, k, v, fut)
+        pd = _Pending(seq, k, v, fut, msg_id, block)
         self._buffered += 1
         self._idle.clear()
         if self._switching:
@@ -216,9 +262,10 @@ class Producer:
                 asyncio.get_running_loop().call_soon(self._assign_unassigned)
         return fut
 
-    async def produce(self, key: Optional[Data], value: Data = b"") -> RecordMetadata:
-        """Sends one record and waits for its acknowledgement."""
-        return await (await self.send(key, value))
+    async def produce(self, key: Optional[Data], value: Data = b"", *, headers: HeadersArg = None,
+                      timestamp: Union[int, float, "datetime", None] = None) -> RecordMetadata:
+        """Sends one record (see :meth:`send`) and waits for its acknowledgement."""
+        return await (await self.send(key, value, headers=headers, timestamp=timestamp))
 
     async def flush(self, timeout: Optional[float] = None) -> None:
         """Waits until every record sent so far is acknowledged or failed. Raises the producer's
@@ -296,6 +343,7 @@ class Producer:
     def _assign_many(self, pds: list) -> None:
         """Partitions records (in send order) under the current epoch and queues each on the
         sink of its partition; a record whose key the module fails on fails alone."""
+        assert self._desc is not None and self._part is not None
         cur = self._desc.current
         keyed = [pd for pd in pds if pd.key is not None]
         parts: dict = {}
@@ -313,6 +361,7 @@ class Producer:
 
     def _assign(self, pd: _Pending, part: Optional[int] = None) -> None:
         """Queues a record on the sink of its partition under the current epoch."""
+        assert self._desc is not None and self._part is not None
         cur = self._desc.current
         if pd.key is None:
             part = self._rr % cur.partitions
@@ -324,10 +373,6 @@ class Producer:
                 raise PluginFailed(f"record {pd.seq} of producer {self.id}: {e}", plugin=e.plugin, digest=e.digest) from None
         pd.epoch, pd.partition, pd.floor = cur.epoch, part, None
         pd.subject = wire.data_subject(self.topic, cur.epoch, part)
-        h = {wire.HEADER_PRODUCER: self.id, wire.HEADER_SEQ: str(pd.seq), wire.HEADER_MSG_ID: f"{self.id}-{pd.seq}"}
-        if pd.key is not None:
-            h = {wire.HEADER_KEY: wire.encode_key(pd.key), **h}
-        pd.headers = h
         s = self._sinks.get(part)
         if s is None:
             s = self._sinks[part] = _Sink(self, cur.epoch, part)
@@ -380,8 +425,9 @@ class Producer:
             pass  # unreachable for a moment: the next publish failure re-reads the descriptor
 
     def _on_violation(self, op: str, subject: str) -> None:
-        if subject.startswith(f"{wire.DATA_PREFIX}.{self.topic}."):
-            self._fail(self._c.permission_error(subject, op))
+        prefix = f"{wire.DATA_PREFIX}.{self.topic}."
+        if subject.lower().startswith(prefix.lower()):  # nats-py reports the subject in lower case
+            self._fail(self._c.permission_error(prefix + subject[len(prefix):], op))
 
     # --- publishing ------------------------------------------------------------------------------
 
@@ -391,7 +437,7 @@ class Producer:
         fut = asyncio.get_running_loop().create_future()
         self._replies[token] = fut
         try:
-            await self._c.nc.publish(pd.subject, pd.value, reply=f"{self._inbox}.{token}", headers=pd.headers)
+            await _nats.publish_raw(self._c.nc, pd.subject, pd.value, f"{self._inbox}.{token}", pd.block)
         except BaseException:
             self._replies.pop(token, None)
             raise
@@ -429,8 +475,9 @@ class Producer:
             if ev.final or ev.cause is None:
                 continue
             try:
-                desc: Optional[wire.Topic] = await self._fetch()
-                self._check_same_topic(desc)
+                fetched = await self._fetch()
+                self._check_same_topic(fetched)
+                desc: Optional[wire.Topic] = fetched
             except (NotFound, PermissionDenied) as e:
                 self._fail(e)
                 ev.sink.abort(e)
@@ -495,12 +542,12 @@ class Producer:
             # The floor is taken before each record's first publish, not now: with pipelining a
             # later record's acknowledgement can be above an ambiguous record.
             floor = min(pd.floor or 0 for pd in pds)
-            found.update(await self._find_stored(desc, pds[0].epoch, part, floor, {pd.headers[wire.HEADER_MSG_ID] for pd in pds}))
+            found.update(await self._find_stored(desc, pds[0].epoch, part, floor, {pd.msg_id for pd in pds}))
         out = []
         for pd in left:
             if pd.ambiguous:
                 pd.ambiguous = False
-                seq = found.get(pd.headers[wire.HEADER_MSG_ID])
+                seq = found.get(pd.msg_id)
                 if seq:
                     self._finish(pd, RecordMetadata(pd.partition, pd.epoch, seq, pd.seq, duplicate=True))
                     continue
@@ -604,17 +651,17 @@ class _Sink:
                     inflight.append((pd, fut, loop.time() + timeout * (1 << min(pd.tries - 1, 6))))
             while inflight and inflight[0][1].done():
                 pd, fut, _ = inflight.popleft()
-                e = fut.exception()
-                if e is None:
+                err = fut.exception()
+                if err is None:
                     seq, dup = fut.result()
                     self.last_acked = seq
                     self.failures = 0
                     p._finish(pd, RecordMetadata(self.partition, self.epoch, seq, pd.seq, dup))
-                elif _permanent(e):
-                    p._finish(pd, error=BadRequest(f"record {pd.seq} refused by partition {self.partition}: {e}"))
+                elif _permanent(err):
+                    p._finish(pd, error=BadRequest(f"record {pd.seq} refused by partition {self.partition}: {err}"))
                 else:
                     failed.append(pd)
-                    cause = cause or e
+                    cause = cause or err
             if inflight:
                 pd, fut, deadline = inflight[0]
                 now = loop.time()

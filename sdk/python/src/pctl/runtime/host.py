@@ -21,11 +21,13 @@ import wasmtime
 
 from ..errors import BadRequest, PluginFailed
 from . import wasmbin
-from .wasi import WASI, WASI_FUNCS, WASI_MODULE, ProcExit
+from .wasi import WASI, WASI_FUNCS, WASI_MODULE, FuelExhausted, ProcExit, call_cost
 
 ABI_VERSION = 1
 MAX_MODULE_BYTES = 8 << 20
 MAX_MEMORY_PAGES = 512
+MAX_TABLE_ELEMENTS = 131072  # PCTL_MAX_TABLE_ELEMENTS, all tables together (spec/abi-v1.md §7.3)
+MAX_METADATA_DEPTH = 32  # spec/abi-v1.md §2.6, rule 3
 MAX_CALL_DEPTH = 1000
 FUEL = 1 << 31
 INIT_FUEL = 1 << 33
@@ -59,6 +61,7 @@ class CLASS:
     BAD_N = "invalid partition count"
     TIME_LIMIT = "time limit exceeded"
     MEMORY_LIMIT = "memory limit exceeded"
+    TABLE_LIMIT = "table limit exceeded"
     CALL_DEPTH = "call stack exhausted"
     TRAP = "plugin trapped"
     EXIT = "plugin exited"
@@ -185,6 +188,46 @@ class _I32Call:
         return self.results[0].of.i32
 
 
+class _I64Global:
+    """Reads and writes a mutable i64 global without wasmtime-py's per-call type lookup and value
+    conversion (Global.set_value costs about 15 us on this machine, this well under 1): a WASI
+    call charges the fuel global before it runs (spec/abi-v1.md §7.2, rule 4), so a module that
+    calls WASI in a loop pays this per call. Built only when the bindings look as expected."""
+
+    __slots__ = ("g", "ref", "val", "get_fn", "set_fn")
+
+    def __init__(self, g: wasmtime.Global):
+        from wasmtime import _ffi
+        self.g = g  # keeps the referenced struct alive
+        self.ref = ctypes.byref(g._global)
+        self.val = _ffi.wasmtime_val_t()
+        self.val.kind = _ffi.WASMTIME_I64
+        self.get_fn, self.set_fn = _ffi.wasmtime_global_get, _ffi.wasmtime_global_set
+
+    def value(self, store: wasmtime.Store) -> int:
+        self.get_fn(store._context(), self.ref, ctypes.byref(self.val))
+        return self.val.of.i64
+
+    def set_value(self, store: wasmtime.Store, v: int) -> None:
+        from wasmtime import _ffi
+        self.val.kind = _ffi.WASMTIME_I64
+        self.val.of.i64 = v
+        err = self.set_fn(store._context(), self.ref, ctypes.byref(self.val))
+        if err:
+            raise wasmtime.WasmtimeError._from_ptr(err)
+
+
+def _fast_i64_global(g: wasmtime.Global):
+    """`g` as an _I64Global when wasmtime-py's bindings have the parts it uses, else `g`."""
+    try:
+        from wasmtime import _ffi
+        if not (hasattr(_ffi, "wasmtime_global_get") and hasattr(_ffi, "wasmtime_global_set") and hasattr(g, "_global")):
+            return g
+        return _I64Global(g)
+    except (ImportError, AttributeError, TypeError):
+        return g
+
+
 def _fast_i32(store: wasmtime.Store, func: wasmtime.Func):
     """`func` as an _I32Call when wasmtime-py's bindings have the parts it uses, else `func`."""
     try:
@@ -278,23 +321,26 @@ class _CompileError(Exception):
     pass
 
 
-class _CallerMem:
-    """The memory of the instance that called a WASI function."""
-    __slots__ = ("caller", "mem")
+class _InstanceMem:
+    """The memory of the plugin's own instance, for its WASI functions: every WASI call comes from
+    that instance, after instantiation (the start function is moved to an export), so the memory
+    is known and no caller lookup is needed."""
+    __slots__ = ("plugin",)
 
-    def __init__(self, caller):
-        self.caller = caller
-        self.mem = caller.get("memory")
+    def __init__(self, plugin: "Plugin"):
+        self.plugin = plugin
 
     def size(self) -> int:
-        return self.mem.data_len(self.caller)
+        return self.plugin.memory.data_len(self.plugin.store)
 
     def read(self, ptr: int, n: int) -> bytes:
-        return bytes(self.mem.read(self.caller, ptr, ptr + n)) if n else b""
+        p = self.plugin
+        return bytes(p.memory.read(p.store, ptr, ptr + n)) if n else b""
 
     def write(self, ptr: int, data: bytes) -> None:
         if data:
-            self.mem.write(self.caller, bytearray(data), ptr)
+            p = self.plugin
+            p.memory.write(p.store, bytearray(data), ptr)
 
 
 def _valtype(v: int) -> wasmtime.ValType:
@@ -325,7 +371,7 @@ class Plugin:
         self.digest = hashlib.sha256(data).hexdigest()
 
         limits = wasmbin.InstrumentLimits(
-            initial_fuel=INIT_FUEL, max_depth=MAX_CALL_DEPTH, max_memory_pages=MAX_MEMORY_PAGES,
+            initial_fuel=INIT_FUEL, max_depth=MAX_CALL_DEPTH, max_memory_pages=MAX_MEMORY_PAGES, max_table_elements=MAX_TABLE_ELEMENTS,
             export_fuel={name: (INIT_FUEL if name == "_initialize" else FUEL) for name, _, _ in _ABI_EXPORTS},
             move_start=True)
         # Checks that need only the parse come first, as in the Go host: a module with a forbidden
@@ -353,6 +399,9 @@ class Plugin:
         mem = m.memory(m.export("memory").index)
         if mem is not None and mem.min > MAX_MEMORY_PAGES:
             raise fail(CLASS.MEMORY_LIMIT, f"declares {mem.min} initial memory pages ({mem.min // 16} MiB); the limit is {MAX_MEMORY_PAGES} pages ({MAX_MEMORY_PAGES // 16} MiB)")
+        bad = _check_load(m, MAX_TABLE_ELEMENTS)
+        if bad:
+            raise fail(*bad)
 
         try:
             compiled = _compile(data, limits)
@@ -369,8 +418,7 @@ class Plugin:
         for im in m.imports:
             params, results = WASI_FUNCS[im.name]
             ft = wasmtime.FuncType([_valtype(v) for v in params], [_valtype(v) for v in results])
-            shim = getattr(wasi, im.name)
-            imports.append(wasmtime.Func(store, ft, (lambda shim: lambda caller, *a: shim(_CallerMem(caller), *a))(shim), access_caller=True))
+            imports.append(wasmtime.Func(store, ft, self._wasi_call(im.name, getattr(wasi, im.name))))
         self.memory = None
         self.fuel = self.depth = self.memfail = None
         try:
@@ -380,7 +428,7 @@ class Plugin:
                 raise fail(CLASS.TRAP, f"while loading: instantiate: {_first_line(e)}") from None
             ex = instance.exports(store)
             self.memory = ex["memory"]
-            self.fuel = ex[wasmbin.FUEL_EXPORT]
+            self.fuel = _fast_i64_global(ex[wasmbin.FUEL_EXPORT])
             self.depth = ex[wasmbin.DEPTH_EXPORT]
             self.memfail = ex[wasmbin.MEMFAIL_EXPORT]
             self.fn_partition = _fast_i32(store, ex["pctl_partition"])
@@ -429,6 +477,21 @@ class Plugin:
             prefix = f"with code {e.result_code}: " if e.cls == CLASS.EXIT else f"{code_name(e.result_code)}: " if e.cls == CLASS.CODE else ""
             raise fail(e.cls, f"{prefix}while loading: {e.op}: {e.detail_text}") from None
 
+    def _wasi_call(self, name: str, shim):
+        """A WASI shim as a wasmtime host function, charged to the call's budget before it runs
+        (spec/abi-v1.md §7.2, rule 4)."""
+        mem = _InstanceMem(self)
+
+        def call(*a):
+            fuel = self.fuel
+            if fuel is not None:
+                left = fuel.value(self.store) - call_cost(name, a)
+                fuel.set_value(self.store, left)
+                if left < 0:
+                    raise FuelExhausted()
+            return shim(mem, *a)
+        return call
+
     # --- memory and calls ----------------------------------------------------------------------
 
     def _read(self, ptr: int, n: int) -> bytes:
@@ -446,7 +509,7 @@ class Plugin:
     def _call(self, op: str, fn, *args):
         try:
             return fn(self.store, *args)
-        except (wasmtime.Trap, wasmtime.WasmtimeError, ProcExit) as e:
+        except (wasmtime.Trap, wasmtime.WasmtimeError, ProcExit, FuelExhausted) as e:
             raise self._fail(op, e) from None
 
     def _fail(self, op: str, err: BaseException) -> CallError:
@@ -457,7 +520,7 @@ class Plugin:
             return mk(CLASS.EXIT, f"proc_exit({err.code}); a partitioner must return, not exit", err.code)
         st = self.store
         if self.fuel is not None and self.fuel.value(st) < 0:
-            return mk(CLASS.TIME_LIMIT, f"used its whole work budget of {FUEL} instructions (~1s): it loops forever or is far too slow for a partitioner")
+            return mk(CLASS.TIME_LIMIT, f"used its whole work budget of {FUEL} units (spec/abi-v1.md §7.2, about 1s of work): it loops forever, does unbounded work or is far too slow for a partitioner")
         code = getattr(err, "trap_code", None)
         if (self.depth is not None and (self.depth.value(st) & 0xFFFFFFFF) > MAX_CALL_DEPTH) or code == wasmtime.TrapCode.STACK_OVERFLOW:
             return mk(CLASS.CALL_DEPTH, f"nested more than {MAX_CALL_DEPTH} calls (unbounded recursion?)")
@@ -520,19 +583,99 @@ class Plugin:
         return res
 
 
+def _check_load(m: wasmbin.Module, max_table: int):
+    """The structural checks of spec/abi-v1.md §7.3, in their order, with the Go host's words: the
+    table limit, then the bounds of active element and data segments. Returns (class, detail) or
+    None."""
+    total = 0
+    for i, t in enumerate(m.tables):
+        if t.min > max_table:
+            return CLASS.TABLE_LIMIT, f"table {i} declares {t.min} initial elements; the limit is {max_table} (spec/abi-v1.md §7.3)"
+        total += min(t.max, max_table) if t.has_max else max_table
+    if total > max_table:
+        return CLASS.TABLE_LIMIT, f"{len(m.tables)} tables could grow to {total} elements together; the limit is {max_table}: declare maxima that sum to at most the limit (spec/abi-v1.md §7.3)"
+    for i, seg in enumerate(m.elements):
+        if seg.index >= len(m.tables):
+            return CLASS.INVALID, f"element segment {i} initialises table {seg.index}, which the module does not define"
+        if not seg.offset_ok:
+            return CLASS.INVALID, f"element segment {i}: the offset must be a constant i32.const (spec/abi-v1.md §7.3)"
+        size = m.tables[seg.index].min
+        if seg.offset + seg.count > size:
+            return CLASS.INVALID, f"element segment {i} writes elements [{seg.offset}, {seg.offset + seg.count}) of table {seg.index}, which has {size}: out of bounds, so instantiation must fail (spec/abi-v1.md §7.3)"
+    for i, seg in enumerate(m.data):
+        mem = m.memory(seg.index)
+        if mem is None:
+            return CLASS.INVALID, f"data segment {i} initialises memory {seg.index}, which the module does not define"
+        if not seg.offset_ok:
+            return CLASS.INVALID, f"data segment {i}: the offset must be a constant i32.const (spec/abi-v1.md §7.3)"
+        if seg.offset + seg.count > mem.min * 65536:
+            return CLASS.INVALID, f"data segment {i} writes bytes [{seg.offset}, {seg.offset + seg.count}) of memory {seg.index}, which has {mem.min * 65536}: out of bounds, so instantiation must fail (spec/abi-v1.md §7.3)"
+    return None
+
+
+def _json_depth(b: bytes) -> int:
+    """How deep arrays and objects nest in b, read as JSON (brackets inside strings do not count)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for c in b:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == 0x5C:
+                escaped = True
+            elif c == 0x22:
+                in_string = False
+        elif c == 0x22:
+            in_string = True
+        elif c in (0x7B, 0x5B):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in (0x7D, 0x5D):
+            depth -= 1
+    return deepest
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON (RFC 8259)")
+
+
 def _parse_metadata(b: bytes):
+    """The rules of spec/abi-v1.md §2.6, which every host applies alike. Returns the document, or
+    the reason it is invalid (a str)."""
+    def not_json(why):
+        return f"pctl_metadata returned {len(b)} bytes that are not a JSON object: {why}"
     try:
-        md = json.loads(b.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        return f"pctl_metadata returned {len(b)} bytes that are not a JSON object: {e}"
+        text = b.decode("utf-8")  # strict: no overlong forms, no surrogates
+    except UnicodeDecodeError:
+        return not_json("not valid UTF-8 (spec/abi-v1.md §2.6)")
+    if b.startswith(b"\xef\xbb\xbf"):
+        return not_json("it starts with a byte-order mark (spec/abi-v1.md §2.6)")
+    depth = _json_depth(b)
+    if depth > MAX_METADATA_DEPTH:
+        return not_json(f"arrays and objects nest {depth} deep; at most {MAX_METADATA_DEPTH} are allowed (spec/abi-v1.md §2.6)")
+    try:
+        # Numbers are checked for syntax only (json refuses integers of more than 4300 digits);
+        # NaN and Infinity are not JSON.
+        md = json.loads(text, parse_int=float, parse_constant=_no_constant)
+    except ValueError as e:
+        return not_json(str(e))
     if not isinstance(md, dict):
-        return f"pctl_metadata returned {len(b)} bytes that are not a JSON object"
-    name = md.get("name")
-    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
-        return f"metadata name {json.dumps(name if isinstance(name, str) else '')} must match [a-z0-9][a-z0-9-]{{0,62}} (spec/abi-v1.md §2.6)"
-    if not isinstance(md.get("version"), str) or md["version"] == "":
-        return 'metadata has no "version" (spec/abi-v1.md §2.6)'
+        return not_json("not an object")
+
+    def present(k):
+        return md.get(k) is not None
+    for k in ("name", "version", "description"):
+        if present(k) and not isinstance(md[k], str):
+            return f'metadata "{k}" must be a string (spec/abi-v1.md §2.6)'
     props = md.get("properties")
     if props is not None and (not isinstance(props, list) or not all(isinstance(p, str) for p in props)):
         return 'metadata "properties" must be a list of strings (spec/abi-v1.md §2.6)'
-    return md
+    name = md["name"] if present("name") else ""
+    if not _NAME_RE.fullmatch(name):
+        return f"metadata name {json.dumps(name)} must match [a-z0-9][a-z0-9-]{{0,62}} (spec/abi-v1.md §2.6)"
+    if not present("version") or md["version"] == "":
+        return 'metadata has no "version" (spec/abi-v1.md §2.6)'
+    out = {"name": name, "version": md["version"], "properties": props or []}
+    if present("description"):
+        out["description"] = md["description"]
+    return out

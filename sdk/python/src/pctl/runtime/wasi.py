@@ -50,12 +50,46 @@ class RandomStream:
         """The next n bytes of the stream."""
         out = bytearray(self.buf[:n])
         self.buf = self.buf[n:]
-        while len(out) < n:
-            b = self.next_output().to_bytes(8, "little")
-            take = n - len(out)
-            out += b[:take]
-            self.buf = b[take:]
+        need = n - len(out)
+        if need > 0:
+            # Whole outputs at once (a random_get may ask for megabytes): one pack, no slicing.
+            k = (need + 7) // 8
+            state, outs = self.state, [0] * k
+            for i in range(k):
+                state = (state + 0x9E3779B97F4A7C15) & _M64
+                z = ((state ^ (state >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+                z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+                outs[i] = z ^ (z >> 31)
+            self.state = state
+            chunk = struct.pack(f"<{k}Q", *outs)
+            out += chunk[:need]
+            self.buf = chunk[need:]
         return bytes(out)
+
+
+# spec/abi-v1.md §7.2, rule 4: every WASI call costs PCTL_WASI_CALL_FUEL plus 64 units per byte
+# of memory its arguments let it read or write, charged first.
+WASI_CALL_FUEL = 16384
+WASI_BYTE_FUEL = 64
+_BYTES = {
+    "args_sizes_get": lambda a: 8,
+    "environ_sizes_get": lambda a: 8,
+    "clock_time_get": lambda a: 8,
+    "random_get": lambda a: a[1] & 0xFFFFFFFF,
+    "fd_write": lambda a: 8 * (a[2] & 0xFFFFFFFF) + 4,
+    "poll_oneoff": lambda a: 80 * (a[2] & 0xFFFFFFFF) + 4,
+}
+
+
+def call_cost(name: str, args) -> int:
+    """What one call of a WASI function costs, from its arguments (spec/abi-v1.md §7.2, rule 4)."""
+    f = _BYTES.get(name)
+    return WASI_CALL_FUEL + WASI_BYTE_FUEL * (f(args) if f else 0)
+
+
+class FuelExhausted(Exception):
+    """Raised by a WASI call that the crossing's budget cannot pay for; the instance's fuel is then
+    negative and the host reports a time limit."""
 
 
 class ProcExit(Exception):
@@ -133,7 +167,7 @@ class WASI:
             return ERRNO_FAULT
         vec = mem.read(iovs, 8 * n)
         # The data is discarded, so its buffers are not checked (as in the Go host).
-        total = sum(struct.unpack_from("<I", vec, 8 * i + 4)[0] for i in range(n)) & 0xFFFFFFFF
+        total = sum(struct.unpack(f"<{2 * n}I", vec)[1::2]) & 0xFFFFFFFF
         mem.write(nwritten, struct.pack("<I", total))
         return ERRNO_SUCCESS
 
@@ -144,12 +178,22 @@ class WASI:
         if not _inside(mem, inp, 48 * nsubs) or not _inside(mem, out, 32 * nsubs) or not _inside(mem, nevents, 4):
             return ERRNO_FAULT
         # Subscription i is read just before event i is written, as the Go host does (it matters
-        # only if a module lets the two arrays overlap).
-        for i in range(nsubs):
-            sub = mem.read(inp + 48 * i, 9)
-            userdata, tag = sub[:8], sub[8]
-            event = userdata + struct.pack("<HB", 0 if tag == 0 else ERRNO_BADF, tag) + bytes(21)
-            mem.write(out + 32 * i, event)
+        # only if a module lets the two arrays overlap, so the common case is one read and one write).
+        lo_in, hi_in, lo_out, hi_out = inp, inp + 48 * nsubs, out, out + 32 * nsubs
+        if hi_in <= lo_out or hi_out <= lo_in:
+            subs = mem.read(inp, 48 * nsubs)
+            events = bytearray(32 * nsubs)
+            for i in range(nsubs):
+                tag = subs[48 * i + 8]
+                events[32 * i:32 * i + 8] = subs[48 * i:48 * i + 8]
+                events[32 * i + 8:32 * i + 11] = struct.pack("<HB", 0 if tag == 0 else ERRNO_BADF, tag)
+            mem.write(out, bytes(events))
+        else:
+            for i in range(nsubs):
+                sub = mem.read(inp + 48 * i, 9)
+                userdata, tag = sub[:8], sub[8]
+                event = userdata + struct.pack("<HB", 0 if tag == 0 else ERRNO_BADF, tag) + bytes(21)
+                mem.write(out + 32 * i, event)
         mem.write(nevents, struct.pack("<I", nsubs))
         return ERRNO_SUCCESS
 

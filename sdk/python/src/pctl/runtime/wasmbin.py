@@ -15,6 +15,9 @@ FUEL_EXPORT = "pctl.fuel"
 DEPTH_EXPORT = "pctl.depth"
 MEMFAIL_EXPORT = "pctl.memfail"
 START_EXPORT = "pctl.start"
+# Bulk-instruction charge per table element of spec/abi-v1.md §7.2, rule 3, as a shift: 1 << 7 = 128
+# (a byte of memory.fill/copy/init costs 1).
+TABLE_ELEMENT_COST_SHIFT = 7
 
 SEC_CUSTOM, SEC_TYPE, SEC_IMPORT, SEC_FUNCTION, SEC_TABLE, SEC_MEMORY, SEC_GLOBAL, SEC_EXPORT = range(8)
 SEC_START, SEC_ELEMENT, SEC_CODE, SEC_DATA, SEC_DATACOUNT, SEC_TAG = range(8, 14)
@@ -55,6 +58,24 @@ class Limits:
 
 
 @dataclass
+class Table:
+    ref_type: int
+    min: int
+    max: int
+    has_max: bool
+
+
+@dataclass
+class Segment:
+    """An active element or data segment (spec/abi-v1.md §7.3): its table or memory, whether the
+    offset is exactly `i32.const c`, c (unsigned), and its elements or bytes."""
+    index: int = 0
+    offset_ok: bool = False
+    offset: int = 0
+    count: int = 0
+
+
+@dataclass
 class Import:
     module: str
     name: str
@@ -74,9 +95,12 @@ class Module:
     types: list = field(default_factory=list)
     imports: list = field(default_factory=list)
     funcs: list = field(default_factory=list)  # type index of each defined function
+    tables: list = field(default_factory=list)  # defined tables (Table)
     memories: list = field(default_factory=list)  # defined memories
     imp_mems: list = field(default_factory=list)
     exports: list = field(default_factory=list)
+    elements: list = field(default_factory=list)  # active element segments (Segment)
+    data: list = field(default_factory=list)  # active data segments (Segment)
     has_start: bool = False
     start_func: int = 0
     num_global: int = 0
@@ -160,6 +184,19 @@ class _Reader:
                 self.pos += 1
                 return c
         return self.uleb(32)
+
+    def s32(self) -> int:
+        """A signed LEB128 of at most 32 bits."""
+        v = shift = 0
+        for _ in range(5):
+            c = self.byte()
+            v |= (c & 0x7F) << shift
+            shift += 7
+            if not c & 0x80:
+                if c & 0x40:
+                    v -= 1 << shift
+                return v
+        raise self.fail("LEB128 integer too long")
 
     def sleb(self, bits: int) -> None:
         """Skips a signed LEB128 of at most `bits` bits (the value is never needed)."""
@@ -257,8 +294,21 @@ def parse(b: bytes) -> Module:
                 m.imports.append(im)
         elif sid == SEC_FUNCTION:
             m.funcs = [sr.u32() for _ in range(sr.u32())]
+        elif sid == SEC_TABLE:
+            for i in range(sr.u32()):
+                rt = sr.byte()
+                if rt not in (0x70, 0x6F):
+                    raise WasmbinError("unsupported", "table section", f"table {i} has element type 0x{rt:02x}; only funcref and externref are allowed (typed function references are not)", sr.pos - 1)
+                lm = sr.limits()
+                if lm.shared or lm.is64:
+                    raise WasmbinError("unsupported", "table section", f"table {i} has limits flags of a shared or 64-bit table", sr.pos)
+                m.tables.append(Table(rt, lm.min, lm.max, lm.has_max))
         elif sid == SEC_MEMORY:
             m.memories = [sr.limits() for _ in range(sr.u32())]
+        elif sid == SEC_ELEMENT:
+            _parse_elements(m, sr)
+        elif sid == SEC_DATA:
+            _parse_data(m, sr)
         elif sid == SEC_GLOBAL:
             m.num_global = sr.u32()
             sr.pos = end
@@ -281,6 +331,67 @@ def parse(b: bytes) -> Module:
         if mem.is64:
             raise WasmbinError("unsupported", "memory section", f"memory {i} is a memory64: not allowed (spec/abi-v1.md §7.1)", 0)
     return m
+
+
+def _const_expr(r: _Reader) -> tuple[bool, int]:
+    """Reads a constant expression through its `end`: whether it is exactly `i32.const c; end`,
+    and c as unsigned."""
+    first, is_const, c = True, False, 0
+    while True:
+        op = r.byte()
+        if op == 0x0B:
+            return is_const, c
+        if first and op == 0x41:
+            c = r.s32() & 0xFFFFFFFF
+            is_const, first = True, False
+            continue
+        is_const = first = False
+        if op in (0x02, 0x03, 0x04):
+            r.sleb(33)
+            continue
+        _skip_immediates(r, op)
+
+
+def _parse_elements(m: Module, r: _Reader) -> None:
+    for i in range(r.u32()):
+        pos = r.pos
+        flags = r.u32()
+        if flags > 7:
+            raise WasmbinError("malformed", "element section", f"segment {i} has unknown flags {flags}", pos)
+        active = not flags & 1
+        seg = Segment()
+        if flags & 2 and active:
+            seg.index = r.u32()
+        if active:
+            seg.offset_ok, seg.offset = _const_expr(r)
+        if flags & 3:  # elemkind or reftype
+            r.byte()
+        seg.count = r.u32()
+        if not flags & 4:
+            for _ in range(seg.count):
+                r.u32()
+        else:
+            for _ in range(seg.count):
+                _const_expr(r)
+        if active:
+            m.elements.append(seg)
+
+
+def _parse_data(m: Module, r: _Reader) -> None:
+    for i in range(r.u32()):
+        pos = r.pos
+        flags = r.u32()
+        if flags > 2:
+            raise WasmbinError("malformed", "data section", f"segment {i} has unknown flags {flags}", pos)
+        seg = Segment()
+        if flags == 2:
+            seg.index = r.u32()
+        if flags != 1:
+            seg.offset_ok, seg.offset = _const_expr(r)
+        seg.count = r.u32()
+        r.bytes(seg.count)
+        if flags != 1:
+            m.data.append(seg)
 
 
 # --- encoding ----------------------------------------------------------------------------------
@@ -418,6 +529,7 @@ class InstrumentLimits:
     max_depth: int  # deepest nesting of calls; entering one deeper traps
     export_fuel: dict  # export name -> fuel of each crossing that starts there
     max_memory_pages: int  # every memory's maximum becomes min(declared, this)
+    max_table_elements: int = 0  # every table's maximum becomes min(declared, this); 0: unchanged
     # The start section is dropped and the start function exported (through a wrapper with
     # initial_fuel) as START_EXPORT, for the host to call right after instantiation: then its
     # budget, depth and memory flags are read like those of any call, and WASI functions it calls
@@ -436,9 +548,17 @@ class _Instrumenter:
         self.enter = b"\x23" + d + b"\x41\x01\x6a\x24" + d + b"\x23" + d + b"\x41" + _s64(lim.max_depth) + b"\x4b\x04\x40\x00\x0b"
         self._charge_pre = b"\x23" + f + b"\x42"
         self._charge_post = b"\x7d\x24" + f + b"\x23" + f + b"\x42\x00\x53\x04\x40\x00\x0b"
+        self._fuel = f
 
     def charge(self, cost: int) -> bytes:
         return self._charge_pre + _s64(max(cost, 1)) + self._charge_post
+
+    def charge_bulk(self, scratch: bytes, table: bool) -> bytes:
+        """Charges the length operand on top of the stack, left there for the bulk instruction:
+        local.tee scratch; fuel -= extend_u(scratch) (tables: << 7); trap if fuel < 0."""
+        f = self._fuel
+        shift = bytes([0x42, TABLE_ELEMENT_COST_SHIFT, 0x86]) if table else b""
+        return b"\x22" + scratch + b"\x23" + f + b"\x20" + scratch + b"\xad" + shift + self._charge_post
 
     def code(self, b: bytes, start: int, end: int, extra: int) -> bytearray:
         r = _Reader(b, start, end, "code section")
@@ -466,14 +586,14 @@ class _Instrumenter:
             r.byte()
         locals_end = r.pos
         t = m.types[m.funcs[index]]
-        scratch = len(t.params) + num_locals  # the i32 local added for memory.grow
+        scratch = len(t.params) + num_locals  # the i32 local added for memory.grow and bulk charges
         has_grow = False
 
         # Pass 1: instruction boundaries of the instructions that get extra code, and the cost of
         # each straight part (top level: counter 0; each loop body: its own counter).
         costs = [0]
         stack = [0]
-        specials = []  # (kind, start, end, counter): kind 1 return, 2 loop, 3 memory.grow
+        specials = []  # (kind, start, end, counter): kind 1 return, 2 loop, 3 memory.grow, 4/5 bulk memory/table
         body_end = -1
         none, one_u32, memargs = _NONE, _ONE_U32, _MEMARG
         while r.pos < end:
@@ -508,6 +628,13 @@ class _Instrumenter:
                 specials.append((2, at, r.pos, len(costs) - 1))
             elif op in memargs:
                 _memarg(r)
+            elif op == 0xFC:
+                pr = _Reader(b, r.pos, end, where)
+                sub = pr.u32()
+                _skip_immediates(r, op)
+                if sub in (8, 10, 11) or sub in (12, 14, 17):
+                    has_grow = True  # the charge needs the scratch local too
+                    specials.append((4 if sub in (8, 10, 11) else 5, at, r.pos, 0))
             else:
                 _skip_immediates(r, op)
         if body_end < 0 or r.pos != end:
@@ -544,6 +671,9 @@ class _Instrumenter:
             elif kind == 2:
                 out += b[s:e]
                 out += self.charge(costs[counter])
+            elif kind >= 4:
+                out += self.charge_bulk(_u32(scratch), kind == 5)
+                out += b[s:e]
             else:
                 if grow_tail is None:
                     sc = _u32(scratch)
@@ -650,6 +780,13 @@ def instrument(b: bytes, lim: InstrumentLimits) -> tuple[bytes, Module]:
         _section(out, SEC_EXPORT, bytes(body))
         wrote["exports"] = True
 
+    def emit_tables():
+        body = bytearray(_u32(len(m.tables)))
+        for t in m.tables:
+            mx = min(t.max, lim.max_table_elements) if t.has_max else lim.max_table_elements
+            body += bytes([t.ref_type, 0x01]) + _u32(t.min) + _u32(mx)
+        _section(out, SEC_TABLE, bytes(body))
+
     def emit_memories(s):
         r = _Reader(b, s[1], s[2], "memory section")
         n = r.u32()
@@ -681,6 +818,8 @@ def instrument(b: bytes, lim: InstrumentLimits) -> tuple[bytes, Module]:
             emit_exports()
         elif sid == SEC_MEMORY:
             emit_memories(s)
+        elif sid == SEC_TABLE and lim.max_table_elements:
+            emit_tables()
         elif sid == SEC_START:
             if not (lim.move_start and m.has_start):
                 _section(out, sid, b[start:end])

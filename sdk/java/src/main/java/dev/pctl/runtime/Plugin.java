@@ -57,6 +57,12 @@ public final class Plugin {
     public static final int MAX_MEMORY_PAGES = 512;
     /** Most nested WebAssembly frames (§7). */
     public static final int MAX_CALL_DEPTH = 1000;
+    /** {@code PCTL_MAX_TABLE_ELEMENTS}: most elements of all tables together (§7.3). */
+    public static final long MAX_TABLE_ELEMENTS = 131072;
+    /** {@code PCTL_FUEL}: the work budget of one crossing, in the units of §7.2. */
+    public static final long FUEL = 1L << 31;
+    /** How deep arrays and objects may nest in a metadata document (§2.6, rule 3). */
+    static final int MAX_METADATA_DEPTH = 32;
     /** {@code PCTL_MAX_KEY}: longest key, in bytes (§1.3). */
     public static final int MAX_KEY = 65536;
     /** {@code PCTL_MAX_CONFIG}: longest config, in bytes (§1.3). */
@@ -78,14 +84,22 @@ public final class Plugin {
      * every field documents its default. A {@link Plugin} copies it when it loads.
      */
     public static final class Options {
-        /** Wall-clock limit of one crossing (a single or a batch call). Default 1 s (§7). */
-        public long callLimitNanos = 1_000_000_000L;
         /**
-         * Wall-clock limit of instantiation (data segments and the start function) and of
-         * {@code _initialize}. Default 4 s: the Go host gives them 4x the budget of a call too,
-         * and on a JVM they also pay for class loading and warm-up.
+         * The last-resort wall-clock limit of one crossing (a single or a batch call). Default
+         * 30 s. The time limit of spec/abi-v1.md §7 is the work budget, counted in the module as
+         * on every host (§7.2), which stops every call that loops or does unbounded work (in about
+         * 6 s of Chicory's compiled code at worst); §7 lets a host add a wall-clock safety net only
+         * far beyond what the budget allows, at least 30 s, so that a call the other hosts complete
+         * is never stopped here. A call stopped by it is a time limit too.
          */
-        public long initLimitNanos = 4_000_000_000L;
+        public long callLimitNanos = 30_000_000_000L;
+        /**
+         * The same for instantiation, the start function and {@code _initialize}, each: default
+         * 30 s too. Their budget is 4 times a call's (2^33 units): a start function that loops
+         * spends it in about 30 to 60 s of Chicory's compiled code, so this net usually stops it
+         * first, with the same error.
+         */
+        public long initLimitNanos = 30_000_000_000L;
         /** Compile to JVM bytecode (default true) or interpret. */
         public boolean compile = true;
         /** Use pctl_partition_batch when the module has it (default true); false: single calls only. */
@@ -158,6 +172,9 @@ public final class Plugin {
     private final WasmModule module;
     private final Function<Instance, Machine> machineFactory;
     private final int depthGlobal;
+    private final int fuelGlobal;
+    private final int memFailGlobal;
+    private final boolean startMoved; // the module has a start function, now the export pctl.start
     private final List<String> wasiImports = new ArrayList<>();
 
     boolean hasInitialize;
@@ -248,12 +265,14 @@ public final class Plugin {
         this.digest = digest;
         this.options = options;
 
-        // The Go host's rewrite exports three globals of its own, so it refuses a module that
-        // already exports one of their names; every host refuses the same modules.
-        for (String reserved : List.of("pctl.fuel", "pctl.depth", "pctl.memfail")) {
-            if (bin.export(reserved) != null) {
-                throw loadError(Kind.INVALID_MODULE, String.format("export section: export name \"%s\" is reserved by the pctl host", reserved));
-            }
+        // The rewriting of every pctl host (spec/abi-v1.md §7.2), first, as the Go host does: it
+        // decodes every instruction, refuses the features §7.1 forbids and the export names it
+        // reserves (pctl.fuel, pctl.depth, pctl.memfail, pctl.start).
+        Instrumenter.Result inst;
+        try {
+            inst = Instrumenter.instrument(wasm, Instrumenter.Limits.hostDefaults());
+        } catch (WasmFormatException e) {
+            throw loadError(e.unsupportedFeature ? Kind.UNSUPPORTED_FEATURE : Kind.INVALID_MODULE, e.getMessage());
         }
 
         // Imports decide the profile (§6).
@@ -294,10 +313,14 @@ public final class Plugin {
                     initial, initial / 16, MAX_MEMORY_PAGES, MAX_MEMORY_PAGES / 16));
         }
 
-        // The call-depth rewrite, then Chicory: decode, validate, scan, compile.
+        checkLoad(inst.module());
+
+        // Chicory: decode, validate, scan, compile the rewritten module.
         mark("checks");
-        WasmBinary.Instrumented inst = bin.instrumentDepth(MAX_CALL_DEPTH);
         this.depthGlobal = inst.depthGlobal();
+        this.fuelGlobal = inst.fuelGlobal();
+        this.memFailGlobal = inst.memFailGlobal();
+        this.startMoved = inst.module().hasStart;
         WasmModule m;
         try {
             m = Parser.parse(inst.bytes());
@@ -348,6 +371,55 @@ public final class Plugin {
             return cb.compile();
         } catch (RuntimeException | LinkageError e) {
             return null;
+        }
+    }
+
+    /**
+     * The structural checks of spec/abi-v1.md §7.3, in their order, with the Go host's words: the
+     * table limit, then the bounds of active element and data segments (which Chicory checks too,
+     * but only when it instantiates, as a trap).
+     */
+    private void checkLoad(Instrumenter.Parsed p) throws PluginException {
+        long sum = 0;
+        for (int i = 0; i < p.tables.size(); i++) {
+            Instrumenter.Table t = p.tables.get(i);
+            if (t.min() > MAX_TABLE_ELEMENTS) {
+                throw loadError(Kind.TABLE_LIMIT, String.format("table %d declares %d initial elements; the limit is %d (spec/abi-v1.md §7.3)", i, t.min(), MAX_TABLE_ELEMENTS));
+            }
+            sum += t.hasMax() && t.max() < MAX_TABLE_ELEMENTS ? t.max() : MAX_TABLE_ELEMENTS;
+        }
+        if (sum > MAX_TABLE_ELEMENTS) {
+            throw loadError(Kind.TABLE_LIMIT, String.format("%d tables could grow to %d elements together; the limit is %d: declare maxima that sum to at most the limit (spec/abi-v1.md §7.3)",
+                    p.tables.size(), sum, MAX_TABLE_ELEMENTS));
+        }
+        for (int i = 0; i < p.elements.size(); i++) {
+            Instrumenter.Segment sg = p.elements.get(i);
+            if (sg.index() >= p.tables.size()) {
+                throw loadError(Kind.INVALID_MODULE, String.format("element segment %d initialises table %d, which the module does not define", i, sg.index()));
+            }
+            if (!sg.offsetOK()) {
+                throw loadError(Kind.INVALID_MODULE, String.format("element segment %d: the offset must be a constant i32.const (spec/abi-v1.md §7.3)", i));
+            }
+            long size = p.tables.get((int) sg.index()).min();
+            if (sg.offset() + sg.count() > size) {
+                throw loadError(Kind.INVALID_MODULE, String.format("element segment %d writes elements [%d, %d) of table %d, which has %d: out of bounds, so instantiation must fail (spec/abi-v1.md §7.3)",
+                        i, sg.offset(), sg.offset() + sg.count(), sg.index(), size));
+            }
+        }
+        for (int i = 0; i < p.data.size(); i++) {
+            Instrumenter.Segment sg = p.data.get(i);
+            long memIdx = sg.index() - p.impMems;
+            if (sg.index() < p.impMems || memIdx >= p.memories.size()) {
+                throw loadError(Kind.INVALID_MODULE, String.format("data segment %d initialises memory %d, which the module does not define", i, sg.index()));
+            }
+            if (!sg.offsetOK()) {
+                throw loadError(Kind.INVALID_MODULE, String.format("data segment %d: the offset must be a constant i32.const (spec/abi-v1.md §7.3)", i));
+            }
+            long size = p.memories.get((int) memIdx)[0] * 65536;
+            if (sg.offset() + sg.count() > size) {
+                throw loadError(Kind.INVALID_MODULE, String.format("data segment %d writes bytes [%d, %d) of memory %d, which has %d: out of bounds, so instantiation must fail (spec/abi-v1.md §7.3)",
+                        i, sg.offset(), sg.offset() + sg.count(), sg.index(), size));
+            }
         }
     }
 
@@ -409,15 +481,15 @@ public final class Plugin {
         for (int i = 0; i < bodies.length; i++) {
             for (Instruction ins : bodies[i].instructions()) {
                 if ((ins.opcode().opcode() & 0xff00) == 0xfd00) {
-                    int fn = bin.importedFuncs + (i >= n ? i - n : i);
+                    int fn = bin.importedFuncs + i;
                     throw loadError(Kind.UNSUPPORTED_FEATURE, String.format(
                             "function %d uses %s: this host does not implement fixed-width SIMD, which spec/abi-v1.md §7.1 allows "
                                     + "(Chicory %s executes no SIMD instruction without its simd module, which is not published); run the module on the Go host",
                             fn, ins.opcode().name().toLowerCase(java.util.Locale.ROOT), FileCache.chicoryVersion()));
                 }
                 if (FORBIDDEN_OPCODES.contains(ins.opcode())) {
-                    // Bodies n..2n-1 are the original functions 0..n-1 (see WasmBinary.instrumentDepth).
-                    int fn = bin.importedFuncs + (i >= n ? i - n : i);
+                    // Bodies 0..n-1 are the original functions, the rest the rewriting's wrappers.
+                    int fn = bin.importedFuncs + i;
                     throw loadError(Kind.UNSUPPORTED_FEATURE, String.format(
                             "function %d uses %s, which spec/abi-v1.md §7.1 does not allow (no threads, exceptions, tail calls, typed references or GC)",
                             fn, ins.opcode().name().toLowerCase(java.util.Locale.ROOT)));
@@ -541,7 +613,7 @@ public final class Plugin {
                 .withMachineFactory(machineFactory)
                 .withUnsafeExecutionListener(Plugin::checkInterrupt)
                 .withInitialize(false)
-                .withStart(false) // no WASI "_start": only the module's start section runs (§2)
+                .withStart(false) // no WASI "_start"; the start function is the export pctl.start
                 .withMemoryFactory(lim -> {
                     memory[0] = new CappedMemory(lim, MAX_MEMORY_PAGES);
                     return memory[0];
@@ -559,7 +631,15 @@ public final class Plugin {
         in.attach(instance);
         mark("build");
         guarded(in, "instantiate", options.initLimitNanos, () -> instance.initialize(false));
+        wasi.meter(instance.global(fuelGlobal)); // globals exist once the instance is initialised
         mark("instantiate");
+        // The start function, moved to an export by the rewriting: it runs here, under its own
+        // budget (2^33), so that a limit it hits is reported as that limit (spec/abi-v1.md §7).
+        if (startMoved) {
+            ExportFunction start = instance.export(Instrumenter.START_EXPORT);
+            guarded(in, "start", options.initLimitNanos, () -> start.apply());
+            mark("start");
+        }
         if (hasInitialize) {
             ExportFunction init = instance.export("_initialize");
             guarded(in, "_initialize", options.initLimitNanos, () -> init.apply());
@@ -616,50 +696,48 @@ public final class Plugin {
     }
 
     /**
-     * Reads the metadata document (§2.6) as the Go host does (encoding/json into a struct: keys
-     * match case-insensitively, the last match wins, null leaves a field empty, a value of
-     * another type is an error).
+     * Reads the metadata document by the rules of spec/abi-v1.md §2.6, which every host applies
+     * alike: strict UTF-8 without a byte-order mark, one RFC 8259 JSON object nested at most
+     * {@link #MAX_METADATA_DEPTH} deep, keys matched exactly (a repeated key counts with its last
+     * value), null as absent, and the types of the four known keys.
      */
     private void parseMetadata(byte[] doc) throws PluginException {
+        String prefix = String.format("pctl_metadata returned %d bytes that are not a JSON object: ", doc.length);
+        if (!Config.validUtf8(doc)) {
+            throw loadError(Kind.BAD_METADATA, prefix + "not valid UTF-8 (spec/abi-v1.md §2.6)");
+        }
+        if (doc.length >= 3 && (doc[0] & 0xff) == 0xef && (doc[1] & 0xff) == 0xbb && (doc[2] & 0xff) == 0xbf) {
+            throw loadError(Kind.BAD_METADATA, prefix + "it starts with a byte-order mark (spec/abi-v1.md §2.6)");
+        }
+        int depth = jsonDepth(doc);
+        if (depth > MAX_METADATA_DEPTH) {
+            throw loadError(Kind.BAD_METADATA, prefix + String.format("arrays and objects nest %d deep; at most %d are allowed (spec/abi-v1.md §2.6)", depth, MAX_METADATA_DEPTH));
+        }
         Object v;
         try {
             v = Json.parse(new String(doc, StandardCharsets.UTF_8));
         } catch (Json.JsonException e) {
-            throw loadError(Kind.BAD_METADATA, String.format("pctl_metadata returned %d bytes that are not a JSON object: %s", doc.length, e.getMessage()));
+            throw loadError(Kind.BAD_METADATA, prefix + e.getMessage());
         }
-        if (v != null && !(v instanceof Map)) {
-            throw loadError(Kind.BAD_METADATA, String.format("pctl_metadata returned %d bytes that are not a JSON object", doc.length));
+        if (!(v instanceof Map)) {
+            throw loadError(Kind.BAD_METADATA, prefix + "not an object");
         }
-        String n = "";
-        String ver = "";
+        @SuppressWarnings("unchecked")
+        Map<String, Object> obj = (Map<String, Object>) v;
+        String n = stringField("name", obj.get("name"), "");
+        String ver = stringField("version", obj.get("version"), "");
+        stringField("description", obj.get("description"), "");
         List<String> props = new ArrayList<>();
-        if (v != null) {
-            @SuppressWarnings("unchecked")
-            Map<String, Object> obj = (Map<String, Object>) v;
-            for (Map.Entry<String, Object> e : obj.entrySet()) {
-                String k = e.getKey();
-                Object val = e.getValue();
-                if (k.equalsIgnoreCase("name")) {
-                    n = stringField("name", val, n);
-                } else if (k.equalsIgnoreCase("version")) {
-                    ver = stringField("version", val, ver);
-                } else if (k.equalsIgnoreCase("description")) {
-                    stringField("description", val, "");
-                } else if (k.equalsIgnoreCase("properties")) {
-                    if (val == null) {
-                        continue;
-                    }
-                    if (!(val instanceof List)) {
-                        throw loadError(Kind.BAD_METADATA, "metadata \"properties\" must be a list of strings (spec/abi-v1.md §2.6)");
-                    }
-                    props = new ArrayList<>();
-                    for (Object p : (List<?>) val) {
-                        if (p != null && !(p instanceof String)) {
-                            throw loadError(Kind.BAD_METADATA, "metadata \"properties\" must be a list of strings (spec/abi-v1.md §2.6)");
-                        }
-                        props.add(p == null ? "" : (String) p);
-                    }
+        Object pv = obj.get("properties");
+        if (pv != null) {
+            if (!(pv instanceof List)) {
+                throw loadError(Kind.BAD_METADATA, "metadata \"properties\" must be a list of strings (spec/abi-v1.md §2.6)");
+            }
+            for (Object p : (List<?>) pv) {
+                if (!(p instanceof String)) {
+                    throw loadError(Kind.BAD_METADATA, "metadata \"properties\" must be a list of strings (spec/abi-v1.md §2.6)");
                 }
+                props.add((String) p);
             }
         }
         if (!NAME.matcher(n).matches()) {
@@ -671,6 +749,33 @@ public final class Plugin {
         name = n;
         version = ver;
         properties = Collections.unmodifiableList(props);
+    }
+
+    /** How deep arrays and objects nest in b, read as JSON (brackets inside strings do not count). */
+    static int jsonDepth(byte[] b) {
+        int depth = 0;
+        int max = 0;
+        boolean inString = false;
+        boolean escaped = false;
+        for (byte x : b) {
+            int c = x & 0xff;
+            if (inString) {
+                if (escaped) {
+                    escaped = false;
+                } else if (c == '\\') {
+                    escaped = true;
+                } else if (c == '"') {
+                    inString = false;
+                }
+            } else if (c == '"') {
+                inString = true;
+            } else if (c == '{' || c == '[') {
+                max = Math.max(max, ++depth);
+            } else if (c == '}' || c == ']') {
+                depth--;
+            }
+        }
+        return max;
     }
 
     private String stringField(String field, Object val, String current) throws PluginException {
@@ -714,9 +819,13 @@ public final class Plugin {
             return PluginException.call(Kind.EXIT, name, digest, op, "plugin exited with code " + code,
                     "proc_exit(" + code + "); a partitioner must return, not exit");
         }
+        if (in.fuel() < 0) {
+            return PluginException.call(Kind.TIME_LIMIT, name, digest, op, null, String.format(
+                    "used its whole work budget of %d units (spec/abi-v1.md §7.2, about 1s of work): it loops forever, does unbounded work or is far too slow for a partitioner", FUEL));
+        }
         if (fired) {
             return PluginException.call(Kind.TIME_LIMIT, name, digest, op, null, String.format(
-                    "ran for more than %s of wall-clock time, the limit of one call (spec/abi-v1.md §7): it loops forever or is far too slow for a partitioner",
+                    "ran for more than %s of wall-clock time, this host's last-resort limit (spec/abi-v1.md §7): it loops forever or is far too slow for a partitioner",
                     seconds(limitNanos)));
         }
         if (find(t, ChicoryInterruptedException.class) != null) {
@@ -733,7 +842,7 @@ public final class Plugin {
                     Thread.currentThread().getName(), in.depth(), MAX_CALL_DEPTH));
         }
         CappedMemory mem = in.memory();
-        if (mem != null && (mem.growRefused() || mem.pages() >= MAX_MEMORY_PAGES)) {
+        if (mem != null && (mem.growRefused() || in.memFail() != 0 || mem.pages() >= MAX_MEMORY_PAGES)) {
             return PluginException.call(Kind.MEMORY_LIMIT, name, digest, op, null, String.format(
                     "trapped after memory.grow was refused at %d of at most %d pages (%d MiB): %s",
                     mem.pages(), MAX_MEMORY_PAGES, MAX_MEMORY_PAGES / 16, firstLine(t)));
@@ -775,13 +884,31 @@ public final class Plugin {
         return nl >= 0 ? s.substring(0, nl) : s;
     }
 
-    /** The depth counter of an instance, for classification (0 if the module has no functions). */
+    /** The depth counter of an instance, for classification (read as unsigned). */
     long depthOf(Instance instance) {
-        if (depthGlobal < 0 || instance == null) {
+        if (instance == null) {
             return 0;
         }
-        return (int) instance.global(depthGlobal).getValue();
+        return instance.global(depthGlobal).getValue() & 0xffffffffL;
     }
+
+    /** The fuel left in an instance (spec/abi-v1.md §7.2): negative after the budget ran out. */
+    long fuelOf(Instance instance) {
+        if (instance == null) {
+            return 0;
+        }
+        return instance.global(fuelGlobal).getValue();
+    }
+
+    /** The memory.grow refusal flag of an instance. */
+    long memFailOf(Instance instance) {
+        if (instance == null) {
+            return 0;
+        }
+        return instance.global(memFailGlobal).getValue();
+    }
+
+
 
     /** A result code's name (§5), or "unknown error code r". */
     public static String codeName(int code) {

@@ -29,6 +29,7 @@ public final class PluginException extends Exception {
         CONFIG_TOO_LARGE("configuration too large"),
         TIME_LIMIT("time limit exceeded"),
         MEMORY_LIMIT("memory limit exceeded"),
+        TABLE_LIMIT("table limit exceeded"),
         CALL_DEPTH("call stack exhausted"),
         TRAP("plugin trapped"),
         EXIT("plugin exited"),

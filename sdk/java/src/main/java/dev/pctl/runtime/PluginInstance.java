@@ -76,6 +76,14 @@ public final class PluginInstance implements AutoCloseable {
         return plugin.depthOf(instance);
     }
 
+    long fuel() {
+        return plugin.fuelOf(instance);
+    }
+
+    long memFail() {
+        return plugin.memFailOf(instance);
+    }
+
     /** Whether batch calls are available (the module exports {@code pctl_partition_batch}). */
     public boolean hasBatch() {
         return fnBatch != null;

@@ -1,5 +1,6 @@
 package dev.pctl.runtime;
 
+import com.dylibso.chicory.runtime.GlobalInstance;
 import com.dylibso.chicory.runtime.HostFunction;
 import com.dylibso.chicory.runtime.Memory;
 import com.dylibso.chicory.wasm.types.FunctionType;
@@ -66,8 +67,61 @@ final class Wasi {
         }
     }
 
+    /**
+     * Thrown by a WASI function whose charge the crossing's budget cannot pay (spec/abi-v1.md
+     * §7.2, rule 4); the instance's fuel is then negative and the host reports a time limit.
+     */
+    static final class FuelExhausted extends RuntimeException {
+        private static final long serialVersionUID = 1L;
+
+        FuelExhausted() {
+            super("work budget exhausted in a WASI call", null, false, false);
+        }
+    }
+
+    /** {@code PCTL_WASI_CALL_FUEL} and the charge per byte a call may touch (§7.2, rule 4). */
+    static final long CALL_FUEL = 16384;
+    static final long BYTE_FUEL = 64;
+
     private final long time;
     private final RandomStream random;
+    private GlobalInstance fuel; // the instance's work budget, once it exists
+
+    /** Charges every later call to this global, the instance's fuel (its export pctl.fuel). */
+    void meter(GlobalInstance fuel) {
+        this.fuel = fuel;
+    }
+
+    /** What one call may touch, in bytes, from its arguments (read as unsigned). */
+    static long bytesOf(String name, long[] a) {
+        switch (name) {
+            case "args_sizes_get":
+            case "environ_sizes_get":
+            case "clock_time_get":
+                return 8;
+            case "random_get":
+                return a[1] & 0xffffffffL;
+            case "fd_write":
+                return 8 * (a[2] & 0xffffffffL) + 4;
+            case "poll_oneoff":
+                return 80 * (a[2] & 0xffffffffL) + 4;
+            default:
+                return 0;
+        }
+    }
+
+    /** Takes the call's cost from the budget first, before the call checks or touches anything. */
+    private void charge(String name, long[] args) {
+        GlobalInstance f = fuel;
+        if (f == null) {
+            return;
+        }
+        long left = f.getValue() - (CALL_FUEL + BYTE_FUEL * bytesOf(name, args));
+        f.setValue(left);
+        if (left < 0) {
+            throw new FuelExhausted();
+        }
+    }
 
     /** The spec's WASI: clock {@link #TIME}, random stream from SplitMix64 state 0. */
     Wasi() {
@@ -93,6 +147,7 @@ final class Wasi {
         out.add(host("poll_oneoff", (mem, a) -> pollOneoff(mem, a[0], a[1], a[2], a[3])));
         out.add(host("sched_yield", (mem, a) -> ERRNO_SUCCESS));
         out.add(new HostFunction(MODULE, "proc_exit", chicoryType(SIGNATURES.get("proc_exit")), (inst, a) -> {
+            charge("proc_exit", a);
             throw new ProcExit((int) a[0]);
         }));
         return out;
@@ -103,9 +158,11 @@ final class Wasi {
         int apply(Memory mem, long[] args);
     }
 
-    private static HostFunction host(String name, Fn fn) {
-        return new HostFunction(MODULE, name, chicoryType(SIGNATURES.get(name)),
-                (inst, args) -> new long[] {fn.apply(inst.memory(), args)});
+    private HostFunction host(String name, Fn fn) {
+        return new HostFunction(MODULE, name, chicoryType(SIGNATURES.get(name)), (inst, args) -> {
+            charge(name, args);
+            return new long[] {fn.apply(inst.memory(), args)};
+        });
     }
 
     static FunctionType chicoryType(WasmBinary.FuncType t) {

@@ -11,8 +11,8 @@ import java.util.List;
 
 /**
  * The parts of a WebAssembly binary that the host must know before Chicory sees the module
- * (types, imports, exports, memories, the features it declares), and the rewrite that makes the
- * call-depth limit of spec/abi-v1.md §7 exact whatever the JVM's stack.
+ * (types, imports, exports, memories, the features it declares). The rewriting that enforces the
+ * limits of spec/abi-v1.md §7 is {@link Instrumenter}.
  *
  * <p>Only the module's structure is decoded here: function bodies are copied byte for byte
  * (Chicory decodes and validates them; {@link Plugin} scans their opcodes for forbidden features).
@@ -531,145 +531,6 @@ final class WasmBinary {
             bodyEnd[i] = end;
             s.pos = end;
         }
-    }
-
-    // ---- the call-depth rewrite ------------------------------------------------------------
-
-    /** The result of {@link #instrumentDepth}: the new bytes and the index of the depth global (-1 if none). */
-    record Instrumented(byte[] bytes, int depthGlobal) {}
-
-    /**
-     * Returns a copy of the module in which every call of a defined function passes through a
-     * wrapper that counts nesting in a new mutable i32 global and executes {@code unreachable}
-     * when the count would exceed {@code maxDepth}.
-     *
-     * <p>Function {@code i} of the original module becomes, at the same index, a wrapper of the
-     * same type ({@code depth++; if depth > maxDepth: unreachable; call inner(params); depth--}),
-     * and its original body moves to index {@code imported + n + i}, after all original
-     * functions. Nothing else in the module refers to the moved bodies, so calls, exports, element
-     * segments, {@code ref.func}, the start function and the name section keep their meaning
-     * without being touched; the body bytes are copied unchanged. A trap leaves the counter
-     * raised, so a host reads it after a trap (depth above the limit means the limit was hit) and
-     * discards the instance, as spec/abi-v1.md §3 requires after any trap.
-     */
-    Instrumented instrumentDepth(int maxDepth) {
-        int n = funcTypes.length;
-        if (n == 0) {
-            return new Instrumented(bytes, -1);
-        }
-        int depthGlobal = importedGlobals + definedGlobals;
-        ByteArrayOutputStream out = new ByteArrayOutputStream(bytes.length + n * 32 + 64);
-        out.write(bytes, 0, 8);
-        boolean globalWritten = false;
-        for (Section sec : sections) {
-            if (!globalWritten && sec.id() != SEC_CUSTOM && rank(sec.id()) > rank(SEC_GLOBAL)) {
-                writeSection(out, SEC_GLOBAL, globalSection(null, depthGlobal));
-                globalWritten = true;
-            }
-            switch (sec.id()) {
-                case SEC_FUNCTION:
-                    writeSection(out, SEC_FUNCTION, functionSection());
-                    break;
-                case SEC_GLOBAL:
-                    writeSection(out, SEC_GLOBAL, globalSection(sec, depthGlobal));
-                    globalWritten = true;
-                    break;
-                case SEC_CODE:
-                    writeSection(out, SEC_CODE, codeSection(depthGlobal, maxDepth));
-                    break;
-                default:
-                    out.write(bytes, sec.headerStart(), sec.end() - sec.headerStart());
-            }
-        }
-        if (!globalWritten) {
-            writeSection(out, SEC_GLOBAL, globalSection(null, depthGlobal));
-        }
-        return new Instrumented(out.toByteArray(), depthGlobal);
-    }
-
-    private byte[] functionSection() {
-        ByteArrayOutputStream o = new ByteArrayOutputStream();
-        uleb(o, 2L * funcTypes.length);
-        for (int pass = 0; pass < 2; pass++) {
-            for (int t : funcTypes) {
-                uleb(o, t);
-            }
-        }
-        return o.toByteArray();
-    }
-
-    private byte[] globalSection(Section old, int depthGlobal) {
-        ByteArrayOutputStream o = new ByteArrayOutputStream();
-        uleb(o, definedGlobals + 1L);
-        if (old != null) {
-            Reader r = new Reader(bytes, old.start(), old.end(), "global section");
-            try {
-                r.u32();
-            } catch (WasmFormatException e) {
-                throw new IllegalStateException(e); // parsed before
-            }
-            o.write(bytes, r.pos, old.end() - r.pos);
-        }
-        o.write(I32);
-        o.write(1); // mutable
-        o.write(0x41); // i32.const 0
-        o.write(0);
-        o.write(0x0b);
-        return o.toByteArray();
-    }
-
-    private byte[] codeSection(int g, int maxDepth) {
-        int n = funcTypes.length;
-        ByteArrayOutputStream o = new ByteArrayOutputStream(bytes.length);
-        uleb(o, 2L * n);
-        ByteArrayOutputStream w = new ByteArrayOutputStream(64);
-        for (int i = 0; i < n; i++) {
-            w.reset();
-            w.write(0); // no locals
-            w.write(0x23); // global.get g; i32.const 1; i32.add; global.set g
-            uleb(w, g);
-            w.write(0x41);
-            w.write(1);
-            w.write(0x6a);
-            w.write(0x24);
-            uleb(w, g);
-            w.write(0x23); // global.get g; i32.const max; i32.gt_u; if unreachable end
-            uleb(w, g);
-            w.write(0x41);
-            sleb(w, maxDepth);
-            w.write(0x4b);
-            w.write(0x04);
-            w.write(0x40);
-            w.write(0x00);
-            w.write(0x0b);
-            int params = types.get(funcTypes[i]).params().length;
-            for (int p = 0; p < params; p++) {
-                w.write(0x20); // local.get p
-                uleb(w, p);
-            }
-            w.write(0x10); // call inner
-            uleb(w, (long) importedFuncs + n + i);
-            w.write(0x23); // global.get g; i32.const 1; i32.sub; global.set g
-            uleb(w, g);
-            w.write(0x41);
-            w.write(1);
-            w.write(0x6b);
-            w.write(0x24);
-            uleb(w, g);
-            w.write(0x0b); // end
-            uleb(o, w.size());
-            o.write(w.toByteArray(), 0, w.size());
-        }
-        for (int i = 0; i < n; i++) {
-            o.write(bytes, bodyStart[i], bodyEnd[i] - bodyStart[i]);
-        }
-        return o.toByteArray();
-    }
-
-    private static void writeSection(ByteArrayOutputStream out, int id, byte[] payload) {
-        out.write(id);
-        uleb(out, payload.length);
-        out.write(payload, 0, payload.length);
     }
 
     static void uleb(ByteArrayOutputStream o, long v) {

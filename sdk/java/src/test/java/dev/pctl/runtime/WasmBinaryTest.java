@@ -5,13 +5,11 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import com.dylibso.chicory.wasm.Parser;
-import com.dylibso.chicory.wasm.WasmModule;
 import java.io.ByteArrayOutputStream;
 import java.util.List;
 import org.junit.jupiter.api.Test;
 
-/** The structural reader and the call-depth rewrite (WasmBinary). */
+/** The structural reader (WasmBinary). */
 class WasmBinaryTest {
     @Test
     void leb128() {
@@ -25,31 +23,6 @@ class WasmBinaryTest {
                 WasmBinary.uleb(o, tc.v());
             }
             assertEquals(tc.hex(), TestSupport.hex(o.toByteArray()), tc.v() + (tc.signed() ? " signed" : ""));
-        }
-    }
-
-    @Test
-    void rewriteOfEveryModule() throws Exception {
-        List<String> files = List.of("plugins/builtin/kafka-murmur2.wasm", "plugins/builtin/jump.wasm", "plugins/murmur2/kafka-murmur2-go.wasm",
-                "plugins/murmur2/kafka-murmur2-rust.wasm", "plugins/murmur2/kafka-murmur2-as.wasm");
-        for (String f : files) {
-            byte[] b = TestSupport.read(TestSupport.repo(f));
-            WasmBinary bin = WasmBinary.parse(b);
-            WasmModule before = Parser.parse(b);
-            WasmBinary.Instrumented inst = bin.instrumentDepth(1000);
-            WasmModule after = Parser.parse(inst.bytes());
-            int n = before.functionSection().functionCount();
-            assertEquals(n, bin.funcTypes.length, f);
-            assertEquals(2 * n, after.functionSection().functionCount(), f + ": a wrapper per function");
-            assertEquals(before.globalSection().globalCount() + 1, after.globalSection().globalCount(), f + ": one depth global");
-            assertEquals(before.globalSection().globalCount() + bin.importedGlobals, inst.depthGlobal(), f);
-            for (int i = 0; i < before.exportSection().exportCount(); i++) {
-                assertEquals(before.exportSection().getExport(i), after.exportSection().getExport(i), f + ": exports unchanged");
-            }
-            for (int i = 0; i < n; i++) {
-                assertEquals(before.functionSection().getFunctionType(i), after.functionSection().getFunctionType(i), f + ": wrapper " + i + " has the original's type");
-                assertEquals(before.functionSection().getFunctionType(i), after.functionSection().getFunctionType(n + i), f + ": body " + i + " keeps its type");
-            }
         }
     }
 
@@ -96,14 +69,6 @@ class WasmBinaryTest {
             assertEquals(tc.unsupported(), e.unsupportedFeature, tc.name() + ": " + e.getMessage());
             assertTrue(e.getMessage().contains("at byte"), tc.name());
         }
-    }
-
-    @Test
-    void noFunctionsNoRewrite() throws Exception {
-        byte[] b = {0, 'a', 's', 'm', 1, 0, 0, 0};
-        WasmBinary.Instrumented inst = WasmBinary.parse(b).instrumentDepth(1000);
-        assertArrayEquals(b, inst.bytes());
-        assertEquals(-1, inst.depthGlobal());
     }
 
     private static byte[] concat(byte[] a, byte[] b) {

@@ -1,0 +1,188 @@
+package broker_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"pctl.dev/pctl/broker"
+	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/client"
+)
+
+// thinRun sends n records of `keys` keys through a pipelining thin producer and returns the
+// results by producer sequence. during, if not nil, runs once after `at` records were sent.
+func thinRun(t *testing.T, ctx context.Context, tp *client.ThinProducer, n, keys, at int, during func()) map[uint64]client.Result {
+	t.Helper()
+	var mu sync.Mutex
+	results := map[uint64]client.Result{}
+	for i := 0; i < n; i++ {
+		if i == at && during != nil {
+			during()
+		}
+		rec := client.Record{Key: []byte(fmt.Sprint("k", i%keys)), Value: []byte(strconv.Itoa(i + 1))}
+		if err := tp.Send(ctx, rec, func(r client.Result) {
+			mu.Lock()
+			defer mu.Unlock()
+			if _, dup := results[r.ProducerSeq]; dup {
+				t.Errorf("record %d got two results", r.ProducerSeq)
+			}
+			results[r.ProducerSeq] = r
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if i%100 == 0 {
+			time.Sleep(time.Millisecond) // a steady stream rather than one burst
+		}
+	}
+	if err := tp.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return results
+}
+
+// checkStoredOrder reads every partition stream of the topic and checks, for the records of
+// producer id, that each key's records are stored in increasing producer sequence, and that each
+// sequence is stored once. It returns the number of distinct records of the producer stored.
+func checkStoredOrder(t *testing.T, ctx context.Context, c *client.Client, topic string, partitions int, id string) int {
+	t.Helper()
+	last := map[string]uint64{}
+	seen := map[uint64]bool{}
+	for q := 0; q < partitions; q++ {
+		s, err := c.JetStream().Stream(ctx, wire.StreamName(topic, q))
+		if err != nil {
+			t.Fatal(err)
+		}
+		count := s.CachedInfo().State.Msgs
+		if count == 0 {
+			continue
+		}
+		cons, err := c.JetStream().OrderedConsumer(ctx, wire.StreamName(topic, q), jetstream.OrderedConsumerConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		it, err := cons.Messages()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := uint64(0); i < count; i++ {
+			m, err := it.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := m.Headers()
+			if h.Get(wire.HeaderProducer) != id {
+				continue
+			}
+			seq, _ := strconv.ParseUint(h.Get(wire.HeaderSeq), 10, 64)
+			key := h.Get(wire.HeaderKey)
+			if seen[seq] {
+				t.Errorf("partition %d: producer sequence %d stored twice", q, seq)
+			}
+			seen[seq] = true
+			if seq <= last[key] {
+				t.Errorf("partition %d: key %s: sequence %d stored after %d: per-producer order broken", q, key, seq, last[key])
+			}
+			last[key] = seq
+		}
+		it.Stop()
+	}
+	return len(seen)
+}
+
+// TestClusterTwoBrokersKeepThinOrder: two brokers serve one cluster; a thin producer pipelining
+// its requests keeps per-key order. Before the produce service's sticky subjects, the queue group
+// spread one producer's pipelined requests over both brokers, which stored them in either order.
+func TestClusterTwoBrokersKeepThinOrder(t *testing.T) {
+	skipShortCluster(t)
+	c := startCluster(t, 3)
+	b1 := startClusterBroker(t, c, cfgDefault())
+	defer b1.Close()
+	b2 := startClusterBroker(t, c, cfgDefault())
+	defer b2.Close()
+	admin := clusterClient(t, c, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: "t", Partitions: 4, Partitioner: "kafka-murmur2"}); err != nil {
+		t.Fatal(err)
+	}
+	prod := clusterClient(t, c, c.URL(2))
+	tp, err := prod.NewThinProducer("t", client.ThinOptions{MaxInFlight: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 4000
+	results := thinRun(t, ctx, tp, n, 8, -1, nil)
+	for seq, r := range results {
+		if r.Err != nil {
+			t.Fatalf("record %d: %v", seq, r.Err)
+		}
+	}
+	if got := checkStoredOrder(t, ctx, admin, "t", 4, tp.ID()); got != n {
+		t.Fatalf("%d records stored, want %d", got, n)
+	}
+	_ = tp.Close(ctx)
+}
+
+// TestClusterThinProducerSurvivesBrokerDeath: the broker a pipelining thin producer sends to dies
+// (as a crash would: no answer to what it holds) with requests in flight; the producer re-sends
+// everything unacknowledged through the other broker, in order, and every record is acknowledged
+// and stored once, in per-key order. Before the thin client retried, every record in flight
+// failed ("no produce service answers" or a reply timeout).
+func TestClusterThinProducerSurvivesBrokerDeath(t *testing.T) {
+	skipShortCluster(t)
+	c := startCluster(t, 3)
+	brokers := []*broker.Broker{startClusterBroker(t, c, cfgDefault()), startClusterBroker(t, c, cfgDefault())}
+	defer func() {
+		for _, b := range brokers {
+			b.Close()
+		}
+	}()
+	admin := clusterClient(t, c, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: "t", Partitions: 4, Partitioner: "kafka-murmur2"}); err != nil {
+		t.Fatal(err)
+	}
+	prod := clusterClient(t, c, c.URL(2))
+	tp, err := prod.NewThinProducer("t", client.ThinOptions{MaxInFlight: 512, AttemptTimeout: 2 * time.Second, Timeout: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 6000
+	var killed string
+	results := thinRun(t, ctx, tp, n, 8, n/3, func() {
+		killed = tp.Broker()
+		for i, b := range brokers {
+			if b.ID() == killed {
+				b.Abort()
+				brokers = append(brokers[:i], brokers[i+1:]...)
+				return
+			}
+		}
+		t.Fatalf("the producer sends to broker %q, which is neither of the two", killed)
+	})
+	failed := 0
+	for seq, r := range results {
+		if r.Err != nil {
+			if failed++; failed < 5 {
+				t.Errorf("record %d: %v", seq, r.Err)
+			}
+		}
+	}
+	if failed > 0 {
+		t.Fatalf("%d of %d records failed across the death of broker %s", failed, n, killed)
+	}
+	if now := tp.Broker(); now == killed || now == "" {
+		t.Errorf("after the death of %s the producer sends to %q", killed, now)
+	}
+	if got := checkStoredOrder(t, ctx, admin, "t", 4, tp.ID()); got != n {
+		t.Fatalf("%d records stored, want %d", got, n)
+	}
+	_ = tp.Close(ctx)
+}

@@ -1,0 +1,282 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"pctl.dev/pctl/broker/wire"
+)
+
+// Unfinished work — a topic being created or deleted, an epoch change, an epoch whose observed
+// ancestry is still pending — is recorded in the descriptor, so any broker can finish it. A
+// request finishes its own work at once; what it could not finish (a node down, a broker that
+// died half way, this one or another) is finished by the retry loop that every broker runs: every
+// Config.RetryInterval it reads every descriptor, and takes up work that has made no progress
+// (same descriptor revision) for two intervals, with a backoff per topic that doubles up to
+// maxRetryBackoff. Several brokers may take up the same work at once: every step is idempotent and
+// recorded by compare-and-set, so the first to record a step wins and the others re-read.
+//
+// Logging: the loop logs once when it takes up a piece of work, once per distinct failure of a
+// step (so a node that stays down is one line, not one per retry), and once when it is done.
+
+// maxRetryBackoff bounds the pause between retries of one topic's unfinished work.
+const maxRetryBackoff = 30 * time.Second
+
+// topicLocks serialises, within this process, the steps of one topic's unfinished work (no lock
+// is held across topics).
+type topicLocks struct {
+	mu sync.Mutex
+	m  map[string]*sync.Mutex
+}
+
+func (l *topicLocks) get(name string) *sync.Mutex {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = map[string]*sync.Mutex{}
+	}
+	mu, ok := l.m[name]
+	if !ok {
+		mu = &sync.Mutex{}
+		l.m[name] = mu
+	}
+	return mu
+}
+
+// unfinished describes a descriptor's unfinished work ("" for none). Epoch changes also say their
+// state, so that each state is logged once.
+func unfinished(t *wire.Topic) string {
+	switch {
+	case t.Deleting:
+		return "deletion"
+	case t.Creating:
+		return "creation"
+	case t.Change != nil:
+		return fmt.Sprintf("change to epoch %d (state %s)", t.Change.To, t.Change.State)
+	case t.Reconfig != nil:
+		return fmt.Sprintf("change to R%d, placement tags %v", t.Reconfig.Replicas, t.Reconfig.PlacementTags)
+	}
+	for _, e := range t.Epochs {
+		if e.Ancestry != nil && e.Ancestry.Source == "pending" {
+			return fmt.Sprintf("observed ancestry of epoch %d", e.Epoch)
+		}
+	}
+	return ""
+}
+
+// finish drives a topic's unfinished work as far as it goes, with the topic's lock held.
+func (b *Broker) finish(ctx context.Context, name string) error {
+	mu := b.locks.get(name)
+	mu.Lock()
+	defer mu.Unlock()
+	return b.finishLocked(ctx, name)
+}
+
+func (b *Broker) finishLocked(ctx context.Context, name string) error {
+	t, rev, err := b.getTopic(ctx, name)
+	if err != nil {
+		return err
+	}
+	switch {
+	case t.Deleting:
+		return b.finishDelete(ctx, t, rev)
+	case t.Creating:
+		return b.finishCreate(ctx, t, rev)
+	case t.Change != nil:
+		return b.runChangeLocked(ctx, name)
+	case t.Reconfig != nil:
+		return b.finishReconfigLocked(ctx, name)
+	}
+	for _, e := range t.Epochs {
+		if e.Ancestry != nil && e.Ancestry.Source == "pending" {
+			if err := b.observeAncestry(ctx, name, e.Epoch); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// observeInBackground computes an epoch's observed ancestry after activation (the retry loop takes
+// it up if this broker dies first). At most one scan per topic and epoch runs in this process.
+func (b *Broker) observeInBackground(name string, epoch int) {
+	key := fmt.Sprintf("%s/%d", name, epoch)
+	if _, busy := b.observing.LoadOrStore(key, true); busy {
+		return
+	}
+	b.loopWG.Add(1)
+	go func() {
+		defer b.loopWG.Done()
+		defer b.observing.Delete(key)
+		if err := b.observeAncestry(b.loopCtx, name, epoch); err != nil && b.loopCtx.Err() == nil {
+			b.cfg.Logf("topic %s: observed ancestry of epoch %d: %v (the retry loop tries again)", name, epoch, err)
+		}
+	}()
+}
+
+// resume finishes, at start, what a previous run (of this broker or another) left unfinished.
+// Failures are logged; the retry loop tries again.
+func (b *Broker) resume(ctx context.Context) error {
+	names, err := b.topicNames(ctx)
+	if err != nil {
+		return fmt.Errorf("broker: list topics: %w", err)
+	}
+	for _, name := range names {
+		t, _, err := b.getTopic(ctx, name)
+		if err != nil {
+			continue
+		}
+		if !t.Deleting && !t.Creating {
+			// Streams of topics created by an older pctl: producers need fast batches.
+			if err := b.forPartitions(ctx, t.MaxPartitions(), func(q int) error {
+				return b.allowBatches(ctx, wire.StreamName(t.Name, q))
+			}); err != nil {
+				b.cfg.Logf("topic %s: %v", name, err)
+			}
+		}
+		work := unfinished(t)
+		if work == "" {
+			continue
+		}
+		if err := b.finish(ctx, name); err != nil {
+			b.cfg.Logf("topic %s: resuming the %s left unfinished: %v (the retry loop tries again)", name, work, err)
+		} else {
+			b.cfg.Logf("topic %s: resumed and finished the %s left unfinished", name, work)
+		}
+	}
+	return nil
+}
+
+func (b *Broker) topicNames(ctx context.Context) ([]string, error) {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
+	lister, err := b.topic.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for k := range lister.Keys() {
+		names = append(names, k)
+	}
+	return names, nil
+}
+
+// retryState is the loop's memory of one topic's unfinished work.
+type retryState struct {
+	rev      uint64    // the descriptor revision last seen
+	work     string    // unfinished(descriptor)
+	since    time.Time // when rev was first seen
+	next     time.Time // no attempt before
+	attempts int
+	taken    bool   // an attempt was made (and logged) for this work
+	failed   string // the last failure logged for this work
+}
+
+func (b *Broker) retryLoop() {
+	defer b.loopWG.Done()
+	every := b.cfg.RetryInterval
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	states := map[string]*retryState{}
+	listFailed := ""
+	for {
+		select {
+		case <-b.loopCtx.Done():
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(b.loopCtx, 5*time.Minute)
+		names, err := b.topicNames(ctx)
+		if err != nil {
+			if msg := err.Error(); msg != listFailed && b.loopCtx.Err() == nil {
+				b.cfg.Logf("retry loop: cannot list topics: %v (trying again every %v)", err, every)
+				listFailed = msg
+			}
+			cancel()
+			continue
+		}
+		listFailed = ""
+		seen := map[string]bool{}
+		for _, name := range names {
+			seen[name] = true
+			b.retryTopic(ctx, name, states, every)
+			if b.loopCtx.Err() != nil {
+				break
+			}
+		}
+		for name := range states {
+			if !seen[name] {
+				delete(states, name)
+			}
+		}
+		cancel()
+	}
+}
+
+func (b *Broker) retryTopic(ctx context.Context, name string, states map[string]*retryState, every time.Duration) {
+	t, rev, err := b.getTopic(ctx, name)
+	now := time.Now()
+	st := states[name]
+	if err != nil {
+		if errors.Is(err, wire.ErrNotFound) {
+			if st != nil && st.taken {
+				b.cfg.Logf("topic %s: %s finished", name, st.work)
+			}
+			delete(states, name)
+		}
+		return // unreadable now: the next round tries again
+	}
+	work := unfinished(t)
+	if work == "" {
+		if st != nil && st.taken {
+			b.cfg.Logf("topic %s: %s finished", name, st.work)
+		}
+		delete(states, name)
+		return
+	}
+	grace := 2 * every
+	if st == nil || st.work != work {
+		if st != nil && st.taken {
+			b.cfg.Logf("topic %s: %s finished", name, st.work)
+		}
+		st = &retryState{rev: rev, work: work, since: now, next: now.Add(grace)}
+		states[name] = st
+	} else if st.rev != rev {
+		// Progress by someone (another broker, or a request of this one): wait again.
+		st.rev, st.since = rev, now
+		if st.next.Before(now.Add(grace)) {
+			st.next = now.Add(grace)
+		}
+	}
+	if now.Before(st.next) {
+		return
+	}
+	mu := b.locks.get(name)
+	if !mu.TryLock() {
+		return // this broker is driving it right now (a request)
+	}
+	st.attempts++
+	if !st.taken {
+		b.cfg.Logf("topic %s: %s unfinished for %v; taking it up", name, work, now.Sub(st.since).Round(time.Millisecond))
+		st.taken = true
+	}
+	err = b.finishLocked(ctx, name)
+	mu.Unlock()
+	if err == nil {
+		// Logged as finished when the next round sees no unfinished work (or the next state).
+		st.next = time.Now()
+		return
+	}
+	backoff := every << min(st.attempts, 5)
+	if backoff > maxRetryBackoff {
+		backoff = maxRetryBackoff
+	}
+	st.next = time.Now().Add(backoff)
+	if msg := wire.Code(err) + ": " + err.Error(); msg != st.failed && b.loopCtx.Err() == nil {
+		b.cfg.Logf("topic %s: %s: attempt %d failed: %v; retrying with backoff up to %v", name, work, st.attempts, err, maxRetryBackoff)
+		st.failed = msg
+	}
+}
