@@ -1,12 +1,18 @@
 package client
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/textproto"
 	"strconv"
 	"strings"
 
@@ -228,4 +234,68 @@ func sameRecord(m *jetstream.RawStreamMsg, hdr nats.Header, value []byte) bool {
 		return false
 	}
 	return bytes.Equal(m.Data, value)
+}
+
+// leaderGet reads message seq of a stream with $JS.API.STREAM.MSG.GET, which the stream leader
+// answers (a direct get may come from a replica that lags behind). A missing message is
+// jetstream.ErrMsgNotFound, a missing stream jetstream.ErrStreamNotFound.
+func leaderGet(ctx context.Context, c *Client, stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.AckTimeout)
+	defer cancel()
+	m, err := c.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, []byte(`{"seq":`+strconv.FormatUint(seq, 10)+`}`))
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Message *struct {
+			Subject string `json:"subject"`
+			Seq     uint64 `json:"seq"`
+			Header  []byte `json:"hdrs"`
+			Data    []byte `json:"data"`
+		} `json:"message"`
+		Error *struct {
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return nil, fmt.Errorf("message %d of %s: %w", seq, stream, err)
+	}
+	if resp.Error != nil {
+		switch resp.Error.ErrCode {
+		case 10037:
+			return nil, jetstream.ErrMsgNotFound
+		case 10059:
+			return nil, jetstream.ErrStreamNotFound
+		}
+		return nil, fmt.Errorf("message %d of %s: %s (%d)", seq, stream, resp.Error.Description, resp.Error.ErrCode)
+	}
+	if resp.Message == nil {
+		return nil, fmt.Errorf("message %d of %s: empty answer", seq, stream)
+	}
+	hdr, err := decodeHeaders(resp.Message.Header)
+	if err != nil {
+		return nil, fmt.Errorf("message %d of %s: headers: %w", seq, stream, err)
+	}
+	return &jetstream.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Seq, Header: hdr, Data: resp.Message.Data}, nil
+}
+
+// decodeHeaders parses a NATS header block ("NATS/1.0\r\nName: value\r\n...\r\n\r\n").
+func decodeHeaders(b []byte) (nats.Header, error) {
+	h := nats.Header{}
+	if len(b) == 0 {
+		return h, nil
+	}
+	tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(b)))
+	if _, err := tp.ReadLine(); err != nil { // NATS/1.0 [status]
+		return nil, err
+	}
+	mh, err := tp.ReadMIMEHeader()
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	for k, v := range mh {
+		h[k] = v
+	}
+	return h, nil
 }

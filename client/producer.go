@@ -135,6 +135,7 @@ type Producer struct {
 
 	resent  atomic.Int64 // records re-sent under a new epoch after a fence
 	settles atomic.Int64 // batches settled after an anomaly
+	holes   atomic.Int64 // records a committed batch claimed but the server did not store (re-sent)
 }
 
 type pending struct {
@@ -145,7 +146,10 @@ type pending struct {
 	partition int
 	hdr       nats.Header // the record's identity: the same for every send
 	sends     int         // publishes so far, in any partition
-	failed    error       // set when the server refused the record for good
+	// floors maps each stream the record was sent to to its sink's floor at the first send
+	// there: a copy of it stored in that stream is above this sequence.
+	floors map[string]uint64
+	failed error // set when the server refused the record for good
 }
 
 // event is a sink's word to the control loop. A final event says the sink stopped and hands
@@ -242,6 +246,11 @@ func (p *Producer) Resent() int64 { return p.resent.Load() }
 // Settled returns how many fast batches the producer had to settle after an anomaly (a gap, a
 // refusal, a lost connection, a timeout, a fence).
 func (p *Producer) Settled() int64 { return p.settles.Load() }
+
+// Holes returns how many records the server acknowledged in a committed fast batch without
+// storing them (a nats-server 2.15 fault after a stream leader's term change), found by the
+// producer's check on clusters and sent again: their keys may be out of order.
+func (p *Producer) Holes() int64 { return p.holes.Load() }
 
 // Epoch returns the epoch the producer currently produces to.
 func (p *Producer) Epoch() int {
@@ -407,6 +416,21 @@ func (p *Producer) identity(pd *pending) nats.Header {
 	h.Set(wire.HeaderSeq, seq)
 	h.Set(wire.HeaderMsgID, id+"-"+seq+"-"+token)
 	return h
+}
+
+// renew gives a record that is provably not stored a new deduplication id (a fresh token; the
+// producer id and sequence stay): the server may still count its old id as being stored.
+func (p *Producer) renew(pd *pending) {
+	h := nats.Header{}
+	for k, v := range pd.hdr {
+		h[k] = v
+	}
+	id := h.Get(wire.HeaderMsgID)
+	if i := strings.LastIndexByte(id, '-'); i > 0 {
+		id = id[:i]
+	}
+	h.Set(wire.HeaderMsgID, id+"-"+newToken())
+	pd.hdr, pd.floors = h, nil
 }
 
 func (p *Producer) finish(pd *pending, r Result) {

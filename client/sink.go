@@ -42,16 +42,26 @@ type sink struct {
 	fencedSelf *wire.Topic // the sink found its epoch fenced and waits to be stopped
 	floor      uint64      // every record this sink stores is above this stream sequence
 	floorKnown bool
-	b          *batch
-	timer      *time.Timer
-	backoff    time.Duration
+	// verify: the stream is on a cluster. nats-server 2.15.2 counts, in flow acks and a batch's
+	// PubAck, batch messages whose raft proposals a leader's term change dropped (the stored
+	// messages are then not a prefix of the batch). So on a cluster records finish only when
+	// their batch is confirmed (confirm): the leader did not change since the batch began, or
+	// the batch was read back and each record found.
+	verify      bool
+	leader      string    // the stream leader when last checked (verify)
+	leaderSince time.Time // when it was elected, as the server said
+	holes       int       // records a committed batch claimed that were not stored (re-sent)
+	b           *batch
+	timer       *time.Timer
+	backoff     time.Duration
 }
 
 // batch is the open fast batch: recs[i] was sent with batch seq i+1.
 type batch struct {
 	id        string
 	recs      []*pending
-	acked     int    // records 1..acked are persisted (flow acks): already finished
+	acked     int    // records 1..acked are persisted and finished
+	flowed    int    // records 1..flowed are persisted says a flow ack (the window's base)
 	commit    uint64 // batch seq of the commit message once sent (n for op 2, n+1 for an EOB)
 	anomaly   string // why the batch must be settled; "" while clean
 	ended     bool   // the server ended the batch (gap or error): a PubAck is on its way
@@ -241,6 +251,8 @@ func (s *sink) readFloor(ctx context.Context) error {
 				return fmt.Errorf("%w: partition stream %s does not allow fast batch publishing (allow_batched), which pctl's producer needs (spec/protocol.md §5.1); restart 'pctl serve' with this version: it updates the streams of existing topics", wire.ErrUnavailable, s.stream)
 			}
 			s.floor, s.floorKnown = info.State.LastSeq, true
+			s.verify = info.Cluster != nil && info.Cluster.Name != ""
+			s.noteLeader(info)
 			return nil
 		}
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -298,7 +310,7 @@ func (s *sink) fill() {
 	}
 	window, size := s.p.opts.MaxInFlight, s.p.opts.BatchSize
 	flow := max(1, window/4)
-	for len(b.recs)-b.acked < window && len(b.recs) < size {
+	for len(b.recs)-max(b.acked, b.flowed) < window && len(b.recs) < size {
 		s.mu.Lock()
 		if len(s.queue) == 0 {
 			s.mu.Unlock()
@@ -331,6 +343,12 @@ func (s *sink) fill() {
 			return
 		}
 		pd.sends++
+		if pd.floors == nil {
+			pd.floors = map[string]uint64{}
+		}
+		if _, ok := pd.floors[s.stream]; !ok {
+			pd.floors[s.stream] = s.floor
+		}
 		b.recs = append(b.recs, pd)
 		if op == fbCommit {
 			b.commit = seq
@@ -409,7 +427,10 @@ func (s *sink) handle(ctx context.Context, r fbReply) {
 			b.anomaly = fmt.Sprintf("flow acknowledgement of batch seq %d, only %d sent", r.ackSeq, len(b.recs))
 			return
 		}
-		s.ackUpTo(int(r.ackSeq))
+		b.flowed = max(b.flowed, int(r.ackSeq))
+		if !s.verify {
+			s.ackUpTo(int(r.ackSeq))
+		}
 	case replyGap:
 		b.ended = true
 		if b.anomaly == "" {
@@ -436,6 +457,17 @@ func (s *sink) handle(ctx context.Context, r fbReply) {
 		rr := r
 		b.pubAck = &rr
 		if b.anomaly == "" && b.commit > 0 && r.ackBatch == b.id && !r.duplicate && r.count == uint64(len(b.recs)) {
+			if s.verify {
+				found, trusted, err := s.confirm(ctx, len(b.recs), r.streamSeq)
+				if err != nil {
+					b.anomaly = "cannot confirm the batch on the cluster: " + err.Error()
+					return // settle takes it up (the PubAck is kept)
+				}
+				if !trusted {
+					s.endConfirmed(ctx, found, r.streamSeq)
+					return
+				}
+			}
 			s.committed(r) // clean
 			return
 		}
@@ -537,28 +569,39 @@ func (s *sink) settle(ctx context.Context, fenceDesc *wire.Topic) (*wire.Topic, 
 		}
 		n = max(n, k)
 	}
-	// Records 1..n are persisted; the rest are not, and never will be.
+	// Records 1..n are persisted (a prefix); the rest are not, and never will be. On a cluster
+	// the server's word is checked first (confirm).
+	stored := map[int]uint64{}
 	for i := b.acked; i < n; i++ {
-		pd := b.recs[i]
-		res := Result{Partition: s.partition, Epoch: s.epoch, Seq: exact[i]}
-		if pd.failed != nil {
-			res = Result{Partition: s.partition, Epoch: s.epoch, Err: pd.failed}
-		}
-		s.p.finish(pd, res)
+		stored[i] = exact[i]
 	}
-	b.acked = n
-	var rest []*pending
-	for _, pd := range b.recs[n:] {
-		if pd.failed != nil {
-			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: pd.failed})
-			continue
+	if s.verify && n > b.acked {
+		for attempt := 0; ; attempt++ {
+			var upTo uint64
+			if b.pubAck != nil {
+				upTo = b.pubAck.streamSeq
+			}
+			found, trusted, err := s.confirm(ctx, n, upTo)
+			if err == nil {
+				if !trusted {
+					stored = found
+				}
+				break
+			}
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			s.logf("confirming batch %s: %v; retrying", b.id, err)
+			if !sleepCtx(ctx, s.pause(attempt)) {
+				return nil, ctx.Err()
+			}
 		}
-		rest = append(rest, pd)
 	}
+	rest := s.finishStored(stored)
 	transient := b.transient
 	s.p.batches.Delete(b.id)
 	s.b = nil
-	s.logf("batch %s: %d of %d records stored; %d to send again", b.id, n, len(b.recs), len(rest))
+	s.logf("batch %s: %d of %d records stored; %d to send again", b.id, len(b.recs)-len(rest), len(b.recs), len(rest))
 	if fenced != nil {
 		s.mu.Lock()
 		s.queue = append(rest, s.queue...)
@@ -670,6 +713,148 @@ func (s *sink) learn(ctx context.Context, desc, fenced **wire.Topic, exact map[i
 	}
 }
 
+// finishStored finishes the open batch's records not yet finished: those in stored (index ->
+// stream sequence, 0 if unknown) are acknowledged, refused ones fail, and the others are returned,
+// in order, to be sent again.
+func (s *sink) finishStored(stored map[int]uint64) []*pending {
+	b := s.b
+	var rest []*pending
+	for i := b.acked; i < len(b.recs); i++ {
+		pd := b.recs[i]
+		seq, ok := stored[i]
+		switch {
+		case pd.failed != nil:
+			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: pd.failed})
+		case ok:
+			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Seq: seq})
+		default:
+			rest = append(rest, pd)
+		}
+	}
+	b.acked = len(b.recs)
+	return rest
+}
+
+// endConfirmed ends a committed batch that confirm had to read back: records found are
+// acknowledged, the others (the server counted them but did not store them) go out again in a
+// new batch, after records sent later that it did store: their keys may be out of order.
+func (s *sink) endConfirmed(ctx context.Context, found map[int]uint64, streamSeq uint64) {
+	b := s.b
+	rest := s.finishStored(found)
+	if len(rest) > 0 {
+		s.holes += len(rest)
+		s.p.holes.Add(int64(len(rest)))
+		s.logf("SERVER FAULT: batch %s was committed with %d records but %d of them are not stored (nats-server counted raft proposals a leader's term change dropped); sending them again after later records: per-key order may be broken for their keys", b.id, len(b.recs), len(rest))
+	}
+	s.endBatch(streamSeq)
+	s.mu.Lock()
+	s.queue = append(rest, s.queue...)
+	s.mu.Unlock()
+}
+
+// lowFloor is the lowest stream sequence above which a copy of any of the open batch's records
+// from index i on can be stored: the sink's floor, or lower for records sent to this stream
+// before (a copy from an earlier attempt counts as a duplicate for the server).
+func (s *sink) lowFloor(from, to int) uint64 {
+	low := s.floor
+	for _, pd := range s.b.recs[from:to] {
+		if f, ok := pd.floors[s.stream]; ok && f < low {
+			low = f
+		}
+	}
+	return low
+}
+
+// leaderSettle: a stream leader elected this recently may still drop proposals of its old term.
+const leaderSettle = 5 * time.Second
+
+// noteLeader records the stream's leader from its info and reports whether it changed (or was
+// elected within leaderSettle) since the last note.
+func (s *sink) noteLeader(info *jetstream.StreamInfo) bool {
+	if info == nil || info.Cluster == nil {
+		return true
+	}
+	var since time.Time
+	if info.Cluster.LeaderSince != nil {
+		since = *info.Cluster.LeaderSince
+	}
+	changed := info.Cluster.Leader != s.leader || !since.Equal(s.leaderSince) || since.IsZero() || time.Since(since) < leaderSettle
+	s.leader, s.leaderSince = info.Cluster.Leader, since
+	return changed
+}
+
+// confirm checks, on a cluster, records acked..k-1 of the open batch that the server counted as
+// persisted. When the stream's leader is the one noted before the batch (and not newly elected),
+// the count is trusted. Otherwise the stream is read back from the floor and each record looked
+// for (every record of the batch, counted or not): found maps the index of each record found to
+// its stream sequence. Records not found get a new deduplication id before they are sent again:
+// the server may still hold the ids of its dropped proposals as "being stored" and would skip
+// their re-sends as duplicates.
+func (s *sink) confirm(ctx context.Context, k int, upTo uint64) (found map[int]uint64, trusted bool, err error) {
+	b := s.b
+	st, err := s.p.c.js.Stream(ctx, s.stream)
+	if err != nil {
+		return nil, false, err
+	}
+	info := st.CachedInfo()
+	if !s.noteLeader(info) {
+		return nil, true, nil
+	}
+	want := map[string]int{}
+	for i := b.acked; i < len(b.recs); i++ {
+		want[b.recs[i].hdr.Get(wire.HeaderMsgID)] = i
+	}
+	found = map[int]uint64{}
+	top := max(info.State.LastSeq, upTo)
+	low := s.lowFloor(b.acked, len(b.recs))
+	err = s.readRange(ctx, low+1, top, func(seq uint64, m *jetstream.RawStreamMsg) {
+		if i, ok := want[m.Header.Get(wire.HeaderMsgID)]; ok && sameRecord(m, b.recs[i].hdr, b.recs[i].rec.Value) {
+			found[i] = seq
+		}
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	for i := b.acked; i < len(b.recs); i++ {
+		if _, ok := found[i]; !ok {
+			s.p.renew(b.recs[i])
+		}
+	}
+	if len(found) < k-b.acked {
+		s.logf("read back %d..%d after a leader change: %d of %d records of batch %s found (%d counted by the server)", low+1, top, len(found), len(b.recs)-b.acked, b.id, k-b.acked)
+	}
+	return found, false, nil
+}
+
+// readRange reads stream messages first..last from the stream leader (direct gets may be
+// answered by a replica that lags), 64 at a time, and calls f for each one that exists.
+func (s *sink) readRange(ctx context.Context, first, last uint64, f func(seq uint64, m *jetstream.RawStreamMsg)) error {
+	const window = 64
+	for lo := first; lo <= last; lo += window {
+		hi := min(last, lo+window-1)
+		msgs := make([]*jetstream.RawStreamMsg, hi-lo+1)
+		errs := make([]error, len(msgs))
+		var wg sync.WaitGroup
+		for i := range msgs {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				msgs[i], errs[i] = s.getMsg(ctx, lo+uint64(i))
+			}(i)
+		}
+		wg.Wait()
+		for i, m := range msgs {
+			if errs[i] != nil {
+				return errs[i]
+			}
+			if m != nil {
+				f(lo+uint64(i), m)
+			}
+		}
+	}
+	return nil
+}
+
 // await handles replies until cond holds or the acknowledgement timeout passes.
 func (s *sink) await(ctx context.Context, cond func() bool) {
 	deadline := time.NewTimer(s.p.c.opts.AckTimeout)
@@ -695,7 +880,7 @@ func (s *sink) handleSettling(r fbReply) {
 	}
 	switch r.kind {
 	case replyFlowAck:
-		if r.ackSeq <= uint64(len(b.recs)) {
+		if r.ackSeq <= uint64(len(b.recs)) && !s.verify {
 			s.ackUpTo(int(r.ackSeq))
 		}
 	case replyGap:
@@ -771,24 +956,21 @@ func (s *sink) checkPubAck(ctx context.Context, r fbReply) (k, at int, ok bool, 
 		if m != nil && sameRecord(m, pd.hdr, pd.rec.Value) {
 			return k, i, true, nil
 		}
+		if s.verify {
+			break // on a cluster only the last counted record proves the count
+		}
 	}
 	s.logf("the PubAck of batch %s names stream sequence %d, which holds none of its records", b.id, r.streamSeq)
 	return 0, -1, false, nil
 }
 
-// getMsg reads one stored message (nil when it is gone), retrying transient failures.
+// getMsg reads one stored message from the stream leader (nil when there is none), retrying
+// transient failures. Not a direct get: any replica may answer those, one that lags included.
 func (s *sink) getMsg(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
 	for attempt := 0; ; attempt++ {
-		st, err := s.p.c.js.Stream(ctx, s.stream)
-		if err == nil {
-			var m *jetstream.RawStreamMsg
-			m, err = st.GetMsg(ctx, seq)
-			if err == nil {
-				return m, nil
-			}
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				return nil, nil
-			}
+		m, err := leaderGet(ctx, s.p.c, s.stream, seq)
+		if err == nil || errors.Is(err, jetstream.ErrMsgNotFound) {
+			return m, nil
 		}
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			return nil, fmt.Errorf("%w: partition stream %s is gone", wire.ErrNotFound, s.stream)
@@ -833,9 +1015,10 @@ func (s *sink) search(ctx context.Context, fenced *wire.Topic) (int, uint64, err
 		want[b.recs[i].hdr.Get(wire.HeaderMsgID)] = i
 	}
 	const window = 64
-	for hi := top; hi > s.floor; {
-		lo := s.floor + 1
-		if hi-s.floor > window {
+	low := s.lowFloor(b.acked, len(b.recs))
+	for hi := top; hi > low; {
+		lo := low + 1
+		if hi-low > window {
 			lo = hi - window + 1
 		}
 		msgs := make([]*jetstream.RawStreamMsg, hi-lo+1)
