@@ -633,7 +633,11 @@ func (s *sink) learn(ctx context.Context, desc, fenced **wire.Topic, exact map[i
 		if fd := s.fenceDesc; fd != nil && (*desc == nil || fd.Current().Epoch > (*desc).Current().Epoch) {
 			*desc = fd // the control loop knows a newer descriptor
 		}
+		aborted := s.aborted
 		s.mu.Unlock()
+		if aborted != nil {
+			return 0, aborted
+		}
 		if b.pubAck != nil {
 			k, at, ok, err := s.checkPubAck(ctx, *b.pubAck)
 			if err != nil {
@@ -689,7 +693,10 @@ func (s *sink) learn(ctx context.Context, desc, fenced **wire.Topic, exact map[i
 			cur := d.Current()
 			subject = wire.DataSubject(s.p.topic, cur.Epoch, s.partition)
 			if s.partition >= cur.Partitions {
-				subject = wire.RetiredSubject(s.p.topic, s.partition)
+				// Shrunk away: the retired subject takes no publishes (not even an EOB), and
+				// nothing more of the batch can be stored: read the partition back.
+				search = true
+				continue
 			}
 		} else if d != nil && d.Change != nil && b.noResp {
 			// Fenced but the new epoch is not active yet: wait for it before closing.
@@ -863,6 +870,14 @@ func (s *sink) await(ctx context.Context, cond func() bool) {
 		select {
 		case r := <-s.replies:
 			s.handleSettling(r)
+		case <-s.wake:
+			s.mu.Lock()
+			aborted := s.aborted
+			s.mu.Unlock()
+			if aborted != nil {
+				s.signal() // the run loop sees it too
+				return
+			}
 		case <-deadline.C:
 			return
 		case <-ctx.Done():
