@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -50,6 +51,7 @@ type sink struct {
 	verify      bool
 	leader      string    // the stream leader when last checked (verify)
 	leaderSince time.Time // when it was elected, as the server said
+	replicas    int       // the stream's replicas when last checked
 	holes       int       // records a committed batch claimed that were not stored (re-sent)
 	b           *batch
 	timer       *time.Timer
@@ -772,11 +774,10 @@ func (s *sink) lowFloor(from, to int) uint64 {
 	return low
 }
 
-// leaderSettle: a stream leader elected this recently may still drop proposals of its old term.
-const leaderSettle = 5 * time.Second
-
-// noteLeader records the stream's leader from its info and reports whether it changed (or was
-// elected within leaderSettle) since the last note.
+// noteLeader records the stream's leader, its election time and its replicas from the stream's
+// info, and reports whether any of them changed since the last note. nats-server 2.15.2 drops
+// fast-batch proposals around a raft term change (a leader election, or a replica count change
+// that creates or removes the stream's raft group) while counting them.
 func (s *sink) noteLeader(info *jetstream.StreamInfo) bool {
 	if info == nil || info.Cluster == nil {
 		return true
@@ -785,8 +786,8 @@ func (s *sink) noteLeader(info *jetstream.StreamInfo) bool {
 	if info.Cluster.LeaderSince != nil {
 		since = *info.Cluster.LeaderSince
 	}
-	changed := info.Cluster.Leader != s.leader || !since.Equal(s.leaderSince) || since.IsZero() || time.Since(since) < leaderSettle
-	s.leader, s.leaderSince = info.Cluster.Leader, since
+	changed := info.Cluster.Leader != s.leader || !since.Equal(s.leaderSince) || info.Config.Replicas != s.replicas
+	s.leader, s.leaderSince, s.replicas = info.Cluster.Leader, since, info.Config.Replicas
 	return changed
 }
 
@@ -822,6 +823,30 @@ func (s *sink) confirm(ctx context.Context, k int, upTo uint64) (found map[int]u
 	if err != nil {
 		return nil, false, err
 	}
+	// A record whose id another producer instance may have used (a thin client's, or a content
+	// token) may be stored further down, as long ago as the deduplication window reaches.
+	var foreign bool
+	for i := b.acked; i < len(b.recs); i++ {
+		if _, ok := found[i]; !ok && (b.recs[i].rec.Origin != nil || s.p.opts.ContentTokens) {
+			foreign = true
+		}
+	}
+	if foreign && low > 0 {
+		from, err := s.seqAt(ctx, time.Now().Add(-dedupWindow-10*time.Second))
+		if err != nil {
+			return nil, false, err
+		}
+		if from <= low {
+			err = s.readRange(ctx, from, low, func(seq uint64, m *jetstream.RawStreamMsg) {
+				if i, ok := want[m.Header.Get(wire.HeaderMsgID)]; ok && sameRecord(m, b.recs[i].hdr, b.recs[i].rec.Value) {
+					found[i] = seq
+				}
+			})
+			if err != nil {
+				return nil, false, err
+			}
+		}
+	}
 	for i := b.acked; i < len(b.recs); i++ {
 		if _, ok := found[i]; !ok {
 			s.p.renew(b.recs[i])
@@ -831,6 +856,29 @@ func (s *sink) confirm(ctx context.Context, k int, upTo uint64) (found map[int]u
 		s.logf("read back %d..%d after a leader change: %d of %d records of batch %s found (%d counted by the server)", low+1, top, len(found), len(b.recs)-b.acked, b.id, k-b.acked)
 	}
 	return found, false, nil
+}
+
+// dedupWindow is the partition streams' deduplication window (spec/protocol.md §2).
+const dedupWindow = 2 * time.Minute
+
+// seqAt returns the sequence of the stream's first message stored at or after t (the maximum
+// uint64 when there is none; a replica that lags may answer, which only makes it lower).
+func (s *sink) seqAt(ctx context.Context, t time.Time) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.p.c.opts.AckTimeout)
+	defer cancel()
+	body := fmt.Sprintf(`{"start_time":%q}`, t.UTC().Format(time.RFC3339Nano))
+	m, err := s.p.c.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+s.stream, []byte(body))
+	if err != nil {
+		return 0, err
+	}
+	if m.Header.Get("Status") != "" {
+		return ^uint64(0), nil // nothing that recent
+	}
+	seq, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("direct get of %s at %v: no sequence in the answer", s.stream, t)
+	}
+	return seq, nil
 }
 
 // readRange reads stream messages first..last from the stream leader (direct gets may be
