@@ -2,9 +2,11 @@ package broker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -185,4 +187,94 @@ func TestClusterThinProducerSurvivesBrokerDeath(t *testing.T) {
 		t.Fatalf("%d records stored, want %d", got, n)
 	}
 	_ = tp.Close(ctx)
+}
+
+// TestClusterTwoBrokersFinishAChangeWhenOneDies: two brokers serve one cluster; the broker that
+// drives an epoch change dies (its connection closed: no more requests, no answers) right after
+// each recorded step in turn, "active" included, before it computed the observed ancestry. The
+// other broker finishes the change and the ancestry, with boundaries that account for every
+// acknowledged record. Its retry loop also takes up the change while the first broker is merely
+// slow (each step of the survivor sleeps), so at times both drive the same change: the
+// compare-and-set on the descriptor keeps that safe.
+func TestClusterTwoBrokersFinishAChangeWhenOneDies(t *testing.T) {
+	skipShortCluster(t)
+	c := startCluster(t, 3)
+	for _, step := range []string{"planned", "created", "fenced", "active"} {
+		t.Run(step, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			topic := "die-" + step
+			var died atomic.Bool
+			var bs [2]*broker.Broker
+			var dead atomic.Int32 // 1 + the index of the broker that died
+			for i := range bs {
+				cfg := cfgDefault()
+				cfg.RetryInterval = 150 * time.Millisecond
+				cfg.StepHook = func(tp, s string) error {
+					if tp != topic {
+						return nil
+					}
+					if s == step && died.CompareAndSwap(false, true) {
+						dead.Store(int32(i + 1))
+						bs[i].Conn().Close() // dead to the cluster from now on
+						return errors.New("dies here")
+					}
+					time.Sleep(400 * time.Millisecond) // slow: the other broker's loop joins in
+					return nil
+				}
+				bs[i] = startClusterBroker(t, c, cfg)
+			}
+			defer func() {
+				for i, b := range bs {
+					if int(dead.Load()) == i+1 {
+						b.Abort()
+					} else {
+						b.Close()
+					}
+				}
+			}()
+			admin := clusterClient(t, c, "")
+			if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: topic, Partitions: 3, Partitioner: "kafka-murmur2"}); err != nil {
+				t.Fatal(err)
+			}
+			p, err := admin.NewProducer(ctx, topic, client.ProducerOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const n = 300
+			for i := 0; i < n; i++ {
+				if err := p.Send(ctx, client.Record{Key: []byte(fmt.Sprint("k", i%50))}, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := p.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			rctx, rcancel := context.WithTimeout(ctx, 8*time.Second)
+			_, err = admin.Repartition(rctx, wire.RepartitionRequest{Topic: topic, Partitions: 5})
+			rcancel()
+			t.Logf("repartition answered: %v", err)
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				desc, _, err := admin.Topic(ctx, topic)
+				if err == nil && desc.Change == nil && len(desc.Epochs) == 2 && desc.Epochs[1].Ancestry != nil && desc.Epochs[1].Ancestry.Source == "observed" {
+					var total uint64
+					for _, bd := range desc.Epochs[0].Boundaries {
+						total += bd
+					}
+					if total != n {
+						t.Fatalf("boundaries %v add up to %d; want the %d acknowledged records", desc.Epochs[0].Boundaries, total, n)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("60s after broker %d died at %q the change or its ancestry is unfinished: %+v (%v)", dead.Load(), step, desc, err)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if dead.Load() == 0 {
+				t.Fatalf("no broker reached step %q", step)
+			}
+		})
+	}
 }

@@ -14,7 +14,6 @@ import (
 
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
-	"pctl.dev/pctl/partitioner"
 )
 
 // produceService partitions records for thin clients with the topic's own module and publishes
@@ -49,11 +48,12 @@ type seqEntry struct {
 	seen time.Time
 }
 
-// accept checks a request's sequence and records it (spec/protocol.md §5.2): refused when a
-// request before it never arrived (seq above last+1), or when the producer is unknown here and
-// the request came on this broker's own subject (the client pipelines to us without having
-// started at the shared subject: we lost its state, or it never had any here).
-func (ps *producerSeqs) accept(topic, producer string, seq uint64, direct bool) error {
+// accept checks a request's place in its producer's sequence and records it (spec/protocol.md
+// §5.2). prev is the request's Pctl-Prev (nil without one): the sequence the client sent this
+// broker just before; a request whose prev this broker never accepted is refused, because the
+// request before it never arrived (NATS dropped it), or because this broker does not know the
+// producer (it restarted, or forgot an idle one).
+func (ps *producerSeqs) accept(topic, producer string, seq uint64, prev *uint64) error {
 	now := time.Now()
 	key := topic + "\x00" + producer
 	ps.mu.Lock()
@@ -71,13 +71,13 @@ func (ps *producerSeqs) accept(topic, producer string, seq uint64, direct bool) 
 	}
 	e := ps.last[key]
 	switch {
-	case e == nil && direct:
+	case prev != nil && e == nil:
 		return fmt.Errorf("%w: producer %s is unknown at this broker (restarted, or idle for over %v); re-send the records not yet acknowledged, in order, starting with one to %s", wire.ErrOutOfSequence, producer, seqMemory, wire.ProduceSubject(topic))
+	case prev != nil && *prev > e.seq:
+		return fmt.Errorf("%w: producer %s sequence %d follows %d, which never arrived here; re-send the records not yet acknowledged, in order", wire.ErrOutOfSequence, producer, seq, *prev)
 	case e == nil:
 		ps.last[key] = &seqEntry{seq: seq, seen: now}
 		return nil
-	case seq > e.seq+1:
-		return fmt.Errorf("%w: producer %s sequence %d arrived after %d: %d to %d never arrived; re-send the records not yet acknowledged, in order", wire.ErrOutOfSequence, producer, seq, e.seq, e.seq+1, seq-1)
 	}
 	if seq > e.seq {
 		e.seq = seq
@@ -110,10 +110,9 @@ func (b *Broker) producer(ctx context.Context, topic string) (*client.Producer, 
 		// A fresh id for every producer the service creates: records without an origin of their
 		// own are deduplicated by this id, so reusing it after a restart would drop new records
 		// as duplicates of old ones.
-		ID: "broker-" + nuid.Next(),
-		Partitioner: func(ctx context.Context, wp wire.Partitioner) (partitioner.Partitioner, error) {
-			return b.partitionerFor(ctx, wp)
-		},
+		ID:          "broker-" + nuid.Next(),
+		Partitioner: b.producePartitioner, // hooks.go: measured when a hook wants plugin calls
+		Hooks:       b.clientHooks(),
 	})
 	if err != nil {
 		return nil, err
@@ -161,7 +160,21 @@ func (b *Broker) produce(m *nats.Msg) {
 		rec.Key, rec.NoKey = key, false
 	}
 	if rec.Origin != nil {
-		if err := b.ps.seqs.accept(topic, rec.Origin.Producer, rec.Origin.Seq, direct); err != nil {
+		var prev *uint64
+		if v := m.Header.Get(wire.HeaderPrev); v != "" {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil || n >= rec.Origin.Seq {
+				b.produceErr(m, fmt.Errorf("%w: %s %q must be a sequence number below %s %d", wire.ErrBadRequest, wire.HeaderPrev, v, wire.HeaderSeq, rec.Origin.Seq))
+				return
+			}
+			prev = &n
+		} else if direct {
+			// Pipelined to this broker without saying what came before: accepted only as the
+			// start of a session would be, which needs the shared subject.
+			zero := uint64(0)
+			prev = &zero
+		}
+		if err := b.ps.seqs.accept(topic, rec.Origin.Producer, rec.Origin.Seq, prev); err != nil {
 			b.produceErr(m, err)
 			return
 		}

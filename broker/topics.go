@@ -2,7 +2,9 @@ package broker
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -16,6 +18,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/logging"
 	"pctl.dev/pctl/partitioner"
 	"pctl.dev/pctl/plugins"
 	"pctl.dev/pctl/runtime"
@@ -116,6 +119,8 @@ func (b *Broker) apiTopicCreate(ctx context.Context, m *nats.Msg) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	b.cfg.Logger.Info("topic created", "topic", t.Name, "id", t.ID, "partitions", req.Partitions, "partitioner", p.Name, "replicas", replicas,
+		"placement_tags", logging.Strings(req.PlacementTags))
 	return wire.TopicReply{Topic: *t, Revision: rev}, nil
 }
 
@@ -129,9 +134,24 @@ func (b *Broker) finishCreate(ctx context.Context, t *wire.Topic, rev uint64) er
 	if err != nil {
 		return err
 	}
-	t.Creating = false
-	_, err = b.putTopic(ctx, t, rev)
-	return err
+	id := t.ID
+	for attempt := 0; ; attempt++ {
+		t.Creating = false
+		_, err = b.putTopic(ctx, t, rev)
+		if !errors.Is(err, wire.ErrConflict) || attempt >= 20 {
+			return err
+		}
+		// Another broker (its retry loop) may have finished the creation meanwhile.
+		if t, rev, err = b.getTopic(ctx, t.Name); err != nil {
+			return err
+		}
+		switch {
+		case t.ID != id || t.Deleting:
+			return fmt.Errorf("%w: topic %s was deleted while being created", wire.ErrConflict, t.Name)
+		case !t.Creating:
+			return nil
+		}
+	}
 }
 
 // forPartitions runs f for partitions 0..n-1, a few at a time.
@@ -300,6 +320,7 @@ func (b *Broker) apiTopicDelete(ctx context.Context, m *nats.Msg) (any, error) {
 	if err := b.finishDelete(ctx, t, rev); err != nil {
 		return nil, fmt.Errorf("%w (the topic is recorded as being deleted; the broker keeps retrying)", err)
 	}
+	b.cfg.Logger.Info("topic deleted", "topic", t.Name, "id", t.ID, "streams", t.MaxPartitions())
 	return struct{}{}, nil
 }
 
@@ -323,7 +344,15 @@ func (b *Broker) finishDelete(ctx context.Context, t *wire.Topic, rev uint64) er
 			}
 		}
 	}
-	return b.deleteTopicKey(ctx, t.Name, rev)
+	err = b.deleteTopicKey(ctx, t.Name, rev)
+	if errors.Is(err, wire.ErrConflict) {
+		// Another broker may have finished the deletion meanwhile (or written the descriptor
+		// again while deleting: then the retry loop finishes it).
+		if _, _, gerr := b.getTopic(ctx, t.Name); errors.Is(gerr, wire.ErrNotFound) {
+			return nil
+		}
+	}
+	return err
 }
 
 // resolvePartitioner turns a reference (built-in name or digest of an uploaded plugin) into an
@@ -360,6 +389,14 @@ func (b *Broker) moduleBytes(ctx context.Context, ref string) ([]byte, error) {
 		}
 	}
 	wasm, err := b.objs.GetBytes(ctx, d)
+	if errors.Is(err, jetstream.ErrObjectNotFound) && b.pluginStoredAtLeader(ctx, d) {
+		// Uploaded through another broker and not yet on the replica that answered: the
+		// leader has it, so wait for the replica (reads of the object go to any replica).
+		for pause := 20 * time.Millisecond; errors.Is(err, jetstream.ErrObjectNotFound) && pause < 3*time.Second; pause *= 2 {
+			time.Sleep(pause)
+			wasm, err = b.objs.GetBytes(ctx, d)
+		}
+	}
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, fmt.Errorf("%w: no plugin with digest sha256:%s; upload it with 'pctl plugin upload FILE.wasm'", wire.ErrNotFound, d)
 	}
@@ -370,6 +407,19 @@ func (b *Broker) moduleBytes(ctx context.Context, ref string) ([]byte, error) {
 		return nil, fmt.Errorf("%w: stored plugin %s does not match its digest", wire.ErrInternal, d)
 	}
 	return wasm, nil
+}
+
+// pluginStoredAtLeader reports whether the plugins bucket's stream leader holds the object (and
+// it is not deleted).
+func (b *Broker) pluginStoredAtLeader(ctx context.Context, digest string) bool {
+	e, err := b.leaderLast(ctx, "OBJ_"+wire.PluginsBucket, "$O."+wire.PluginsBucket+".M."+base64.URLEncoding.EncodeToString([]byte(digest)))
+	if err != nil {
+		return false
+	}
+	var info struct {
+		Deleted bool `json:"deleted"`
+	}
+	return json.Unmarshal(e.value, &info) == nil && !info.Deleted
 }
 
 // partitionerFor returns a pooled partitioner for an epoch's (digest, config), shared by the

@@ -31,6 +31,16 @@ type Message struct {
 	Value       []byte
 	Producer    string // producer id, if the producer set it
 	ProducerSeq uint64
+	// Headers are the record's application headers (spec/protocol.md §5.3): every header that
+	// is not a protocol one (Pctl-*, Nats-*), name -> values in the order they were sent. Nil
+	// when the record has none.
+	Headers map[string][]string
+	// Time is the record's timestamp: its producer's time (header Pctl-Time, milliseconds) when
+	// present and well-formed (ProducerTime is then true), else Stored. Stored is when the
+	// stream stored the record.
+	Time         time.Time
+	Stored       time.Time
+	ProducerTime bool
 	// Misplaced is set on a record that is not where the topic's partitioner puts it (delivered
 	// only with ConsumerOptions.Misplaced = MisplacedDeliver): no order is promised for it.
 	Misplaced *Misplacement
@@ -160,6 +170,13 @@ type ConsumerOptions struct {
 	OnKeysAssigned func(KeyChange)
 	// Logf receives the member's decisions (acquire, release, lease lost). Default: none.
 	Logf func(format string, args ...any)
+	// Hooks observe the member (hooks.go): records consumed, gate waits, lease changes.
+	// Default: none.
+	Hooks []Hook
+
+	// keepDrained is a test hook: the member keeps its drained-epochs cache across a reset
+	// (Pulsar's bug), to show that the order checks catch it.
+	keepDrained bool
 }
 
 // Handler processes one record. Returning nil acknowledges it; an error stops the member (the
@@ -189,6 +206,15 @@ type Consumer struct {
 	commitAt  time.Time
 	seenRev   uint64
 
+	// Group generations (spec/protocol.md §6.6). positions holds effective positions at gen;
+	// states the newest (generation, position) seen of every partition key.
+	gen       uint64
+	reset     *wire.ResetState // the reset that made gen (nil at 0)
+	pending   *wire.ResetState // a newer reset seen and not applied yet: nothing is delivered
+	resetKick chan struct{}
+	seeking   int // Seek calls in progress: nothing is delivered
+	states    map[int]keyState
+
 	stats ConsumerStats
 }
 
@@ -206,6 +232,16 @@ type ConsumerStats struct {
 	WatchRestarts  int64
 	// Misplaced counts misplaced records read (whatever the policy did with them).
 	Misplaced int64
+	// Resets counts group generations this member followed (spec/protocol.md §6.6).
+	Resets int64
+}
+
+// keyState is what a member knows of a partition key: the revision it saw, and what was
+// written there.
+type keyState struct {
+	rev, gen, pos uint64
+	owner         string
+	leaseEnd      int64 // unix milliseconds
 }
 
 // NewConsumer prepares a member of a group; Run starts it.
@@ -236,7 +272,7 @@ func (c *Client) NewConsumer(ctx context.Context, topic string, opts ConsumerOpt
 		return nil, err
 	}
 	cn := &Consumer{c: c, topic: topic, topicID: t.ID, opts: opts, desc: t, positions: map[int]uint64{}, owned: map[int]*worker{},
-		revoked: map[[2]int]bool{}, assigned: map[[3]int]bool{}}
+		revoked: map[[2]int]bool{}, assigned: map[[3]int]bool{}, states: map[int]keyState{}, resetKick: make(chan struct{}, 1)}
 	cn.cond = sync.NewCond(&cn.mu)
 	return cn, nil
 }
@@ -327,6 +363,11 @@ func (cn *Consumer) Run(ctx context.Context, h Handler) error {
 	if err := cn.ensureGroup(runCtx, kv); err != nil {
 		return refusal(err)
 	}
+	// The group's generation (spec/protocol.md §6.6) before the first assignment; the watch
+	// brings later resets.
+	if err := cn.readReset(runCtx, kv); err != nil {
+		return refusal(err)
+	}
 
 	// Watch the group's committed positions (gates wait on them), and the readers.
 	go cn.watchPositions(runCtx, kv)
@@ -392,9 +433,11 @@ func (cn *Consumer) Run(ctx context.Context, h Handler) error {
 		}
 		if runCtx.Err() == nil {
 			cn.refresh(runCtx)
+			cn.applyReset(runCtx, kv)
 			cn.rebalance(runCtx, kv, h, fail)
 		}
 		select {
+		case <-cn.resetKick:
 		case <-runCtx.Done():
 			<-commitDone
 			cn.shutdown(kv)
@@ -433,7 +476,9 @@ func (cn *Consumer) watchPositions(ctx context.Context, kv jetstream.KeyValue) {
 			cn.stats.WatchRestarts++
 			cn.mu.Unlock()
 		}
-		w, err := kv.Watch(ctx, wire.GroupPrefix(cn.topicID, cn.opts.Group)+"p.*")
+		// The whole group: partition keys (positions) and g.reset (generations). Member keys come
+		// too and are ignored. (One filter: a consumer credential allows exactly this one, §8.2.)
+		w, err := kv.Watch(ctx, wire.GroupPrefix(cn.topicID, cn.opts.Group)+">")
 		if err != nil {
 			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
 			select {
@@ -480,23 +525,175 @@ func (cn *Consumer) followWatch(ctx context.Context, w jetstream.KeyWatcher, rec
 	}
 }
 
-// applyEntry takes a committed position from the group's state.
+// applyEntry takes a committed position, or a reset, from the group's state.
 func (cn *Consumer) applyEntry(e jetstream.KeyValueEntry) {
-	g, kind, name, ok := wire.ParseGroupKey(cn.topicID, e.Key())
-	q, err := strconv.Atoi(name)
+	prefix := wire.GroupPrefix(cn.topicID, cn.opts.Group)
+	name, ok := strings.CutPrefix(e.Key(), prefix)
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
 	if e.Revision() > cn.seenRev {
 		cn.seenRev = e.Revision()
 	}
-	if !ok || err != nil || g != cn.opts.Group || kind != "p" || e.Operation() != jetstream.KeyValuePut {
+	if !ok || e.Operation() != jetstream.KeyValuePut {
+		return
+	}
+	if name == "g.reset" {
+		var st wire.ResetState
+		if json.Unmarshal(e.Value(), &st) == nil {
+			cn.noteResetLocked(&st)
+		}
+		return
+	}
+	qs, ok := strings.CutPrefix(name, "p.")
+	q, err := strconv.Atoi(qs)
+	if !ok || err != nil || q < 0 {
 		return
 	}
 	var ps wire.PartitionState
-	if json.Unmarshal(e.Value(), &ps) == nil && ps.Position > cn.positions[q] {
-		cn.positions[q] = ps.Position
+	if json.Unmarshal(e.Value(), &ps) == nil {
+		cn.noteStateLocked(q, e.Revision(), ps)
+	}
+}
+
+// noteStateLocked records partition key q as written at revision rev and updates q's effective
+// position. Only a newer revision counts.
+func (cn *Consumer) noteStateLocked(q int, rev uint64, ps wire.PartitionState) {
+	if cur, ok := cn.states[q]; ok && rev <= cur.rev {
+		return
+	}
+	cn.states[q] = keyState{rev: rev, gen: ps.Generation, pos: ps.Position, owner: ps.Owner, leaseEnd: ps.LeaseEnd}
+	if ps.Generation > cn.gen {
+		return // a reset we have not applied yet: keep what we knew until we do
+	}
+	if e := cn.effectiveLocked(q); e != cn.positions[q] {
+		cn.positions[q] = e
 		cn.cond.Broadcast()
 	}
+}
+
+// effectiveLocked is partition q's effective position at the member's generation
+// (spec/protocol.md §6.6): its key's position when the key was written at this generation, else
+// the reset's position for q (0 at generation 0, or for a stream the reset did not know).
+func (cn *Consumer) effectiveLocked(q int) uint64 {
+	st, ok := cn.states[q]
+	if ok && st.gen == cn.gen {
+		return st.pos
+	}
+	if ok && st.gen > cn.gen {
+		return cn.positions[q]
+	}
+	if cn.reset != nil && q < len(cn.reset.Positions) {
+		return cn.reset.Positions[q]
+	}
+	return 0
+}
+
+// noteResetLocked takes a reset seen in the group's state: a newer generation stops every
+// delivery at once (nothing is delivered while one is pending) and is applied by Run's loop.
+func (cn *Consumer) noteResetLocked(st *wire.ResetState) {
+	if st.Generation <= cn.gen || (cn.pending != nil && st.Generation <= cn.pending.Generation) {
+		return
+	}
+	cn.pending = st
+	cn.cond.Broadcast()
+	select {
+	case cn.resetKick <- struct{}{}:
+	default:
+	}
+}
+
+// readReset reads the group's reset key (a newer generation becomes pending).
+func (cn *Consumer) readReset(ctx context.Context, kv jetstream.KeyValue) error {
+	ctx, cancel := cn.op(ctx)
+	defer cancel()
+	e, err := kv.Get(ctx, wire.ResetKey(cn.topicID, cn.opts.Group))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		if IsPermission(err) {
+			return err
+		}
+		return fmt.Errorf("%w: consumer group %s: read its reset: %v", wire.ErrUnavailable, cn.opts.Group, err)
+	}
+	var st wire.ResetState
+	if err := json.Unmarshal(e.Value(), &st); err != nil {
+		return fmt.Errorf("%w: consumer group %s: its reset key holds %.80q, not a reset", wire.ErrInternal, cn.opts.Group, e.Value())
+	}
+	cn.mu.Lock()
+	cn.noteResetLocked(&st)
+	cn.mu.Unlock()
+	return nil
+}
+
+// applyReset follows a pending reset (spec/protocol.md §6.6, members): every partition stops
+// (a record in hand finishes), the partitions-revoked callback runs, what the member derived
+// from older positions (drained epochs, passed boundaries, keys-assigned steps) is forgotten,
+// and each partition key it owned is moved to the reset's position without owner. Run's loop
+// then rebalances under the new generation.
+func (cn *Consumer) applyReset(ctx context.Context, kv jetstream.KeyValue) {
+	cn.mu.Lock()
+	st := cn.pending
+	if st == nil {
+		cn.mu.Unlock()
+		return
+	}
+	ws := make([]*worker, 0, len(cn.owned))
+	for _, w := range cn.owned {
+		ws = append(ws, w)
+	}
+	cn.mu.Unlock()
+	parallel(ws, func(w *worker) { w.stop() })
+	var owned []int
+	for _, w := range ws {
+		if !w.lost() {
+			owned = append(owned, w.partition)
+		}
+	}
+	sort.Ints(owned)
+	if len(owned) > 0 && cn.opts.OnRevoked != nil {
+		cn.opts.OnRevoked(owned)
+	}
+	cn.mu.Lock()
+	st = cn.pending // the newest one seen meanwhile
+	cn.pending = nil
+	cn.gen, cn.reset = st.Generation, st
+	cn.stats.Resets++
+	if !cn.opts.keepDrained {
+		cn.drained = 0
+	}
+	cn.revoked = map[[2]int]bool{}
+	cn.assigned = map[[3]int]bool{}
+	for q := range cn.positions {
+		delete(cn.positions, q)
+	}
+	for q := range cn.states {
+		cn.positions[q] = cn.effectiveLocked(q)
+	}
+	for q := range st.Positions {
+		cn.positions[q] = cn.effectiveLocked(q)
+	}
+	cn.owned = map[int]*worker{}
+	cn.cond.Broadcast()
+	cn.mu.Unlock()
+	cn.opts.Logf("member %s: group %s: generation %d (reset to %s by %s)", cn.opts.Member, cn.opts.Group, st.Generation, st.To, st.By)
+	parallel(ws, func(w *worker) {
+		if w.lost() {
+			return
+		}
+		w.mu.Lock()
+		rev := w.rev
+		w.mu.Unlock()
+		var pos uint64
+		if w.partition < len(st.Positions) {
+			pos = st.Positions[w.partition]
+		}
+		octx, cancel := cn.op(ctx)
+		defer cancel()
+		if err := moveKey(octx, kv, wire.PartitionKey(cn.topicID, cn.opts.Group, w.partition), st.Generation, pos, rev); err != nil {
+			cn.opts.Logf("member %s: partition %d: move to generation %d: %v (the next owner does it)", cn.opts.Member, w.partition, st.Generation, err)
+		}
+	})
 }
 
 // noteCommit records a revision this member wrote to the group's state.
@@ -618,9 +815,10 @@ func (cn *Consumer) heartbeat(ctx context.Context, kv jetstream.KeyValue) error 
 	for q := range cn.owned {
 		owns = append(owns, q)
 	}
+	gated, waited := cn.stats.Gated, cn.stats.TotalWait.Milliseconds() // shown by status pages
 	cn.mu.Unlock()
 	sort.Ints(owns)
-	body, _ := json.Marshal(wire.MemberState{ID: cn.opts.Member, Heartbeat: time.Now().UTC(), Owns: owns})
+	body, _ := json.Marshal(wire.MemberState{ID: cn.opts.Member, Heartbeat: time.Now().UTC(), Owns: owns, Gated: gated, GateWaitMS: waited})
 	ctx, cancel := cn.op(ctx)
 	defer cancel()
 	if _, err := kv.Put(ctx, wire.MemberKey(cn.topicID, cn.opts.Group, cn.opts.Member), body); err != nil {
@@ -721,6 +919,10 @@ func (cn *Consumer) rebalance(ctx context.Context, kv jetstream.KeyValue, h Hand
 	parallel(drop, func(w *worker) {
 		w.stop()
 		if !w.lost() {
+			// A partition given up at an epoch's boundary owes its keys-revoked step before
+			// the release (spec/protocol.md §6.5): a retired partition drained to its final
+			// boundary is read by no one after this.
+			w.passBoundaries(ctx, w.position())
 			cn.release(ctx, kv, w)
 		}
 	})
@@ -734,26 +936,47 @@ func (cn *Consumer) rebalance(ctx context.Context, kv jetstream.KeyValue, h Hand
 		sort.Ints(revoked)
 		cn.opts.OnRevoked(revoked)
 	}
-	// Take what is ours and free.
+	// Take what is ours and free (not while a reset is pending: the next round applies it).
 	var assigned []int
 	for q := range want {
+		cn.mu.Lock()
+		pending := cn.pending != nil
+		cn.mu.Unlock()
+		if pending {
+			break
+		}
 		cn.mu.Lock()
 		_, have := cn.owned[q]
 		cn.mu.Unlock()
 		if have {
 			continue
 		}
-		pos, rev, ok := cn.acquire(ctx, kv, q)
+		before := time.Now()
+		pos, rev, gen, ok := cn.acquire(ctx, kv, q)
 		if !ok {
 			continue
 		}
 		w := newWorker(cn, q, pos, rev)
-		w.leaseUntil = time.Now().Add(cn.opts.SessionTimeout)
+		w.gen = gen
+		w.leaseUntil = before.Add(cn.opts.SessionTimeout)
 		cn.mu.Lock()
-		cn.owned[q] = w
-		if pos > cn.positions[q] {
-			cn.positions[q] = pos
+		if st := cn.pending; cn.gen != gen || st != nil {
+			// A reset came meanwhile: move the key we just wrote to it at once (no owner), so
+			// that no one waits for this lease.
+			cn.mu.Unlock()
+			if st != nil {
+				var to uint64
+				if q < len(st.Positions) {
+					to = st.Positions[q]
+				}
+				octx, cancel := cn.op(ctx)
+				_ = moveKey(octx, kv, wire.PartitionKey(cn.topicID, cn.opts.Group, q), st.Generation, to, rev)
+				cancel()
+			}
+			continue
 		}
+		cn.owned[q] = w
+		cn.noteStateLocked(q, rev, wire.PartitionState{Owner: cn.opts.Member, LeaseEnd: w.leaseUntil.UnixMilli(), Position: pos, Generation: gen})
 		cn.mu.Unlock()
 		assigned = append(assigned, q)
 		go w.run(ctx, h, fail)
@@ -768,47 +991,68 @@ func (cn *Consumer) leaseEnd() int64 {
 	return time.Now().Add(cn.opts.SessionTimeout).UnixMilli()
 }
 
-// acquire takes partition q's lease if it is free, expired or already ours.
-func (cn *Consumer) acquire(ctx context.Context, kv jetstream.KeyValue, q int) (uint64, uint64, bool) {
+// acquire takes partition q's lease if it is free, expired or already ours, under the member's
+// generation (spec/protocol.md §6.6): a key written under an older one starts at the reset's
+// position; a key of a newer one makes the member read the group's reset first. It returns the
+// start position, the key's revision and the generation.
+func (cn *Consumer) acquire(ctx context.Context, kv jetstream.KeyValue, q int) (uint64, uint64, uint64, bool) {
 	// Not cancelled with the member: a write the server applies must not be reported as failed,
 	// or the partition would stay leased to a member that stopped (it could not release it).
 	ctx, cancel := cn.op(context.WithoutCancel(ctx))
 	defer cancel()
 	key := wire.PartitionKey(cn.topicID, cn.opts.Group, q)
+	cn.mu.Lock()
+	gen := cn.gen
+	var resetPos uint64
+	if cn.reset != nil && q < len(cn.reset.Positions) {
+		resetPos = cn.reset.Positions[q]
+	}
+	cn.mu.Unlock()
 	var ps wire.PartitionState
-	var rev uint64
 	e, err := kv.Get(ctx, key)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		// A partition created after the group: read it from its first record.
-		body, _ := json.Marshal(wire.PartitionState{Owner: cn.opts.Member, LeaseEnd: cn.leaseEnd()})
+		// A partition created after the group is read from its first record; after a reset that
+		// did not get to write this key, from the reset's position (what the gates take as its
+		// effective position too).
+		body, _ := json.Marshal(wire.PartitionState{Owner: cn.opts.Member, LeaseEnd: cn.leaseEnd(), Position: resetPos, Generation: gen})
 		r, err := kv.Create(ctx, key, body)
 		if err != nil {
-			return 0, 0, false
+			return 0, 0, 0, false
 		}
-		return 0, r, true
+		cn.opts.Logf("member %s: partition %d: acquired at %d (new key, generation %d)", cn.opts.Member, q, resetPos, gen)
+		return resetPos, r, gen, true
 	case err != nil:
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	if json.Unmarshal(e.Value(), &ps) != nil {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
-	rev = e.Revision()
+	rev := e.Revision()
+	if ps.Generation > gen {
+		// A reset this member has not seen yet: read it; the next round applies it.
+		_ = cn.readReset(ctx, kv)
+		return 0, 0, 0, false
+	}
 	if ps.Owner != "" && ps.Owner != cn.opts.Member && ps.LeaseEnd > time.Now().UnixMilli() {
-		return 0, 0, false // someone else's, still leased
+		return 0, 0, 0, false // someone else's, still leased (a lease of an older generation too)
+	}
+	if ps.Generation < gen {
+		ps.Position = resetPos // written before the reset reached it
 	}
 	if ps.Owner != "" && ps.Owner != cn.opts.Member {
 		cn.opts.Logf("member %s: partition %d: lease of %s expired %v ago; taking over at %d", cn.opts.Member, q, ps.Owner, time.Since(time.UnixMilli(ps.LeaseEnd)), ps.Position)
 	} else {
-		cn.opts.Logf("member %s: partition %d: acquired at %d", cn.opts.Member, q, ps.Position)
+		cn.opts.Logf("member %s: partition %d: acquired at %d (generation %d)", cn.opts.Member, q, ps.Position, gen)
 	}
-	ps.Owner, ps.LeaseEnd = cn.opts.Member, cn.leaseEnd()
+	ps.Owner, ps.LeaseEnd, ps.Generation = cn.opts.Member, cn.leaseEnd(), gen
 	body, _ := json.Marshal(ps)
 	r, err := kv.Update(ctx, key, body, rev)
 	if err != nil {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
-	return ps.Position, r, true
+	cn.hookLease(q, true) // hooks.go
+	return ps.Position, r, gen, true
 }
 
 // commitAll writes every owned partition's delivered position (renewing its lease when a third
@@ -859,13 +1103,25 @@ func (cn *Consumer) release(ctx context.Context, kv jetstream.KeyValue, w *worke
 		w.mu.Unlock()
 		return
 	}
-	pos, rev := w.delivered, w.rev
+	pos, rev, gen := w.delivered, w.rev, w.gen
 	w.mu.Unlock()
-	body, _ := json.Marshal(wire.PartitionState{Position: pos})
-	if newRev, err := kv.Update(ctx, wire.PartitionKey(cn.topicID, cn.opts.Group, w.partition), body, rev); err == nil {
-		cn.setPosition(w.partition, pos)
-		cn.noteCommit(newRev)
+	if cn.staleGen(gen) {
+		return // a reset came: applyReset (or the next owner) moves the key
 	}
+	body, _ := json.Marshal(wire.PartitionState{Position: pos, Generation: gen})
+	if newRev, err := kv.Update(ctx, wire.PartitionKey(cn.topicID, cn.opts.Group, w.partition), body, rev); err == nil {
+		cn.setPosition(w.partition, newRev, wire.PartitionState{Position: pos, Generation: gen})
+		cn.noteCommit(newRev)
+		cn.hookLease(w.partition, false) // hooks.go
+	}
+}
+
+// staleGen reports whether generation gen is no longer the member's (a reset is pending or
+// applied): nothing more is committed or delivered under it.
+func (cn *Consumer) staleGen(gen uint64) bool {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	return cn.pending != nil || cn.gen != gen
 }
 
 func (cn *Consumer) shutdown(kv jetstream.KeyValue) {
@@ -896,11 +1152,9 @@ func (cn *Consumer) shutdown(kv jetstream.KeyValue) {
 	}
 }
 
-func (cn *Consumer) setPosition(q int, pos uint64) {
+func (cn *Consumer) setPosition(q int, rev uint64, ps wire.PartitionState) {
 	cn.mu.Lock()
-	if pos > cn.positions[q] {
-		cn.positions[q] = pos
-	}
+	cn.noteStateLocked(q, rev, ps)
 	cn.cond.Broadcast()
 	cn.mu.Unlock()
 }
@@ -919,6 +1173,7 @@ type worker struct {
 	delivered uint64 // last record handled (acknowledged by the handler)
 	committed uint64
 	rev       uint64 // KV revision of our PartitionState
+	gen       uint64 // the group generation the partition was acquired under
 	isLost    bool
 	// leaseUntil is when our lease ends by our own clock (measured from before the write that
 	// set it). The worker delivers nothing past leaseUntil minus a margin: by then another
@@ -974,11 +1229,14 @@ func (w *worker) commit(ctx context.Context, kv jetstream.KeyValue, renew bool) 
 		w.mu.Unlock()
 		return
 	}
-	pos, rev := w.delivered, w.rev
+	pos, rev, gen := w.delivered, w.rev, w.gen
 	w.mu.Unlock()
+	if w.cn.staleGen(gen) {
+		return // commit nothing more under an old generation
+	}
 
 	now := time.Now()
-	ps := wire.PartitionState{Owner: w.cn.opts.Member, LeaseEnd: now.Add(session).UnixMilli(), Position: pos}
+	ps := wire.PartitionState{Owner: w.cn.opts.Member, LeaseEnd: now.Add(session).UnixMilli(), Position: pos, Generation: gen}
 	body, _ := json.Marshal(ps)
 	octx, cancel := w.cn.op(ctx)
 	newRev, err := kv.Update(octx, wire.PartitionKey(w.cn.topicID, w.cn.opts.Group, w.partition), body, rev)
@@ -1002,7 +1260,7 @@ func (w *worker) commit(ctx context.Context, kv jetstream.KeyValue, renew bool) 
 	}
 	w.leaseUntil = now.Add(session)
 	w.mu.Unlock()
-	w.cn.setPosition(w.partition, pos)
+	w.cn.setPosition(w.partition, newRev, ps)
 	w.cn.noteCommit(newRev)
 }
 
@@ -1028,8 +1286,10 @@ func (w *worker) run(parent context.Context, h Handler, fail func(error)) {
 	w.mu.Unlock()
 	defer cancel()
 	cn := w.cn
-	// Records already past: a boundary at or before our start position may still owe its
-	// keys-revoked step (for example right after this member took the partition over).
+	// Boundaries below the start position were passed by an earlier owner, which ran their
+	// keys-revoked steps before moving past them (spec/protocol.md §6.5); one right at it may
+	// still owe its step (the owner that reached it stopped before running it).
+	w.skipPassed(start)
 	w.passBoundaries(ctx, start)
 	var rd *partitionReader
 	defer func() {
@@ -1126,18 +1386,40 @@ func (w *worker) deliver(ctx context.Context, msg jetstream.Msg, h Handler, fail
 	if err != nil {
 		return true
 	}
-	if msg.Headers().Get(wire.HeaderFence) != "" {
+	if f := msg.Headers().Get(wire.HeaderFence); f != "" {
 		// A fence marker, not a record: nothing to deliver, but the position moves past it.
+		// The epoch before it ended at the marker's sequence - 1: the keys-revoked step of that
+		// boundary runs before the position passes the marker (spec/protocol.md §6.5), so the
+		// descriptor must say so first (a marker can be read before the epoch is active).
+		if e, err := strconv.Atoi(f); err == nil && e > 1 {
+			if err := w.ensureEnded(ctx, e-1); err != nil {
+				return false
+			}
+		}
+		if !w.current(ctx) {
+			return false
+		}
+		w.passBoundaries(ctx, md.Sequence.Stream-1)
 		w.mu.Lock()
-		w.delivered = md.Sequence.Stream
+		if md.Sequence.Stream > w.delivered {
+			w.delivered = md.Sequence.Stream
+		}
 		w.mu.Unlock()
 		w.passBoundaries(ctx, md.Sequence.Stream)
+		// Past the marker: commit at once, children's keys-assigned steps wait for it.
+		w.commitNow(ctx)
 		return true
 	}
 	m := &Message{Topic: cn.topic, Partition: w.partition, Seq: md.Sequence.Stream, Value: msg.Data(), NoKey: true}
 	hdr := msg.Headers()
 	m.Producer = hdr.Get(wire.HeaderProducer)
 	m.ProducerSeq, _ = strconv.ParseUint(hdr.Get(wire.HeaderSeq), 10, 64)
+	m.Headers = AppHeaders(hdr)
+	m.Stored = md.Timestamp.Truncate(time.Millisecond)
+	m.Time = m.Stored
+	if ms, ok := ParseTime(hdr.Get(HeaderTime)); ok {
+		m.Time, m.ProducerTime = time.UnixMilli(ms), true
+	}
 	mp, err := w.placement(ctx, m, msg.Subject(), hdr)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -1173,9 +1455,9 @@ func (w *worker) deliver(ctx context.Context, msg jetstream.Msg, h Handler, fail
 		}
 	}
 
-	if !cn.opts.DisableGating && !m.NoKey && m.Misplaced == nil {
+	if (!cn.opts.DisableGating || cn.opts.OnKeysAssigned != nil) && !m.NoKey && m.Misplaced == nil {
 		if err := w.gate(ctx, m); err != nil {
-			if ctx.Err() == nil {
+			if ctx.Err() == nil && !errors.Is(err, errStale) {
 				fail(err)
 			}
 			return false
@@ -1184,12 +1466,14 @@ func (w *worker) deliver(ctx context.Context, msg jetstream.Msg, h Handler, fail
 	if !w.holdLease(ctx) {
 		return false // lost, or stopping: another member redelivers from the committed position
 	}
+	handled := time.Now()
 	if err := h(ctx, m); err != nil {
 		if ctx.Err() == nil {
 			fail(fmt.Errorf("handler failed on partition %d seq %d: %w", w.partition, m.Seq, err))
 		}
 		return false
 	}
+	cn.hookConsumed(m, time.Since(handled)) // hooks.go
 	w.mu.Lock()
 	w.delivered = m.Seq
 	w.mu.Unlock()
@@ -1266,9 +1550,25 @@ func (w *worker) placement(ctx context.Context, m *Message, subject string, hdr 
 	return nil, nil
 }
 
+// current waits while a Seek of this member is writing its reset (it delivers nothing
+// meanwhile), and reports whether the worker's generation is still the member's: false once a
+// reset is pending or applied (the worker must stop: nothing more is delivered under it).
+func (w *worker) current(ctx context.Context) bool {
+	cn := w.cn
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	for cn.seeking > 0 && cn.pending == nil && ctx.Err() == nil {
+		waitCondTimeout(ctx, cn.cond, time.Second)
+	}
+	return ctx.Err() == nil && cn.pending == nil && cn.gen == w.gen
+}
+
 // holdLease makes sure the lease still has a safe margin before a delivery, renewing it if
 // needed; it returns false if the partition was lost or the worker is stopping.
 func (w *worker) holdLease(ctx context.Context) bool {
+	if !w.current(ctx) {
+		return false
+	}
 	margin := w.cn.opts.SessionTimeout / 4
 	for {
 		w.mu.Lock()
@@ -1301,13 +1601,30 @@ func (w *worker) position() uint64 {
 	return w.delivered
 }
 
+// skipPassed marks the boundaries of this partition below pos as passed: an owner runs a
+// boundary's keys-revoked step before its position passes the boundary (spec/protocol.md §6.5),
+// so the owner that took the position there ran it.
+func (w *worker) skipPassed(pos uint64) {
+	cn := w.cn
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	for _, e := range cn.desc.Epochs {
+		if w.partition < len(e.Boundaries) && e.Boundaries[w.partition] < pos {
+			cn.revoked[[2]int{w.partition, e.Epoch}] = true
+		}
+	}
+}
+
 // passBoundaries runs the keys-revoked step for every ended epoch whose boundary in this
-// partition the member has now delivered, then commits, which opens the children's gates.
+// partition the member has handled (pos >= boundary), once per generation, then commits at once:
+// the position then goes past the boundary (the fence marker right after it), which lets the
+// children's gates and keys-assigned steps go on (spec/protocol.md §6.5).
 func (w *worker) passBoundaries(ctx context.Context, pos uint64) {
 	cn := w.cn
 	cn.mu.Lock()
 	t := cn.desc
 	cn.mu.Unlock()
+	ran := false
 	for i := 0; i+1 < len(t.Epochs); i++ {
 		e, next := &t.Epochs[i], &t.Epochs[i+1]
 		if w.partition >= len(e.Boundaries) || pos < e.Boundaries[w.partition] {
@@ -1321,6 +1638,7 @@ func (w *worker) passBoundaries(ctx context.Context, pos uint64) {
 		if done {
 			continue
 		}
+		ran = true
 		if cn.opts.OnKeysRevoked != nil {
 			fOld, err1 := cn.partitionerFor(ctx, e)
 			fNew, err2 := cn.partitionerFor(ctx, next)
@@ -1334,18 +1652,108 @@ func (w *worker) passBoundaries(ctx context.Context, pos uint64) {
 					}})
 			}
 		}
+	}
+	if ran {
 		w.commitNow(ctx)
 	}
 }
 
+// errStale stops a worker whose generation ended (a reset) or that is stopping: not a failure.
+var errStale = errors.New("stale generation")
+
+// ensureEnded waits until the member's descriptor shows epoch e ended (with its boundaries) and
+// its successor: a record or marker of a newer epoch exists, so the broker is activating it.
+func (w *worker) ensureEnded(ctx context.Context, e int) error {
+	cn := w.cn
+	for {
+		cn.mu.Lock()
+		t := cn.desc
+		cn.mu.Unlock()
+		if ep := t.Epoch(e); ep != nil && len(ep.Boundaries) == ep.Partitions && t.Epoch(e+1) != nil {
+			return nil
+		}
+		cn.refresh(ctx)
+		cn.mu.Lock()
+		t = cn.desc
+		cn.mu.Unlock()
+		if ep := t.Epoch(e); ep != nil && len(ep.Boundaries) == ep.Partitions && t.Epoch(e+1) != nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// waitGroup waits until ok (called with cn.mu held) holds for the group's positions, reading
+// partition q's key directly once a heartbeat in case the watch missed a commit. It returns
+// errStale when the worker's generation ends meanwhile.
+func (w *worker) waitGroup(ctx context.Context, q int, ok func() bool, slow func() string) (bool, error) {
+	cn := w.cn
+	start := time.Now()
+	waited, logged := false, false
+	lastFetch := time.Now()
+	poll := cn.opts.Heartbeat
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	for !ok() {
+		if ctx.Err() != nil {
+			return waited, ctx.Err()
+		}
+		if cn.pending != nil || cn.gen != w.gen {
+			return waited, errStale
+		}
+		waited = true
+		if !logged && time.Since(start) > 3*cn.opts.SessionTimeout {
+			logged = true
+			cn.opts.Logf("member %s: partition %d: %s", cn.opts.Member, w.partition, slow())
+		}
+		waitCondTimeout(ctx, cn.cond, poll)
+		if time.Since(lastFetch) >= poll && !ok() {
+			// The watch brings positions as they are committed; in case it missed one (it is
+			// re-established after a broker restart), also read the key directly.
+			cn.mu.Unlock()
+			cn.fetchPosition(ctx, q)
+			lastFetch = time.Now()
+			cn.mu.Lock()
+		}
+	}
+	return waited, nil
+}
+
+// pastBoundaryLocked reports whether the group's position of partition q is past boundary b,
+// that is past the fence marker right after it: its owner has run the boundary's keys-revoked
+// step (spec/protocol.md §6.5). A retired partition drained to its final boundary that no live
+// lease holds counts too: no one reads its marker, and its last owner ran the step before
+// releasing it (or crashed).
+func (cn *Consumer) pastBoundaryLocked(q int, b uint64) bool {
+	pos := cn.positions[q]
+	if pos != b {
+		return pos > b
+	}
+	if st := cn.states[q]; st.owner != "" && st.leaseEnd > time.Now().UnixMilli() {
+		return false
+	}
+	t := cn.desc
+	return q >= t.Current().Partitions && pos >= finalBoundary(t, q)
+}
+
 // gate blocks a record of epoch x until, for every earlier epoch e that the group has not fully
 // drained yet, the key's partition in e is drained by the group past e's boundary (per-key exact
-// ancestry: only this record's partition waits, and only for those parents).
+// ancestry: only this record's partition waits, and only for those parents). The key's own
+// partition needs no wait (spec/protocol.md §6.7): its older records are before this one in this
+// very stream.
 //
 // Checking only epoch x-1 is not enough: a key with no records during epoch x-1 has older
 // records in epoch x-2 that nothing in x-1's partitions waits for (the randomised scenario tests
 // found exactly that). Epochs the group has drained completely are skipped, so in the steady state
 // a record checks one epoch or none.
+//
+// Then, for a key that moved here from partition q of epoch x-1, the keys-assigned step of
+// (this partition, q) runs once per generation, after q's owner ran its keys-revoked step: when
+// the group's position of q is past q's boundary (KIP-253's order, DESIGN.md §4).
 func (w *worker) gate(ctx context.Context, m *Message) error {
 	cn := w.cn
 	cn.mu.Lock()
@@ -1354,80 +1762,54 @@ func (w *worker) gate(ctx context.Context, m *Message) error {
 	if m.Epoch <= t.Epochs[0].Epoch {
 		return nil
 	}
-	for prev := t.Epoch(m.Epoch - 1); prev == nil || len(prev.Boundaries) != prev.Partitions; prev = t.Epoch(m.Epoch - 1) {
-		// The record is newer than our descriptor: fetch the new one.
-		cn.refresh(ctx)
-		if ctx.Err() != nil {
-			return ctx.Err()
+	if err := w.ensureEnded(ctx, m.Epoch-1); err != nil {
+		return err
+	}
+	cn.mu.Lock()
+	t = cn.desc
+	cn.mu.Unlock()
+	partitionIn := func(ep *wire.Epoch) (int, error) {
+		f, err := cn.partitionerFor(ctx, ep)
+		if err != nil {
+			return 0, err
 		}
-		cn.mu.Lock()
-		t = cn.desc
-		cn.mu.Unlock()
-		if p := t.Epoch(m.Epoch - 1); p == nil || len(p.Boundaries) != p.Partitions {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(50 * time.Millisecond):
-			}
+		pq, err := f.Partition(m.Key, int32(ep.Partitions))
+		if err != nil {
+			return 0, fmt.Errorf("%w: partition of key %x in epoch %d: %v", wire.ErrPluginFailed, m.Key, ep.Epoch, err)
 		}
+		return int(pq), nil
 	}
 	start := time.Now()
 	waited := false
 	parentPrev := -1 // the key's partition in epoch x-1
-	for e := m.Epoch - 1; e >= t.Epochs[0].Epoch; e-- {
+	for e := m.Epoch - 1; !cn.opts.DisableGating && e >= t.Epochs[0].Epoch; e-- {
 		if e <= cn.drainedThrough(t) {
 			break
 		}
 		ep := t.Epoch(e)
-		f, err := cn.partitionerFor(ctx, ep)
+		q, err := partitionIn(ep)
 		if err != nil {
 			return err
 		}
-		pq, err := f.Partition(m.Key, int32(ep.Partitions))
-		if err != nil {
-			return fmt.Errorf("%w: partition of key %x in epoch %d: %v", wire.ErrPluginFailed, m.Key, ep.Epoch, err)
-		}
-		q := int(pq)
 		if e == m.Epoch-1 {
 			parentPrev = q
 		}
+		if q == w.partition {
+			continue
+		}
 		boundary := ep.Boundaries[q]
-		if q == w.partition && w.position() >= boundary {
-			// The key's older records here are before this one in this very stream and already
-			// handled; make that visible to the group before going on.
-			w.commitNow(ctx)
+		wt, err := w.waitGroup(ctx, q, func() bool { return cn.positions[q] >= boundary }, func() string {
+			return fmt.Sprintf("record %d (epoch %d, key %q) still waits for partition %d to reach %d (epoch %d boundary); the group is at %d",
+				m.Seq, m.Epoch, m.Key, q, boundary, e, cn.positions[q])
+		})
+		waited = waited || wt
+		if err != nil {
+			return err
 		}
-		cn.mu.Lock()
-		logged := false
-		lastFetch := time.Now()
-		poll := cn.opts.Heartbeat
-		for cn.positions[q] < boundary {
-			if ctx.Err() != nil {
-				cn.mu.Unlock()
-				return ctx.Err()
-			}
-			waited = true
-			if !logged && time.Since(start) > 3*cn.opts.SessionTimeout {
-				logged = true
-				cn.opts.Logf("member %s: partition %d: record %d (epoch %d, key %q) still waits for partition %d to reach %d (epoch %d boundary); the group is at %d",
-					cn.opts.Member, w.partition, m.Seq, m.Epoch, m.Key, q, boundary, e, cn.positions[q])
-			}
-			waitCondTimeout(ctx, cn.cond, poll)
-			if time.Since(lastFetch) >= poll && cn.positions[q] < boundary {
-				// The watch brings positions as they are committed; in case it missed one
-				// (it is re-established after a broker restart), also read the parent's
-				// position directly, once a heartbeat while waiting.
-				cn.mu.Unlock()
-				cn.fetchPosition(ctx, q)
-				lastFetch = time.Now()
-				cn.mu.Lock()
-			}
-		}
-		cn.mu.Unlock()
 	}
-	cn.mu.Lock()
 	if waited {
 		d := time.Since(start)
+		cn.mu.Lock()
 		cn.stats.Gated++
 		cn.stats.TotalWait += d
 		if d > cn.stats.MaxWait {
@@ -1436,25 +1818,51 @@ func (w *worker) gate(ctx context.Context, m *Message) error {
 		if len(cn.stats.Waits) < 100000 {
 			cn.stats.Waits = append(cn.stats.Waits, d)
 		}
+		cn.mu.Unlock()
+		cn.hookGateWait(w.partition, m.Epoch, d) // hooks.go
 	}
+	if cn.opts.OnKeysAssigned == nil {
+		return nil
+	}
+	prev, next := t.Epoch(m.Epoch-1), t.Epoch(m.Epoch)
 	q := parentPrev
+	if q < 0 {
+		var err error
+		if q, err = partitionIn(prev); err != nil {
+			return err
+		}
+	}
 	akey := [3]int{w.partition, m.Epoch, q}
-	first := q >= 0 && q != w.partition && !cn.assigned[akey]
+	cn.mu.Lock()
+	done := q == w.partition || cn.assigned[akey]
+	cn.mu.Unlock()
+	if done {
+		return nil
+	}
+	b := prev.Boundaries[q]
+	if _, err := w.waitGroup(ctx, q, func() bool { return cn.pastBoundaryLocked(q, b) }, func() string {
+		return fmt.Sprintf("keys-assigned from partition %d (epoch %d) still waits for the group to pass that partition's boundary %d; the group is at %d",
+			q, prev.Epoch, b, cn.positions[q])
+	}); err != nil {
+		return err
+	}
+	cn.mu.Lock()
+	done = cn.assigned[akey]
 	cn.assigned[akey] = true
 	cn.mu.Unlock()
-	if first && cn.opts.OnKeysAssigned != nil {
-		prev, next := t.Epoch(m.Epoch-1), t.Epoch(m.Epoch)
-		f, err1 := cn.partitionerFor(ctx, prev)
-		fNew, err2 := cn.partitionerFor(ctx, next)
-		if err1 == nil && err2 == nil {
-			child := w.partition
-			cn.opts.OnKeysAssigned(KeyChange{Topic: cn.topic, FromEpoch: prev.Epoch, ToEpoch: next.Epoch, Partition: child, Parent: q,
-				Moved: func(k []byte) bool {
-					a, _ := f.Partition(k, int32(prev.Partitions))
-					b, _ := fNew.Partition(k, int32(next.Partitions))
-					return int(a) == q && int(b) == child
-				}})
-		}
+	if done {
+		return nil
+	}
+	f, err1 := cn.partitionerFor(ctx, prev)
+	fNew, err2 := cn.partitionerFor(ctx, next)
+	if err1 == nil && err2 == nil {
+		child := w.partition
+		cn.opts.OnKeysAssigned(KeyChange{Topic: cn.topic, FromEpoch: prev.Epoch, ToEpoch: next.Epoch, Partition: child, Parent: q,
+			Moved: func(k []byte) bool {
+				a, _ := f.Partition(k, int32(prev.Partitions))
+				b, _ := fNew.Partition(k, int32(next.Partitions))
+				return int(a) == q && int(b) == child
+			}})
 	}
 	return nil
 }
@@ -1473,7 +1881,13 @@ func (cn *Consumer) fetchPosition(ctx context.Context, q int) {
 	}
 	var ps wire.PartitionState
 	if json.Unmarshal(e.Value(), &ps) == nil {
-		cn.setPosition(q, ps.Position)
+		cn.mu.Lock()
+		newer := ps.Generation > cn.gen
+		cn.mu.Unlock()
+		if newer {
+			_ = cn.readReset(ctx, kv)
+		}
+		cn.setPosition(q, e.Revision(), ps)
 	}
 }
 

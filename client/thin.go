@@ -190,12 +190,15 @@ type ThinProducer struct {
 	seq     uint64
 	pending map[uint64]*thinPending
 	broker  string // the broker requests go to; "" while none is known
-	probing bool   // with broker == "": one request is out to the shared subject
-	paused  bool   // a failure was seen: nothing is sent until the pause ends
-	pause   time.Duration
-	lastErr error // the last retryable failure of any record
-	fatal   error
-	closed  bool
+	// sessionLast is the sequence of the request last published since the probe that found the
+	// broker (the next request's Pctl-Prev).
+	sessionLast uint64
+	probing     bool // with broker == "": one request is out to the shared subject
+	paused      bool // a failure was seen: nothing is sent until the pause ends
+	pause       time.Duration
+	lastErr     error // the last retryable failure of any record
+	fatal       error
+	closed      bool
 
 	stopViolation func()
 	stop          chan struct{}
@@ -316,15 +319,23 @@ func (t *ThinProducer) Send(ctx context.Context, rec Record, done func(Result)) 
 // publishLocked sends an attempt of pd: to the known broker, or (as the one probe) to the shared
 // subject. A publish that fails (the connection is closed) makes the record wait for a re-send.
 func (t *ThinProducer) publishLocked(pd *thinPending) {
-	subject := t.subject
+	subject, header := t.subject, pd.msg.Header
 	if t.broker != "" {
+		// Pipelined to one broker: say which request came before, so that the broker can tell
+		// when one never arrived.
 		subject = wire.ProduceBrokerSubject(t.topic, t.broker)
+		header = make(nats.Header, len(pd.msg.Header)+1)
+		for k, v := range pd.msg.Header {
+			header[k] = v
+		}
+		header[wire.HeaderPrev] = []string{strconv.FormatUint(t.sessionLast, 10)}
 	} else {
 		t.probing = true
 	}
+	t.sessionLast = pd.seq
 	pd.attempt++
 	pd.sentAt = time.Now()
-	m := &nats.Msg{Subject: subject, Data: pd.msg.Data, Header: pd.msg.Header,
+	m := &nats.Msg{Subject: subject, Data: pd.msg.Data, Header: header,
 		Reply: t.prefix + strconv.FormatUint(pd.seq, 10) + "." + strconv.Itoa(pd.attempt)}
 	// Published under t.mu, so that requests leave in sequence order.
 	if err := t.c.nc.PublishMsg(m); err != nil {

@@ -14,7 +14,9 @@ import (
 	"pctl.dev/pctl/runtime"
 )
 
-// BenchmarkPartition measures, for every built-in and key lengths 16 and 64:
+// BenchmarkPartition measures, for every built-in and for the Go-built kafka-murmur2 (whose code
+// uses memory.fill and memory.copy, so it pays the bulk charges of spec/abi-v1.md §7.2; its
+// baseline is the native kafka-murmur2), and key lengths 16 and 64:
 //
 //	native               the Go implementation (the baseline)
 //	wasm                 one key per call through an Instance (the producer's hot path), guarded
@@ -32,8 +34,18 @@ func BenchmarkPartition(b *testing.B) {
 	defer guarded.Close(ctx)
 	defer unguarded.Close(ctx)
 	results := map[string]float64{} // "plugin/path/keylen" -> ns per key
+	type bench struct{ name, native string }
+	var benches []bench
 	for _, name := range plugins.BuiltinNames() {
-		wasm, _ := plugins.Builtin(name)
+		benches = append(benches, bench{name, name})
+	}
+	benches = append(benches, bench{"kafka-murmur2-go", "kafka-murmur2"})
+	for _, bn := range benches {
+		name := bn.name
+		wasm, ok := plugins.Builtin(name)
+		if !ok {
+			wasm = plugins.Murmur2Builds()["go"]
+		}
 		mg, err := guarded.Load(ctx, wasm)
 		if err != nil {
 			b.Fatal(err)
@@ -44,7 +56,7 @@ func BenchmarkPartition(b *testing.B) {
 		}
 		pg, _ := partitioner.NewWASM(ctx, mg, nil, runtime.PoolOptions{Size: 1})
 		pu, _ := partitioner.NewWASM(ctx, mu, nil, runtime.PoolOptions{Size: 1})
-		nat, _ := partitioner.Native(name)
+		nat, _ := partitioner.Native(bn.native)
 		for _, keyLen := range []int{16, 64} {
 			keys := make([][]byte, 4096)
 			for i := range keys {

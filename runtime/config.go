@@ -138,4 +138,6 @@ func (c Config) withDefaults() (Config, error) {
 }
 
 // fuelTime is a rough conversion used only in messages.
-func fuelTime(f int64) time.Duration { return (time.Duration(f/2) * time.Nanosecond).Round(100 * time.Millisecond) }
+func fuelTime(f int64) time.Duration {
+	return (time.Duration(f/2) * time.Nanosecond).Round(100 * time.Millisecond)
+}

@@ -199,7 +199,11 @@ func (in *instance) fail(op string, err error) error {
 		e.Detail = fmt.Sprintf("proc_exit(%d); a partitioner must return, not exit", exit.ExitCode())
 	case in.fuel != nil && int64(in.fuel.Get()) < 0:
 		e.Err = ErrTimeLimit
-		e.Detail = fmt.Sprintf("used its whole work budget of %d units (spec/abi-v1.md §7.2, about %v of work): it loops forever, does unbounded work or is far too slow for a partitioner", cfg.Fuel, fuelTime(cfg.Fuel))
+		budget := cfg.Fuel
+		if op == "start" || op == "_initialize" {
+			budget = cfg.InitFuel
+		}
+		e.Detail = fmt.Sprintf("used its whole work budget of %d units (spec/abi-v1.md §7.2, about %v of work): it loops forever, does unbounded work or is far too slow for a partitioner", budget, fuelTime(budget))
 	case (in.depth != nil && uint32(in.depth.Get()) > cfg.MaxCallDepth) || strings.Contains(err.Error(), "stack overflow"):
 		e.Err = ErrCallDepth
 		e.Detail = fmt.Sprintf("nested more than %d calls (unbounded recursion?)", cfg.MaxCallDepth)

@@ -33,9 +33,19 @@ type Runtime struct {
 	cache wazero.CompilationCache
 
 	mu      sync.Mutex
-	modules map[string]*Module // by digest
-	wasi    api.Module         // instantiated on first use
+	modules map[string]*Module   // by digest
+	loading map[string]*loadCall // loads in progress, by digest
+	wasi    api.Module           // instantiated on first use
 	closed  bool
+}
+
+// loadCall is one Load of a digest in progress: concurrent Loads of the same bytes wait for it
+// instead of compiling again (wazero's compiler races with itself when it compiles the same
+// module twice at once, and the work would be wasted anyway).
+type loadCall struct {
+	done chan struct{}
+	m    *Module
+	err  error
 }
 
 // New returns a Runtime with the given configuration (zero value: all defaults).
@@ -126,20 +136,31 @@ func (r *Runtime) Load(ctx context.Context, wasm []byte) (*Module, error) {
 		r.mu.Unlock()
 		return m, nil
 	}
+	if c, ok := r.loading[digest]; ok {
+		r.mu.Unlock()
+		select {
+		case <-c.done:
+			return c.m, c.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	c := &loadCall{done: make(chan struct{})}
+	if r.loading == nil {
+		r.loading = make(map[string]*loadCall)
+	}
+	r.loading[digest] = c
 	r.mu.Unlock()
 
-	m, err := r.load(ctx, wasm, digest)
-	if err != nil {
-		return nil, err
-	}
+	c.m, c.err = r.load(ctx, wasm, digest)
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if prev, ok := r.modules[digest]; ok { // lost a race with another Load of the same bytes
-		_ = m.compiled.Close(ctx)
-		return prev, nil
+	delete(r.loading, digest)
+	if c.err == nil {
+		r.modules[digest] = c.m
 	}
-	r.modules[digest] = m
-	return m, nil
+	r.mu.Unlock()
+	close(c.done)
+	return c.m, c.err
 }
 
 func head(b []byte) []byte {

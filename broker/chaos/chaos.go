@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,7 +47,7 @@ type Config struct {
 	Bin string
 	// Brokers is the number of 'pctl serve' processes [2].
 	Brokers int
-	// Traffic is how long the producers send [15s].
+	// Traffic is how long the producers send [12s].
 	Traffic time.Duration
 	// Rate is each producer's records per second [150].
 	Rate int
@@ -77,7 +76,7 @@ func (c *Config) defaults() error {
 		c.Brokers = 2
 	}
 	if c.Traffic == 0 {
-		c.Traffic = 15 * time.Second
+		c.Traffic = 12 * time.Second
 	}
 	if c.Rate == 0 {
 		c.Rate = 150
@@ -139,7 +138,8 @@ type Result struct {
 	LiveIncomplete           bool
 	LateIncomplete           bool
 	LiveMissing, LateMissing int64
-	// WorstStall is the longest gap between two live deliveries while the traffic flowed.
+	// WorstStall is the longest delivery delay of the run: from a record's hand-over to its
+	// producer (Send) to its first delivery to the live group.
 	WorstStall time.Duration
 	// SetupRetries are the steps (broker start and restart, topic creation, a first consumer)
 	// that failed and were tried again (see run.setup): not failures of the run, but findings.
@@ -156,7 +156,8 @@ type FaultRecord struct {
 	Target string        // what it hit: "n2 (leader of pctl-orders_3)", "broker b1"
 	Began  time.Duration // from the traffic's start
 	Ended  time.Duration // when the target was back
-	// Stall is the longest gap between live deliveries from Began to 10s after Ended.
+	// Stall is the longest delivery delay (Send to the live group's first delivery) of the
+	// records handed to producers from 1s before Began to Ended.
 	Stall time.Duration
 	Err   string // the fault could not be injected (no leader found...)
 }
@@ -239,7 +240,7 @@ func (r *Result) Summary() string {
 	if !r.OK() {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("seed %d: %s; %d sent, %d acked; changes: %s; faults: %s; drain %v, worst stall %v",
+	return fmt.Sprintf("seed %d: %s; %d sent, %d acked; changes: %s; faults: %s; drain %v, worst delivery delay %v",
 		r.Seed, verdict, r.Sent, r.Acked, strings.Join(cs, ", "), strings.Join(fs, ", "), r.Drain.Round(time.Millisecond), r.WorstStall.Round(time.Millisecond))
 }
 
@@ -252,20 +253,21 @@ type run struct {
 	creds   map[string]string // role -> seed file
 	brokers []*brokerProc
 
-	mu        sync.Mutex
-	sent      []verify.Sent
-	deliv     []verify.Delivered
-	places    []scenario.Placement
-	liveTimes []time.Duration // first deliveries of the live group, from t0
-	sendErrs  []string
-	ackedIDs  []string // recordID of every acknowledged record
-	pending   []pendingCount
-	order     atomic.Int64
-	acked     atomic.Int64
-	failed    atomic.Int64
-	res       Result
-	admin     *client.Client
-	named     map[string]*client.Client // connection name -> client (to find a client's node)
+	mu       sync.Mutex
+	sent     []verify.Sent
+	deliv    []verify.Delivered
+	places   []scenario.Placement
+	handedAt map[string]time.Duration // recordID -> when it was handed to its producer, from t0
+	liveAt   map[string]time.Duration // recordID -> its first delivery to the live group, from t0
+	sendErrs []string
+	ackedIDs []string // recordID of every acknowledged record
+	pending  []pendingCount
+	order    atomic.Int64
+	acked    atomic.Int64
+	failed   atomic.Int64
+	res      Result
+	admin    *client.Client
+	named    map[string]*client.Client // connection name -> client (to find a client's node)
 }
 
 // Run executes a run. Its error is for a run that could not be set up (the cluster or a broker
@@ -557,34 +559,33 @@ func (r *run) connect(role, name string) (*client.Client, error) {
 	return c, nil
 }
 
-// stalls computes the worst gap between live deliveries during the traffic, and around each
+// stalls computes the delivery delays: the worst of the run, and of the records sent around each
 // fault.
 func (r *run) stalls(trafficEnd time.Duration) {
 	r.mu.Lock()
-	ts := append([]time.Duration(nil), r.liveTimes...)
-	r.mu.Unlock()
-	sort.Slice(ts, func(i, j int) bool { return ts[i] < ts[j] })
-	gap := func(from, to time.Duration) time.Duration {
-		var worst time.Duration
-		prev := from
-		for _, t := range ts {
-			if t < from {
-				continue
-			}
-			if t > to {
-				break
-			}
-			worst = max(worst, t-prev)
-			prev = t
+	defer r.mu.Unlock()
+	type rec struct{ at, delay time.Duration }
+	var recs []rec
+	for id, live := range r.liveAt {
+		if h, ok := r.handedAt[id]; ok {
+			recs = append(recs, rec{h, live - h})
 		}
-		return worst
 	}
-	r.res.WorstStall = gap(0, trafficEnd)
+	worst := func(from, to time.Duration) time.Duration {
+		var w time.Duration
+		for _, x := range recs {
+			if x.at >= from && x.at <= to {
+				w = max(w, x.delay)
+			}
+		}
+		return w
+	}
+	r.res.WorstStall = worst(0, trafficEnd)
 	for i := range r.res.Faults {
 		f := &r.res.Faults[i]
 		if f.Began == 0 && f.Ended == 0 {
 			continue
 		}
-		f.Stall = gap(f.Began, min(f.Ended+10*time.Second, trafficEnd))
+		f.Stall = worst(f.Began-time.Second, f.Ended)
 	}
 }

@@ -49,7 +49,7 @@ func TestClusterFaults(t *testing.T) {
 			mu.Unlock()
 			t.Log(res.Summary())
 			for _, f := range res.Faults {
-				t.Logf("  fault %-18s %-40s began %5.1fs ended %5.1fs stall %v %s", f.Kind, f.Target, f.Began.Seconds(), f.Ended.Seconds(), f.Stall.Round(time.Millisecond), f.Err)
+				t.Logf("  fault %-18s %-40s began %5.1fs ended %5.1fs delay %v %s", f.Kind, f.Target, f.Began.Seconds(), f.Ended.Seconds(), f.Stall.Round(time.Millisecond), f.Err)
 			}
 			for _, s := range res.SetupRetries {
 				t.Logf("  setup retried: %s", s)

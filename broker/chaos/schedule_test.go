@@ -14,7 +14,7 @@ import (
 // (the CI set), a seed's plan is the same every time, and node faults come in time order inside
 // the traffic.
 func TestScheduleCoversEveryKind(t *testing.T) {
-	const traffic = 15 * time.Second
+	const traffic = 12 * time.Second
 	seen := map[FaultKind]bool{}
 	for seed := int64(1); seed <= 10; seed++ {
 		p := Schedule(seed, traffic, 2)

@@ -75,8 +75,15 @@ func (r *run) sendLoop(id string, seed int64, send func(context.Context, client.
 			rec.Key = []byte("key-" + strconv.Itoa(rng.Intn(r.cfg.Keys)))
 		}
 		handed++
+		at := time.Since(r.t0)
 		err := send(r.ctx, rec, func(res client.Result) {
 			resolved.Add(1)
+			r.mu.Lock()
+			if r.handedAt == nil {
+				r.handedAt = map[string]time.Duration{}
+			}
+			r.handedAt[recordID(id, res.ProducerSeq)] = at
+			r.mu.Unlock()
 			r.logSent(verify.Sent{Producer: id, PSeq: res.ProducerSeq, Key: rec.Key, NoKey: rec.NoKey, Acked: res.Err == nil}, res.Err)
 		})
 		if err != nil {
@@ -187,7 +194,10 @@ func (g *group) add(id string) error {
 				g.unique.Add(1)
 				if g.live {
 					r.mu.Lock()
-					r.liveTimes = append(r.liveTimes, time.Since(r.t0))
+					if r.liveAt == nil {
+						r.liveAt = map[string]time.Duration{}
+					}
+					r.liveAt[rid] = time.Since(r.t0)
 					r.mu.Unlock()
 				}
 			}

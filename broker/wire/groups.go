@@ -10,6 +10,8 @@ import (
 //
 //	<topic id>.<group>.m.<member>     MemberState, re-put every heartbeat
 //	<topic id>.<group>.p.<partition>  PartitionState, changed only by compare-and-set
+//	<topic id>.<group>.g.created      creation time (RFC 3339)
+//	<topic id>.<group>.g.reset        ResetState, changed only by compare-and-set (§6.6)
 //
 // The topic id (not its name) scopes the state, so a topic deleted and created again under the
 // same name starts with fresh positions.
@@ -23,6 +25,9 @@ func MemberKey(topicID, group, member string) string {
 func PartitionKey(topicID, group string, partition int) string {
 	return topicID + "." + group + ".p." + strconv.Itoa(partition)
 }
+
+// ResetKey is the key of a group's last reset (spec/protocol.md §6.6).
+func ResetKey(topicID, group string) string { return topicID + "." + group + ".g.reset" }
 
 // GroupPrefix is the key prefix of a group's state.
 func GroupPrefix(topicID, group string) string { return topicID + "." + group + "." }
@@ -46,6 +51,10 @@ type MemberState struct {
 	Heartbeat time.Time `json:"heartbeat"`
 	// Partitions the member currently owns (informational).
 	Owns []int `json:"owns,omitempty"`
+	// Gated and GateWaitMS count, since the member started, the records it held at the epoch gate
+	// (spec/protocol.md §6.5) and their total wait in milliseconds (informational: status pages).
+	Gated      int64 `json:"gated,omitempty"`
+	GateWaitMS int64 `json:"gate_wait_ms,omitempty"`
 }
 
 // PartitionState is a group's state for one partition stream: who owns it, until when, and the
@@ -55,6 +64,20 @@ type PartitionState struct {
 	Owner    string `json:"owner,omitempty"`
 	LeaseEnd int64  `json:"lease_end,omitempty"` // unix milliseconds
 	Position uint64 `json:"position"`
+	// Generation is the group generation (number of resets, spec/protocol.md §6.6) the state was
+	// written under; absent: 0.
+	Generation uint64 `json:"generation,omitempty"`
+}
+
+// ResetState is a group's last reset (spec/protocol.md §6.6): writing it is the reset's commit
+// point. Positions[q] is where partition stream q starts at Generation.
+type ResetState struct {
+	Generation uint64   `json:"generation"`
+	To         string   `json:"to"`             // "beginning", "end" or "time"
+	Time       int64    `json:"time,omitempty"` // unix milliseconds, for "time"
+	Positions  []uint64 `json:"positions"`
+	By         string   `json:"by,omitempty"`
+	At         string   `json:"at,omitempty"` // RFC 3339
 }
 
 // ValidGroup checks a group name (same rules as a topic name).

@@ -55,6 +55,10 @@ const (
 	// HeaderBroker names, on every reply of the produce service, the broker that answered: a
 	// pipelining thin client sends its next requests to ProduceBrokerSubject(topic, that id).
 	HeaderBroker = "Pctl-Broker"
+	// HeaderPrev, on a produce request pipelined to one broker's subject, is the Pctl-Seq of the
+	// request the client sent that broker just before it (spec/protocol.md §5.2): the broker
+	// refuses the request (out_of_sequence) when it never accepted that one.
+	HeaderPrev = "Pctl-Prev"
 	// HeaderFence marks a fence marker: not a record, but the message the broker stores in a
 	// partition stream when it fences it (its value: the new epoch). Consumers skip it.
 	HeaderFence = "Pctl-Fence"

@@ -21,6 +21,7 @@ import (
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/progress"
 )
 
 func init() {
@@ -54,7 +55,7 @@ func cmdBench(e *env, args []string) int {
 		if len(args) > 0 {
 			w = e.stdout
 		}
-		fmt.Fprintln(w, "Usage: pctl bench produce|epoch [flags]\n\nSubcommands:\n  produce      produce throughput: raw JetStream vs client-side vs broker-side\n  epoch        epoch gating: consumer throughput gated vs not, delivery delay at a change vs pausing producers")
+		fmt.Fprintln(w, "Usage: pctl bench produce|epoch|sync [flags]\n\nSubcommands:\n  produce      produce throughput: raw JetStream vs client-side vs broker-side\n  epoch        epoch gating: consumer throughput gated vs not, delivery delay at a change vs pausing producers\n  sync         the cost of fsync before acknowledging: produce throughput with sync_interval always vs 2m")
 		if len(args) == 0 {
 			return exitUsage
 		}
@@ -65,8 +66,10 @@ func cmdBench(e *env, args []string) int {
 		return cmdBenchProduce(e, args[1:])
 	case "epoch":
 		return cmdBenchEpoch(e, args[1:])
+	case "sync":
+		return cmdBenchSync(e, args[1:])
 	}
-	return usageErr(e, "bench", "unknown benchmark %q; there are: produce, epoch", args[0])
+	return usageErr(e, "bench", "unknown benchmark %q; there are: produce, epoch, sync", args[0])
 }
 
 // benchConfig sizes a produce benchmark.
@@ -139,9 +142,16 @@ func cmdBenchProduce(e *env, args []string) int {
 	}
 	fmt.Fprintf(e.stderr, "pctl %s: %d records x %d variants x %d rounds, %d partitions, %d keys, %d-byte values, %s; %s\n",
 		cmd, cfg.Records, len(benchVariants), cfg.Rounds, cfg.Partitions, cfg.Keys, cfg.ValueSize, cfg.Partitioner, where)
+	bar := progress.New(e.stderr, e.getenv, int64(cfg.Rounds*len(benchVariants)), "bench produce", "runs")
 	res, err := runProduceBench(e.ctx, cfg, func(format string, args ...any) {
+		if bar != nil {
+			bar.Printf("pctl %s: %s", cmd, fmt.Sprintf(format, args...))
+			bar.Add(1) // one line per measured run
+			return
+		}
 		fmt.Fprintf(e.stderr, "pctl %s: %s\n", cmd, fmt.Sprintf(format, args...))
 	})
+	bar.Finish()
 	if err != nil {
 		return exitFor(e, cmd, err)
 	}
@@ -218,15 +228,18 @@ func runProduceBench(ctx context.Context, cfg benchConfig, logf func(string, ...
 	return pb.results(times), nil
 }
 
-func (pb *produceBench) results(times map[string][]time.Duration) []benchResult {
-	median := func(ds []time.Duration) time.Duration {
-		s := append([]time.Duration(nil), ds...)
-		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-		if len(s)%2 == 1 {
-			return s[len(s)/2]
-		}
-		return (s[len(s)/2-1] + s[len(s)/2]) / 2
+// median is the median of some durations.
+func (pb *produceBench) median(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
 	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func (pb *produceBench) results(times map[string][]time.Duration) []benchResult {
+	median := pb.median
 	var res []benchResult
 	var raw float64
 	for _, v := range benchVariants {

@@ -105,7 +105,7 @@ func TestClusterNumbers(t *testing.T) {
 
 	// The longest delivery stall during each kind of fault (one run per kind, the fault in the
 	// middle of the traffic, with one change during it), against the run without faults.
-	fmt.Fprintf(&report, "\n| fault (one run each, 2 brokers, R3) | longest live-group delivery gap | verdict |\n|---|---|---|\n")
+	fmt.Fprintf(&report, "\n| fault (one run each, 2 brokers, R3) | longest delivery delay (send to live group) | verdict |\n|---|---|---|\n")
 	fmt.Fprintf(&report, "| none (baseline, 4 changes) | %v | %s |\n", quiet.WorstStall.Round(time.Millisecond), verdict(quiet))
 	for _, k := range chaos.Kinds {
 		p := chaos.Plan{Changes: []chaos.Change{{At: 7 * time.Second, Partitions: 6}}}

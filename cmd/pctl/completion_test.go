@@ -110,4 +110,3 @@ func TestFishAndZshCompletionNameEveryCommand(t *testing.T) {
 		t.Errorf("unknown shell: exit %d %q", code, stderr)
 	}
 }
-

@@ -48,9 +48,19 @@ when the key or epoch is unusable) and "misplaced_reason"; text: a sixth field
 "misplaced:<expected partition or ->"), in its stream's order, no order promised for its key;
 skip: do not print it, go past it. Every misplaced record is also reported on standard error.
 
+--headers (jsonl) adds the record's application headers, "headers": {"name": ["value", ...]}
+(absent when it has none), its timestamp "time" (unix milliseconds: the producer's time when it
+gave one, else when the record was stored) and "stored" (when it was stored, unix milliseconds).
+
 --from-beginning starts a group that does not exist yet at the first record of every partition
 (default: after the records present when the group is created). An existing group always goes on
 from its committed positions.
+
+--reset-to moves the whole group before this member joins it (spec/protocol.md §6.6): earliest
+(every record of every epoch again), latest (only what comes next), or a time, RFC 3339
+(2026-11-30T07:00:00Z) or a duration ago (10m): the first records stored at or after it. Every
+member of the group, running or not, goes on from there; records of one key still come in order.
+The same as 'pctl topic groups TOPIC --group GROUP --reset ...' followed by this command.
 
 It runs until interrupted (SIGINT/SIGTERM: it commits and leaves the group; exit 0), --max N
 records were printed (exit 0), or --idle-exit D passed without a new record (exit 0). Needs the
@@ -60,7 +70,7 @@ unreachable or failed.
 
 func cmdConsume(e *env, args []string) int {
 	const cmd = "consume"
-	fs := newFlags(e, cmd, "consume TOPIC --group GROUP [--format text|jsonl] [--from-beginning] [--max N] [--idle-exit DURATION] [--misplaced stop|deliver|skip]", consumeHelp)
+	fs := newFlags(e, cmd, "consume TOPIC --group GROUP [--format text|jsonl] [--headers] [--from-beginning] [--reset-to earliest|latest|TIME] [--max N] [--idle-exit DURATION] [--misplaced stop|deliver|skip]", consumeHelp)
 	cf := addConnFlags(fs)
 	group := fs.String("group", "", "consumer group `NAME` (required)")
 	format := fs.String("format", "text", "output `FORMAT`: text or jsonl")
@@ -71,6 +81,8 @@ func cmdConsume(e *env, args []string) int {
 	stamps := fs.Bool("timestamps", false, "jsonl: add \"ts\", the delivery time in unix nanoseconds (lets 'pctl verify' order several members' outputs)")
 	heartbeat := fs.Duration("heartbeat", time.Second, "how often the member announces itself and rebalances; stopping takes up to this `DURATION`")
 	misplaced := fs.String("misplaced", "stop", "what to do with a record outside its key's partition: stop, deliver (flagged) or `skip`")
+	headers := fs.Bool("headers", false, "jsonl: add the record's application headers, \"headers\", and its timestamps, \"time\" and \"stored\" (unix milliseconds)")
+	resetTo := fs.String("reset-to", "", "move the whole group first: earliest, latest, or a `TIME` (RFC 3339, or a duration ago such as 10m)")
 	pos, st := parse(fs, args)
 	if st >= 0 {
 		return st
@@ -90,6 +102,15 @@ func cmdConsume(e *env, args []string) int {
 		return usageErr(e, cmd, "--heartbeat %v: give a positive duration", *heartbeat)
 	case *idle < 0:
 		return usageErr(e, cmd, "--idle-exit %v: give a positive duration such as 5s", *idle)
+	case *headers && *format != "jsonl":
+		return usageErr(e, cmd, "--headers needs --format jsonl (the text format has no room for them)")
+	}
+	var target client.SeekTarget
+	if *resetTo != "" {
+		var err error
+		if target, err = client.ParseSeekTarget(*resetTo, time.Now()); err != nil {
+			return usageErr(e, cmd, "--reset-to %q: give earliest, latest, an RFC 3339 time (2026-11-30T07:00:00Z) or a duration ago (10m)", *resetTo)
+		}
 	}
 	policy, err := client.ParseMisplacedPolicy(*misplaced)
 	if err != nil {
@@ -127,10 +148,20 @@ func cmdConsume(e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "pctl %s: misplaced record: partition %d seq %d epoch %d key %s: %s (--misplaced %s)\n", cmd, m.Partition, m.Seq, m.Epoch,
 			appendTextField(nil, m.Key), m.Misplaced.Reason, policy)
 	}
+	watch := newConsumeWatch(e) // progress on a terminal (consume_watch.go)
+	defer watch.finish()
 	cn, err := c.NewConsumer(e.ctx, topic, client.ConsumerOptions{Group: *group, Member: *member, FromBeginning: *fromBeginning,
-		Heartbeat: *heartbeat, OnAssigned: onAssigned, Misplaced: policy, OnMisplaced: onMisplaced})
+		Heartbeat: *heartbeat, OnAssigned: onAssigned, Misplaced: policy, OnMisplaced: onMisplaced, Hooks: []client.Hook{watch}})
 	if err != nil {
 		return exitFor(e, cmd, err)
+	}
+
+	if !target.IsZero() {
+		res, err := cn.Seek(e.ctx, target)
+		if err != nil {
+			return exitFor(e, cmd, err)
+		}
+		fmt.Fprintf(e.stderr, "pctl %s: group %s reset to %s: generation %d\n", cmd, *group, target, res.Generation)
 	}
 
 	ctx, cancel := context.WithCancelCause(e.ctx)
@@ -138,7 +169,7 @@ func cmdConsume(e *env, args []string) int {
 	onViolation(c, func(subject string) {
 		cancel(fmt.Errorf("%w: these credentials may not use %s: consuming needs the consumer or admin role (consumer.nk), or a consumer credential for this topic and group (pctl creds issue)", wire.ErrPermission, subject))
 	})
-	out := &recordWriter{w: bufio.NewWriterSize(e.stdout, 64<<10), jsonl: *format == "jsonl", stamps: *stamps, topic: topic, max: *maxN, last: time.Now()}
+	out := &recordWriter{w: bufio.NewWriterSize(e.stdout, 64<<10), jsonl: *format == "jsonl", stamps: *stamps, headers: *headers, topic: topic, max: *maxN, last: time.Now()}
 	errMax := errors.New("--max reached")
 	errIdle := errors.New("idle")
 	out.onMax = func() {
@@ -178,6 +209,7 @@ func cmdConsume(e *env, args []string) int {
 	cancel(nil)
 	wg.Wait()
 	werr := out.close()
+	watch.finish()
 	n := out.count()
 	why := "interrupted"
 	switch context.Cause(ctx) {
@@ -213,17 +245,18 @@ func cmdConsume(e *env, args []string) int {
 // recordWriter prints records from the consumer's handlers (which run concurrently, one per
 // partition) one whole line at a time.
 type recordWriter struct {
-	mu     sync.Mutex
-	w      *bufio.Writer
-	jsonl  bool
-	stamps bool
-	topic  string
-	max    int
-	n      int
-	last   time.Time
-	err    error
-	onMax  func()
-	buf    []byte
+	mu      sync.Mutex
+	w       *bufio.Writer
+	jsonl   bool
+	stamps  bool
+	headers bool
+	topic   string
+	max     int
+	n       int
+	last    time.Time
+	err     error
+	onMax   func()
+	buf     []byte
 }
 
 func (r *recordWriter) handle(ctx context.Context, m *client.Message) error {
@@ -236,7 +269,7 @@ func (r *recordWriter) handle(ctx context.Context, m *client.Message) error {
 		return ctx.Err()
 	}
 	if r.jsonl {
-		r.buf = appendJSONRecord(r.buf[:0], r.topic, m, r.stamps)
+		r.buf = appendJSONRecord(r.buf[:0], r.topic, m, r.stamps, r.headers)
 	} else {
 		r.buf = appendTextRecord(r.buf[:0], m)
 	}
@@ -349,10 +382,18 @@ type jsonRecord struct {
 	Misplaced         bool   `json:"misplaced,omitempty"`
 	ExpectedPartition *int   `json:"expected_partition,omitempty"`
 	MisplacedReason   string `json:"misplaced_reason,omitempty"`
+	// With --headers: the application headers and the timestamps (unix milliseconds).
+	Headers map[string][]string `json:"headers,omitempty"`
+	Time    *int64              `json:"time,omitempty"`
+	Stored  *int64              `json:"stored,omitempty"`
 }
 
-func appendJSONRecord(b []byte, topic string, m *client.Message, stamp bool) []byte {
+func appendJSONRecord(b []byte, topic string, m *client.Message, stamp, headers bool) []byte {
 	jr := jsonRecord{Topic: topic, Partition: m.Partition, Epoch: m.Epoch, Seq: m.Seq, Producer: m.Producer, PSeq: m.ProducerSeq}
+	if headers {
+		ts, st := m.Time.UnixMilli(), m.Stored.UnixMilli()
+		jr.Headers, jr.Time, jr.Stored = m.Headers, &ts, &st
+	}
 	if stamp {
 		jr.TS = time.Now().UnixNano()
 	}

@@ -156,7 +156,7 @@ func TestTextAndJSONRecords(t *testing.T) {
 			if got := string(appendTextRecord(nil, &tc.m)); got != tc.text {
 				t.Errorf("text: got %q, want %q", got, tc.text)
 			}
-			if got := string(appendJSONRecord(nil, "t", &tc.m, false)); got != tc.jsonl+"\n" {
+			if got := string(appendJSONRecord(nil, "t", &tc.m, false, false)); got != tc.jsonl+"\n" {
 				t.Errorf("jsonl: got %s, want %s", got, tc.jsonl)
 			}
 		})

@@ -53,6 +53,7 @@ func cmdDemo(e *env, args []string) int {
 	verbose := fs.Bool("verbose", false, "log what the broker and the group members do (stderr)")
 	data := fs.String("data", "", "keep the broker's data in `DIR` (default: a temporary directory, removed)")
 	cluster := fs.Bool("cluster", false, "run on a 3-node NATS cluster of processes with 2 brokers, killing a node and a broker mid-change")
+	duration := fs.Duration("duration", 12*time.Second, "with --cluster: how long the producers send (the changes and faults are spread over it)")
 	pos, st := parse(fs, args)
 	if st >= 0 {
 		return st
@@ -67,7 +68,10 @@ func cmdDemo(e *env, args []string) int {
 		if *faults {
 			return usageErr(e, "demo", "--faults and --cluster are two different runs; --cluster has its own faults")
 		}
-		return clusterDemo(e, clusterDemoOpts{records: *records, keys: *keys, seed: *seed, json: *asJSON, verbose: *verbose, data: *data})
+		if *duration < 4*time.Second || *duration > 10*time.Minute {
+			return usageErr(e, "demo", "--duration %v is out of range (4s to 10m)", *duration)
+		}
+		return clusterDemo(e, clusterDemoOpts{records: *records, keys: *keys, seed: *seed, json: *asJSON, verbose: *verbose, data: *data, traffic: *duration})
 	}
 	dir := *data
 	if dir == "" {

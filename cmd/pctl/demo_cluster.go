@@ -16,6 +16,7 @@ type clusterDemoOpts struct {
 	seed          int64
 	json, verbose bool
 	data          string
+	traffic       time.Duration
 }
 
 // clusterDemoPlan is the demo's schedule: the four changes of 'pctl demo', a node kill in the
@@ -57,7 +58,7 @@ func clusterDemo(e *env, o clusterDemoOpts) int {
 	} else if err := os.MkdirAll(dir, 0o700); err != nil {
 		return failErr(e, "demo", err)
 	}
-	const traffic = 12 * time.Second
+	traffic := o.traffic
 	plan := clusterDemoPlan(traffic)
 	rate := max(1, int(float64(o.records)/traffic.Seconds()))
 	cfg := chaos.Config{Seed: o.seed, Dir: dir, Bin: bin, Brokers: 2, Traffic: traffic, Rate: rate,
@@ -86,7 +87,7 @@ func clusterDemo(e *env, o clusterDemoOpts) int {
 		_ = enc.Encode(map[string]any{
 			"ok": res.OK(), "sent": res.Sent, "acked": res.Acked, "send_failed": res.SendFailed, "epochs": res.Epochs,
 			"changes": res.Changes, "faults": res.Faults, "groups": res.Verify.Groups, "placement": res.Placement,
-			"misplaced": res.Misplaced, "drain_ms": res.Drain.Milliseconds(), "worst_stall_ms": res.WorstStall.Milliseconds(),
+			"misplaced": res.Misplaced, "drain_ms": res.Drain.Milliseconds(), "worst_delivery_delay_ms": res.WorstStall.Milliseconds(),
 			"failures": res.Failures(), "elapsed_ms": res.Elapsed.Milliseconds(),
 		})
 	} else {
@@ -113,7 +114,7 @@ func printClusterDemo(w io.Writer, r *chaos.Result) {
 	}
 	fmt.Fprintf(w, "faults\n")
 	for _, f := range r.Faults {
-		line := fmt.Sprintf("  %-18s %s at %.1fs, back at %.1fs; longest delivery stall around it %v", f.Kind, f.Target, f.Began.Seconds(), f.Ended.Seconds(), f.Stall.Round(time.Millisecond))
+		line := fmt.Sprintf("  %-18s %s at %.1fs, back at %.1fs; longest delivery delay of records sent during it %v", f.Kind, f.Target, f.Began.Seconds(), f.Ended.Seconds(), f.Stall.Round(time.Millisecond))
 		if f.Err != "" {
 			line = fmt.Sprintf("  %-18s not injected: %s", f.Kind, f.Err)
 		}
@@ -128,7 +129,7 @@ func printClusterDemo(w io.Writer, r *chaos.Result) {
 			}
 		}
 	}
-	fmt.Fprintf(w, "delivery  the live group had everything %v after the last fault; longest stall while traffic flowed %v\n", r.Drain.Round(time.Millisecond), r.WorstStall.Round(time.Millisecond))
+	fmt.Fprintf(w, "delivery  the live group had everything %v after the last fault; longest delivery delay (send to delivery) %v\n", r.Drain.Round(time.Millisecond), r.WorstStall.Round(time.Millisecond))
 	fmt.Fprintf(w, "placement %d keyed deliveries checked against their epoch's function: %d outside their partition, %d could not be checked; %d stored records on the wrong side of a boundary\n", r.Placement.Checked, r.Placement.Wrong, r.Placement.Errors, r.Misplaced)
 	if r.OK() {
 		fmt.Fprintf(w, "\nOK: per-key order held across %d epoch changes (grow, shrink, swap to a new function); nothing acknowledged was lost (%v)\n", len(r.Epochs)-1, r.Elapsed.Round(time.Millisecond))

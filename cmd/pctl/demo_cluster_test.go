@@ -28,7 +28,7 @@ func TestDemoCluster(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	r := runCLI(ctx, getenv, strings.NewReader(""), "demo", "--cluster", "--records", "1200", "--keys", "60")
+	r := runCLI(ctx, getenv, strings.NewReader(""), "demo", "--cluster", "--records", "800", "--keys", "60", "--duration", "8s")
 	if r.code != 0 {
 		t.Fatalf("pctl demo --cluster: %s", r)
 	}

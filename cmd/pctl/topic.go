@@ -246,20 +246,29 @@ Needs the admin role.
 
 func cmdTopicDescribe(e *env, args []string) int {
 	const cmd = "topic describe"
-	fs := newFlags(e, cmd, "topic describe TOPIC [--json]", `
+	fs := newFlags(e, cmd, "topic describe TOPIC [--json | --graph text|dot|svg]", `
 Shows a topic: its id, every epoch with its partitioner (name, digest, config), partition count,
 boundaries (the last sequence of each partition in that epoch) and ancestry (which partitions of
 the previous epoch feed each partition), and any epoch change in progress. --json prints the
 descriptor itself (spec/protocol.md §4).
+
+--graph FORMAT prints the ancestry graph instead: text (lines), dot (Graphviz: pipe it to
+'dot -Tpng') or svg (a picture, the one the status page of 'pctl serve --http' draws). Edges are
+sized by the distinct keys the broker observed on them; epochs of more than 64 partitions are
+drawn in runs of partitions.
 `+connHelp)
 	cf := addConnFlags(fs)
 	asJSON := fs.Bool("json", false, "print the descriptor as JSON")
+	graphFmt := fs.String("graph", "", "print the ancestry graph as `FORMAT`: text, dot or svg")
 	pos, st := parse(fs, args)
 	if st >= 0 {
 		return st
 	}
 	name, st := topicArg(e, cmd, pos)
 	if st >= 0 {
+		return st
+	}
+	if st := checkGraphFormat(e, cmd, *graphFmt, *asJSON); st >= 0 {
 		return st
 	}
 	c, st := cf.connect(e, cmd, nil)
@@ -273,6 +282,9 @@ descriptor itself (spec/protocol.md §4).
 	}
 	if *asJSON {
 		return writeJSON(e, cmd, t)
+	}
+	if *graphFmt != "" {
+		return writeGraph(e, cmd, t, *graphFmt) // graph.go
 	}
 	describeTopic(e.stdout, t, rev)
 	return exitOK
@@ -510,7 +522,10 @@ func cmdTopicDelete(e *env, args []string) int {
 }
 
 const repartitionHelp = `
-Starts a new epoch of a topic and waits until it is active: a new partition count, a new
+Starts a new epoch of a topic and waits until it is active (however long that takes: a change on
+thousands of partitions is followed to its end through the descriptor; on a terminal, standard
+error shows its step and how many partitions are fenced; SIGINT stops the waiting, not the
+change): a new partition count, a new
 partitioner (built-in name or plugin digest), or a new config, in any combination. Per-key order
 holds across the change: producers are fenced from the old epoch and re-send under the new one,
 and consumers deliver a moved key's new records only after its old partition is drained.
@@ -579,7 +594,7 @@ func repartition(e *env, cmd string, c *client.Client, req wire.RepartitionReque
 		return exitFor(e, cmd, err)
 	}
 	start := time.Now()
-	t, err := c.Repartition(e.ctx, req)
+	t, err := repartitionFollowed(e, cmd, c, req, before) // follow.go: to its end, with progress
 	if err != nil {
 		return exitFor(e, cmd, err)
 	}
@@ -661,12 +676,22 @@ type partitionView struct {
 
 func cmdTopicGroups(e *env, args []string) int {
 	const cmd = "topic groups"
-	fs := newFlags(e, cmd, "topic groups TOPIC [--json]", `
+	fs := newFlags(e, cmd, "topic groups TOPIC [--json] | topic groups TOPIC --group GROUP --reset earliest|latest|TIME [--json]", `
 Shows a topic's consumer groups: live members, and for each partition stream the group's committed
 position (every record up to it is drained), the stream's last sequence and the lag between them.
+
+With --reset, moves consumer group GROUP as a whole (spec/protocol.md §6.6) instead: to earliest
+(every record of every epoch is delivered again), latest (only records that come next), or a
+time, RFC 3339 (2026-11-30T07:00:00Z) or a duration ago (10m): the first records stored at or
+after it in each partition stream. Running members follow within a heartbeat (they stop, forget
+what they knew of drained epochs, and go on from there: records of one key still come in order);
+members that start later go on from there too. A group that does not exist is created. Needs the
+consumer or admin role. It prints the group's new generation and positions.
 `+connHelp)
 	cf := addConnFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
+	group := fs.String("group", "", "with --reset: the consumer `GROUP` to move")
+	reset := fs.String("reset", "", "move --group to earliest, latest or a `TIME` (RFC 3339, or a duration ago such as 10m)")
 	pos, st := parse(fs, args)
 	if st >= 0 {
 		return st
@@ -675,11 +700,29 @@ position (every record up to it is drained), the stream's last sequence and the 
 	if st >= 0 {
 		return st
 	}
+	var target client.SeekTarget
+	switch {
+	case *reset == "" && *group != "":
+		return usageErr(e, cmd, "--group is only for --reset: give --reset earliest|latest|TIME, or drop --group to list the groups")
+	case *reset != "" && *group == "":
+		return usageErr(e, cmd, "--reset needs --group GROUP: the consumer group to move")
+	case *reset != "":
+		if err := wire.ValidGroup(*group); err != nil {
+			return usageErr(e, cmd, "--group: %v", err)
+		}
+		var err error
+		if target, err = client.ParseSeekTarget(*reset, time.Now()); err != nil {
+			return usageErr(e, cmd, "--reset %q: give earliest, latest, an RFC 3339 time (2026-11-30T07:00:00Z) or a duration ago (10m)", *reset)
+		}
+	}
 	c, st := cf.connect(e, cmd, nil)
 	if st >= 0 {
 		return st
 	}
 	defer c.Close()
+	if !target.IsZero() {
+		return resetGroup(e, cmd, c, name, *group, target, *asJSON)
+	}
 	groups, err := c.Groups(e.ctx, name)
 	if err != nil {
 		return exitFor(e, cmd, err)
@@ -735,6 +778,33 @@ position (every record up to it is drained), the stream's last sequence and the 
 		}
 		_ = w.Flush()
 	}
+	return exitOK
+}
+
+// resetView is what 'topic groups --reset --json' prints.
+type resetView struct {
+	Topic      string   `json:"topic"`
+	Group      string   `json:"group"`
+	To         string   `json:"to"`
+	Generation uint64   `json:"generation"`
+	Positions  []uint64 `json:"positions"`
+}
+
+func resetGroup(e *env, cmd string, c *client.Client, topic, group string, to client.SeekTarget, asJSON bool) int {
+	res, err := c.ResetGroup(e.ctx, topic, group, to)
+	if err != nil {
+		return exitFor(e, cmd, err)
+	}
+	if asJSON {
+		return writeJSON(e, cmd, resetView{Topic: topic, Group: group, To: to.String(), Generation: res.Generation, Positions: res.Positions})
+	}
+	fmt.Fprintf(e.stdout, "group %s of topic %s reset to %s: generation %d\n", group, topic, to, res.Generation)
+	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "PARTITION\tPOSITION\t")
+	for q, p := range res.Positions {
+		fmt.Fprintf(w, "%d\t%d\t\n", q, p)
+	}
+	_ = w.Flush()
 	return exitOK
 }
 

@@ -15,14 +15,15 @@ import (
 )
 
 // TestFaultsAreReal starts a 3-node cluster of processes, puts an R3 stream on it and checks each
-// fault against what an independent observer sees: the JetStream API and the monitoring endpoint
-// of the other nodes, and the operating system (a killed node's port refuses connections).
+// fault (kill -9, SIGSTOP, a clean restart, a node cut off by its routes) against what an
+// independent observer sees: the JetStream API and the monitoring endpoint of the other nodes,
+// and the operating system (a killed node's port refuses connections).
 func TestFaultsAreReal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts nats-server processes")
 	}
-	c := natscluster.Start(t, natscluster.Options{Nodes: 3})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	c := natscluster.Start(t, natscluster.Options{Nodes: 3, ProxiedRoutes: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
 	nc, err := c.Connect()
@@ -136,6 +137,64 @@ func TestFaultsAreReal(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitState(ctx, t, c, "S", 25)
+
+	// Isolate the meta leader behind its route proxies: the other two elect a new one and keep
+	// accepting writes, no route reaches the isolated node (gossip opens none around the
+	// proxies), and after Heal the cluster is whole again with every write on every replica.
+	meta, err = c.MetaLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	side := (meta + 1) % 3
+	snc, err := nats.Connect(c.NodeURL(side), nkeyOpt(t, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snc.Close()
+	sjs, _ := jetstream.New(snc)
+	if err := c.Isolate(meta); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := c.MetaLeader(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m != meta {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for i := 25; i < 35; i++ {
+		for {
+			actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := sjs.Publish(actx, "s.x", []byte(fmt.Sprint(i)), jetstream.WithMsgID(fmt.Sprint(i)))
+			cancel()
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("publish on the majority side: %v", err)
+			}
+		}
+	}
+	for j := range 3 {
+		if j != meta {
+			if routes := routesTo(t, c, j, c.Name(meta)); routes != 0 {
+				t.Fatalf("%s has %d routes to the isolated %s", c.Name(j), routes, c.Name(meta))
+			}
+		}
+	}
+	if err := c.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitState(ctx, t, c, "S", 35)
+	if routes := routesTo(t, c, side, c.Name(meta)); routes == 0 {
+		t.Fatalf("after Heal %s has no route to %s", c.Name(side), c.Name(meta))
+	}
 }
 
 // waitState waits until every replica of the stream is current and the leader holds want messages.
@@ -179,74 +238,10 @@ func TestBadBinary(t *testing.T) {
 	t.Log(err)
 }
 
-// TestPartition isolates the meta leader behind its route proxies: the other two elect a new
-// one and keep accepting writes, no route to the isolated node exists (gossip opens none around
-// the proxies), and after Heal the cluster is whole again with every write on every replica.
-func TestPartition(t *testing.T) {
+// TestIsolateNeedsProxiedRoutes: cutting routes that do not go through proxies is refused.
+func TestIsolateNeedsProxiedRoutes(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts nats-server processes")
-	}
-	c := natscluster.Start(t, natscluster.Options{Nodes: 3, ProxiedRoutes: true})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	meta, err := c.MetaLeader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A connection to a node of the majority side.
-	other := (meta + 1) % 3
-	nc, err := nats.Connect(c.NodeURL(other), nkeyOpt(t, c))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "P", Subjects: []string{"p"}, Replicas: 3}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Isolate(meta); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		m, err := c.MetaLeader(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m != meta {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	for i := range 10 {
-		for {
-			actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			_, err := js.Publish(actx, "p", []byte(fmt.Sprint(i)), jetstream.WithMsgID(fmt.Sprint(i)))
-			cancel()
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("publish on the majority side: %v", err)
-			}
-		}
-	}
-	for j := range 3 {
-		if j == meta {
-			continue
-		}
-		if routes := routesTo(t, c, j, c.Name(meta)); routes != 0 {
-			t.Fatalf("%s has %d routes to the isolated %s", c.Name(j), routes, c.Name(meta))
-		}
-	}
-	if err := c.Heal(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.WaitHealthy(ctx); err != nil {
-		t.Fatal(err)
-	}
-	waitState(ctx, t, c, "P", 10)
-	if routes := routesTo(t, c, other, c.Name(meta)); routes == 0 {
-		t.Fatalf("after Heal %s has no route to %s", c.Name(other), c.Name(meta))
+		t.Skip("starts a nats-server process")
 	}
 	if err := natscluster.Start(t, natscluster.Options{Nodes: 1}).Isolate(0); err == nil {
 		t.Fatal("Isolate without proxied routes did not fail")

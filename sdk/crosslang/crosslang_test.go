@@ -114,7 +114,7 @@ func discover(t *testing.T) ([]sdk, map[string]string) {
 // every SDK that cannot is a skipped subtest with its reason.
 func takingPart(t *testing.T) []sdk {
 	found, broken := discover(t)
-	sdks, failed := setupAll(t, found)
+	sdks, failed := setupCached(t, found)
 	for name, why := range failed {
 		broken[name] = why
 	}

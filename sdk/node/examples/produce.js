@@ -12,7 +12,9 @@ const topic = process.argv[2] ?? 'orders';
 
 const client = await connect(); // server and creds from PCTL_SERVER and PCTL_CREDS
 try {
-  const producer = await client.producer(topic, { id: 'example-producer' });
+  // A random producer id (the default): an id is one producer instance's; a second run that
+  // reused one would have its records taken for duplicates of the first's, and not stored.
+  const producer = await client.producer(topic);
 
   // send() returns a promise per record; records with the same key keep their order.
   const sends = [

@@ -4,11 +4,12 @@
 
 import { readFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
-import { connect as natsConnect, nkeyAuthenticator, errors as natsErrors } from '@nats-io/transport-node';
+import { connect as natsConnect, nkeyAuthenticator, createInbox, errors as natsErrors } from '@nats-io/transport-node';
 import { violationOf, isNoResponders, isTimeout } from './natserrors.js';
 import { fromSeed } from '@nats-io/nkeys';
 import { Partitioner } from './partitioner.js';
 import { Producer } from './producer.js';
+import { Consumer, resetGroup } from './consumer.js';
 import {
   PctlError, BadRequestError, UnavailableError, PermissionError, InternalError,
   errorFromCode, permissionError,
@@ -56,6 +57,10 @@ export function readSeed(path) {
  * - `ackTimeout`: milliseconds to wait for a publish acknowledgement before the publish counts as
  *   ambiguous and is retried with the same Nats-Msg-Id; default 5000.
  * - `reconnectWait`: milliseconds between reconnection attempts; default 250 (forever).
+ * - `sharedInbox`: with NKey credentials, replies come to the private inbox prefix
+ *   `_INBOX_<public key>` (spec/protocol.md §8.3; a scoped credential may subscribe there only);
+ *   true uses the shared `_INBOX` instead, for a server configured before private inboxes.
+ *   Default false.
  * Throws PermissionError (credentials refused), UnavailableError (no server), BadRequestError
  * (unreadable credentials).
  */
@@ -67,6 +72,7 @@ export async function connect(opts = {}) {
     timeout: opts.timeout || DEFAULTS.timeout,
     ackTimeout: opts.ackTimeout || DEFAULTS.ackTimeout,
     reconnectWait: opts.reconnectWait || DEFAULTS.reconnectWait,
+    sharedInbox: !!opts.sharedInbox,
   };
   const nopts = {
     servers: o.server,
@@ -76,7 +82,11 @@ export async function connect(opts = {}) {
     reconnectJitter: 50,
     noAsyncTraces: true,
   };
-  if (o.creds) nopts.authenticator = nkeyAuthenticator(readSeed(o.creds));
+  if (o.creds) {
+    const seed = readSeed(o.creds);
+    nopts.authenticator = nkeyAuthenticator(seed);
+    if (!o.sharedInbox) nopts.inboxPrefix = `_INBOX_${fromSeed(seed).getPublicKey()}`;
+  }
   let nc;
   try {
     nc = await natsConnect(nopts);
@@ -101,9 +111,13 @@ export class Client {
     this.modules = new Map(); // digest -> verified bytes
     this.partitioners = new Map(); // digest + config -> Partitioner
     this.violationListeners = new Set();
+    this.statusListeners = new Set();
     this.closed = false;
     this.watchStatus();
   }
+
+  /** A new inbox subject under this connection's inbox prefix (private with NKey credentials). */
+  inbox() { return createInbox(this.nc.options?.inboxPrefix); }
 
   /** The underlying NATS connection (@nats-io/transport-node). */
   get connection() { return this.nc; }
@@ -113,6 +127,7 @@ export class Client {
   async watchStatus() {
     try {
       for await (const s of this.nc.status()) {
+        for (const l of this.statusListeners) l(s);
         if (s.type !== 'error') continue;
         const v = violationOf(s.error);
         if (v && v.operation === 'publish') for (const l of this.violationListeners) l(v.subject, v);
@@ -120,6 +135,12 @@ export class Client {
     } catch {
       // the connection closed
     }
+  }
+
+  /** Calls fn(status) for every status event of the connection (disconnect, reconnect, ...). */
+  onStatus(fn) {
+    this.statusListeners.add(fn);
+    return () => this.statusListeners.delete(fn);
   }
 
   onViolation(fn) {
@@ -216,6 +237,28 @@ export class Client {
    */
   async producer(topic, opts = {}) {
     return Producer.create(this, topic, opts);
+  }
+
+  /**
+   * A member of a consumer group (spec/protocol.md §6). Options: `group` (required), `member`
+   * (default random), `fromBeginning` (a new group starts at the first record; default: after
+   * what is there), `autoCommit` (default true; false: acknowledge each record with m.ack()),
+   * `resetTo` ('beginning', 'end' or a time: reset the group when joining), `heartbeat` (1000
+   * ms), `sessionTimeout` (6000 ms), `commitInterval` (200 ms), `prefetch` (records read ahead per
+   * partition, 1024), `revokeTimeout` (1500 ms), the callbacks `onAssigned`, `onRevoked`,
+   * `onKeysAssigned`, `onKeysRevoked`, `onReset`, and `onLog(line)`. Needs the consumer or admin
+   * role. Throws NotFoundError for an unknown topic, BadRequestError for bad options.
+   */
+  async consumer(topic, opts = {}) {
+    return Consumer.create(this, topic, opts);
+  }
+
+  /**
+   * Resets a group to 'beginning', 'end' or a time (Date, unix ms, RFC 3339), running members or
+   * not (spec/protocol.md §6.6). Returns the reset {generation, to, time, positions, by, at}.
+   */
+  async resetGroup(topic, group, target, opts) {
+    return resetGroup(this, topic, group, target, opts);
   }
 
   /** Drains and closes the connection. */

@@ -1,5 +1,6 @@
 // pctl's Node.js SDK: produce to pctl topics with client-side partitioning (the topic's own
-// WebAssembly partitioner, run on Node's built-in WebAssembly), and compute partitions offline.
+// WebAssembly partitioner, run on Node's built-in WebAssembly), consume them as a member of a
+// consumer group with per-key order across epoch changes, and compute partitions offline.
 //
 //   import { connect, Partitioner } from '@pctl/sdk';
 //
@@ -7,6 +8,8 @@
 
 export { connect, Client, DEFAULTS, readSeed } from './client.js';
 export { Producer, PRODUCER_DEFAULTS } from './producer.js';
+export { Consumer, Message, MisplacedError, CONSUMER_DEFAULTS, resetGroup, parseTarget } from './consumer.js';
+export { TIME_HEADER, MAX_HEADER_BYTES, DEFAULT_MAX_RECORD_BYTES } from './records.js';
 export { Partitioner, partition, configBytes } from './partitioner.js';
 export {
   CODES, PctlError, BadRequestError, NotFoundError, ExistsError, ConflictError, InUseError,

@@ -15,6 +15,8 @@ import { keyBytes } from './partitioner.js';
 import { violationOf } from './natserrors.js';
 import { AckPublisher, AckTimeoutError, StreamError } from './publisher.js';
 import { BadRequestError, ConflictError, PctlError, UnavailableError, permissionError } from './errors.js';
+import { headerPairs, timeHeader, headerBlockBytes, TIME_HEADER, DEFAULT_MAX_RECORD_BYTES } from './records.js';
+import { streamInfo } from './jsapi.js';
 
 const NAME_RE = /^[A-Za-z0-9_-]{1,64}$/;
 const encoder = new TextEncoder();
@@ -68,6 +70,7 @@ export class Producer {
     const p = new Producer(client, topic, id, opts);
     const desc = await p.fetch();
     await p.install(desc);
+    p.maxRecord = await maxRecordBytes(client, topic);
     p.pub = new AckPublisher(client.nc, client.opts.ackTimeout);
     p.stopViolation = client.onViolation((subject, v) => {
       if (subject.startsWith(`pctl.data.${topic}.`)) p.fail(permissionError(subject, v));
@@ -128,29 +131,36 @@ export class Producer {
   }
 
   /**
-   * Sends a record: `{key, value}`, key a string (UTF-8) or Uint8Array, or null/undefined for a
-   * keyless record; value a string or Uint8Array. Returns a promise of its Result (see the class
-   * comment). The record's producer sequence (Pctl-Seq) is fixed by the order of send() calls.
-   * Never blocks: use `await producer.ready()` to bound memory when sending in a loop.
+   * Sends a record: `{key, value, headers, timestamp}`, key a string (UTF-8) or Uint8Array, or
+   * null/undefined for a keyless record; value a string or Uint8Array; headers (optional) the
+   * application headers {name: value or [values]} (or a Map, or [name, value] pairs) and
+   * timestamp (optional) the record time, a Date or unix milliseconds (spec/protocol.md §5.3).
+   * Returns a promise of its Result (see the class comment). The record's producer sequence
+   * (Pctl-Seq) is fixed by the order of send() calls. Never blocks: use `await producer.ready()`
+   * to bound memory when sending in a loop. A record the stream could not store (larger than its
+   * max_msg_size, headers included) fails at once with BadRequestError, naming its size.
    */
   send(record) {
     if (this.closed) return Promise.reject(new BadRequestError('producer is closed'));
     if (this.fatal) return Promise.reject(this.fatal);
     let key = null;
     let value;
+    let hdrs;
+    let time;
+    const pseq = this.seq + 1;
     try {
       if (record === null || typeof record !== 'object') throw new BadRequestError('a record is an object {key, value}');
       if (record.key !== undefined && record.key !== null) key = keyBytes(record.key);
       value = valueBytes(record.value);
       if (key && key.length > 65536) throw new BadRequestError(`key of ${key.length} bytes; keys are at most 65536 bytes (spec/abi-v1.md §1.1)`);
-      const max = this.client.nc.info?.max_payload;
-      if (max && (key?.length ?? 0) + value.length > max) {
-        throw new BadRequestError(`record of ${(key?.length ?? 0) + value.length} bytes (key and value); the server takes messages of at most ${max} bytes`);
-      }
+      hdrs = headerPairs(record.headers);
+      time = timeHeader(record.timestamp);
+      this.checkSize(pseq, key, value, hdrs, time);
     } catch (e) {
       return Promise.reject(e);
     }
-    const pd = { pseq: ++this.seq, key, value, epoch: 0, partition: -1, ambiguous: false, tries: 0 };
+    this.seq = pseq;
+    const pd = { pseq, key, value, epoch: 0, partition: -1, ambiguous: false, tries: 0, headers: hdrs.pairs, time };
     const promise = new Promise((resolve, reject) => { pd.resolve = resolve; pd.reject = reject; });
     this.unsettled++;
     if (this.switching) {
@@ -215,9 +225,29 @@ export class Producer {
     }
   }
 
-  // Message headers of spec/protocol.md §5.1.
+  // The stored size of a record (spec/protocol.md §5.3): its header block, protocol and
+  // application headers, plus its value; refused before sending when the stream could not take
+  // it (JetStream would answer 10054) or the server could not carry it (max_payload).
+  checkSize(pseq, key, value, hdrs, time) {
+    const seq = String(pseq);
+    let lines = Buffer.byteLength(this.id) * 2 + seq.length * 2 + 'Pctl-Producer: \r\n'.length + 'Pctl-Seq: \r\n'.length + 'Nats-Msg-Id: -\r\n'.length;
+    if (key) lines += 'Pctl-Key: b64:\r\n'.length + 4 * Math.ceil(key.length / 3);
+    if (time !== null) lines += `${TIME_HEADER}: \r\n`.length + time.length;
+    lines += hdrs.bytes;
+    const size = headerBlockBytes(lines) + value.length;
+    const payload = this.client.nc.info?.max_payload ?? Infinity;
+    const limit = Math.min(this.maxRecord > 0 ? this.maxRecord : Infinity, payload);
+    if (size > limit) {
+      const which = limit === payload && !(this.maxRecord > 0 && this.maxRecord <= payload) ? `the server's max_payload (${payload} bytes)` : `partition streams of ${this.topic} store messages of at most ${this.maxRecord} bytes (max_msg_size)`;
+      throw new BadRequestError(`record ${pseq} of ${size} bytes (value ${value.length}, key ${key?.length ?? 0}, headers ${headerBlockBytes(lines)}, of which application headers ${hdrs.bytes}) is too large: ${which}; make the value smaller or split the record`);
+    }
+  }
+
+  // Message headers of spec/protocol.md §5.1 and §5.3.
   message(pd) {
     const h = natsHeaders();
+    if (pd.headers) for (const [k, v] of pd.headers) h.append(k, v);
+    if (pd.time !== null && pd.time !== undefined) h.set(TIME_HEADER, pd.time);
     if (pd.key !== null) h.set('Pctl-Key', `b64:${Buffer.from(pd.key.buffer, pd.key.byteOffset, pd.key.length).toString('base64')}`);
     const seq = String(pd.pseq);
     h.set('Pctl-Producer', this.id);
@@ -231,6 +261,7 @@ export class Producer {
     pd.settled = true;
     pd.key = null; // free memory early; the record's fate is known
     pd.value = null;
+    pd.headers = null;
     this.unsettled--;
     if (err) pd.reject(err);
     else pd.resolve({ pseq: pd.pseq, ...result });
@@ -432,6 +463,18 @@ export class Producer {
         }
       }
     }
+  }
+}
+
+// The partition streams' max_msg_size (the broker creates them alike; -1 or 0: no limit of its
+// own), read from partition 0's stream; the spec's default when it cannot be read.
+async function maxRecordBytes(client, topic) {
+  try {
+    const info = await streamInfo(client.nc, `PCTL_${topic}_0`, { timeout: 5000 });
+    const m = info?.config?.max_msg_size;
+    return Number.isInteger(m) && m > 0 ? m : 0;
+  } catch {
+    return DEFAULT_MAX_RECORD_BYTES;
   }
 }
 

@@ -48,7 +48,7 @@ export class AckPublisher {
   constructor(nc, timeoutMs) {
     this.nc = nc;
     this.timeoutMs = timeoutMs;
-    this.prefix = `${createInbox()}.`;
+    this.prefix = `${createInbox(nc.options?.inboxPrefix)}.`;
     this.pending = new Map(); // token -> {subject, deadline, onDone}; insertion order = deadline order
     this.next = 0;
     this.timer = null;

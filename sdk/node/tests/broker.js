@@ -50,23 +50,26 @@ export async function startBroker() {
   const b = await run('go', ['build', '-o', bin, './cmd/pctl'], { cwd: root });
   if (b.status !== 0) throw new Error(`go build ./cmd/pctl failed: ${b.stderr}`);
   const data = join(dir, 'data');
-  const server = spawn(bin, ['serve', '--data', data, '--listen', '127.0.0.1:0'], { stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
-  server.stderr.setEncoding('utf8').on('data', (d) => { log += d; });
-  const url = await new Promise((resolve, reject) => {
-    let out = '';
-    const timer = setTimeout(() => reject(new Error(`pctl serve: no ready line in 60s; stderr: ${log}`)), 60_000);
-    server.stdout.setEncoding('utf8').on('data', (d) => {
-      out += d;
-      const m = /broker ready at (\S+) \(data (.*); admin credentials (.*)\)/.exec(out);
-      if (m) {
-        clearTimeout(timer);
-        resolve(m[1]);
-      }
+  const serve = async (listen) => {
+    const server = spawn(bin, ['serve', '--data', data, '--listen', listen], { stdio: ['ignore', 'pipe', 'pipe'] });
+    server.stderr.setEncoding('utf8').on('data', (d) => { log += d; });
+    const url = await new Promise((resolve, reject) => {
+      let out = '';
+      const timer = setTimeout(() => reject(new Error(`pctl serve: no ready line in 60s; stderr: ${log}`)), 60_000);
+      server.stdout.setEncoding('utf8').on('data', (d) => {
+        out += d;
+        const m = /broker ready at (\S+) \(data (.*); admin credentials (.*)\)/.exec(out);
+        if (m) {
+          clearTimeout(timer);
+          resolve(m[1]);
+        }
+      });
+      server.on('exit', (code) => { clearTimeout(timer); reject(new Error(`pctl serve exited with ${code}: ${log}`)); });
     });
-    server.on('exit', (code) => { clearTimeout(timer); reject(new Error(`pctl serve exited with ${code}: ${log}`)); });
-  });
-  const exited = new Promise((r) => server.on('exit', r));
+    return { server, url, exited: new Promise((r) => server.on('exit', r)) };
+  };
+  let { server, url, exited } = await serve('127.0.0.1:0');
   const creds = { admin: join(data, 'admin.nk'), producer: join(data, 'producer.nk'), consumer: join(data, 'consumer.nk') };
   return {
     url,
@@ -79,6 +82,12 @@ export async function startBroker() {
       const r = await run(bin, [...args, '--server', url, '--creds', creds.admin]);
       if (r.status !== 0) throw new Error(`pctl ${args.join(' ')}: exit ${r.status}: ${r.stderr}`);
       return r.stdout;
+    },
+    /** Stops the broker (SIGTERM) and starts it again on the same data directory and port. */
+    async restart() {
+      server.kill('SIGTERM');
+      await exited;
+      ({ server, exited } = await serve(url.replace('nats://', '')));
     },
     async stop() {
       server.kill('SIGTERM');

@@ -352,7 +352,8 @@ export class Plugin {
     if (err instanceof ProcExit) return mk(CLASS.exit, `proc_exit(${err.code}); a partitioner must return, not exit`, err.code);
     if (!(err instanceof WebAssembly.RuntimeError) && !(err instanceof RangeError) && !(err instanceof FuelExhausted)) throw err; // a host bug
     if (this.fuel && this.fuel.value < 0n) {
-      return mk(CLASS.timeLimit, `used its whole work budget of ${LIMITS.fuel} units (spec/abi-v1.md §7.2, about 1s of work): it loops forever, does unbounded work or is far too slow for a partitioner`);
+      const init = op === 'start' || op === '_initialize';
+      return mk(CLASS.timeLimit, `used its whole work budget of ${init ? LIMITS.initFuel : LIMITS.fuel} units (spec/abi-v1.md §7.2, about ${init ? 4 : 1}s of work): it loops forever, does unbounded work or is far too slow for a partitioner`);
     }
     if ((this.depth && (this.depth.value >>> 0) > LIMITS.maxCallDepth) || (err instanceof RangeError && /call stack/i.test(err.message))) {
       return mk(CLASS.callDepth, `nested more than ${LIMITS.maxCallDepth} calls (unbounded recursion?)`);

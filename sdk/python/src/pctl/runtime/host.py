@@ -520,7 +520,8 @@ class Plugin:
             return mk(CLASS.EXIT, f"proc_exit({err.code}); a partitioner must return, not exit", err.code)
         st = self.store
         if self.fuel is not None and self.fuel.value(st) < 0:
-            return mk(CLASS.TIME_LIMIT, f"used its whole work budget of {FUEL} units (spec/abi-v1.md §7.2, about 1s of work): it loops forever, does unbounded work or is far too slow for a partitioner")
+            init = op in ("start", "_initialize")
+            return mk(CLASS.TIME_LIMIT, f"used its whole work budget of {INIT_FUEL if init else FUEL} units (spec/abi-v1.md §7.2, about {4 if init else 1}s of work): it loops forever, does unbounded work or is far too slow for a partitioner")
         code = getattr(err, "trap_code", None)
         if (self.depth is not None and (self.depth.value(st) & 0xFFFFFFFF) > MAX_CALL_DEPTH) or code == wasmtime.TrapCode.STACK_OVERFLOW:
             return mk(CLASS.CALL_DEPTH, f"nested more than {MAX_CALL_DEPTH} calls (unbounded recursion?)")

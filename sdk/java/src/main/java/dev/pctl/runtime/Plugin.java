@@ -821,7 +821,8 @@ public final class Plugin {
         }
         if (in.fuel() < 0) {
             return PluginException.call(Kind.TIME_LIMIT, name, digest, op, null, String.format(
-                    "used its whole work budget of %d units (spec/abi-v1.md §7.2, about 1s of work): it loops forever, does unbounded work or is far too slow for a partitioner", FUEL));
+                    "used its whole work budget of %d units (spec/abi-v1.md §7.2, about %ds of work): it loops forever, does unbounded work or is far too slow for a partitioner",
+                    op.equals("start") || op.equals("_initialize") ? 4 * FUEL : FUEL, op.equals("start") || op.equals("_initialize") ? 4 : 1));
         }
         if (fired) {
             return PluginException.call(Kind.TIME_LIMIT, name, digest, op, null, String.format(

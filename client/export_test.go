@@ -1,0 +1,20 @@
+package client
+
+import (
+	"context"
+)
+
+// Test hooks (compiled only into this package's tests).
+
+// KeepDrainedSetAcrossReset makes a member keep its drained-epochs cache across a reset:
+// Pulsar's bug, for the control that shows the order checks catch it.
+func KeepDrainedSetAcrossReset(o ConsumerOptions) ConsumerOptions {
+	o.keepDrained = true
+	return o
+}
+
+// ResetGroupPartially is ResetGroup by a resetter that stops (as if it crashed) after the commit
+// point and `keys` partition keys.
+func (c *Client) ResetGroupPartially(ctx context.Context, topic, group string, to SeekTarget, keys int) (*ResetResult, error) {
+	return c.resetGroup(ctx, topic, group, to, "partial-resetter", keys)
+}
