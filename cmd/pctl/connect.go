@@ -88,9 +88,9 @@ func (cf *connFlags) connect(e *env, cmd string, rt *runtime.Runtime) (*client.C
 	defer cancel()
 	c, err := client.Connect(ctx, client.Options{URL: url, Creds: creds, Name: "pctl " + cmd, Runtime: rt})
 	if err != nil {
-		if !errors.Is(err, wire.ErrPermission) && !errors.Is(err, wire.ErrUnavailable) && strings.Contains(err.Error(), "credentials") {
-			// The file exists but is not an NKey seed.
-			return nil, usageErr(e, cmd, "%v", err)
+		if errors.Is(err, wire.ErrBadRequest) {
+			// The credentials file exists but is not an NKey seed, or the URL is not a NATS one.
+			return nil, usageErr(e, cmd, "%s", trimSentinel(err))
 		}
 		return nil, failErr(e, cmd, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"pctl.dev/pctl/broker"
+	"pctl.dev/pctl/client"
 )
 
 func init() {
@@ -174,6 +175,11 @@ func cmdServe(e *env, args []string) int {
 			return usageErr(e, "serve", "--max-record-bytes %d is out of range", *maxRecord)
 		}
 		sc.MaxRecordBytes = int32(*maxRecord)
+	}
+	if sc.NATS != "" {
+		if err := client.CheckServerURL(sc.NATS); err != nil {
+			return usageErr(e, "serve", "--nats: %s", trimSentinel(err))
+		}
 	}
 	cfg, err := sc.brokerConfig()
 	if err != nil {
