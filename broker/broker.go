@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/dirlock"
 	"pctl.dev/pctl/partitioner"
 	"pctl.dev/pctl/runtime"
 )
@@ -51,6 +53,9 @@ type Broker struct {
 	loopWG    sync.WaitGroup
 	observing sync.Map // "topic/epoch" -> true while this process scans for observed ancestry
 	ps        produceService
+
+	dirLock *dirlock.Lock // one broker per data directory (internal/dirlock)
+	started time.Time
 }
 
 // Start starts a broker: the embedded server (unless Config.NATSURL), the buckets, the services,
@@ -60,7 +65,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, parts: make(map[string]*partitioner.WASM), id: nuid.Next()}
+	b := &Broker{cfg: cfg, parts: make(map[string]*partitioner.WASM), id: nuid.Next(), started: time.Now().UTC()}
 	b.ctx, b.stop = context.WithCancel(context.Background())
 	b.loopCtx, b.loopStop = context.WithCancel(b.ctx)
 	ok := false
@@ -69,6 +74,13 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 			b.Close()
 		}
 	}()
+	// One broker per data directory: a second one on the same files would answer differently.
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("broker: data directory: %w", err)
+	}
+	if b.dirLock, err = dirlock.Acquire(cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
 	if cfg.NATSURL == "" {
 		if err := b.startEmbedded(); err != nil {
 			return nil, err
@@ -147,6 +159,7 @@ func (b *Broker) startEmbedded() error {
 		return fmt.Errorf("broker: %w", err)
 	}
 	b.users.srv = b.srv
+	b.setNATSLogger() // logging.go
 	go b.srv.Start()
 	if !b.srv.ReadyForConnections(30 * time.Second) {
 		return fmt.Errorf("broker: the NATS server did not start listening on %s within 30s (port in use? try --listen 127.0.0.1:0)", b.cfg.Listen)
@@ -291,6 +304,7 @@ func (b *Broker) Close() error {
 		b.srv.Shutdown()
 		b.srv.WaitForShutdown()
 	}
+	_ = b.dirLock.Release()
 	return nil
 }
 
@@ -322,6 +336,7 @@ func (b *Broker) Abort() {
 	if b.rt != nil {
 		_ = b.rt.Close(context.Background())
 	}
+	_ = b.dirLock.Release() // as the kernel does for a crashed process
 }
 
 // handler is one API endpoint.
@@ -386,7 +401,11 @@ func (b *Broker) subscribe() error {
 func (b *Broker) serve(m *nats.Msg, h handler) {
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Minute)
 	defer cancel()
+	start := time.Now()
 	v, err := h(ctx, m)
+	if op, ok := strings.CutPrefix(m.Subject, wire.AdminPrefix+"."); ok {
+		b.hookAdmin(op, time.Since(start), err) // hooks.go
+	}
 	if m.Reply == "" {
 		return
 	}

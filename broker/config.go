@@ -2,11 +2,14 @@ package broker
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"pctl.dev/pctl/internal/logging"
 )
 
 // Config configures a Broker. The zero value runs an embedded server on 127.0.0.1:4222 with its
@@ -43,8 +46,16 @@ type Config struct {
 	SyncInterval time.Duration
 	// ConformanceKeys is the number of random keys the upload check runs. Default 20000.
 	ConformanceKeys int
-	// Logf receives the broker's log lines. Default: discard.
+	// Logger receives the broker's structured log lines (log/slog): one line per admin action
+	// and per epoch-change step, warnings for failed and retried steps; the embedded NATS
+	// server logs through it too (component=nats). Default: Logf's lines, else discard.
+	Logger *slog.Logger
+	// Logf receives the broker's log lines as text. Default: the lines go to Logger.
 	Logf func(format string, args ...any)
+	// Hooks observe the broker's work (hooks.go): values implementing any of the broker's Hook*
+	// interfaces, or the client package's for the produce service's producers. Metrics come out
+	// through them (internal/metrics). Default: none.
+	Hooks []any
 	// ProduceTimeout bounds one publish of the produce service. Default 10s.
 	ProduceTimeout time.Duration
 	// RetryInterval is how often the broker looks for unfinished work (a topic being created or
@@ -56,6 +67,8 @@ type Config struct {
 	// change there, as if the broker had died: fault-injection tests use it, and this or another
 	// broker finishes the change later (its retry loop, or Start).
 	StepHook func(topic, state string) error
+
+	natsLogs bool // set by withDefaults: route the embedded server's log to Logger
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -81,8 +94,19 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ConformanceKeys == 0 {
 		c.ConformanceKeys = 20000
 	}
+	// The embedded server logs only to a Logger given as such: a test's Logf (t.Logf) must not
+	// get server lines after the test ends.
+	c.natsLogs = c.Logger != nil
+	if c.Logger == nil {
+		if c.Logf != nil {
+			c.Logger = logging.Logf(c.Logf)
+		} else {
+			c.Logger = logging.Discard()
+		}
+	}
 	if c.Logf == nil {
-		c.Logf = func(string, ...any) {}
+		l := c.Logger
+		c.Logf = func(format string, args ...any) { l.Info(fmt.Sprintf(format, args...)) }
 	}
 	if c.RetryInterval <= 0 {
 		c.RetryInterval = 2 * time.Second

@@ -31,7 +31,7 @@ import (
 // opTimeout bounds one JetStream API call of the broker (a request's own deadline is minutes
 // long): a call that a cluster does not answer (a node down, an election) fails after it, so that
 // the step that made it fails, releases the topic's lock, and is retried.
-const opTimeout = 10 * time.Second
+const opTimeout = 5 * time.Second
 
 func opContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, opTimeout)
@@ -81,12 +81,12 @@ func (b *Broker) leaderGet(ctx context.Context, key string) (kvEntry, error) {
 // ($JS.API.STREAM.MSG.GET, which followers do not answer). errKeyMissing: there is none.
 func (b *Broker) leaderLast(ctx context.Context, stream, subject string) (kvEntry, error) {
 	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, leaderReadTimeout)
 	defer cancel()
 	m, err := b.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
-			return kvEntry{}, fmt.Errorf("the leader of stream %s did not answer (%v): is a JetStream node down, or an election in progress?", stream, err)
+			return kvEntry{}, fmt.Errorf("%w: the leader of stream %s did not answer (%v): is a JetStream node down, or an election in progress?", errNoLeader, stream, err)
 		}
 		return kvEntry{}, err
 	}
@@ -110,6 +110,9 @@ func (b *Broker) leaderLast(ctx context.Context, stream, subject string) (kvEntr
 		if resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound) {
 			return kvEntry{}, errKeyMissing
 		}
+		if resp.Error.ErrCode == 10008 { // JetStream (cluster) temporarily unavailable
+			return kvEntry{}, fmt.Errorf("%w: stream %s: %s", errNoLeader, stream, resp.Error.Description)
+		}
 		return kvEntry{}, fmt.Errorf("stream %s: %s (error %d)", stream, resp.Error.Description, resp.Error.ErrCode)
 	}
 	if resp.Message == nil {
@@ -131,7 +134,29 @@ func (b *Broker) leaderLast(ctx context.Context, stream, subject string) (kvEntr
 	return e, nil
 }
 
-var errKeyMissing = errors.New("no such key")
+var (
+	errKeyMissing = errors.New("no such key")
+	errNoLeader   = errors.New("no stream leader answers")
+)
+
+// leaderReadTimeout bounds a read from a stream's leader; after it (an election in progress) the
+// read falls back to any replica, still checked against the floor.
+const leaderReadTimeout = 3 * time.Second
+
+// directGet reads a descriptor from whichever replica answers (a KV get): fresh enough for this
+// broker when its revision is at least the floor, which getTopic checks.
+func (b *Broker) directGet(ctx context.Context, key string) (kvEntry, error) {
+	ctx, cancel := context.WithTimeout(ctx, leaderReadTimeout)
+	defer cancel()
+	e, err := b.topic.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return kvEntry{}, errKeyMissing
+	case err != nil:
+		return kvEntry{}, err
+	}
+	return kvEntry{value: e.Value(), rev: e.Revision(), deleted: e.Operation() != jetstream.KeyValuePut}, nil
+}
 
 // getTopic reads a descriptor as described above: from the bucket's leader, at least at this
 // broker's floor for the topic.
@@ -143,6 +168,10 @@ func (b *Broker) getTopic(ctx context.Context, name string) (*wire.Topic, uint64
 	pause := 5 * time.Millisecond
 	for {
 		e, err := b.leaderGet(ctx, name)
+		if errors.Is(err, errNoLeader) {
+			// No leader for the moment: any replica will do if it has what this broker wrote.
+			e, err = b.directGet(ctx, name)
+		}
 		floor := b.floors.get(name)
 		switch {
 		case err != nil && !errors.Is(err, errKeyMissing):

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/logging"
 )
 
 // Epoch change states, in order (spec/protocol.md §5). Every step is idempotent and recorded in
@@ -86,7 +87,8 @@ func (b *Broker) apiTopicRepartition(ctx context.Context, m *nats.Msg) (any, err
 			return nil, err
 		}
 	}
-	b.cfg.Logf("topic %s: epoch %d -> %d planned (%d -> %d partitions, %s -> %s)", t.Name, cur.Epoch, cur.Epoch+1, cur.Partitions, n, cur.Partitioner.Name, p.Name)
+	b.cfg.Logger.Info("epoch change planned", "topic", t.Name, "from", cur.Epoch, "to", cur.Epoch+1, "partitions_from", cur.Partitions, "partitions_to", n,
+		"partitioner_from", cur.Partitioner.Name, "partitioner_to", p.Name)
 	if b.cfg.StepHook != nil {
 		if err := b.cfg.StepHook(t.Name, statePlanned); err != nil {
 			return nil, err
@@ -113,8 +115,14 @@ func (b *Broker) runChange(ctx context.Context, name string) error {
 // runChangeLocked is runChange with the topic's lock held.
 func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 	stale := 0
+	var unavailableSince time.Time
+	pause := 250 * time.Millisecond
 	for {
+		stepStart := time.Now()
 		t, rev, err := b.getTopic(ctx, name)
+		if err != nil && errors.Is(err, wire.ErrUnavailable) && b.retryInPlace(ctx, &unavailableSince, &pause) {
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -123,6 +131,7 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 			return nil
 		}
 		cur := t.Current()
+		step := stepName(ch.State)
 		switch ch.State {
 		case statePlanned:
 			err = b.forPartitions(ctx, ch.Partitions, func(q int) error {
@@ -173,7 +182,11 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 				}
 				return err
 			}
-			b.cfg.Logf("topic %s: epoch %d active (%d partitions, %s; boundaries %v; ancestry %s)", t.Name, ch.To, ch.Partitions, ch.Partition.Name, cur.Boundaries, anc.Source)
+			b.cfg.Logger.Info("epoch change step", "topic", t.Name, "to", ch.To, "step", "activate", "state", "active", "took", time.Since(stepStart).Round(time.Microsecond))
+			b.cfg.Logger.Info("epoch active", "topic", t.Name, "epoch", ch.To, "partitions", ch.Partitions, "partitioner", ch.Partition.Name,
+				"boundaries", logging.Uints(cur.Boundaries), "ancestry", anc.Source, "change_took", time.Since(ch.Started).Round(time.Millisecond))
+			b.hookEpochStep(name, ch.To, "activate", time.Since(stepStart), nil)
+			b.hookEpochChange(name, ch.To, time.Since(ch.Started))
 			if b.cfg.StepHook != nil {
 				_ = b.cfg.StepHook(name, "active")
 			}
@@ -190,23 +203,76 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 			stale++
 			continue
 		}
+		if err != nil && errors.Is(err, wire.ErrUnavailable) && b.retryInPlace(ctx, &unavailableSince, &pause) {
+			continue // a stream or the bucket without a leader for a moment (an election)
+		}
 		if err != nil {
+			// The retry loop logs its failures once per distinct error itself: its repeated
+			// attempts go to Debug here, so that a node that stays down is not a line per retry.
+			logStep := b.cfg.Logger.Warn
+			if retrying(ctx) {
+				logStep = b.cfg.Logger.Debug
+			}
+			logStep("epoch change step failed", "topic", name, "to", ch.To, "step", step, "took", time.Since(stepStart).Round(time.Microsecond), "err", err)
+			b.hookEpochStep(name, ch.To, step, time.Since(stepStart), err)
 			return err
 		}
+		unavailableSince, pause = time.Time{}, 250*time.Millisecond
 		if _, err := b.putTopic(ctx, t, rev); err != nil {
 			if errors.Is(err, wire.ErrConflict) {
 				// Another writer (the background ancestry of an earlier epoch) changed the
 				// descriptor: re-read it and run this step again; steps are idempotent.
 				continue
 			}
+			b.hookEpochStep(name, ch.To, step, time.Since(stepStart), err)
 			return err
 		}
+		b.cfg.Logger.Info("epoch change step", "topic", name, "to", ch.To, "step", step, "state", ch.State, "partitions", ch.Partitions, "took", time.Since(stepStart).Round(time.Microsecond))
+		b.hookEpochStep(name, ch.To, step, time.Since(stepStart), nil)
 		if b.cfg.StepHook != nil {
 			if err := b.cfg.StepHook(name, ch.State); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// stepRetryWindow is how long a step that fails with ErrUnavailable (a stream or the bucket
+// without a leader: an election after a node died usually takes a few seconds) is retried in place
+// before the step fails and is left to the retry loop.
+const stepRetryWindow = 20 * time.Second
+
+// retryInPlace pauses before another try of a step that failed with ErrUnavailable, while the
+// failures have lasted less than stepRetryWindow; it reports whether to try again.
+func (b *Broker) retryInPlace(ctx context.Context, since *time.Time, pause *time.Duration) bool {
+	if since.IsZero() {
+		*since = time.Now()
+	}
+	if time.Since(*since) > stepRetryWindow || b.loopCtx.Err() != nil {
+		return false
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(*pause):
+	}
+	if *pause *= 2; *pause > 2*time.Second {
+		*pause = 2 * time.Second
+	}
+	return true
+}
+
+// stepName names the step an epoch change in a recorded state runs next (metrics and logs).
+func stepName(state string) string {
+	switch state {
+	case statePlanned:
+		return "create"
+	case stateCreated:
+		return "fence"
+	case stateFenced:
+		return "activate"
+	}
+	return state
 }
 
 // setSubject binds partition q's stream to subject for the change to epoch `epoch`. A stream
@@ -322,6 +388,13 @@ func (b *Broker) observeAncestry(ctx context.Context, name string, e int) error 
 		parents[i] = map[int]bool{}
 	}
 	source := "observed"
+	// Distinct keys per edge (wire.Ancestry.Keys), for the graphs of status pages; a key maps
+	// to exactly one edge, so one set of seen keys suffices.
+	var counts []map[int]int64
+	var seen map[string]struct{}
+	if next.Partitions <= wire.MaxAncestryKeyPartitions {
+		counts, seen = make([]map[int]int64, next.Partitions), map[string]struct{}{}
+	}
 	if total > maxObservedRecords {
 		source = "all"
 	} else {
@@ -347,6 +420,15 @@ func (b *Broker) observeAncestry(ctx context.Context, name string, e int) error 
 					return err
 				}
 				parents[c][int(p)] = true
+				if seen != nil {
+					if _, dup := seen[string(key)]; !dup {
+						seen[string(key)] = struct{}{}
+						if counts[c] == nil {
+							counts[c] = map[int]int64{}
+						}
+						counts[c][int(p)]++
+					}
+				}
 				return nil
 			})
 			if err != nil {
@@ -355,10 +437,21 @@ func (b *Broker) observeAncestry(ctx context.Context, name string, e int) error 
 		}
 	}
 	anc := &wire.Ancestry{Source: source, Parents: make([][][2]int, next.Partitions)}
+	if source == "observed" && counts != nil {
+		anc.Keys = make([][][2]int64, next.Partitions)
+	}
 	for c := range parents {
 		if source == "all" {
 			anc.Parents[c] = [][2]int{{0, prev.Partitions}}
 			continue
+		}
+		if anc.Keys != nil {
+			anc.Keys[c] = [][2]int64{}
+			for q := 0; q < prev.Partitions; q++ {
+				if n := counts[c][q]; n > 0 {
+					anc.Keys[c] = append(anc.Keys[c], [2]int64{int64(q), n})
+				}
+			}
 		}
 		for q := 0; q < prev.Partitions; q++ {
 			if !parents[c][q] {

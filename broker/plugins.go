@@ -15,6 +15,7 @@ import (
 
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/conformance"
+	"pctl.dev/pctl/internal/logging"
 	"pctl.dev/pctl/plugins"
 	"pctl.dev/pctl/runtime"
 )
@@ -40,6 +41,7 @@ func (b *Broker) apiPluginUpload(ctx context.Context, m *nats.Msg) (any, error) 
 				lines = append(lines, r.Name+": "+r.Reason)
 			}
 		}
+		b.cfg.Logger.Warn("plugin rejected", "digest", digest, "name", rep.Module.Name, "size", len(wasm), "verdict", "fail", "failed_checks", logging.Strings(failedChecks(rep)))
 		return nil, &detailed{err: fmt.Errorf("%w: module sha256:%s failed conformance: %s; run 'pctl conformance FILE.wasm' for the full report", wire.ErrPluginRejected, digest, strings.Join(lines, "; ")), detail: rep}
 	}
 	mod, err := b.rt.Load(ctx, wasm)
@@ -52,12 +54,17 @@ func (b *Broker) apiPluginUpload(ctx context.Context, m *nats.Msg) (any, error) 
 		info.AncestryVerified = true
 	}
 	meta, _ := json.Marshal(info)
+	objMeta := map[string]string{"info": string(meta)}
+	if report, err := json.Marshal(rep); err == nil {
+		objMeta[reportMeta] = string(report) // status.go shows it
+	}
 	_, err = b.objs.Put(ctx, jetstream.ObjectMeta{Name: digest, Description: info.Name + " " + info.Version,
-		Metadata: map[string]string{"info": string(meta)}}, bytes.NewReader(wasm))
+		Metadata: objMeta}, bytes.NewReader(wasm))
 	if err != nil {
 		return nil, fmt.Errorf("%w: store plugin: %v", wire.ErrUnavailable, err)
 	}
-	b.cfg.Logf("plugin %s (sha256:%s) uploaded", info.Name, digest[:12])
+	b.cfg.Logger.Info("plugin uploaded", "digest", digest, "name", info.Name, "version", info.Version, "size", len(wasm), "profile", info.Profile,
+		"verdict", "pass", "warnings", logging.Strings(warnedChecks(rep)), "ancestry_verified", info.AncestryVerified)
 	return info, nil
 }
 
@@ -170,6 +177,7 @@ func (b *Broker) apiPluginDelete(ctx context.Context, m *nats.Msg) (any, error) 
 	if err := b.objs.Delete(ctx, info.Digest); err != nil {
 		return nil, fmt.Errorf("%w: %v", wire.ErrUnavailable, err)
 	}
+	b.cfg.Logger.Info("plugin deleted", "digest", info.Digest, "name", info.Name, "version", info.Version)
 	return struct{}{}, nil
 }
 
@@ -203,3 +211,19 @@ func (b *Broker) usage(ctx context.Context) map[string][]string {
 }
 
 func (b *Broker) usedBy(ctx context.Context, digest string) []string { return b.usage(ctx)[digest] }
+
+// reportMeta is the plugin object's metadata key holding the conformance report of its upload.
+const reportMeta = "conformance"
+
+func failedChecks(rep *conformance.Report) []string { return checksWith(rep, conformance.StatusFail) }
+func warnedChecks(rep *conformance.Report) []string { return checksWith(rep, conformance.StatusWarn) }
+
+func checksWith(rep *conformance.Report, st conformance.Status) []string {
+	var out []string
+	for _, r := range rep.Results {
+		if r.Status == st {
+			out = append(out, r.Name)
+		}
+	}
+	return out
+}

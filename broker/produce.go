@@ -14,7 +14,6 @@ import (
 
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
-	"pctl.dev/pctl/partitioner"
 )
 
 // produceService partitions records for thin clients with the topic's own module and publishes
@@ -111,10 +110,9 @@ func (b *Broker) producer(ctx context.Context, topic string) (*client.Producer, 
 		// A fresh id for every producer the service creates: records without an origin of their
 		// own are deduplicated by this id, so reusing it after a restart would drop new records
 		// as duplicates of old ones.
-		ID: "broker-" + nuid.Next(),
-		Partitioner: func(ctx context.Context, wp wire.Partitioner) (partitioner.Partitioner, error) {
-			return b.partitionerFor(ctx, wp)
-		},
+		ID:          "broker-" + nuid.Next(),
+		Partitioner: b.producePartitioner, // hooks.go: measured when a hook wants plugin calls
+		Hooks:       b.clientHooks(),
 	})
 	if err != nil {
 		return nil, err

@@ -2,10 +2,13 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"pctl.dev/pctl/broker/wire"
 )
@@ -13,14 +16,24 @@ import (
 // Unfinished work — a topic being created or deleted, an epoch change, an epoch whose observed
 // ancestry is still pending — is recorded in the descriptor, so any broker can finish it. A
 // request finishes its own work at once; what it could not finish (a node down, a broker that
-// died half way, this one or another) is finished by the retry loop that every broker runs: every
-// Config.RetryInterval it reads every descriptor, and takes up work that has made no progress
+// died half way, this one or another) is finished by the retry loop that every broker runs: a watch
+// of the descriptor bucket says which topics have unfinished work, and every Config.RetryInterval
+// the loop reads those descriptors from the leader and takes up work that has made no progress
 // (same descriptor revision) for two intervals, with a backoff per topic that doubles up to
 // maxRetryBackoff. Several brokers may take up the same work at once: every step is idempotent and
 // recorded by compare-and-set, so the first to record a step wins and the others re-read.
 //
 // Logging: the loop logs once when it takes up a piece of work, once per distinct failure of a
 // step (so a node that stays down is one line, not one per retry), and once when it is done.
+
+type retryingKey struct{}
+
+// withRetrying marks a context as the retry loop's, which logs the failures of its attempts itself.
+func withRetrying(ctx context.Context) context.Context {
+	return context.WithValue(ctx, retryingKey{}, true)
+}
+
+func retrying(ctx context.Context) bool { return ctx.Value(retryingKey{}) != nil }
 
 // maxRetryBackoff bounds the pause between retries of one topic's unfinished work.
 const maxRetryBackoff = 30 * time.Second
@@ -112,7 +125,7 @@ func (b *Broker) observeInBackground(name string, epoch int) {
 		defer b.loopWG.Done()
 		defer b.observing.Delete(key)
 		if err := b.observeAncestry(b.loopCtx, name, epoch); err != nil && b.loopCtx.Err() == nil {
-			b.cfg.Logf("topic %s: observed ancestry of epoch %d: %v (the retry loop tries again)", name, epoch, err)
+			b.cfg.Logger.Warn("observed ancestry failed; the retry loop tries again", "topic", name, "epoch", epoch, "err", err)
 		}
 	}()
 }
@@ -134,9 +147,9 @@ func (b *Broker) resume(ctx context.Context) error {
 			continue
 		}
 		if err := b.finish(ctx, name); err != nil {
-			b.cfg.Logf("topic %s: resuming the %s left unfinished: %v (the retry loop tries again)", name, work, err)
+			b.cfg.Logger.Warn("resuming unfinished work failed; the retry loop tries again", "topic", name, "work", work, "err", err)
 		} else {
-			b.cfg.Logf("topic %s: resumed and finished the %s left unfinished", name, work)
+			b.cfg.Logger.Info("resumed and finished unfinished work", "topic", name, "work", work)
 		}
 	}
 	return nil
@@ -167,11 +180,69 @@ type retryState struct {
 	failed   string // the last failure logged for this work
 }
 
+// workWatch is the retry loop's view of which topics have unfinished work, kept from a watch of
+// the descriptor bucket, so that a round reads from the leader only the descriptors that need it
+// (not every topic every interval). It may lag behind the bucket; decisions are made on the
+// leader read in retryTopic.
+type workWatch struct {
+	mu    sync.Mutex
+	ready bool              // the watch delivered every key's current value
+	work  map[string]string // topic -> unfinished(descriptor), for topics with some
+}
+
+func (w *workWatch) snapshot() ([]string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	names := make([]string, 0, len(w.work))
+	for n := range w.work {
+		names = append(names, n)
+	}
+	return names, w.ready
+}
+
+// watchWork runs the watch until the loop stops, starting it again when it ends.
+func (b *Broker) watchWork(w *workWatch) {
+	defer b.loopWG.Done()
+	for b.loopCtx.Err() == nil {
+		kw, err := b.topic.WatchAll(b.loopCtx)
+		if err == nil {
+			for e := range kw.Updates() {
+				w.mu.Lock()
+				switch {
+				case e == nil:
+					w.ready = true
+				case e.Operation() != jetstream.KeyValuePut:
+					delete(w.work, e.Key())
+				default:
+					var t wire.Topic
+					if json.Unmarshal(e.Value(), &t) == nil && unfinished(&t) == "" {
+						delete(w.work, e.Key())
+					} else {
+						w.work[e.Key()] = unfinished(&t) // unreadable: let a leader read decide
+					}
+				}
+				w.mu.Unlock()
+			}
+			_ = kw.Stop()
+		}
+		w.mu.Lock()
+		w.ready = false
+		w.mu.Unlock()
+		select {
+		case <-b.loopCtx.Done():
+		case <-time.After(b.cfg.RetryInterval):
+		}
+	}
+}
+
 func (b *Broker) retryLoop() {
 	defer b.loopWG.Done()
 	every := b.cfg.RetryInterval
 	tick := time.NewTicker(every)
 	defer tick.Stop()
+	w := &workWatch{work: map[string]string{}}
+	b.loopWG.Add(1)
+	go b.watchWork(w)
 	states := map[string]*retryState{}
 	listFailed := ""
 	for {
@@ -181,27 +252,33 @@ func (b *Broker) retryLoop() {
 		case <-tick.C:
 		}
 		ctx, cancel := context.WithTimeout(b.loopCtx, 5*time.Minute)
-		names, err := b.topicNames(ctx)
-		if err != nil {
-			if msg := err.Error(); msg != listFailed && b.loopCtx.Err() == nil {
-				b.cfg.Logf("retry loop: cannot list topics: %v (trying again every %v)", err, every)
-				listFailed = msg
+		names, ready := w.snapshot()
+		if !ready {
+			// No watch yet (or it is being started again): read every descriptor.
+			var err error
+			if names, err = b.topicNames(ctx); err != nil {
+				if msg := err.Error(); msg != listFailed && b.loopCtx.Err() == nil {
+					b.cfg.Logger.Warn("retry loop cannot list topics", "err", err, "every", every)
+					listFailed = msg
+				}
+				cancel()
+				continue
 			}
-			cancel()
-			continue
+			listFailed = ""
 		}
-		listFailed = ""
+		// Topics the loop is following stay in the round until a leader read says they are done.
+		for name := range states {
+			names = append(names, name)
+		}
 		seen := map[string]bool{}
 		for _, name := range names {
+			if seen[name] {
+				continue
+			}
 			seen[name] = true
 			b.retryTopic(ctx, name, states, every)
 			if b.loopCtx.Err() != nil {
 				break
-			}
-		}
-		for name := range states {
-			if !seen[name] {
-				delete(states, name)
 			}
 		}
 		cancel()
@@ -215,7 +292,7 @@ func (b *Broker) retryTopic(ctx context.Context, name string, states map[string]
 	if err != nil {
 		if errors.Is(err, wire.ErrNotFound) {
 			if st != nil && st.taken {
-				b.cfg.Logf("topic %s: %s finished", name, st.work)
+				b.cfg.Logger.Info("unfinished work finished", "topic", name, "work", st.work)
 			}
 			delete(states, name)
 		}
@@ -224,7 +301,7 @@ func (b *Broker) retryTopic(ctx context.Context, name string, states map[string]
 	work := unfinished(t)
 	if work == "" {
 		if st != nil && st.taken {
-			b.cfg.Logf("topic %s: %s finished", name, st.work)
+			b.cfg.Logger.Info("unfinished work finished", "topic", name, "work", st.work)
 		}
 		delete(states, name)
 		return
@@ -232,7 +309,7 @@ func (b *Broker) retryTopic(ctx context.Context, name string, states map[string]
 	grace := 2 * every
 	if st == nil || st.work != work {
 		if st != nil && st.taken {
-			b.cfg.Logf("topic %s: %s finished", name, st.work)
+			b.cfg.Logger.Info("unfinished work finished", "topic", name, "work", st.work)
 		}
 		st = &retryState{rev: rev, work: work, since: now, next: now.Add(grace)}
 		states[name] = st
@@ -252,14 +329,15 @@ func (b *Broker) retryTopic(ctx context.Context, name string, states map[string]
 	}
 	st.attempts++
 	if !st.taken {
-		b.cfg.Logf("topic %s: %s unfinished for %v; taking it up", name, work, now.Sub(st.since).Round(time.Millisecond))
+		b.cfg.Logger.Warn("stuck work taken up", "topic", name, "work", work, "unchanged_for", now.Sub(st.since).Round(time.Millisecond))
 		st.taken = true
 	}
-	err = b.finishLocked(ctx, name)
+	err = b.finishLocked(withRetrying(ctx), name)
 	mu.Unlock()
 	if err == nil {
-		// Logged as finished when the next round sees no unfinished work (or the next state).
-		st.next = time.Now()
+		// Done as far as it goes: what is left (pending ancestry, say) is new work next round.
+		b.cfg.Logger.Info("unfinished work finished", "topic", name, "work", st.work, "attempts", st.attempts)
+		delete(states, name)
 		return
 	}
 	backoff := every << min(st.attempts, 5)
@@ -268,7 +346,7 @@ func (b *Broker) retryTopic(ctx context.Context, name string, states map[string]
 	}
 	st.next = time.Now().Add(backoff)
 	if msg := wire.Code(err) + ": " + err.Error(); msg != st.failed && b.loopCtx.Err() == nil {
-		b.cfg.Logf("topic %s: %s: attempt %d failed: %v; retrying with backoff up to %v", name, work, st.attempts, err, maxRetryBackoff)
+		b.cfg.Logger.Warn("retried work failed", "topic", name, "work", work, "attempt", st.attempts, "err", err, "max_backoff", maxRetryBackoff)
 		st.failed = msg
 	}
 }

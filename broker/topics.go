@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/logging"
 	"pctl.dev/pctl/partitioner"
 	"pctl.dev/pctl/plugins"
 	"pctl.dev/pctl/runtime"
@@ -118,6 +119,8 @@ func (b *Broker) apiTopicCreate(ctx context.Context, m *nats.Msg) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	b.cfg.Logger.Info("topic created", "topic", t.Name, "id", t.ID, "partitions", req.Partitions, "partitioner", p.Name, "replicas", replicas,
+		"placement_tags", logging.Strings(req.PlacementTags))
 	return wire.TopicReply{Topic: *t, Revision: rev}, nil
 }
 
@@ -294,6 +297,7 @@ func (b *Broker) apiTopicDelete(ctx context.Context, m *nats.Msg) (any, error) {
 	if err := b.finishDelete(ctx, t, rev); err != nil {
 		return nil, fmt.Errorf("%w (the topic is recorded as being deleted; the broker keeps retrying)", err)
 	}
+	b.cfg.Logger.Info("topic deleted", "topic", t.Name, "id", t.ID, "streams", t.MaxPartitions())
 	return struct{}{}, nil
 }
 

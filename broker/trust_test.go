@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -250,15 +251,15 @@ func consumeAll(t *testing.T, c *client.Client, topic, group string, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := 0
+	var got atomic.Int64 // partitions are delivered from a goroutine each
 	err = cn.Run(ctx, func(context.Context, *client.Message) error {
-		if got++; got == n {
+		if got.Add(1) == int64(n) {
 			cancel()
 		}
 		return nil
 	})
-	if err != nil || got < n {
-		t.Fatalf("group %s of %s: delivered %d of %d: %v", group, topic, got, n, err)
+	if err != nil || got.Load() < int64(n) {
+		t.Fatalf("group %s of %s: delivered %d of %d: %v", group, topic, got.Load(), n, err)
 	}
 }
 

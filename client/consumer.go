@@ -170,6 +170,9 @@ type ConsumerOptions struct {
 	OnKeysAssigned func(KeyChange)
 	// Logf receives the member's decisions (acquire, release, lease lost). Default: none.
 	Logf func(format string, args ...any)
+	// Hooks observe the member (hooks.go): records consumed, gate waits, lease changes.
+	// Default: none.
+	Hooks []Hook
 
 	// keepDrained is a test hook: the member keeps its drained-epochs cache across a reset
 	// (Pulsar's bug), to show that the order checks catch it.
@@ -812,9 +815,10 @@ func (cn *Consumer) heartbeat(ctx context.Context, kv jetstream.KeyValue) error 
 	for q := range cn.owned {
 		owns = append(owns, q)
 	}
+	gated, waited := cn.stats.Gated, cn.stats.TotalWait.Milliseconds() // shown by status pages
 	cn.mu.Unlock()
 	sort.Ints(owns)
-	body, _ := json.Marshal(wire.MemberState{ID: cn.opts.Member, Heartbeat: time.Now().UTC(), Owns: owns})
+	body, _ := json.Marshal(wire.MemberState{ID: cn.opts.Member, Heartbeat: time.Now().UTC(), Owns: owns, Gated: gated, GateWaitMS: waited})
 	ctx, cancel := cn.op(ctx)
 	defer cancel()
 	if _, err := kv.Put(ctx, wire.MemberKey(cn.topicID, cn.opts.Group, cn.opts.Member), body); err != nil {
@@ -956,10 +960,19 @@ func (cn *Consumer) rebalance(ctx context.Context, kv jetstream.KeyValue, h Hand
 		w.gen = gen
 		w.leaseUntil = before.Add(cn.opts.SessionTimeout)
 		cn.mu.Lock()
-		if cn.gen != gen || cn.pending != nil {
-			// A reset came meanwhile: give the partition back under it at once.
+		if st := cn.pending; cn.gen != gen || st != nil {
+			// A reset came meanwhile: move the key we just wrote to it at once (no owner), so
+			// that no one waits for this lease.
 			cn.mu.Unlock()
-			cn.release(ctx, kv, w)
+			if st != nil {
+				var to uint64
+				if q < len(st.Positions) {
+					to = st.Positions[q]
+				}
+				octx, cancel := cn.op(ctx)
+				_ = moveKey(octx, kv, wire.PartitionKey(cn.topicID, cn.opts.Group, q), st.Generation, to, rev)
+				cancel()
+			}
 			continue
 		}
 		cn.owned[q] = w
@@ -1038,6 +1051,7 @@ func (cn *Consumer) acquire(ctx context.Context, kv jetstream.KeyValue, q int) (
 	if err != nil {
 		return 0, 0, 0, false
 	}
+	cn.hookLease(q, true) // hooks.go
 	return ps.Position, r, gen, true
 }
 
@@ -1098,6 +1112,7 @@ func (cn *Consumer) release(ctx context.Context, kv jetstream.KeyValue, w *worke
 	if newRev, err := kv.Update(ctx, wire.PartitionKey(cn.topicID, cn.opts.Group, w.partition), body, rev); err == nil {
 		cn.setPosition(w.partition, newRev, wire.PartitionState{Position: pos, Generation: gen})
 		cn.noteCommit(newRev)
+		cn.hookLease(w.partition, false) // hooks.go
 	}
 }
 
@@ -1449,12 +1464,14 @@ func (w *worker) deliver(ctx context.Context, msg jetstream.Msg, h Handler, fail
 	if !w.holdLease(ctx) {
 		return false // lost, or stopping: another member redelivers from the committed position
 	}
+	handled := time.Now()
 	if err := h(ctx, m); err != nil {
 		if ctx.Err() == nil {
 			fail(fmt.Errorf("handler failed on partition %d seq %d: %w", w.partition, m.Seq, err))
 		}
 		return false
 	}
+	cn.hookConsumed(m, time.Since(handled)) // hooks.go
 	w.mu.Lock()
 	w.delivered = m.Seq
 	w.mu.Unlock()
@@ -1800,6 +1817,7 @@ func (w *worker) gate(ctx context.Context, m *Message) error {
 			cn.stats.Waits = append(cn.stats.Waits, d)
 		}
 		cn.mu.Unlock()
+		cn.hookGateWait(w.partition, m.Epoch, d) // hooks.go
 	}
 	if cn.opts.OnKeysAssigned == nil {
 		return nil

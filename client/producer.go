@@ -63,6 +63,8 @@ type ProducerOptions struct {
 	// Partitioner overrides how the producer obtains a partitioner for an epoch (the broker's
 	// produce service passes its own, already loaded). Default: Client.Partitioner.
 	Partitioner func(ctx context.Context, p wire.Partitioner) (partitioner.Partitioner, error)
+	// Hooks observe the producer (hooks.go). Default: none.
+	Hooks []Hook
 }
 
 // Producer produces keyed records to one topic, partitioning them on the client with the
@@ -217,6 +219,7 @@ func (p *Producer) install(ctx context.Context, desc *wire.Topic) error {
 // are unacknowledged. It fails at once for a record the producer can never send (a key over 64
 // KiB, a closed producer).
 func (p *Producer) Send(ctx context.Context, rec Record, done func(Result)) error {
+	done = p.hookProduced(&rec, done) // hooks.go
 	if rec.NoKey && len(rec.Key) > 0 {
 		return fmt.Errorf("%w: a keyless record (NoKey) has no Key", wire.ErrBadRequest)
 	}
@@ -493,6 +496,7 @@ func (p *Producer) repartition(ctx context.Context, first event, desc *wire.Topi
 	p.switching = false
 	p.mu.Unlock()
 	p.resent.Add(int64(len(left) - len(failed)))
+	p.hookRepartitioned(desc.Current().Epoch, len(left)-len(failed)) // hooks.go
 	for i, pd := range failed {
 		p.finish(pd, Result{Err: errs[i]})
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -103,9 +104,26 @@ func (c *Client) resetGroup(ctx context.Context, topic, group string, to SeekTar
 	}
 	var res *ResetResult
 	var desc *wire.Topic
+	if desc, _, err = c.Topic(ctx, topic); err != nil {
+		return nil, err
+	}
+	// A credential scoped to another group cannot read or write this group's keys: the server
+	// answers with an asynchronous permission violation, not an error reply. Say so at once.
+	ctx, refused, stop := c.refusals(ctx, group,
+		"$JS.API.DIRECT.GET.KV_"+wire.GroupsBucket+".$KV."+wire.GroupsBucket+"."+wire.ResetKey(desc.ID, group),
+		"$KV."+wire.GroupsBucket+"."+wire.ResetKey(desc.ID, group))
+	defer stop()
+	wrap := func(err error) error {
+		if r := refused(); r != nil {
+			return r
+		}
+		return err
+	}
 	for attempt := 0; ; attempt++ {
-		if desc, _, err = c.Topic(ctx, topic); err != nil {
-			return nil, err
+		if attempt > 0 {
+			if desc, _, err = c.Topic(ctx, topic); err != nil {
+				return nil, wrap(err)
+			}
 		}
 		rkey := wire.ResetKey(desc.ID, group)
 		var prev wire.ResetState
@@ -114,7 +132,7 @@ func (c *Client) resetGroup(ctx context.Context, topic, group string, to SeekTar
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 		case err != nil:
-			return nil, groupStateErr(err, group)
+			return nil, wrap(groupStateErr(err, group))
 		default:
 			rev = e.Revision()
 			if json.Unmarshal(e.Value(), &prev) != nil {
@@ -123,7 +141,7 @@ func (c *Client) resetGroup(ctx context.Context, topic, group string, to SeekTar
 		}
 		positions, err := c.resetPositions(ctx, desc, to)
 		if err != nil {
-			return nil, err
+			return nil, wrap(err)
 		}
 		st := wire.ResetState{Generation: prev.Generation + 1, To: to.kind, Positions: positions, By: by, At: time.Now().UTC().Format(time.RFC3339Nano)}
 		if to.kind == "time" {
@@ -142,7 +160,7 @@ func (c *Client) resetGroup(ctx context.Context, topic, group string, to SeekTar
 			break
 		}
 		if !isCASConflict(err) || attempt >= 20 {
-			return nil, groupStateErr(err, group)
+			return nil, wrap(groupStateErr(err, group))
 		}
 		// Another reset won: this one goes on top of it.
 	}
@@ -200,6 +218,41 @@ func moveKey(ctx context.Context, kv jetstream.KeyValue, key string, gen, pos, o
 		}
 	}
 	return fmt.Errorf("%w: key %s: 20 compare-and-set conflicts in a row", wire.ErrConflict, key)
+}
+
+// refusals returns a context that ends when the server refuses one of the subjects (a permission
+// violation), and a function that returns the permission error then (nil otherwise).
+func (c *Client) refusals(ctx context.Context, group string, subjects ...string) (context.Context, func() error, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var mu sync.Mutex
+	var refused error
+	var stops []func()
+	done := make(chan struct{})
+	for _, s := range subjects {
+		ch, stop := c.watchViolation(s)
+		stops = append(stops, stop)
+		go func() {
+			select {
+			case <-ch:
+				mu.Lock()
+				refused = fmt.Errorf("%w: these credentials may not use %s: resetting group %s needs the consumer or admin role, or a consumer credential for this topic and group (pctl creds issue)", wire.ErrPermission, s, group)
+				mu.Unlock()
+				cancel()
+			case <-done:
+			}
+		}()
+	}
+	return ctx, func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			return refused
+		}, func() {
+			close(done)
+			for _, s := range stops {
+				s()
+			}
+			cancel()
+		}
 }
 
 func isCASConflict(err error) bool {

@@ -28,6 +28,11 @@ type Options struct {
 	// Check creates and with other pctl commands. A module built by the Go toolchain takes about
 	// a second to compile; the cache makes the second check of it fast. Default: no disk cache.
 	CacheDir string
+
+	// Progress, if set, is called before each check that runs the module (range, determinism,
+	// limits, ancestry, compatibility, balance) with its name, its index and the number of such
+	// checks: 'pctl conformance' shows it on a terminal. Default: none.
+	Progress func(check string, i, n int)
 }
 
 // DefaultKeys is the default of Options.Keys.
@@ -210,9 +215,20 @@ func Check(ctx context.Context, wasm []byte, opts Options) (*Report, error) {
 	}
 	rep.Results = append(rep.Results, abiPass(m, opts.Config), importsPass(m))
 
-	c.keys = makeKeys(opts.Keys, opts.Seed)
+	// Making millions of keys takes seconds: an interrupt must not wait for it.
+	made := make(chan keySet, 1)
+	go func() { made <- makeKeys(opts.Keys, opts.Seed) }()
+	select {
+	case c.keys = <-made:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	steps := []func() (Result, error){c.checkRange, c.checkDeterminism, c.checkLimits, c.checkAncestry, c.checkCompatibility, c.checkBalance}
-	for _, step := range steps {
+	names := []string{CheckRange, CheckDeterminism, CheckLimits, CheckAncestry, CheckCompatibility, CheckBalance}
+	for i, step := range steps {
+		if opts.Progress != nil {
+			opts.Progress(names[i], i, len(steps))
+		}
 		res, err := step()
 		if err != nil {
 			return nil, err

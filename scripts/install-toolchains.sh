@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what building the plugins and hostile test modules needs, from the
+# Installs what building the plugins and hostile test modules needs (and Debian's
+# chromium, for the status page's headless-browser test), from the
 # package registries only: Debian packages (clang, lld, wabt, Debian's rustc
 # with its wasm32 standard library) and the pinned AssemblyScript compiler
 # (npm ci in plugins/murmur2/assemblyscript). Go and Node.js are expected on
@@ -23,6 +24,7 @@ have wat2wasm || need+=(wabt)
 have /usr/bin/rustc || need+=(rustc)
 have /usr/lib/rustlib/wasm32-unknown-unknown || need+=(libstd-rust-dev-wasm32)
 have make || need+=(make)
+have /usr/bin/chromium || need+=(chromium) # the status page's browser test (cmd/pctl, internal/statuspage)
 
 if [ "${#need[@]}" -gt 0 ]; then
 	sudo=""

@@ -13,6 +13,8 @@ bash scripts/install-toolchains.sh
 
 # Tests that need a toolchain, an engine or an SDK fail instead of skipping when it is missing.
 export PCTL_REQUIRE_TOOLCHAINS=1
+# The status page's browser test keeps its screenshots here (internal/statuspage).
+export PCTL_SCREENSHOTS="${PCTL_SCREENSHOTS:-$PWD/test-artifacts/screenshots}"
 
 step "go vet"
 go vet ./...

@@ -253,21 +253,21 @@ type run struct {
 	creds   map[string]string // role -> seed file
 	brokers []*brokerProc
 
-	mu        sync.Mutex
-	sent      []verify.Sent
-	deliv     []verify.Delivered
-	places    []scenario.Placement
-	handedAt  map[string]time.Duration // recordID -> when it was handed to its producer, from t0
-	liveAt    map[string]time.Duration // recordID -> its first delivery to the live group, from t0
-	sendErrs  []string
-	ackedIDs  []string // recordID of every acknowledged record
-	pending   []pendingCount
-	order     atomic.Int64
-	acked     atomic.Int64
-	failed    atomic.Int64
-	res       Result
-	admin     *client.Client
-	named     map[string]*client.Client // connection name -> client (to find a client's node)
+	mu       sync.Mutex
+	sent     []verify.Sent
+	deliv    []verify.Delivered
+	places   []scenario.Placement
+	handedAt map[string]time.Duration // recordID -> when it was handed to its producer, from t0
+	liveAt   map[string]time.Duration // recordID -> its first delivery to the live group, from t0
+	sendErrs []string
+	ackedIDs []string // recordID of every acknowledged record
+	pending  []pendingCount
+	order    atomic.Int64
+	acked    atomic.Int64
+	failed   atomic.Int64
+	res      Result
+	admin    *client.Client
+	named    map[string]*client.Client // connection name -> client (to find a client's node)
 }
 
 // Run executes a run. Its error is for a run that could not be set up (the cluster or a broker

@@ -66,7 +66,16 @@ type Ancestry struct {
 	// Parents[child] lists the previous epoch's partitions whose keys may now be in child, as
 	// half-open ranges [lo, hi).
 	Parents [][][2]int `json:"parents"`
+	// Keys, for observed ancestry only, counts the distinct keys seen per edge: Keys[child] lists
+	// [parent, keys] pairs, parents ascending, one for every parent that fed child at least one
+	// key. Absent for other sources and for epochs of more than MaxAncestryKeyPartitions
+	// partitions (spec/protocol.md §4). Informational, like the rest of Ancestry.
+	Keys [][][2]int64 `json:"keys,omitempty"`
 }
+
+// MaxAncestryKeyPartitions bounds the epochs whose observed ancestry records key counts, so that
+// the descriptor of a very large topic does not grow by a pair per edge.
+const MaxAncestryKeyPartitions = 1024
 
 // Change is an epoch change in progress. Its steps (spec/protocol.md §5) are idempotent.
 type Change struct {

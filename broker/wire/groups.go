@@ -52,6 +52,10 @@ type MemberState struct {
 	Heartbeat time.Time `json:"heartbeat"`
 	// Partitions the member currently owns (informational).
 	Owns []int `json:"owns,omitempty"`
+	// Gated and GateWaitMS count, since the member started, the records it held at the epoch gate
+	// (spec/protocol.md §6.5) and their total wait in milliseconds (informational: status pages).
+	Gated      int64 `json:"gated,omitempty"`
+	GateWaitMS int64 `json:"gate_wait_ms,omitempty"`
 }
 
 // PartitionState is a group's state for one partition stream: who owns it, until when, and the

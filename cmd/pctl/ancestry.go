@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 
+	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/interrupt"
 	"pctl.dev/pctl/partitioner"
 	"pctl.dev/pctl/runtime"
 )
@@ -37,7 +39,7 @@ Examples:
 
 func cmdAncestry(e *env, args []string) int {
 	const cmd = "ancestry"
-	fs := newFlags(e, cmd, "ancestry --plugin P --from N --to M [--to-plugin Q] [--keys FILE] [--hex] [--config K=V] [--to-config K=V] [--json]", ancestryHelp)
+	fs := newFlags(e, cmd, "ancestry --plugin P --from N --to M [--to-plugin Q] [--keys FILE] [--hex] [--config K=V] [--to-config K=V] [--json | --graph text|dot|svg]", ancestryHelp)
 	plugin := fs.String("plugin", "", "the old epoch's plugin: built-in name, sha256:DIGEST or FILE.wasm (required)")
 	toPlugin := fs.String("to-plugin", "", "the new epoch's plugin (default: --plugin)")
 	from := fs.String("from", "", "old partition count (required)")
@@ -45,6 +47,7 @@ func cmdAncestry(e *env, args []string) int {
 	keysFile := fs.String("keys", "", "`FILE` of keys, one per line, for observed ancestry")
 	hexKeys := fs.Bool("hex", false, "keys in --keys are hex-encoded")
 	asJSON := fs.Bool("json", false, "print JSON")
+	graphFmt := fs.String("graph", "", "print the ancestry as a graph: `FORMAT` text, dot or svg (edges sized by --keys)")
 	var cfgOld, cfgNew multiFlag
 	fs.Var(&cfgOld, "config", "old plugin config `K=V` (repeatable)")
 	fs.Var(&cfgNew, "to-config", "new plugin config `K=V` (repeatable; default: --config when the plugin is the same)")
@@ -62,6 +65,9 @@ func cmdAncestry(e *env, args []string) int {
 	nTo, err := parsePartitions(*to)
 	if err != nil {
 		return usageErr(e, cmd, "--to: %v", strings.TrimPrefix(err.Error(), "--partitions "))
+	}
+	if st := checkGraphFormat(e, cmd, *graphFmt, *asJSON); st >= 0 {
+		return st
 	}
 	if nTo > 1<<20 {
 		return usageErr(e, cmd, "--to %d: at most 1048576 children are listed", nTo)
@@ -127,13 +133,15 @@ func cmdAncestry(e *env, args []string) int {
 		}
 	}
 	observed := map[int]map[int]bool{}
+	edgeKeys := map[[2]int]int64{} // (child, parent) -> distinct keys, for --graph
+	seen := map[string]bool{}
 	if *keysFile != "" {
 		f, err := os.Open(*keysFile)
 		if err != nil {
 			return usageErr(e, cmd, "--keys: %v", err)
 		}
 		defer f.Close()
-		sc := bufio.NewScanner(f)
+		sc := bufio.NewScanner(interrupt.Reader(e.ctx, f)) // SIGINT stops a blocked FIFO too
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for line := 1; sc.Scan(); line++ {
 			key := []byte(sc.Text())
@@ -151,12 +159,19 @@ func cmdAncestry(e *env, args []string) int {
 				observed[int(c)] = map[int]bool{}
 			}
 			observed[int(c)][int(p)] = true
+			if !seen[string(key)] {
+				seen[string(key)] = true
+				edgeKeys[[2]int{int(c), int(p)}]++
+			}
 			report.Keys++
 			if rs, ok := declared[int(c)]; ok && !inRanges(rs, p) && len(report.Contradictions) < 20 {
 				report.Contradictions = append(report.Contradictions, fmt.Sprintf("key %q: partition %d of %d goes to child %d of %d, which declares parents %s", key, p, nFrom, c, nTo, rangesText(pairs(rs))))
 			}
 		}
 		if err := sc.Err(); err != nil {
+			if e.ctx.Err() != nil {
+				return usageFail(e, cmd, "interrupted while reading --keys (%d keys read); nothing printed", report.Keys)
+			}
 			return failErr(e, cmd, err)
 		}
 		if report.Source == "all" {
@@ -188,7 +203,30 @@ func cmdAncestry(e *env, args []string) int {
 		}
 		report.Children = append(report.Children, ch)
 	}
-	if *asJSON {
+	if *graphFmt != "" {
+		// The same renderer as 'pctl topic describe --graph', on a two-epoch topic.
+		anc := &wire.Ancestry{Source: report.Source}
+		for _, ch := range report.Children {
+			anc.Parents = append(anc.Parents, ch.Parents)
+		}
+		if *keysFile != "" {
+			anc.Keys = make([][][2]int64, nTo)
+			for c := range anc.Keys {
+				anc.Keys[c] = [][2]int64{}
+				for p := 0; p < int(nFrom); p++ {
+					if n := edgeKeys[[2]int{c, p}]; n > 0 {
+						anc.Keys[c] = append(anc.Keys[c], [2]int64{int64(p), n})
+					}
+				}
+			}
+		}
+		t := &wire.Topic{Name: "ancestry", Epochs: []wire.Epoch{
+			{Epoch: 1, Partitioner: wire.Partitioner{Name: fOld.Name()}, Partitions: int(nFrom)},
+			{Epoch: 2, Partitioner: wire.Partitioner{Name: fNew.Name()}, Partitions: int(nTo), Ancestry: anc}}}
+		if st := writeGraph(e, cmd, t, *graphFmt); st != exitOK {
+			return st
+		}
+	} else if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(report)

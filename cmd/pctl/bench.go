@@ -21,6 +21,7 @@ import (
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/progress"
 )
 
 func init() {
@@ -141,9 +142,16 @@ func cmdBenchProduce(e *env, args []string) int {
 	}
 	fmt.Fprintf(e.stderr, "pctl %s: %d records x %d variants x %d rounds, %d partitions, %d keys, %d-byte values, %s; %s\n",
 		cmd, cfg.Records, len(benchVariants), cfg.Rounds, cfg.Partitions, cfg.Keys, cfg.ValueSize, cfg.Partitioner, where)
+	bar := progress.New(e.stderr, e.getenv, int64(cfg.Rounds*len(benchVariants)), "bench produce", "runs")
 	res, err := runProduceBench(e.ctx, cfg, func(format string, args ...any) {
+		if bar != nil {
+			bar.Printf("pctl %s: %s", cmd, fmt.Sprintf(format, args...))
+			bar.Add(1) // one line per measured run
+			return
+		}
 		fmt.Fprintf(e.stderr, "pctl %s: %s\n", cmd, fmt.Sprintf(format, args...))
 	})
+	bar.Finish()
 	if err != nil {
 		return exitFor(e, cmd, err)
 	}

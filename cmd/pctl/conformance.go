@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"pctl.dev/pctl/conformance"
+	"pctl.dev/pctl/internal/progress"
 	"pctl.dev/pctl/partitioner"
 	"pctl.dev/pctl/runtime"
 )
@@ -84,8 +85,17 @@ func cmdConformance(e *env, args []string) int {
 	if err != nil {
 		return openErr(e, "conformance", err)
 	}
-	rep, err := conformance.Check(e.ctx, wasm, conformance.Options{Keys: *keys, Seed: *seed, Config: cfg, CacheDir: cacheDir(e)})
+	bar := progress.New(e.stderr, e.getenv, 8, "conformance: loading", "checks")
+	rep, err := conformance.Check(e.ctx, wasm, conformance.Options{Keys: *keys, Seed: *seed, Config: cfg, CacheDir: cacheDir(e),
+		Progress: func(check string, i, n int) {
+			bar.Set(int64(2 + i)) // abi and imports are done before the first of these
+			bar.Describe("conformance: %s", check)
+		}})
+	bar.Finish()
 	if err != nil {
+		if e.ctx.Err() != nil {
+			return usageFail(e, "conformance", "interrupted: no report (the checks did not finish)")
+		}
 		return failErr(e, "conformance", err)
 	}
 	rep.Module.Source = src

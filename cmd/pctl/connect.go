@@ -86,7 +86,11 @@ func (cf *connFlags) connect(e *env, cmd string, rt *runtime.Runtime) (*client.C
 	}
 	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
 	defer cancel()
-	c, err := client.Connect(ctx, client.Options{URL: url, Creds: creds, Name: "pctl " + cmd, Runtime: rt})
+	opts := client.Options{URL: url, Creds: creds, Name: "pctl " + cmd, Runtime: rt}
+	if d, err := time.ParseDuration(e.getenv("PCTL_REQUEST_TIMEOUT")); err == nil && d > 0 {
+		opts.Timeout = d // each broker request's limit (default 30s)
+	}
+	c, err := client.Connect(ctx, opts)
 	if err != nil {
 		if errors.Is(err, wire.ErrBadRequest) {
 			// The credentials file exists but is not an NKey seed, or the URL is not a NATS one.

@@ -157,8 +157,10 @@ func cmdConsume(e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "pctl %s: misplaced record: partition %d seq %d epoch %d key %s: %s (--misplaced %s)\n", cmd, m.Partition, m.Seq, m.Epoch,
 			appendTextField(nil, m.Key), m.Misplaced.Reason, policy)
 	}
+	watch := newConsumeWatch(e) // progress on a terminal (consume_watch.go)
+	defer watch.finish()
 	cn, err := c.NewConsumer(e.ctx, topic, client.ConsumerOptions{Group: *group, Member: *member, FromBeginning: *fromBeginning,
-		Heartbeat: *heartbeat, OnAssigned: onAssigned, Misplaced: policy, OnMisplaced: onMisplaced})
+		Heartbeat: *heartbeat, OnAssigned: onAssigned, Misplaced: policy, OnMisplaced: onMisplaced, Hooks: []client.Hook{watch}})
 	if err != nil {
 		return exitFor(e, cmd, err)
 	}
@@ -216,6 +218,7 @@ func cmdConsume(e *env, args []string) int {
 	cancel(nil)
 	wg.Wait()
 	werr := out.close()
+	watch.finish()
 	n := out.count()
 	why := "interrupted"
 	switch context.Cause(ctx) {

@@ -31,7 +31,7 @@ Every node has JetStream on (store in DIR/node-N, or --store-dir), max_payload 1
 (a plugin travels in one message), sync_interval always (JetStream fsyncs before acknowledging,
 so an acknowledged record survives a power loss; --sync-interval 2m is nats-server's default),
 routes to every other node protected by a generated route password, and monitoring
-(/healthz, /jsz) on the HTTP port.
+(/healthz, /jsz) on the HTTP port of 127.0.0.1 (it has no authentication).
 
 Without --hosts the nodes run on this machine on 127.0.0.1, ports counted up from the base ports
 (4222.., 6222.., 8222..). With --hosts a,b,c there is one node per host, each on the base ports on

@@ -78,6 +78,29 @@ func TestNATSServerConfigFiles(t *testing.T) {
 	}
 }
 
+// TestNATSServerConfigHosts checks the one-node-per-machine layout: every node on the base
+// ports on all interfaces, routes to the other hosts by name, the given store directory.
+func TestNATSServerConfigHosts(t *testing.T) {
+	dir := t.TempDir()
+	r := runCLI(context.Background(), nil, strings.NewReader(""), "nats-server", "config", "--dir", dir, "--hosts", "nats-a,nats-b,nats-c", "--store-dir", "/var/lib/nats")
+	expect(t, r, 0, "Copy node-N.conf to host N", "pctl serve --nats nats://nats-a:4222,nats://nats-b:4222,nats://nats-c:4222")
+	o, err := server.ProcessConfigFile(filepath.Join(dir, "node-2.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var routes []string
+	for _, u := range o.Routes {
+		routes = append(routes, u.Host)
+	}
+	if o.HTTPHost != "127.0.0.1" || o.HTTPPort != 8222 {
+		t.Errorf("node-2: monitoring on %s:%d, want 127.0.0.1:8222 (it has no authentication)", o.HTTPHost, o.HTTPPort)
+	}
+	if o.Host != "0.0.0.0" || o.Port != 4222 || o.Cluster.Port != 6222 || o.StoreDir != "/var/lib/nats" ||
+		strings.Join(routes, ",") != "nats-a:6222,nats-c:6222" {
+		t.Errorf("node-2: host %s port %d route port %d store %s routes %v", o.Host, o.Port, o.Cluster.Port, o.StoreDir, routes)
+	}
+}
+
 func TestNATSServerConfigUsage(t *testing.T) {
 	dir := t.TempDir()
 	tests := []struct {

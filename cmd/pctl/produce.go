@@ -47,6 +47,13 @@ that answered first) and, when that broker or its NATS node fails, re-sends ever
 acknowledged, in order, through another (duplicates are dropped by the producer id and sequence).
 --timeout DURATION bounds how long a record may go unacknowledged before it fails (default 60s).
 
+--timeout also bounds silence: when records are outstanding and no acknowledgement has come for
+that long (the broker is down, or unreachable), produce stops reading, reports what is known and
+exits 1, instead of waiting. A lost connection is reported on standard error when it happens and
+when it comes back. --verbose also logs the producer's decisions: retries in place (lost
+acknowledgements, no responders), fences by an epoch change and the re-sends under the new epoch.
+On a terminal, standard error shows the records acknowledged so far and the rate.
+
 --producer-id ID names the producer. Records are deduplicated by (ID, the record's sequence
 number in the run: 1, 2, ...) for two minutes, so running the same input again with the same ID
 after a failure stores no second copy of what was already acknowledged (the summary counts them as
@@ -85,13 +92,14 @@ type inputLine struct {
 
 func cmdProduce(e *env, args []string) int {
 	const cmd = "produce"
-	fs := newFlags(e, cmd, "produce TOPIC [--broker-side [--timeout DURATION]] [--hex] [--producer-id ID] [--server URL] [--creds FILE]", produceHelp)
+	fs := newFlags(e, cmd, "produce TOPIC [--broker-side] [--timeout DURATION] [--verbose] [--hex] [--producer-id ID] [--server URL] [--creds FILE]", produceHelp)
 	cf := addConnFlags(fs)
 	brokerSide := fs.Bool("broker-side", false, "partition in the broker (its produce service) instead of on the client")
 	hexIn := fs.Bool("hex", false, "keys and values are hex-encoded")
 	id := fs.String("producer-id", "", "producer `ID` for deduplication (default: random)")
 	logPath := fs.String("log", "", "write one JSON line per record's fate to `FILE` (input for 'pctl verify --sent')")
-	timeout := fs.Duration("timeout", 60*time.Second, "with --broker-side: how long a record may go unacknowledged, retries included, before it fails")
+	timeout := fs.Duration("timeout", 60*time.Second, "how long a record may go unacknowledged, retries included, before it fails; and how long produce waits without any acknowledgement before it gives up")
+	verbose := fs.Bool("verbose", false, "log retries, fences and re-sends under a new epoch on standard error")
 	pos, st := parse(fs, args)
 	if st >= 0 {
 		return st
@@ -119,6 +127,10 @@ func cmdProduce(e *env, args []string) int {
 		return st
 	}
 	defer c.Close()
+	// Progress, --verbose and the stall watchdog (produce_watch.go).
+	w := newProduceWatch(e, cmd, *timeout, *verbose)
+	defer w.finish()
+	w.watchConn(c)
 	var p sender
 	if *brokerSide {
 		tp, err := c.NewThinProducer(topic, client.ThinOptions{ID: *id, Timeout: *timeout})
@@ -133,7 +145,7 @@ func cmdProduce(e *env, args []string) int {
 		}
 		p = tp
 	} else {
-		prod, err := c.NewProducer(e.ctx, topic, client.ProducerOptions{ID: *id})
+		prod, err := c.NewProducer(e.ctx, topic, client.ProducerOptions{ID: *id, Logf: w.logf, Hooks: []client.Hook{w}})
 		if err != nil {
 			return exitFor(e, cmd, err)
 		}
@@ -155,6 +167,7 @@ func cmdProduce(e *env, args []string) int {
 	stop := make(chan struct{})
 	defer close(stop)
 	go readRecords(e.stdin, *hexIn, lines, stop)
+	sendCtx := w.start(e.ctx) // cancelled on SIGINT or when nothing is acknowledged for --timeout
 
 	maxPayload := c.Conn().MaxPayload()
 	var stopped *inputLine // the line that stopped the input (malformed or unreadable)
@@ -165,7 +178,7 @@ loop:
 		var in inputLine
 		var ok bool
 		select {
-		case <-e.ctx.Done():
+		case <-sendCtx.Done():
 			interrupted = true
 			break loop
 		case in, ok = <-lines:
@@ -186,12 +199,15 @@ loop:
 		}
 		n := in.n
 		rec := in.rec
-		err := p.Send(e.ctx, rec, func(r client.Result) {
+		w.sent()
+		err := p.Send(sendCtx, rec, func(r client.Result) {
+			w.answered(r)
 			tally.result(n, r)
 			log.write(rec, r)
 		})
 		if err != nil {
-			if e.ctx.Err() != nil {
+			w.answered(client.Result{Err: err})
+			if sendCtx.Err() != nil {
 				interrupted = true
 				tally.failed(n, fmt.Errorf("interrupted before it was sent"))
 				break
@@ -214,11 +230,18 @@ loop:
 	defer cancel()
 	stopGrace := context.AfterFunc(e.ctx, func() { time.AfterFunc(5*time.Second, cancel) })
 	defer stopGrace()
+	stopStall := context.AfterFunc(sendCtx, func() {
+		if w.stalled() != nil {
+			cancel() // nothing moves: do not wait the whole flush
+		}
+	})
+	defer stopStall()
 	closeErr := p.Close(flushCtx)
 	if e.ctx.Err() != nil {
 		interrupted = true
 	}
 	elapsed := time.Since(start)
+	w.finish()
 
 	tally.report(e, cmd, topic, elapsed, func() int64 { return maxRecordBytes(c, topic) })
 	switch {
@@ -226,6 +249,8 @@ loop:
 		return usageErr(e, cmd, "line %d: %v; nothing from this line on was sent", stopped.n, stopped.err)
 	case stopped != nil:
 		return failErr(e, cmd, fmt.Errorf("line %d: %w; nothing from this line on was sent", stopped.n, stopped.err))
+	case w.stalled() != nil:
+		return usageFail(e, cmd, "%v", w.stalled())
 	case interrupted && !readAll:
 		return usageFail(e, cmd, "interrupted: standard input was not read to the end")
 	case interrupted:

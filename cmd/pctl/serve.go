@@ -2,12 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +19,10 @@ import (
 
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/dirlock"
+	"pctl.dev/pctl/internal/logging"
+	"pctl.dev/pctl/internal/metrics"
+	"pctl.dev/pctl/internal/statuspage"
 )
 
 func init() {
@@ -44,7 +51,8 @@ with --creds or PCTL_CREDS.
   {"data": "/var/lib/pctl", "listen": "0.0.0.0:4222", "max_record_bytes": 1048576,
    "max_payload": 16777216, "replicas": 1, "conformance_keys": 20000, "produce_timeout": "10s",
    "sync_interval": "always", "retry_interval": "2s",
-   "nats": "nats://a:4222,nats://b:4222", "creds": "/etc/pctl/broker.nk"}
+   "nats": "nats://a:4222,nats://b:4222", "creds": "/etc/pctl/broker.nk",
+   "http": "127.0.0.1:8080", "log_format": "json", "log_level": "info", "metrics_partitions": false}
 
 An unknown field is an error. --listen with port 0 picks a free port (the ready line names it).
 
@@ -66,8 +74,28 @@ with its own --data. Requests go to any of them; an epoch change, creation or de
 unfinished by one (it died, or a node was down) is finished by any other, or by itself, within a
 few --retry-interval periods (default 2s).
 
+Operations: --http ADDR serves a live status page at http://ADDR/ (topics, their epochs and
+ancestry graph, an epoch change step by step, consumer groups with members, lag and gate waits,
+plugins with their conformance reports; it updates itself during a change), Prometheus metrics at
+/metrics (--metrics-partitions adds per-partition series), /healthz (the process runs and is
+connected to NATS), /readyz (JetStream and the buckets answer, unfinished work resumed) and the
+embedded NATS server's monitoring at /nats/varz, /nats/jsz, /nats/connz. It listens before the
+broker starts, so health checks answer while it waits for a cluster. Port 0 picks a free port
+(the "http listening" log line names it).
+
+Logs: one structured line per event on standard error (log/slog): --log-format text (default) or
+json, --log-level debug, info (default), warn or error. Every admin action (topic create, delete,
+repartition; plugin upload with its conformance verdict, delete) and every epoch-change step is
+one line; failed, stuck and retried steps are warnings; long lists are summarised. The embedded
+NATS server logs through the same logger (component=nats).
+
+One broker per data directory: a second 'pctl serve' on the same --data fails at once, naming the
+process that holds it (pid, command, start time; the lock is <data>/LOCK, released by the kernel
+when its holder exits, however it exits).
+
 Examples:
   pctl serve
+  pctl serve --http 127.0.0.1:8080 --log-format json
   pctl serve --data ./pctl-data --listen 127.0.0.1:0
   pctl serve --nats nats://nats-1:4222 --creds broker.nk
   pctl serve --nats nats://n1:4222,nats://n2:4222,nats://n3:4222 --creds broker.nk --replicas 3
@@ -86,6 +114,11 @@ type serveConfig struct {
 	ProduceTimeout  string `json:"produce_timeout"`
 	SyncInterval    string `json:"sync_interval"`
 	RetryInterval   string `json:"retry_interval"`
+	// Operations (the --http, --log-format, --log-level and --metrics-partitions flags).
+	HTTP              string `json:"http"`
+	LogFormat         string `json:"log_format"`
+	LogLevel          string `json:"log_level"`
+	MetricsPartitions bool   `json:"metrics_partitions"`
 }
 
 func readServeConfig(path string) (serveConfig, error) {
@@ -99,7 +132,7 @@ func readServeConfig(path string) (serveConfig, error) {
 	if err := dec.Decode(&sc); err != nil {
 		msg := err.Error()
 		if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-			return sc, fmt.Errorf("--config %s: unknown field %s; the fields are data, listen, nats, creds, max_record_bytes, max_payload, replicas, conformance_keys, produce_timeout, sync_interval, retry_interval", path, f)
+			return sc, fmt.Errorf("--config %s: unknown field %s; the fields are data, listen, nats, creds, max_record_bytes, max_payload, replicas, conformance_keys, produce_timeout, sync_interval, retry_interval, http, log_format, log_level, metrics_partitions", path, f)
 		}
 		return sc, fmt.Errorf("--config %s: not a valid JSON settings object: %s", path, strings.TrimPrefix(msg, "json: "))
 	}
@@ -121,6 +154,10 @@ func cmdServe(e *env, args []string) int {
 	replicas := fs.Int("replicas", 0, "default replicas of new topics' partition streams, and of pctl's buckets: `N` (default 1; 3 on a cluster)")
 	syncInterval := fs.String("sync-interval", "", "embedded server: fsync before acknowledging (always, the default) or every `DURATION` (faster; an OS crash can lose up to DURATION of acknowledged records)")
 	retryInterval := fs.String("retry-interval", "", "how often to look for unfinished epoch changes, creations and deletions to retry: `DURATION` (default 2s)")
+	httpAddr := fs.String("http", "", "serve the status page, /metrics, /healthz and /readyz on `HOST:PORT` (port 0 picks one)")
+	logFormat := fs.String("log-format", "text", "log line `FORMAT` on standard error: text or json")
+	logLevel := fs.String("log-level", "info", "least important log lines shown: debug, info, warn or `error`")
+	perPartition := fs.Bool("metrics-partitions", false, "with --http: also export per-partition metrics (a series per partition and group: mind large topics)")
 	pos, st := parse(fs, args)
 	if st >= 0 {
 		return st
@@ -160,6 +197,18 @@ func cmdServe(e *env, args []string) int {
 		if !set["retry-interval"] {
 			sc.RetryInterval = fc.RetryInterval
 		}
+		if !set["http"] && fc.HTTP != "" {
+			*httpAddr = fc.HTTP
+		}
+		if !set["log-format"] && fc.LogFormat != "" {
+			*logFormat = fc.LogFormat
+		}
+		if !set["log-level"] && fc.LogLevel != "" {
+			*logLevel = fc.LogLevel
+		}
+		if !set["metrics-partitions"] && fc.MetricsPartitions {
+			*perPartition = true
+		}
 	}
 	if set["replicas"] {
 		sc.Replicas = *replicas
@@ -191,16 +240,42 @@ func cmdServe(e *env, args []string) int {
 			return failErr(e, "serve", err)
 		}
 	}
-	logw := &lockedWriter{w: e.stderr}
-	cfg.Logf = func(format string, args ...any) {
-		fmt.Fprintf(logw, "%s pctl serve: %s\n", time.Now().Format("2006-01-02T15:04:05.000Z07:00"), oneLine(fmt.Sprintf(format, args...)))
+	level, err := logging.ParseLevel(*logLevel)
+	if err != nil {
+		return usageErr(e, "serve", "--log-level: %v", err)
+	}
+	logger, err := logging.New(e.stderr, *logFormat, level)
+	if err != nil {
+		return usageErr(e, "serve", "--log-format: %v", err)
+	}
+	cfg.Logger = logger
+	cfg.Logf = func(format string, args ...any) { logger.Info(oneLine(fmt.Sprintf(format, args...))) }
+	var ops *statuspage.Server
+	if *httpAddr != "" {
+		// Listen first: a port in use fails at once, and health checks answer while the broker
+		// starts (it may wait for a cluster).
+		m := metrics.New(metrics.Options{PerPartition: *perPartition})
+		cfg.Hooks = append(cfg.Hooks, m)
+		ops = statuspage.New(statuspage.Options{Metrics: m, Logger: logger})
+		stopHTTP, addr, err := serveHTTP(*httpAddr, ops.Handler(), logger)
+		if err != nil {
+			return failErr(e, "serve", err)
+		}
+		defer stopHTTP()
+		logger.Info("http listening", "addr", addr, "status", "http://"+addr+"/", "metrics", "http://"+addr+"/metrics")
 	}
 	b, err := broker.Start(e.ctx, cfg)
 	if err != nil {
 		if e.ctx.Err() != nil {
 			return usageFail(e, "serve", "interrupted while starting")
 		}
+		if errors.Is(err, dirlock.ErrHeld) {
+			return usageErr(e, "serve", "%v", err)
+		}
 		return failErr(e, "serve", err)
+	}
+	if ops != nil {
+		ops.SetBroker(e.ctx, b)
 	}
 	if cfg.NATSURL == "" {
 		fmt.Fprintf(e.stdout, "pctl: broker ready at %s (data %s; admin credentials %s)\n", b.ClientURL(), cfg.DataDir, b.CredsPath(broker.RoleAdmin))
@@ -328,4 +403,27 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// serveHTTP listens on addr and serves h until the returned stop function is called.
+func serveHTTP(addr string, h http.Handler, logger *slog.Logger) (stop func(), bound string, err error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("--http %s: %v; is another 'pctl serve' running there? (--http HOST:0 picks a free port)", addr, unwrapOpErr(err))
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("http server stopped", "err", err)
+		}
+	}()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx) // event streams never end by themselves: close them after 2s
+		_ = srv.Close()
+		<-done
+	}, l.Addr().String(), nil
 }

@@ -247,20 +247,29 @@ Needs the admin role.
 
 func cmdTopicDescribe(e *env, args []string) int {
 	const cmd = "topic describe"
-	fs := newFlags(e, cmd, "topic describe TOPIC [--json]", `
+	fs := newFlags(e, cmd, "topic describe TOPIC [--json | --graph text|dot|svg]", `
 Shows a topic: its id, every epoch with its partitioner (name, digest, config), partition count,
 boundaries (the last sequence of each partition in that epoch) and ancestry (which partitions of
 the previous epoch feed each partition), and any epoch change in progress. --json prints the
 descriptor itself (spec/protocol.md §4).
+
+--graph FORMAT prints the ancestry graph instead: text (lines), dot (Graphviz: pipe it to
+'dot -Tpng') or svg (a picture, the one the status page of 'pctl serve --http' draws). Edges are
+sized by the distinct keys the broker observed on them; epochs of more than 64 partitions are
+drawn in runs of partitions.
 `+connHelp)
 	cf := addConnFlags(fs)
 	asJSON := fs.Bool("json", false, "print the descriptor as JSON")
+	graphFmt := fs.String("graph", "", "print the ancestry graph as `FORMAT`: text, dot or svg")
 	pos, st := parse(fs, args)
 	if st >= 0 {
 		return st
 	}
 	name, st := topicArg(e, cmd, pos)
 	if st >= 0 {
+		return st
+	}
+	if st := checkGraphFormat(e, cmd, *graphFmt, *asJSON); st >= 0 {
 		return st
 	}
 	c, st := cf.connect(e, cmd, nil)
@@ -274,6 +283,9 @@ descriptor itself (spec/protocol.md §4).
 	}
 	if *asJSON {
 		return writeJSON(e, cmd, t)
+	}
+	if *graphFmt != "" {
+		return writeGraph(e, cmd, t, *graphFmt) // graph.go
 	}
 	describeTopic(e.stdout, t, rev)
 	return exitOK
@@ -511,7 +523,10 @@ func cmdTopicDelete(e *env, args []string) int {
 }
 
 const repartitionHelp = `
-Starts a new epoch of a topic and waits until it is active: a new partition count, a new
+Starts a new epoch of a topic and waits until it is active (however long that takes: a change on
+thousands of partitions is followed to its end through the descriptor; on a terminal, standard
+error shows its step and how many partitions are fenced; SIGINT stops the waiting, not the
+change): a new partition count, a new
 partitioner (built-in name or plugin digest), or a new config, in any combination. Per-key order
 holds across the change: producers are fenced from the old epoch and re-send under the new one,
 and consumers deliver a moved key's new records only after its old partition is drained.
@@ -580,7 +595,7 @@ func repartition(e *env, cmd string, c *client.Client, req wire.RepartitionReque
 		return exitFor(e, cmd, err)
 	}
 	start := time.Now()
-	t, err := c.Repartition(e.ctx, req)
+	t, err := repartitionFollowed(e, cmd, c, req, before) // follow.go: to its end, with progress
 	if err != nil {
 		return exitFor(e, cmd, err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"strings"
 
 	"pctl.dev/pctl/client/verify"
+	"pctl.dev/pctl/internal/interrupt"
 )
 
 func init() {
@@ -70,7 +72,7 @@ func cmdVerify(e *env, args []string) int {
 	}
 	var sent []verify.Sent
 	for _, f := range sentFiles {
-		s, err := readVerifyFile(f, func(b []byte) (verify.Sent, error) {
+		s, err := readVerifyFile(e.ctx, f, func(b []byte) (verify.Sent, error) {
 			var v verify.Sent
 			err := json.Unmarshal(b, &v)
 			if err == nil && v.Producer == "" {
@@ -111,7 +113,7 @@ func cmdVerify(e *env, args []string) int {
 		}
 		files[group]++
 		line := int64(0)
-		ds, err := readVerifyFile(file, func(b []byte) (verify.Delivered, error) {
+		ds, err := readVerifyFile(e.ctx, file, func(b []byte) (verify.Delivered, error) {
 			var r struct {
 				Key      *string `json:"key"`
 				KeyB64   *string `json:"key_b64"`
@@ -170,14 +172,14 @@ func cmdVerify(e *env, args []string) int {
 	return exitOK
 }
 
-func readVerifyFile[T any](path string, parse func([]byte) (T, error)) ([]T, error) {
+func readVerifyFile[T any](ctx context.Context, path string, parse func([]byte) (T, error)) ([]T, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
 	var out []T
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(interrupt.Reader(ctx, f)) // a FIFO that blocks must not hold off SIGINT
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for n := 1; sc.Scan(); n++ {
 		if len(strings.TrimSpace(sc.Text())) == 0 {
@@ -188,6 +190,9 @@ func readVerifyFile[T any](path string, parse func([]byte) (T, error)) ([]T, err
 			return nil, fmt.Errorf("line %d: %v", n, err)
 		}
 		out = append(out, v)
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("interrupted while reading %s", path)
 	}
 	return out, sc.Err()
 }

@@ -22,7 +22,8 @@ type Node struct {
 	// default, 4222.
 	Host string
 	Port int
-	// HTTPPort, if not 0, enables the monitoring endpoint (/healthz, /jsz, /varz) on Host.
+	// HTTPPort, if not 0, enables the monitoring endpoint (/healthz, /jsz, /varz) on Host, or on
+	// 127.0.0.1 when Host is every interface (0.0.0.0 or ::): monitoring has no authentication.
 	HTTPPort int
 
 	// ClusterName names the cluster (every node the same); empty means a single server: no
@@ -89,7 +90,11 @@ func (n Node) Render() []byte {
 		fmt.Fprintf(&b, "host: %s\n", quote(host))
 	}
 	if n.HTTPPort != 0 {
-		fmt.Fprintf(&b, "http: %s\n", quote(hostPort(host, n.HTTPPort)))
+		mh := host
+		if mh == "0.0.0.0" || mh == "::" {
+			mh = "127.0.0.1"
+		}
+		fmt.Fprintf(&b, "http: %s\n", quote(hostPort(mh, n.HTTPPort)))
 	}
 	if n.MaxPayload != 0 {
 		fmt.Fprintf(&b, "max_payload: %d\n", n.MaxPayload)

@@ -73,13 +73,14 @@ async function officialOrdered(nc, streams, n, callback) {
 async function ownReader(client, streams, n) {
   let count = 0;
   let bytes = 0;
-  await Promise.all(streams.map(async (s) => {
-    const r = new PullReader(client, { stream: s }).start();
-    while (count < n) {
-      const batch = await Promise.race([r.take(), new Promise((res) => setTimeout(() => res([]), 200))]);
+  const readers = streams.map((s) => new PullReader(client, { stream: s }).start());
+  await Promise.all(readers.map(async (r) => {
+    for (;;) {
+      const batch = await r.take(); // [] once stopped
+      if (batch.length === 0) return;
       for (const e of batch) { bytes += e.data.length; count++; }
+      if (count >= n) for (const x of readers) x.stop();
     }
-    r.stop();
   }));
   return bytes;
 }

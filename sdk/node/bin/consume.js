@@ -2,7 +2,7 @@
 // languages through it):
 //
 //   consume --server URL --creds FILE --topic T --group G [--from-beginning] [--idle-exit D]
-//           [--max N] [--member ID] [--heartbeat D] [--reset-to beginning|end|TIME]
+//           [--max N] [--member ID] [--heartbeat D] [--reset-to earliest|latest|TIME|DURATION]
 //           [--misplaced stop|deliver|skip]
 //
 // Runs one member of consumer group G on topic T with the SDK's consumer and prints each record
@@ -18,7 +18,7 @@
 import { connect } from '../src/index.js';
 import { recordLine } from '../src/jsonl.js';
 
-const USAGE = 'usage: consume --server URL --creds FILE --topic T --group G [--from-beginning] [--idle-exit D] [--max N] [--member ID] [--heartbeat D] [--reset-to beginning|end|TIME] [--misplaced stop|deliver|skip]';
+const USAGE = 'usage: consume --server URL --creds FILE --topic T --group G [--from-beginning] [--idle-exit D] [--max N] [--member ID] [--heartbeat D] [--reset-to earliest|latest|TIME|DURATION] [--misplaced stop|deliver|skip]';
 
 const UNIT = { ns: 1e-6, us: 1e-3, 'µs': 1e-3, 'μs': 1e-3, ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 
@@ -64,6 +64,11 @@ function parseArgs(argv) {
   }
   if (a.format !== undefined && a.format !== 'jsonl') throw new Error(`--format ${a.format}: this command prints jsonl only`);
   a.misplaced ??= 'stop';
+  if (a.resetTo !== undefined && /^[0-9.]+(ns|us|µs|μs|ms|s|m|h)/.test(a.resetTo)) {
+    a.resetTo = Date.now() - parseDuration(a.resetTo); // a duration ago, as pctl's --reset-to
+  } else if (a.resetTo !== undefined && !['beginning', 'earliest', 'end', 'latest'].includes(a.resetTo) && Number.isNaN(Date.parse(a.resetTo))) {
+    throw new Error(`--reset-to ${JSON.stringify(a.resetTo)}: give earliest, latest, an RFC 3339 time (2026-11-30T07:00:00Z) or a duration ago (10m)`);
+  }
   if (!['stop', 'deliver', 'skip'].includes(a.misplaced)) throw new Error(`--misplaced ${JSON.stringify(a.misplaced)}: give stop, deliver or skip`);
   if (!a.topic) throw new Error('--topic T is required');
   if (!a.group) throw new Error('--group G is required: the consumer group this member joins');

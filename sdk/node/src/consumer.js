@@ -274,11 +274,20 @@ export class Message {
     const k = h ? h.get('Pctl-Key') : '';
     // Like Go's wire.DecodeKey: "b64:" and standard base64; anything else is keyless.
     this.key = k.startsWith('b64:') && B64_RE.test(k) && k.length % 4 === 0 ? Buffer.from(k.slice(4), 'base64') : null;
-    this.value = e.data.length ? Buffer.from(e.data.buffer, e.data.byteOffset, e.data.length) : EMPTY;
+
     this.producer = h ? h.get('Pctl-Producer') : '';
     const ps = h ? h.get('Pctl-Seq') : '';
     this.pseq = ps ? Number(ps) : 0;
     this.acked = false;
+  }
+
+  /** The record's value (a Buffer over the received bytes). */
+  get value() {
+    if (this._value === undefined) {
+      const d = this.raw.data;
+      this._value = d.length ? Buffer.from(d.buffer, d.byteOffset, d.length) : EMPTY;
+    }
+    return this._value;
   }
 
   /** The record's application headers: {name: [values]} (spec/protocol.md §5.3). */
@@ -291,9 +300,9 @@ export class Message {
   header(name) { return this.headers[name]?.[0]; }
 
   /** When the stream stored the record: unix milliseconds. */
-  get storedTime() { return Number(this.raw.tsNanos.slice(0, -6) || '0'); }
+  get storedTime() { return this.raw.tsMs; }
   /** When the stream stored the record: unix nanoseconds. */
-  get storedNanos() { return BigInt(this.raw.tsNanos); }
+  get storedNanos() { return BigInt(this.raw.tsMs) * 1000000n + BigInt(this.raw.tsRest); }
   /** The record's time: its producer's Pctl-Time, else storedTime (unix milliseconds). */
   get timestamp() {
     const t = parseTime(this.raw.headers?.get(TIME_HEADER));
@@ -385,7 +394,9 @@ export class Consumer {
     this.kv = new KV(client.nc, GROUPS_BUCKET, this.opTimeout);
     this.prefix = `$KV.${GROUPS_BUCKET}.${groupPrefix(this.topicId, this.group)}`;
     this.parts = new Map(); // digest/config -> Partitioner
+    this.epochParts = new WeakMap(); // descriptor epoch -> Partitioner
     this.states = new Map(); // q -> {gen, position}: the group's committed positions (watch)
+    this.leases = new Map(); // q -> {rev, owner, leaseEnd}: who holds each partition (watch)
     this.members = new Map(); // member -> {time, deleted}
     this.gen = 0;
     this.reset = null;
@@ -436,7 +447,14 @@ export class Consumer {
     return p;
   }
 
-  partitionerSync(ep) { return this.parts.get(`${ep.partitioner.digest}/${ep.partitioner.config ?? ''}`); }
+  partitionerSync(ep) {
+    let p = this.epochParts.get(ep); // per descriptor epoch object: no key string per record
+    if (p === undefined) {
+      p = this.parts.get(`${ep.partitioner.digest}/${ep.partitioner.config ?? ''}`);
+      if (p) this.epochParts.set(ep, p);
+    }
+    return p;
+  }
 
   // ---- starting and stopping ----
 
@@ -495,6 +513,11 @@ export class Consumer {
 
   async heartbeat() {
     const body = { id: this.memberId, started: this.startedAt ??= new Date().toISOString(), heartbeat: new Date().toISOString(), owns: this.assignment };
+    // Informational (spec/protocol.md §6): records held at the gate since start, and their wait.
+    if (this.stats.gated > 0) {
+      body.gated = this.stats.gated;
+      body.gate_wait_ms = Math.round(this.stats.totalWaitMs);
+    }
     try {
       await this.kv.put(memberKey(this.topicId, this.group, this.memberId), encoder.encode(JSON.stringify(body)));
     } catch (e) {
@@ -554,7 +577,7 @@ export class Consumer {
     const op = e.headers?.get('KV-Operation');
     const deleted = op === 'DEL' || op === 'PURGE';
     if (kind === 'm') {
-      const time = Number(e.tsNanos.slice(0, -6));
+      const time = e.tsMs;
       if (deleted) this.members.delete(id);
       else {
         const known = this.members.has(id);
@@ -575,10 +598,29 @@ export class Consumer {
     const gen = ps.generation ?? 0;
     if (gen > this.gen) this.fetchReset();
     this.noteState(q, gen, ps.position ?? 0);
+    this.noteLease(q, e.seq, ps.owner ?? '', ps.lease_end ?? 0);
     const w = this.owned.get(q);
     if (w && w.rev && !w.releasing && !this.closing && e.seq > w.rev && (ps.owner !== this.memberId || gen !== w.gen)) {
       w.markLost(`partition ${q}: lost: ${ps.owner ? `taken over by ${ps.owner}` : 'released by another writer (a reset)'} at revision ${e.seq}`);
     }
+  }
+
+  // Who holds partition q's lease, as of KV revision rev (the latest revision wins).
+  noteLease(q, rev, owner, leaseEnd) {
+    const l = this.leases.get(q);
+    if (!l || rev > l.rev) this.leases.set(q, { rev, owner, leaseEnd });
+  }
+
+  // Whether the group's position of q is past boundary b for keys-assigned (spec/protocol.md
+  // §6.5): above b (the fence marker is passed, so keys revoked returned), or at b while nobody
+  // holds q's lease and q is not assignable (a drained retired partition: no one reads its marker).
+  pastBoundary(q, b) {
+    const pos = this.effective(q);
+    if (pos > b) return true;
+    if (pos < b) return false;
+    const l = this.leases.get(q);
+    if (l && l.owner && l.leaseEnd > Date.now()) return false;
+    return !this.assignable().includes(q);
   }
 
   // A committed position seen (watch, own commit, direct read).
@@ -757,7 +799,9 @@ export class Consumer {
       if (ps.owner && ps.owner !== this.memberId) this.log(`partition ${q}: lease of ${ps.owner} expired ${now - ps.lease_end}ms ago; taking over at ${ps.position}`);
       if (pgen < gen) ps = { position: this.reset?.positions?.[q] ?? 0 }; // apply the reset
     }
-    const position = ps?.position ?? 0;
+    // A missing key is at 0, or at the reset's position after a reset (§6.6): the gates read the
+    // same effective position.
+    const position = ps ? ps.position ?? 0 : (gen > 0 ? this.reset?.positions?.[q] ?? 0 : 0);
     const before = Date.now();
     const body = partitionBody({ owner: this.memberId, lease_end: before + this.o.sessionTimeout, position, generation: gen });
     let rev;
@@ -782,6 +826,9 @@ export class Consumer {
   async release(w) {
     if (w.releasing) return w.releasing;
     w.releasing = (async () => {
+      // Keys revoked runs before a release at or past a boundary (spec/protocol.md §6.5): a
+      // drained retired partition has no next owner to run it.
+      if (w.gen === this.gen) await this.passBoundaries(w);
       await w.commitIdle();
       const key = partitionKey(this.topicId, this.group, w.partition);
       const gen = this.gen;
@@ -905,7 +952,7 @@ export class Consumer {
         parent = f.partition(m.key, prev.partitions);
       }
       const k = `${w.partition}/${x}/${parent}`;
-      if (parent !== w.partition && !this.assignedKeys.has(k)) assigned = { k, parent };
+      if (parent !== w.partition && !this.assignedKeys.has(k)) assigned = { k, parent, boundary: prev.boundaries[parent] };
     }
     if (!waits && !assigned) return null;
     return this.gateWait(w, m, waits, assigned);
@@ -946,6 +993,16 @@ export class Consumer {
       this.stats.gated++;
       this.stats.totalWaitMs += d;
       if (d > this.stats.maxWaitMs) this.stats.maxWaitMs = d;
+    }
+    if (assigned) {
+      // Keys assigned waits until the parent is past its boundary, not merely at it: the old
+      // owner may have committed the boundary while its keys-revoked callback still runs.
+      const { parent: q, boundary: b } = assigned;
+      while (!this.pastBoundary(q, b)) {
+        if (w.halted || this.gen !== gen) return;
+        await this.waitPosition(q, b + 1, this.o.heartbeat);
+        if (!this.pastBoundary(q, b) && !w.halted) await this.fetchPosition(q);
+      }
     }
     if (assigned && !w.halted && this.gen === gen && !this.assignedKeys.has(assigned.k)) {
       this.assignedKeys.add(assigned.k);
@@ -997,6 +1054,7 @@ export class Consumer {
       if (ps) {
         if ((ps.generation ?? 0) > this.gen) await this.fetchReset();
         this.noteState(q, ps.generation ?? 0, ps.position ?? 0);
+        this.noteLease(q, e.revision, ps.owner ?? '', ps.lease_end ?? 0);
       }
     } catch {
       // the watch brings it too
@@ -1035,7 +1093,16 @@ export class Consumer {
         });
       }
     }
-    if (any) await w.commit(false, true); // open the children's gates now
+    return any;
+  }
+
+  // At a partition's start: boundaries below the position were passed by an earlier owner, who
+  // ran keys revoked for them (spec/protocol.md §6.5); one at the position is run again when the
+  // marker after it is read (that owner may have stopped before running it).
+  markPassedBelow(w) {
+    for (const e of this.desc.epochs.slice(0, -1)) {
+      if (w.partition < (e.boundaries?.length ?? 0) && e.boundaries[w.partition] < w.position) this.passed.add(`${w.partition}/${e.epoch}`);
+    }
   }
 
   // ---- delivery ----
@@ -1274,7 +1341,7 @@ class Worker {
 
   async run() {
     const cn = this.cn;
-    await cn.passBoundaries(this);
+    cn.markPassedBelow(this);
     this.boundaryChanged();
     while (!this.halted) {
       const batch = await this.reader.take(256);
@@ -1383,8 +1450,11 @@ class Worker {
     }
     if (this.halted) return;
     if (fence) {
+      // Past the marker (keys revoked returned above): commit at once, which opens the children's
+      // gates and their keys-assigned steps.
       this.track(e.seq);
       this.ack(e.seq);
+      await this.commit(false, true);
       return;
     }
     await this.handleRecord(this.message(e));

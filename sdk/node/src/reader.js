@@ -19,9 +19,29 @@
 
 import { createInbox } from '@nats-io/transport-node';
 import { jsRequest, streamInfo, JsApiError, JS } from './jsapi.js';
+import { headersOf, ackInfo } from './headers.js';
 
 const encoder = new TextEncoder();
 let readerSerial = 0;
+
+/** One message handed out by take(). */
+class Entry {
+  constructor(msg, a, h) {
+    this.msg = msg;
+    this.seq = a.seq;
+    this.cseq = a.cseq;
+    this.pending = a.pending;
+    this.tsMs = a.tsMs; // when the stream stored it: unix milliseconds
+    this.tsRest = a.tsRest; // and the nanoseconds below the millisecond
+    this.headers = h; // RawHeaders (or nats.js MsgHdrs), or null
+    this.data = msg.data;
+  }
+
+  /** The message's subject (decoded on first use). */
+  get subject() { return this.msg.subject; }
+  /** When the stream stored it, unix nanoseconds as a decimal string. */
+  get tsNanos() { return (BigInt(this.tsMs) * 1000000n + BigInt(this.tsRest)).toString(); }
+}
 
 function randomName() {
   const a = 'abcdefghijklmnopqrstuvwxyz0123456789';
@@ -115,8 +135,8 @@ export class PullReader {
 
   /**
    * The next messages, in stream order (at least one, at most max), or [] once stopped. Each
-   * entry: {seq, cseq, pending, tsNanos (string), subject, headers (nats MsgHdrs or undefined),
-   * data (Uint8Array)}.
+   * entry: {seq, cseq, pending, tsMs, tsRest, tsNanos, subject, headers (get/has/values/keys, or
+   * null), data (Uint8Array)}.
    */
   take(max = Infinity) {
     if (this.stopped) return Promise.resolve([]);
@@ -203,6 +223,7 @@ export class PullReader {
       }
       this.started = true;
       this.name = name;
+      this.nameBytes = encoder.encode(name);
       this.backoff = 100;
       this.lastActivity = Date.now();
       this.lastData = Date.now();
@@ -249,24 +270,20 @@ export class PullReader {
 
   onMsg(msg) {
     if (this.stopped) return;
-    const h = msg.headers;
+    const h = headersOf(msg);
     const code = h ? h.code : 0;
     if (code > 0) return this.onStatus(msg, h, code);
-    const reply = msg.reply;
-    if (!reply) return;
-    const t = reply.split('.');
-    // $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending> (9 tokens), or with
-    // <domain>.<account hash> after $JS.ACK and a random token at the end (12 tokens).
-    const b = t.length === 9 ? 2 : 4;
-    if (t[b + 1] !== this.name) return; // an earlier consumer of ours
+    if (!this.name) return;
+    const a = ackInfo(msg, this.nameBytes);
+    if (!a) return; // not a JetStream delivery, or one of an earlier consumer of ours
     const now = Date.now();
     this.lastActivity = now;
     this.lastData = now;
     this.silentRounds = 0;
     if (this.pending > 0) this.pending--;
-    const seq = Number(t[b + 3]);
-    const cseq = Number(t[b + 4]);
-    const left = Number(t[b + 6]);
+    const seq = a.seq;
+    const cseq = a.cseq;
+    const left = a.pending;
     if (cseq !== this.lastCseq + 1) {
       if (cseq <= this.lastCseq) return; // seen already
       return this.recreate('consumer sequence gap');
@@ -274,7 +291,7 @@ export class PullReader {
     this.lastCseq = cseq;
     if (seq <= this.lastSeq) return;
     this.lastSeq = seq;
-    const entry = { seq, cseq, pending: left, tsNanos: t[b + 5], subject: msg.subject, headers: h, data: msg.data };
+    const entry = new Entry(msg, a, h);
     if (this.waiter) {
       const w = this.waiter;
       this.waiter = null;

@@ -154,6 +154,11 @@ describe('consumer against a real broker', { skip, timeout: 900_000 }, () => {
     const b = rest.out.trimEnd().split('\n').filter(Boolean);
     const id = (l) => { const j = JSON.parse(l); return `${j.partition}/${j.seq}`; };
     assert.equal(new Set([...a, ...b].map(id)).size, 14 * 13, 'the two members of the group printed every record once');
+    // --reset-to earliest moves the group back: everything again, once.
+    const again = await run([...base, '--topic', 'fmt', '--group', 'maxg', '--reset-to', 'earliest', '--max', String(14 * 13), '--idle-exit', '30s']);
+    assert.equal(again.status, 0, again.err);
+    assert.equal(new Set(again.out.trimEnd().split('\n').map(id)).size, 14 * 13);
+    assert.equal((await run([...base, '--topic', 'fmt', '--group', 'maxg', '--reset-to', 'yesterday'])).status, 2);
   });
 
   test('manual commit: only a contiguous acknowledged prefix is committed; the rest comes again', async () => {
@@ -251,7 +256,7 @@ describe('consumer against a real broker', { skip, timeout: 900_000 }, () => {
     assert.ok(got.every((m) => !Object.keys(m.headers).some((k) => /^(pctl|nats)-/i.test(k))), 'protocol headers are not application headers');
   });
 
-  test('KIP-253 callbacks: last old delivery, keys revoked, keys assigned, first new delivery, in that order', async () => {
+  test('KIP-253 callbacks: last old delivery, keys revoked (returned), keys assigned, first new delivery, in that order', async () => {
     await broker.admin(['topic', 'create', 'cb', '--partitions', '2', '--partitioner', 'linear-murmur2']);
     const p = await prod.producer('cb');
     await produce(p, 200, { keys: 40 });
@@ -267,7 +272,9 @@ describe('consumer against a real broker', { skip, timeout: 900_000 }, () => {
     for (const id of ['a', 'b', 'c']) {
       const c = await cons.consumer('cb', {
         group: 'g', member: id, fromBeginning: true, heartbeat: 100,
-        onKeysRevoked: (kc) => log.push({ kind: 'revoked', member: id, ...kc }),
+        // Slow on purpose: the old owner's periodic commit reaches the boundary while this runs,
+        // and keys assigned must still wait for it to return (logged at the end).
+        onKeysRevoked: async (kc) => { await sleep(300); log.push({ kind: 'revoked', member: id, ...kc }); },
         onKeysAssigned: async (kc) => { await sleep(5); log.push({ kind: 'assigned', member: id, ...kc }); },
       });
       members.push(c);
@@ -567,7 +574,7 @@ describe('consumer against a real broker', { skip, timeout: 900_000 }, () => {
     await lossy.close();
   });
 
-  test('connections cut while consuming: the member reconnects, re-reads and delivers everything in order', async () => {
+  test('connections cut and frozen while consuming: the member reconnects or waits, re-reads and delivers everything in order', async () => {
     await broker.admin(['topic', 'create', 'cuts', '--partitions', '3', '--partitioner', 'kafka-murmur2']);
     const proxy = await startProxy(broker.url.replace('nats://', ''));
     const via = await connect({ server: proxy.url, creds: broker.creds.consumer, reconnectWait: 100 });
@@ -584,6 +591,13 @@ describe('consumer against a real broker', { skip, timeout: 900_000 }, () => {
     })();
     await sending;
     await waitFor(() => new Set(got.map((m) => `${m.partition}/${m.seq}`)).size >= 3000, 90_000, () => `3000 distinct, have ${new Set(got.map((m) => `${m.partition}/${m.seq}`)).size}`);
+    // Frozen for longer than a pull's expiry and two heartbeats, while records arrive: pulls and
+    // their answers are held, leases cannot be renewed; after the thaw everything comes.
+    proxy.freeze();
+    await produce(p, 500, { keys: 30, from: 3000 });
+    await sleep(7000);
+    proxy.thaw();
+    await waitFor(() => new Set(got.map((m) => `${m.partition}/${m.seq}`)).size >= 3500, 90_000, () => `3500 distinct after the thaw, have ${new Set(got.map((m) => `${m.partition}/${m.seq}`)).size}: ${JSON.stringify(c.stats)}`);
     await c.close();
     await done;
     await p.close();

@@ -89,7 +89,9 @@ export async function verify(broker, dir, sentPath, outputs, { group = 'g', extr
 
 /**
  * A loopback TCP proxy to `target` (host:port). cut() resets every open connection at once (new
- * ones are accepted right after), as when a network path fails. close() stops it.
+ * ones are accepted right after), as when a network path fails. freeze() stops every connection's
+ * bytes in both directions without closing anything (a paused process, a black-holed link) and
+ * thaw() lets what was held through, in order. close() stops it.
  */
 export async function startProxy(target) {
   const [host, port] = target.split(':');
@@ -105,7 +107,17 @@ export async function startProxy(target) {
   });
   await new Promise((r) => server.listen(0, '127.0.0.1', r));
   let cuts = 0;
+  let frozen = false;
   return {
+    freeze() {
+      frozen = true;
+      for (const s of socks) s.pause();
+    },
+    thaw() {
+      frozen = false;
+      for (const s of socks) s.resume();
+    },
+    get frozen() { return frozen; },
     url: `nats://127.0.0.1:${server.address().port}`,
     get cuts() { return cuts; },
     cut() {

@@ -23,8 +23,10 @@ public final class ClientOptions {
     private final Duration ackTimeout;
     private final Duration reconnectWait;
     private final Plugin.Options runtime;
+    private final boolean sharedInbox;
 
     private ClientOptions(Builder b) {
+        this.sharedInbox = b.sharedInbox;
         this.server = b.server;
         this.creds = b.creds;
         this.connectionName = b.connectionName;
@@ -79,6 +81,11 @@ public final class ClientOptions {
         return runtime.copy();
     }
 
+    /** Whether replies go to the shared {@code _INBOX.} prefix instead of the private one. */
+    public boolean sharedInbox() {
+        return sharedInbox;
+    }
+
     /** Builds {@link ClientOptions}. */
     public static final class Builder {
         private String server;
@@ -88,6 +95,7 @@ public final class ClientOptions {
         private Duration ackTimeout = Duration.ofSeconds(5);
         private Duration reconnectWait = Duration.ofMillis(250);
         private Plugin.Options runtime = new Plugin.Options();
+        private boolean sharedInbox;
 
         private Builder() {
             String s = System.getenv("PCTL_SERVER");
@@ -142,6 +150,18 @@ public final class ClientOptions {
         /** The WebAssembly runtime's settings (limits, engine). Default: the spec's limits, compiled. */
         public Builder runtime(Plugin.Options options) {
             this.runtime = options.copy();
+            return this;
+        }
+
+        /**
+         * Replies (API answers, acknowledgements, the records a consumer reads) go to the inbox
+         * prefix {@code _INBOX_<public key>} of the credentials, which only they may read
+         * (spec/protocol.md §8.3), unless this is set: then to the shared {@code _INBOX.}, for a
+         * server configured before private inboxes existed. A scoped credential needs the private
+         * inbox. Default false.
+         */
+        public Builder sharedInbox(boolean shared) {
+            this.sharedInbox = shared;
             return this;
         }
 

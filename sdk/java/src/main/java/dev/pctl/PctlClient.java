@@ -5,6 +5,7 @@ import dev.pctl.runtime.Plugin;
 import io.nats.client.AuthHandler;
 import io.nats.client.AuthenticationException;
 import io.nats.client.Connection;
+import io.nats.client.ConnectionListener;
 import io.nats.client.ErrorListener;
 import io.nats.client.JetStream;
 import io.nats.client.JetStreamOptions;
@@ -12,6 +13,7 @@ import io.nats.client.Message;
 import io.nats.client.NKey;
 import io.nats.client.Nats;
 import io.nats.client.Options;
+import io.nats.client.impl.Headers;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -30,7 +32,7 @@ import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
-import java.util.function.Consumer;
+
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -60,7 +62,11 @@ public final class PctlClient implements AutoCloseable {
     private final JetStream js;
     private final Map<String, byte[]> modules = new ConcurrentHashMap<>();
     private final Map<String, CompletableFuture<Partitioner>> partitioners = new ConcurrentHashMap<>();
-    private final List<Consumer<String>> violationListeners = new CopyOnWriteArrayList<>();
+    private final List<java.util.function.Consumer<String>> violationListeners = new CopyOnWriteArrayList<>();
+    private final List<Runnable> reconnectListeners = new CopyOnWriteArrayList<>();
+
+    private AuthHandler auth;
+    private RawConn raw;
 
     private PctlClient(ClientOptions opts, Connection conn, JetStream js) {
         this.opts = opts;
@@ -82,6 +88,7 @@ public final class PctlClient implements AutoCloseable {
      */
     public static PctlClient connect(ClientOptions opts) {
         PctlClient[] self = new PctlClient[1];
+        AuthHandler[] authRef = new AuthHandler[1];
         Options.Builder b = new Options.Builder()
                 .server(opts.server())
                 .connectionName(opts.connectionName())
@@ -104,8 +111,20 @@ public final class PctlClient implements AutoCloseable {
                     }
                 });
         if (opts.creds() != null) {
-            b.authHandler(nkeyAuth(opts.creds()));
+            AuthHandler auth = nkeyAuth(opts.creds());
+            authRef[0] = auth;
+            b.authHandler(auth);
+            if (!opts.sharedInbox()) {
+                // spec/protocol.md §8.3: replies to this client go to an inbox only it may read.
+                b.inboxPrefix("_INBOX_" + new String(auth.getID()));
+            }
         }
+        b.connectionListener((c, ev) -> {
+            PctlClient cl = self[0];
+            if (cl != null) {
+                cl.onConnectionEvent(ev);
+            }
+        });
         Connection conn;
         try {
             conn = Nats.connect(b.build());
@@ -133,6 +152,7 @@ public final class PctlClient implements AutoCloseable {
             throw new UnavailableException("cannot use JetStream at " + opts.server() + ": " + e.getMessage(), e);
         }
         PctlClient c = new PctlClient(opts, conn, js);
+        c.auth = authRef[0];
         self[0] = c;
         return c;
     }
@@ -180,19 +200,49 @@ public final class PctlClient implements AutoCloseable {
         };
     }
 
+    /** An -ERR of the raw connection (same handling as jnats' error listener's). */
+    void reportServerError(String error) {
+        onServerError(error);
+    }
+
+    /**
+     * The raw connection consumers receive records on (see {@link RawConn}: jnats cannot parse
+     * every header a record may carry), made on first use and closed with the client.
+     */
+    synchronized RawConn raw() {
+        if (raw == null) {
+            raw = new RawConn(this, opts.server(), auth, conn.getOptions().getInboxPrefix(), opts.connectionName() + " (records)");
+        }
+        return raw;
+    }
+
     private void onServerError(String error) {
         Matcher m = VIOLATION.matcher(error == null ? "" : error);
         if (!m.find()) {
             return;
         }
         String subject = m.group(2);
-        for (Consumer<String> l : violationListeners) {
+        for (java.util.function.Consumer<String> l : violationListeners) {
             l.accept(subject);
         }
     }
 
+    private void onConnectionEvent(ConnectionListener.Events ev) {
+        if (ev == ConnectionListener.Events.RECONNECTED || ev == ConnectionListener.Events.RESUBSCRIBED) {
+            for (Runnable l : reconnectListeners) {
+                l.run();
+            }
+        }
+    }
+
+    /** Calls l after every reconnection (on a jnats thread: do not block); returns how to stop. */
+    Runnable onReconnect(Runnable l) {
+        reconnectListeners.add(l);
+        return () -> reconnectListeners.remove(l);
+    }
+
     /** Calls l with the subject of every publish the server refuses; returns how to stop. */
-    Runnable onViolation(Consumer<String> l) {
+    Runnable onViolation(java.util.function.Consumer<String> l) {
         violationListeners.add(l);
         return () -> violationListeners.remove(l);
     }
@@ -218,6 +268,31 @@ public final class PctlClient implements AutoCloseable {
      * PctlException}; a publish the server refuses as {@link PermissionDeniedException}.
      */
     Message request(String subject, byte[] body) {
+        return request(subject, body, opts.requestTimeout());
+    }
+
+    /** {@link #request(String, byte[])} with its own time limit. */
+    Message request(String subject, byte[] body, Duration timeout) {
+        Message m = rawRequest(subject, null, body, timeout);
+        String code = m.getHeaders() == null ? null : m.getHeaders().getFirst("Pctl-Error");
+        if (code != null) {
+            throw remoteError(code, m.getData());
+        }
+        if (m.isStatusMessage()) {
+            if (m.getStatus().getCode() == 503) {
+                throw noBroker(subject);
+            }
+            throw new UnavailableException(subject + ": " + m.getStatus().getMessageWithCode());
+        }
+        return m;
+    }
+
+    /**
+     * Sends a request and returns the reply as it is (a status reply included, except no
+     * responders); a publish the server refuses raises {@link PermissionDeniedException}, no
+     * reply in time or no responders {@link UnavailableException}.
+     */
+    Message rawRequest(String subject, Headers headers, byte[] body, Duration timeout) {
         CompletableFuture<Void> refused = new CompletableFuture<>();
         Runnable stop = onViolation(s -> {
             if (s.equals(subject)) {
@@ -225,21 +300,14 @@ public final class PctlClient implements AutoCloseable {
             }
         });
         try {
-            CompletableFuture<Message> reply = conn.requestWithTimeout(subject, null, body, opts.requestTimeout());
-            CompletableFuture.anyOf(reply, refused).get(opts.requestTimeout().toMillis() + 1000, TimeUnit.MILLISECONDS);
+            CompletableFuture<Message> reply = conn.requestWithTimeout(subject, headers, body == null ? new byte[0] : body, timeout);
+            CompletableFuture.anyOf(reply, refused).get(timeout.toMillis() + 1000, TimeUnit.MILLISECONDS);
             if (refused.isDone()) {
                 throw PermissionDeniedException.forSubject("publish to", subject);
             }
             Message m = reply.join();
-            String code = m.getHeaders() == null ? null : m.getHeaders().getFirst("Pctl-Error");
-            if (code != null) {
-                throw remoteError(code, m.getData());
-            }
-            if (m.isStatusMessage()) {
-                if (m.getStatus().getCode() == 503) {
-                    throw noBroker(subject);
-                }
-                throw new UnavailableException(subject + ": " + m.getStatus().getMessageWithCode());
+            if (m.isStatusMessage() && m.getStatus().getCode() == 503) {
+                throw noBroker(subject);
             }
             return m;
         } catch (ExecutionException | CompletionException e) {
@@ -251,13 +319,13 @@ public final class PctlClient implements AutoCloseable {
                 throw noBroker(subject);
             }
             if (c instanceof TimeoutException) {
-                throw timedOut(subject);
+                throw timedOut(subject, timeout);
             }
             throw new UnavailableException(subject + ": " + c, c);
         } catch (CancellationException e) {
             throw noBroker(subject);
         } catch (TimeoutException e) {
-            throw timedOut(subject);
+            throw timedOut(subject, timeout);
         } catch (IllegalStateException e) {
             throw new UnavailableException(subject + ": " + e.getMessage() + " (the client is closed?)", e);
         } catch (InterruptedException e) {
@@ -272,8 +340,8 @@ public final class PctlClient implements AutoCloseable {
         return new UnavailableException(String.format("no broker answers %s; is 'pctl serve' running and connected to %s?", subject, opts.server()));
     }
 
-    private UnavailableException timedOut(String subject) {
-        return new UnavailableException(String.format("the broker did not answer %s within %d ms", subject, opts.requestTimeout().toMillis()));
+    private static UnavailableException timedOut(String subject, Duration timeout) {
+        return new UnavailableException(String.format("the broker did not answer %s within %d ms", subject, timeout.toMillis()));
     }
 
     private static PctlException remoteError(String code, byte[] body) {
@@ -310,12 +378,17 @@ public final class PctlClient implements AutoCloseable {
      * @throws BadRequestException if the name is not a topic name
      */
     public TopicDescriptor topic(String name) {
+        return topic(name, opts.requestTimeout());
+    }
+
+    /** {@link #topic(String)} with its own time limit. */
+    TopicDescriptor topic(String name, Duration timeout) {
         if (name == null || !TOPIC.matcher(name).matches()) {
             throw new BadRequestException(String.format("%s: a topic name is 1 to 64 characters of A-Z a-z 0-9 _ -", Json.quote(String.valueOf(name))));
         }
         Map<String, Object> req = new LinkedHashMap<>();
         req.put("topic", name);
-        Message m = request("pctl.api.topic.get", json(req));
+        Message m = request("pctl.api.topic.get", json(req), timeout);
         try {
             return TopicDescriptor.fromReply(Json.parse(new String(m.getData(), StandardCharsets.UTF_8)));
         } catch (Json.JsonException e) {
@@ -400,6 +473,32 @@ public final class PctlClient implements AutoCloseable {
     }
 
     /**
+     * Joins a consumer group on a topic: a {@link Consumer} (spec/protocol.md §6). Creates the
+     * group if it does not exist yet ({@link ConsumerOptions.Builder#fromBeginning}). Needs the
+     * consumer or admin role, or a consumer credential for this topic and group.
+     *
+     * @throws NotFoundException if there is no such topic
+     * @throws PermissionDeniedException if the credentials may not consume it as this group
+     */
+    public Consumer consumer(String topic, ConsumerOptions options) {
+        TopicDescriptor t = Consumer.fetchTopic(this, topic, opts.requestTimeout());
+        return new Consumer(this, t, options);
+    }
+
+    /**
+     * Moves consumer group {@code group} of {@code topic} as a whole (spec/protocol.md §6.6) to
+     * the beginning, the end or a time, in every partition stream the topic has ever had. Writes
+     * the group's next generation (the commit point), then every partition's position; the
+     * members follow within a heartbeat, with their gates closed again, so per-key order holds
+     * among the records delivered afterwards. Creates the group if it does not exist. Members that
+     * do not implement group generations (pctl's Go consumer, for now) must not be in a group that
+     * is reset. Returns the new generation.
+     */
+    public int resetGroup(String topic, String group, ResetTarget to) {
+        return Consumer.reset(this, topic, group, to, "pctl-java");
+    }
+
+    /**
      * Closes the connection (waiting up to a few seconds for its outgoing messages to be written)
      * and the partitioners.
      */
@@ -412,6 +511,11 @@ public final class PctlClient implements AutoCloseable {
             }
         }
         partitioners.clear();
+        synchronized (this) {
+            if (raw != null) {
+                raw.close();
+            }
+        }
         closeQuietly(conn);
     }
 

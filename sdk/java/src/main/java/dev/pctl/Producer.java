@@ -32,7 +32,10 @@ import java.util.concurrent.locks.ReentrantLock;
  * Produces records to one topic, partitioning them on the client with the topic's WebAssembly
  * module, exactly as spec/protocol.md §5.1 says: each record is published as a JetStream message
  * to {@code pctl.data.<topic>.<epoch>.<partition>} with headers {@code Pctl-Key} (keyed records
- * only), {@code Pctl-Producer}, {@code Pctl-Seq} and {@code Nats-Msg-Id: <id>-<seq>}, and is
+ * only), {@code Pctl-Producer}, {@code Pctl-Seq} and {@code Nats-Msg-Id: <id>-<seq>-<token>} (32
+ * random hex digits drawn for this record alone, §5.1.4: an id reused within JetStream's 2-minute
+ * deduplication window, or learnt from a stored record, can never make a new record count as a
+ * duplicate), and is
  * acknowledged when JetStream acknowledges it.
  *
  * <pre>{@code
@@ -79,13 +82,14 @@ public final class Producer implements AutoCloseable {
     }
 
     private static final Event STOP = new Event(null, List.of(), null, true);
+    private static final java.security.SecureRandom TOKENS = new java.security.SecureRandom();
 
     private final PctlClient client;
     private final String topic;
     private final String id;
     private final ProducerOptions opts;
     private final long ackTimeoutMillis;
-    private final long maxPayload;
+    private final long maxRecord; // the partition streams' max_msg_size (spec/protocol.md §5.3), or the server's max payload
 
     private final ReentrantLock lock = new ReentrantLock();
     private final Condition changed = lock.newCondition();
@@ -116,7 +120,7 @@ public final class Producer implements AutoCloseable {
         this.opts = opts;
         this.id = opts.id();
         this.ackTimeoutMillis = client.options().ackTimeout().toMillis();
-        this.maxPayload = client.connection().getMaxPayload();
+        this.maxRecord = maxRecord(client, topic);
         TopicDescriptor d = fetch();
         install(d);
         this.callbacks = Executors.newSingleThreadExecutor(r -> {
@@ -197,12 +201,14 @@ public final class Producer implements AutoCloseable {
      */
     public long send(ProducerRecord record, Callback callback) {
         byte[] key = record.key();
-        long size = (key == null ? 0 : key.length) + (long) record.value().length;
+        long ts = record.timestamp() >= 0 ? record.timestamp() : System.currentTimeMillis();
         PctlException refused = null;
+        // The stored message as JetStream counts it (spec/protocol.md §5.3): the header block
+        // "NATS/1.0\r\n", one "<name>: <value>\r\n" line per value, "\r\n", then the value.
+        long fixed = 12 + record.headerBytes() + line("Pctl-Producer", id.length()) + line("Pctl-Time", Long.toString(ts).length())
+                + (key == null ? 0 : line("Pctl-Key", 4 + 4 * ((key.length + 2) / 3)));
         if (key != null && key.length > Partitioner.MAX_KEY) {
             refused = new BadRequestException("key of " + key.length + " bytes; keys are at most " + Partitioner.MAX_KEY + " bytes");
-        } else if (size > maxPayload) {
-            refused = new BadRequestException(String.format("record of %d bytes (key and value); the server takes messages of at most %d bytes", size, maxPayload));
         }
         Pending pd;
         lock.lock();
@@ -222,7 +228,19 @@ public final class Producer implements AutoCloseable {
                 throw fatal;
             }
             pd = new Pending(++seq, record, callback);
+            pd.ts = ts;
             buffered++;
+            if (refused == null) {
+                int n = Long.toString(pd.seq).length();
+                long block = fixed + line("Pctl-Seq", n) + line("Nats-Msg-Id", id.length() + 1 + n + 33);
+                long size = block + record.value().length;
+                if (size > maxRecord) {
+                    refused = new BadRequestException(String.format(
+                            "record %d of %d bytes (value %d, key %d, application headers %d, headers in all %d) is larger than topic %s's record limit of %d bytes: "
+                                    + "send a smaller value or fewer headers, or run the broker with a larger --max-record-bytes (spec/protocol.md §5.3)",
+                            pd.seq, size, record.value().length, key == null ? 0 : key.length, record.headerBytes(), block, topic, maxRecord));
+                }
+            }
             if (refused != null) {
                 completeLocked(pd, null, refused);
                 return pd.seq;
@@ -235,11 +253,38 @@ public final class Producer implements AutoCloseable {
                 assignLocked(pd);
             } catch (PctlException e) {
                 completeLocked(pd, null, e);
+            } catch (RuntimeException e) {
+                // Never leave a record without a fate (close would wait for it forever).
+                completeLocked(pd, null, new InternalException("record " + pd.seq + " could not be sent: " + e, e));
             }
         } finally {
             lock.unlock();
         }
         return pd.seq;
+    }
+
+    private static long line(String name, int valueLength) {
+        return name.length() + 4 + valueLength;
+    }
+
+    /**
+     * The largest message the topic's partition streams take (their max_msg_size: every partition
+     * stream of a topic has the same), else the server's max payload.
+     */
+    private static long maxRecord(PctlClient client, String topic) {
+        long mp = client.connection().getMaxPayload();
+        long m = 0;
+        try {
+            java.util.Map<String, Object> info = JsApi.request(client, "$JS.API.STREAM.INFO.PCTL_" + topic + "_0", null, new byte[0],
+                    client.options().requestTimeout());
+            m = JsApi.num(JsApi.obj(info.get("config")).get("max_msg_size"));
+        } catch (PctlException | JsApi.JsError e) {
+            m = 0;
+        }
+        if (m <= 0) {
+            return mp;
+        }
+        return mp > 0 ? Math.min(m, mp) : m;
     }
 
     /** Partitions a record under the current epoch and queues it on its partition's sink. */
@@ -271,7 +316,16 @@ public final class Producer implements AutoCloseable {
         String n = Long.toString(pd.seq);
         h.put("Pctl-Producer", id);
         h.put("Pctl-Seq", n);
-        h.put("Nats-Msg-Id", id + "-" + n);
+        if (pd.msgId == null) {
+            byte[] t = new byte[16];
+            TOKENS.nextBytes(t);
+            pd.msgId = id + "-" + n + "-" + java.util.HexFormat.of().formatHex(t);
+        }
+        h.put("Nats-Msg-Id", pd.msgId); // the same for every re-send of the record
+        h.put("Pctl-Time", Long.toString(pd.ts));
+        for (String[] kv : pd.rec.headers()) {
+            h.add(kv[0], kv[1]);
+        }
         return NatsMessage.builder()
                 .subject("pctl.data." + topic + "." + pd.epoch + "." + pd.partition)
                 .headers(h)
@@ -442,6 +496,8 @@ public final class Producer implements AutoCloseable {
         int epoch;
         int partition;
         Message msg;
+        long ts; // Pctl-Time
+        String msgId; // Nats-Msg-Id, fixed at the first attempt
         boolean ambiguous; // an attempt under the current placement may be stored (its acknowledgement was lost)
         long floor; // when ambiguous: a stored copy can only be after this stream sequence
         boolean done;
@@ -911,7 +967,7 @@ public final class Producer implements AutoCloseable {
     private long findStored(TopicDescriptor d, Pending pd, long floor) {
         TopicDescriptor.Epoch e = d.epoch(pd.epoch);
         long boundary = e == null ? -1 : e.boundary(pd.partition);
-        String msgId = id + "-" + pd.seq;
+        String msgId = pd.msgId;
         String subject = "$JS.API.DIRECT.GET.PCTL_" + topic + "_" + pd.partition;
         for (long s = floor + 1; s <= boundary; s++) {
             for (int attempt = 0; ; attempt++) {

@@ -20,8 +20,15 @@ public final class TopicDescriptor {
     private final boolean creating;
     private final boolean deleting;
     private final boolean changing;
+    private final int changePartitions;
 
     TopicDescriptor(String name, String id, List<Epoch> epochs, long revision, boolean creating, boolean deleting, boolean changing) {
+        this(name, id, epochs, revision, creating, deleting, changing, 0);
+    }
+
+    TopicDescriptor(String name, String id, List<Epoch> epochs, long revision, boolean creating, boolean deleting, boolean changing,
+            int changePartitions) {
+        this.changePartitions = changePartitions;
         this.name = name;
         this.id = id;
         this.epochs = Collections.unmodifiableList(epochs);
@@ -80,6 +87,33 @@ public final class TopicDescriptor {
         return changing;
     }
 
+    /**
+     * How many partition streams the topic has ever had: the largest partition count of any
+     * epoch (and of an epoch change in progress).
+     */
+    public int maxPartitions() {
+        int m = changePartitions;
+        for (Epoch e : epochs) {
+            m = Math.max(m, e.partitions());
+        }
+        return m;
+    }
+
+    /**
+     * The last boundary of partition q in the ended epochs (0 if none): for a partition shrunk
+     * away, the sequence of its last record.
+     */
+    long finalBoundary(int q) {
+        long last = 0;
+        for (int i = 0; i + 1 < epochs.size(); i++) {
+            long b = epochs.get(i).boundary(q);
+            if (b >= 0) {
+                last = b;
+            }
+        }
+        return last;
+    }
+
     @Override
     public String toString() {
         Epoch c = current();
@@ -120,6 +154,11 @@ public final class TopicDescriptor {
         /** When the epoch started, or null. */
         public Instant started() {
             return started;
+        }
+
+        /** How many boundaries the epoch has (its partition count once it has ended, else 0). */
+        int boundaryCount() {
+            return boundaries == null ? 0 : boundaries.length;
         }
 
         /** Whether the epoch has ended (it has boundaries). */
@@ -206,8 +245,12 @@ public final class TopicDescriptor {
             epochs.add(new Epoch((int) num(e.get("epoch"), "epoch"), new PartitionerRef(str(p.get("name")), str(p.get("digest")), config),
                     (int) num(e.get("partitions"), "partitions"), started, b));
         }
+        int changeParts = 0;
+        if (t.get("change") instanceof Map && ((Map<String, Object>) t.get("change")).get("partitions") instanceof Long) {
+            changeParts = (int) (long) (Long) ((Map<String, Object>) t.get("change")).get("partitions");
+        }
         return new TopicDescriptor(str(t.get("name")), str(t.get("id")), epochs, r.get("revision") == null ? 0 : num(r.get("revision"), "revision"),
-                Boolean.TRUE.equals(t.get("creating")), Boolean.TRUE.equals(t.get("deleting")), t.get("change") != null);
+                Boolean.TRUE.equals(t.get("creating")), Boolean.TRUE.equals(t.get("deleting")), t.get("change") != null, changeParts);
     }
 
     @SuppressWarnings("unchecked")

@@ -1,0 +1,2864 @@
+package dev.pctl;
+
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.Collection;
+import java.util.Collections;
+import java.util.ConcurrentModificationException;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.TreeSet;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.concurrent.locks.Condition;
+import java.util.concurrent.locks.ReentrantLock;
+
+/**
+ * A member of a consumer group on one topic, with the whole group protocol of spec/protocol.md §6:
+ * membership and assignment, leases and commits, fence markers, per-key gating across epochs with
+ * the topic's own WebAssembly partitioners, retired partitions drained after a shrink, seeks
+ * (group generations), misplaced records, and KIP-253's key-level callbacks.
+ *
+ * <pre>{@code
+ * try (PctlClient client = PctlClient.connect();                       // consumer.nk
+ *      Consumer consumer = client.consumer("orders", ConsumerOptions.builder("billing").build())) {
+ *     while (running) {
+ *         for (ConsumerRecord r : consumer.poll(Duration.ofMillis(500))) {
+ *             process(r);
+ *         }
+ *     } // with auto-commit, the records of one poll are acknowledged by the next poll (or close)
+ * }
+ * }</pre>
+ *
+ * <p><b>Order.</b> Records with the same key are delivered in the order they were produced, across
+ * epoch changes, by every member of the group: a record of a newer epoch waits until the group has
+ * committed its key's partition of every older epoch not yet fully drained past that epoch's
+ * boundary. Keyless records come in their stream's order, nothing more.
+ *
+ * <p><b>Acknowledgement.</b> With {@linkplain ConsumerOptions.Builder#autoCommit auto-commit} (the
+ * default) the records a {@code poll} returned are acknowledged by the next {@code poll} (or by
+ * {@link #close}); without it by {@link #commit()} or {@link #commit(ConsumerRecord)}. Positions are
+ * written every commit interval and only cover records that are all acknowledged; the gates of
+ * other partitions open on committed positions only, so a member that holds acknowledgements back
+ * holds back its partitions' children.
+ *
+ * <p><b>Threads.</b> Like Kafka's {@code KafkaConsumer}, a {@code Consumer} is <em>not</em>
+ * thread-safe: one thread at a time calls {@link #poll}, {@link #commit}, the seeks and {@link
+ * #close} (another thread entering meanwhile gets a {@link ConcurrentModificationException}).
+ * {@link #wakeup()} is the exception: any thread may call it to make a blocked (or the next) {@code
+ * poll} throw {@link WakeupException}. Every callback ({@link RebalanceListener}, the misplaced-record
+ * handler) runs on the polling thread, inside {@code poll} (or {@code close}, {@code seek...}),
+ * between two records. Rebalances and seeks take effect while the application polls: a member that
+ * stops polling keeps its partitions (its leases are renewed in the background) but delivers
+ * nothing, and holds back the children of its partitions.
+ *
+ * <p>Inside, each owned partition has a thread that reads its stream (a pull consumer that recovers
+ * from lost pulls, reconnects and deleted consumers, §6.7), checks placements, waits at the gates
+ * and queues records for {@code poll}; a timer thread heartbeats, refreshes the descriptor and
+ * commits; a watch of the group's state brings other members' positions, leases and seeks.
+ */
+public final class Consumer implements AutoCloseable {
+    private static final String HEADER_KEY = "Pctl-Key";
+    private static final String HEADER_PRODUCER = "Pctl-Producer";
+    private static final String HEADER_SEQ = "Pctl-Seq";
+    private static final String HEADER_TIME = "Pctl-Time";
+    private static final String HEADER_FENCE = "Pctl-Fence";
+    private static final long MAX_TIME = (1L << 53) - 1;
+    private static final AtomicLong TOKENS = new AtomicLong();
+
+    private final PctlClient c;
+    private final String topic;
+    private final String topicId;
+    private final String group;
+    private final String member;
+    private final ConsumerOptions o;
+    private final RebalanceListener listener;
+    private final boolean announce; // the listener wants keys-assigned (so records' previous partitions are computed)
+    private final boolean wantsRevoked;
+    private final GroupKv kv;
+    private final String prefix; // <topic id>.<group>.
+    private final String subjPrefix; // $KV.pctl-groups.<topic id>.<group>.
+    private final long hbNanos;
+    private final long sessionNanos;
+    private final Duration opTimeout;
+    private final String startedAt = JsApi.now();
+    private final RawConn raw;
+    private final ScheduledExecutorService timer;
+
+    private final ReentrantLock mu = new ReentrantLock();
+    /** Positions, descriptors and state that gates and fetchers wait for. */
+    private final Condition changed = mu.newCondition();
+    /** Records ready, or something poll must handle (rebalance, reset, failure, wakeup, close). */
+    private final Condition readyCond = mu.newCondition();
+    /** Room in the poll queue, for fetchers waiting to hand records over. */
+    private final Condition spaceCond = mu.newCondition();
+    private int spaceWaiters;
+    // Guarded by mu:
+    private TopicDescriptor desc;
+    private final Map<Integer, PState> pstate = new HashMap<>();
+    private final Map<String, Long> members = new HashMap<>(); // member -> when its key was stored (unix ns)
+    private int gen; // the group generation this member follows (§6.6)
+    private long[] resetPositions = new long[0];
+    private long resetRev;
+    private Reset pendingReset; // seen, not applied
+    private int drainedGen = -1;
+    private int drainedEpoch;
+    private final Set<List<Integer>> revokedDone = new HashSet<>(); // (partition, epoch) whose keys-revoked ran here
+    private final Set<List<Integer>> assignedDone = new HashSet<>(); // (partition, epoch, parent) whose keys-assigned ran here
+    private final Map<Integer, Part> parts = new HashMap<>();
+    private final ArrayDeque<Item> ready = new ArrayDeque<>();
+    private boolean rebalance = true;
+    private PctlException fatal;
+    private boolean closed;
+    private boolean wakeup;
+    private long delivered;
+    private long gated;
+    private long totalWait;
+    private long maxWait;
+    private long commits;
+    private long lostCount;
+    private long resets;
+    private long misplacedCount;
+
+    /** For the tests only: keep the drained-epochs cache across seeks (Pulsar's bug), so a test can show it breaks order. */
+    boolean keepDrainedAcrossSeeksForTest;
+    private int keptDrained;
+
+    private final AtomicReference<Thread> owner = new AtomicReference<>();
+    private int depth; // re-entry of the owning thread (callbacks calling commit)
+    private final AtomicInteger refreshing = new AtomicInteger(); // 0 idle, 1 refreshing, 2 one more wanted
+    private StreamReader watch;
+    private Thread watchThread;
+    private final List<StreamReader> readers = Collections.synchronizedList(new ArrayList<>());
+    private final AtomicLong retiredRecoveries = new AtomicLong();
+    private final Map<String, int[]> subjects = new java.util.concurrent.ConcurrentHashMap<>();
+    private Runnable stopViolations;
+    private int events;
+
+    /** Wakes every waiter (mu held): for the rare changes (state, failure, stop, rebalance). */
+    private void wakeAllLocked() {
+        changed.signalAll();
+        readyCond.signalAll();
+        spaceCond.signalAll();
+    }
+
+    // ---- state records ------------------------------------------------------------------------
+
+    /** A partition key of the group state (§6). */
+    private record PState(long rev, long position, int gen, String owner, long leaseEnd) {}
+
+    /** A reset seen in g.reset (§6.6). */
+    private record Reset(long rev, int gen, long[] positions) {}
+
+    private enum Kind { RECORD, MARKER, MISPLACED_DELIVER, MISPLACED_SKIP, MISPLACED_STOP }
+
+    /** A queued record, fence marker or misplaced record of an owned partition. */
+    private record Item(Part part, Kind kind, long seq, ConsumerRecord record, int parent, PctlException error) {}
+
+    /** The fetcher must stop (revoked, lost, reset, closing). */
+    private static final class Stop extends Exception {
+        private static final long serialVersionUID = 1L;
+
+        Stop() {
+            super("stop", null, false, false);
+        }
+    }
+
+    /** An owned partition (one ownership: a partition acquired again is a new Part). Guarded by mu. */
+    private static final class Part {
+        final int q;
+        final long token = TOKENS.incrementAndGet();
+        final long start;
+        final int gen;
+        long rev;
+        long leaseUntil; // System.nanoTime(); measured from before the write that set it
+        long handled; // every record and marker up to here is acknowledged
+        long committed;
+        long delivered; // the last item poll processed (record returned, or marker)
+        long lastRecord; // the last record returned
+        final TreeMap<Long, Long> marksAfter = new TreeMap<>(); // record seq -> marker seq right after it
+        boolean lost;
+        boolean stopped;
+        boolean releasing;
+        int queued;
+        long nextBoundary; // the smallest boundary above `handled` whose keys-revoked step is owed (0: none)
+        StreamReader reader;
+        Thread thread;
+        /** One compare-and-set on this partition's key at a time (each needs the revision the previous one wrote). */
+        final ReentrantLock writeLock = new ReentrantLock();
+
+        Part(int q, long rev, long position, int gen, long leaseUntil) {
+            this.q = q;
+            this.rev = rev;
+            this.gen = gen;
+            this.leaseUntil = leaseUntil;
+            this.start = position;
+            this.handled = position;
+            this.committed = position;
+            this.delivered = position;
+            this.lastRecord = position;
+        }
+    }
+
+    // ---- creation -----------------------------------------------------------------------------
+
+    Consumer(PctlClient c, TopicDescriptor t, ConsumerOptions o) {
+        this.c = c;
+        this.topic = t.name();
+        this.topicId = t.id();
+        this.group = o.group();
+        this.member = o.member();
+        this.o = o;
+        this.listener = o.listener();
+        this.announce = overrides(listener, "onKeysAssigned");
+        this.wantsRevoked = overrides(listener, "onKeysRevoked");
+        this.desc = t;
+        this.hbNanos = o.heartbeat().toNanos();
+        this.sessionNanos = o.sessionTimeout().toNanos();
+        // Group-state requests time out after the session timeout (at least 2 s), as the Go
+        // member's do: one lost in a broker restart must not hold a heartbeat or a commit long.
+        this.opTimeout = Duration.ofNanos(Math.max(TimeUnit.SECONDS.toNanos(2), sessionNanos));
+        this.kv = new GroupKv(c, opTimeout);
+        this.prefix = topicId + "." + group + ".";
+        this.subjPrefix = GroupKv.PREFIX + prefix;
+        this.raw = c.raw();
+        this.timer = Executors.newScheduledThreadPool(2, r -> {
+            Thread th = new Thread(r, "pctl-consumer-" + member + "-timer");
+            th.setDaemon(true);
+            return th;
+        });
+        try {
+            start();
+        } catch (RuntimeException e) {
+            shutdownQuietly();
+            throw e;
+        }
+    }
+
+    private static boolean overrides(RebalanceListener l, String method) {
+        try {
+            return l.getClass().getMethod(method, KeyChange.class).getDeclaringClass() != RebalanceListener.class;
+        } catch (NoSuchMethodException e) {
+            return true;
+        }
+    }
+
+    private void start() {
+        String streamPrefix = "PCTL_" + topic + "_";
+        stopViolations = c.onViolation(subject -> {
+            // A refusal of one of this member's subjects (its group's state, its topic's readers)
+            // is final: the credentials do not allow this topic or group (spec/protocol.md §8).
+            if (subject.contains(GroupKv.BUCKET + "." + prefix) || subject.startsWith("$JS.API.CONSUMER.CREATE." + streamPrefix)
+                    || subject.startsWith("$JS.API.CONSUMER.MSG.NEXT." + streamPrefix) || subject.startsWith("$JS.API.STREAM.INFO." + streamPrefix)
+                    || subject.equals("$JS.API.STREAM.INFO." + GroupKv.STREAM)) {
+                fail(new PermissionDeniedException(String.format(
+                        "permission denied: these credentials may not use %s: consuming topic %s as group %s needs the consumer or admin role "
+                                + "(connect with consumer.nk), or a consumer credential for this topic and group (pctl creds issue)",
+                        subject, topic, group), subject, "consumer or admin", null));
+            }
+        });
+        ensureGroup();
+        watch = new StreamReader(c, raw, GroupKv.STREAM, 1, subjPrefix + ">", false, true, 512, 1 << 20, o.heartbeat(), this::log);
+        watchThread = new Thread(this::watchLoop, "pctl-consumer-" + member + "-watch");
+        watchThread.setDaemon(true);
+        watchThread.start();
+        try {
+            events = raw.subscribe("pctl.events.topic." + topic, m -> {
+                // Events are hints: one refresh at a time (events meanwhile make one more), and
+                // none for what JetStream relays (spec/protocol.md §8.4).
+                if (m.reply() != null && m.reply().startsWith("$JS.")) {
+                    return;
+                }
+                refreshSoon();
+            });
+        } catch (RuntimeException e) {
+            events = 0; // best effort: the heartbeat refreshes the descriptor anyway
+        }
+        // The first assignment needs the group's members and positions.
+        try {
+            watch.awaitCaughtUp(Math.max(TimeUnit.SECONDS.toNanos(10), sessionNanos));
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new UnavailableException("interrupted while joining group " + group, e);
+        }
+        checkFatal();
+        heartbeatOnce();
+        checkFatal();
+        timer.scheduleWithFixedDelay(this::heartbeatTick, hbNanos, hbNanos, TimeUnit.NANOSECONDS);
+        long ci = o.commitInterval().toNanos();
+        timer.scheduleWithFixedDelay(this::commitTick, ci, ci, TimeUnit.NANOSECONDS);
+    }
+
+    /**
+     * §6.1: the first member creates a key for every existing partition stream (position 0, or the
+     * stream's last sequence), then {@code g.created}. First writer wins each key.
+     */
+    private void ensureGroup() {
+        String marker = prefix + "g.created";
+        if (kv.get(marker) != null) {
+            return;
+        }
+        int n = desc.maxPartitions();
+        for (int q = 0; q < n; q++) {
+            long start = o.fromBeginning() ? 0 : JsApi.lastSeq(c, "PCTL_" + topic + "_" + q, opTimeout);
+            try {
+                kv.create(prefix + "p." + q, pstateJson("", 0, start, 0));
+            } catch (GroupKv.Conflict e) {
+                // another member was first
+            }
+        }
+        try {
+            kv.create(marker, GroupKv.utf8(JsApi.now()));
+        } catch (GroupKv.Conflict e) {
+            // another member was first
+        }
+    }
+
+    // ---- public API ---------------------------------------------------------------------------
+
+    /** The topic. */
+    public String topic() {
+        return topic;
+    }
+
+    /** The consumer group. */
+    public String group() {
+        return group;
+    }
+
+    /** This member's id. */
+    public String member() {
+        return member;
+    }
+
+    /** The partitions this member owns now. */
+    public List<Integer> assignment() {
+        mu.lock();
+        try {
+            List<Integer> out = new ArrayList<>();
+            for (Part p : parts.values()) {
+                if (!p.lost) {
+                    out.add(p.q);
+                }
+            }
+            Collections.sort(out);
+            return out;
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    /** The group generation (number of seeks) this member follows. */
+    public int generation() {
+        mu.lock();
+        try {
+            return gen;
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    /** The newest epoch the group has fully drained (for tests). */
+    int drainedThrough() {
+        mu.lock();
+        try {
+            return drainedThroughLocked();
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    /** What the member did so far. */
+    public ConsumerStats stats() {
+        long rec = retiredRecoveries.get();
+        synchronized (readers) {
+            for (StreamReader r : readers) {
+                rec += Math.max(0, r.stats.created - 1);
+            }
+        }
+        mu.lock();
+        try {
+            return new ConsumerStats(delivered, gated, totalWait, maxWait, commits, lostCount, resets, misplacedCount, rec);
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    /**
+     * Makes a blocked {@link #poll} (or the next one) throw {@link WakeupException}. Safe to call
+     * from any thread.
+     */
+    public void wakeup() {
+        mu.lock();
+        try {
+            wakeup = true;
+            wakeAllLocked();
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    /**
+     * The next records, waiting up to {@code timeout} for one; an empty list when none came in
+     * time. With auto-commit, acknowledges the records the previous poll returned. Rebalances,
+     * seeks by other members and every callback happen in here.
+     *
+     * @throws WakeupException when {@link #wakeup()} was called
+     * @throws MisplacedRecordException when a misplaced record stopped the member (policy STOP)
+     * @throws PermissionDeniedException when the credentials may not consume this topic as this group
+     * @throws NotFoundException when the topic was deleted
+     * @throws IllegalStateException when the consumer is closed
+     */
+    public List<ConsumerRecord> poll(Duration timeout) {
+        enter();
+        try {
+            if (o.autoCommit()) {
+                ackDelivered();
+            }
+            return pollLoop(System.nanoTime() + Math.max(0, timeout.toNanos()));
+        } finally {
+            leave();
+        }
+    }
+
+    /**
+     * Acknowledges every record delivered so far and writes the positions at once. Partitions this
+     * member no longer owns are left alone (their records are delivered again by their next owner).
+     */
+    public void commit() {
+        enter();
+        try {
+            List<Part> ps;
+            mu.lock();
+            try {
+                ps = new ArrayList<>(parts.values());
+            } finally {
+                mu.unlock();
+            }
+            for (Part p : ps) {
+                long pos;
+                mu.lock();
+                try {
+                    if (p.lost) {
+                        continue;
+                    }
+                    pos = p.delivered;
+                } finally {
+                    mu.unlock();
+                }
+                advance(p, pos);
+                commitPart(p);
+            }
+        } finally {
+            leave();
+        }
+    }
+
+    /**
+     * Acknowledges {@code record} and every record of its partition delivered before it, and writes
+     * the position at once.
+     *
+     * @throws CommitFailedException when the partition is no longer this member's (its next owner
+     *     delivers the records not committed again)
+     * @throws BadRequestException when the record was not delivered by this consumer yet
+     */
+    public void commit(ConsumerRecord record) {
+        enter();
+        try {
+            Part p;
+            long pos;
+            mu.lock();
+            try {
+                p = parts.get(record.partition());
+                if (p == null || p.lost || p.token != record.owner) {
+                    throw commitFailed(record.partition());
+                }
+                if (record.sequence() > p.delivered) {
+                    throw new BadRequestException("commit: record " + record.sequence() + " of partition " + record.partition() + " was not delivered yet");
+                }
+                Long mark = p.marksAfter.remove(record.sequence());
+                pos = Math.max(record.sequence(), mark == null ? 0 : mark);
+                p.marksAfter.headMap(record.sequence()).clear();
+            } finally {
+                mu.unlock();
+            }
+            advance(p, pos);
+            commitPart(p);
+            mu.lock();
+            try {
+                if (p.lost) {
+                    throw commitFailed(p.q);
+                }
+            } finally {
+                mu.unlock();
+            }
+        } finally {
+            leave();
+        }
+    }
+
+    /** {@link #seek(ResetTarget)} to the beginning. */
+    public void seekToBeginning() {
+        seek(ResetTarget.beginning());
+    }
+
+    /** {@link #seek(ResetTarget)} to the end. */
+    public void seekToEnd() {
+        seek(ResetTarget.end());
+    }
+
+    /** {@link #seek(ResetTarget)} to a time. */
+    public void seek(java.time.Instant time) {
+        seek(ResetTarget.time(time));
+    }
+
+    /**
+     * Moves the whole group (spec/protocol.md §6.6) to the beginning, the end or a time, in every
+     * partition stream of every epoch. Per-key order holds among the records delivered afterwards:
+     * the gates close again and the key-level callbacks run again. Records this member read and
+     * had not returned are dropped; the other members follow within a heartbeat.
+     */
+    public void seek(ResetTarget to) {
+        enter();
+        try {
+            // Stop our own deliveries before writing (§6.6).
+            stopAll();
+            Reset r = resetGroup(c, topic, group, to, member);
+            mu.lock();
+            try {
+                if (pendingReset == null || pendingReset.gen < r.gen) {
+                    pendingReset = r;
+                }
+                wakeAllLocked();
+            } finally {
+                mu.unlock();
+            }
+            control();
+        } finally {
+            leave();
+        }
+    }
+
+    /**
+     * Leaves the group: with auto-commit the records of the last poll count as acknowledged; what
+     * was acknowledged is committed, the partitions are handed back ({@link
+     * RebalanceListener#onPartitionsRevoked} first) and the member key is deleted. Idempotent.
+     */
+    @Override
+    public void close() {
+        enter();
+        try {
+            mu.lock();
+            try {
+                if (closed) {
+                    return;
+                }
+            } finally {
+                mu.unlock();
+            }
+            if (o.autoCommit() && fatalNow() == null) {
+                try {
+                    ackDelivered();
+                } catch (PctlException e) {
+                    log("close: " + e.getMessage());
+                }
+            }
+            List<Part> ps;
+            mu.lock();
+            try {
+                closed = true;
+                wakeAllLocked();
+                ps = new ArrayList<>(parts.values());
+            } finally {
+                mu.unlock();
+            }
+            timer.shutdownNow();
+            for (Part p : ps) {
+                stopPart(p);
+            }
+            joinAll(ps);
+            List<Integer> revoked = new ArrayList<>();
+            for (Part p : ps) {
+                if (!isLost(p)) {
+                    revoked.add(p.q);
+                }
+            }
+            Collections.sort(revoked);
+            if (!revoked.isEmpty()) {
+                callback(() -> listener.onPartitionsRevoked(Collections.unmodifiableList(revoked)));
+            }
+            List<CompletableFuture<Void>> fs = new ArrayList<>();
+            for (Part p : ps) {
+                if (!isLost(p)) {
+                    fs.add(CompletableFuture.runAsync(() -> {
+                        try {
+                            release(p);
+                        } catch (PctlException e) {
+                            log("member " + member + ": release of partition " + p.q + ": " + e.getMessage());
+                        }
+                    }, StreamReader.BACKGROUND));
+                }
+            }
+            try {
+                CompletableFuture.allOf(fs.toArray(new CompletableFuture<?>[0])).get(sessionNanos, TimeUnit.NANOSECONDS);
+            } catch (Exception e) {
+                // the broker is away: the leases expire by themselves
+            }
+            mu.lock();
+            try {
+                parts.clear();
+                ready.clear();
+            } finally {
+                mu.unlock();
+            }
+            try {
+                kv.delete(prefix + "m." + member, Duration.ofSeconds(5));
+            } catch (PctlException e) {
+                // the member key expires by itself
+            }
+        } finally {
+            shutdownQuietly();
+            leave();
+        }
+    }
+
+    private void shutdownQuietly() {
+        mu.lock();
+        try {
+            closed = true;
+            wakeAllLocked();
+        } finally {
+            mu.unlock();
+        }
+        timer.shutdownNow();
+        if (watch != null) {
+            watch.close();
+        }
+        if (watchThread != null) {
+            try {
+                watchThread.join(2000);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }
+        if (events != 0) {
+            raw.unsubscribe(events);
+            events = 0;
+        }
+        if (stopViolations != null) {
+            stopViolations.run();
+        }
+    }
+
+    private void enter() {
+        Thread me = Thread.currentThread();
+        if (owner.get() == me) {
+            depth++;
+            return;
+        }
+        if (!owner.compareAndSet(null, me)) {
+            throw new ConcurrentModificationException("Consumer is not safe for use by several threads at once (member " + member
+                    + " is in use by " + owner.get().getName() + "); only wakeup() may be called from another thread");
+        }
+        depth = 1;
+    }
+
+    private void leave() {
+        if (--depth == 0) {
+            owner.set(null);
+        }
+    }
+
+    // ---- the poll loop ------------------------------------------------------------------------
+
+    private List<ConsumerRecord> pollLoop(long deadline) {
+        List<ConsumerRecord> out = new ArrayList<>();
+        while (true) {
+            Item item;
+            mu.lock();
+            try {
+                if (closed) {
+                    if (fatal != null) {
+                        throw fatal;
+                    }
+                    throw new IllegalStateException("consumer " + member + " of group " + group + " is closed");
+                }
+                if (fatal != null) {
+                    if (!out.isEmpty()) {
+                        return out;
+                    }
+                    throw fatal;
+                }
+                if (wakeup) {
+                    wakeup = false;
+                    if (!out.isEmpty()) {
+                        wakeup = true; // the next poll throws
+                        return out;
+                    }
+                    throw new WakeupException();
+                }
+                item = null;
+                boolean needControl = pendingReset != null || rebalance;
+                if (!needControl) {
+                    // The fast path: records ready to hand over, under one lock.
+                    while ((item = ready.pollFirst()) != null) {
+                        Part p = item.part;
+                        p.queued--;
+                        if (p.stopped || parts.get(p.q) != p) {
+                            item = null;
+                            continue;
+                        }
+                        if (item.kind == Kind.RECORD && item.parent < 0 && p.leaseUntil - System.nanoTime() > sessionNanos / 4) {
+                            p.delivered = item.seq;
+                            p.lastRecord = item.seq;
+                            delivered++;
+                            out.add(item.record);
+                            item = null;
+                            if (out.size() >= o.maxPollRecords()) {
+                                if (spaceWaiters > 0) {
+                                    spaceCond.signalAll();
+                                }
+                                return out;
+                            }
+                            continue;
+                        }
+                        break; // needs work outside the lock
+                    }
+                    if (spaceWaiters > 0) {
+                        spaceCond.signalAll(); // room in the fetchers' queues
+                    }
+                }
+                if (!needControl && item == null) {
+                    if (!out.isEmpty()) {
+                        return out;
+                    }
+                    long now = System.nanoTime();
+                    if (now >= deadline) {
+                        return out;
+                    }
+                    try {
+                        readyCond.awaitNanos(Math.min(deadline - now, hbNanos));
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                        throw new WakeupException();
+                    }
+                    continue;
+                }
+            } finally {
+                mu.unlock();
+            }
+            if (item == null) {
+                control();
+                continue;
+            }
+            ConsumerRecord r = handle(item);
+            if (r != null) {
+                out.add(r);
+                if (out.size() >= o.maxPollRecords()) {
+                    return out;
+                }
+            }
+        }
+    }
+
+    /** An item that needs work outside the lock (markers, lease renewals, callbacks). */
+    private ConsumerRecord handle(Item item) {
+        Part p = item.part;
+        mu.lock();
+        try {
+            if (p.stopped || parts.get(p.q) != p) {
+                return null;
+            }
+        } finally {
+            mu.unlock();
+        }
+        switch (item.kind) {
+            case MARKER:
+                if (item.parent > 1) {
+                    // The marker says that epoch parent-1 ended here: make sure the descriptor knows
+                    // it, so that the keys-revoked step runs before the position moves past the
+                    // marker (children wait for that, see gate).
+                    try {
+                        endedEpoch(item.parent - 1, p);
+                    } catch (Stop e) {
+                        return null;
+                    }
+                    mu.lock();
+                    try {
+                        computeNextBoundary(p);
+                    } finally {
+                        mu.unlock();
+                    }
+                }
+                passMarker(p, item.seq);
+                return null;
+            case MISPLACED_SKIP:
+                misplacedSeen(item.record);
+                if (!holdLease(p)) {
+                    return null;
+                }
+                passMarker(p, item.seq);
+                return null;
+            case MISPLACED_STOP:
+                misplacedSeen(item.record);
+                fail(item.error);
+                return null;
+            case MISPLACED_DELIVER:
+                misplacedSeen(item.record);
+                break;
+            default:
+                break;
+        }
+        if (!holdLease(p)) {
+            return null;
+        }
+        if (item.parent >= 0) {
+            keysAssigned(p, item);
+        }
+        mu.lock();
+        try {
+            if (p.stopped || parts.get(p.q) != p) {
+                return null;
+            }
+            p.delivered = item.seq;
+            p.lastRecord = item.seq;
+            delivered++;
+            return item.record;
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    private void misplacedSeen(ConsumerRecord r) {
+        mu.lock();
+        try {
+            misplacedCount++;
+        } finally {
+            mu.unlock();
+        }
+        log("member " + member + ": partition " + r.partition() + ": misplaced record at " + r.sequence() + " (epoch " + r.epoch() + ", key "
+                + ConsumerRecord.show(r.key()) + "): " + r.misplacement().reason());
+        if (o.onMisplaced() != null) {
+            callback(() -> o.onMisplaced().accept(r));
+        }
+    }
+
+    // ---- acknowledgement, boundaries and commits ----------------------------------------------
+
+    /** Auto-commit: everything delivered so far is acknowledged. */
+    private void ackDelivered() {
+        List<Part> ps;
+        mu.lock();
+        try {
+            ps = new ArrayList<>(parts.values());
+        } finally {
+            mu.unlock();
+        }
+        for (Part p : ps) {
+            long pos;
+            mu.lock();
+            try {
+                if (p.lost || p.stopped || parts.get(p.q) != p || p.delivered <= p.handled) {
+                    continue;
+                }
+                pos = p.delivered;
+            } finally {
+                mu.unlock();
+            }
+            advance(p, pos);
+        }
+    }
+
+    private void passMarker(Part p, long seq) {
+        boolean adv;
+        mu.lock();
+        try {
+            p.delivered = seq;
+            adv = p.handled >= p.lastRecord;
+            if (!adv) {
+                p.marksAfter.put(p.lastRecord, seq);
+            }
+        } finally {
+            mu.unlock();
+        }
+        if (adv) {
+            advance(p, seq);
+        }
+    }
+
+    private void advance(Part p, long pos) {
+        boolean owe;
+        mu.lock();
+        try {
+            if (pos > p.handled) {
+                p.handled = pos;
+            }
+            owe = p.nextBoundary > 0 && p.handled >= p.nextBoundary;
+        } finally {
+            mu.unlock();
+        }
+        if (owe) {
+            passedBoundaries(p);
+        }
+    }
+
+    /** The ended epochs of the descriptor, each with the next one (mu held). */
+    private List<TopicDescriptor.Epoch[]> endedLocked() {
+        List<TopicDescriptor.Epoch[]> out = new ArrayList<>();
+        List<TopicDescriptor.Epoch> es = desc.epochs();
+        for (int i = 0; i + 1 < es.size(); i++) {
+            if (es.get(i).ended()) {
+                out.add(new TopicDescriptor.Epoch[] {es.get(i), es.get(i + 1)});
+            }
+        }
+        return out;
+    }
+
+    /**
+     * The smallest boundary of this partition whose keys-revoked step is still owed (0: none; an
+     * epoch in which the partition stayed empty owes none). mu held.
+     */
+    private void computeNextBoundary(Part p) {
+        long nb = 0;
+        for (TopicDescriptor.Epoch[] en : endedLocked()) {
+            TopicDescriptor.Epoch e = en[0];
+            if (p.q < e.boundaryCount()) {
+                long b = e.boundary(p.q);
+                if (b > 0 && !revokedDone.contains(List.of(p.q, e.number())) && (nb == 0 || b < nb)) {
+                    nb = b;
+                }
+            }
+        }
+        p.nextBoundary = nb;
+    }
+
+    /**
+     * Runs the keys-revoked step for every ended epoch whose boundary in this partition is now
+     * acknowledged, then commits at once so that the children's gates open (§6.5).
+     */
+    private void passedBoundaries(Part p) {
+        boolean ran = false;
+        while (true) {
+            TopicDescriptor.Epoch[] todo = null;
+            mu.lock();
+            try {
+                for (TopicDescriptor.Epoch[] en : endedLocked()) {
+                    TopicDescriptor.Epoch e = en[0];
+                    if (p.q >= e.boundaryCount() || p.handled < e.boundary(p.q)) {
+                        continue;
+                    }
+                    if (revokedDone.add(List.of(p.q, e.number()))) {
+                        todo = en;
+                        break;
+                    }
+                }
+                if (todo == null) {
+                    computeNextBoundary(p);
+                    break;
+                }
+            } finally {
+                mu.unlock();
+            }
+            ran = true;
+            if (wantsRevoked) {
+                KeyChange ch = keyChange(todo[0], todo[1], p.q, p.q, true);
+                if (ch != null) {
+                    callback(() -> listener.onKeysRevoked(ch));
+                }
+            }
+        }
+        boolean go;
+        mu.lock();
+        try {
+            go = ran && !p.lost && !p.stopped;
+        } finally {
+            mu.unlock();
+        }
+        if (go) {
+            commitPart(p);
+        }
+    }
+
+    private KeyChange keyChange(TopicDescriptor.Epoch old, TopicDescriptor.Epoch nu, int partition, int parent, boolean revoked) {
+        Partitioner fOld;
+        Partitioner fNew;
+        try {
+            fOld = c.partitioner(old.partitioner());
+            fNew = c.partitioner(nu.partitioner());
+        } catch (PctlException e) {
+            log("member " + member + ": key change of partition " + partition + ": " + e.getMessage());
+            return null;
+        }
+        int nOld = old.partitions();
+        int nNew = nu.partitions();
+        if (revoked) {
+            return new KeyChange(topic, old.number(), nu.number(), partition, parent,
+                    k -> fOld.partition(k, nOld) == partition && fNew.partition(k, nNew) != partition);
+        }
+        return new KeyChange(topic, old.number(), nu.number(), partition, parent,
+                k -> fOld.partition(k, nOld) == parent && fNew.partition(k, nNew) == partition);
+    }
+
+    private void keysAssigned(Part p, Item item) {
+        ConsumerRecord rec = item.record;
+        TopicDescriptor.Epoch old;
+        TopicDescriptor.Epoch nu;
+        mu.lock();
+        try {
+            if (!assignedDone.add(List.of(p.q, rec.epoch(), item.parent))) {
+                return;
+            }
+            old = desc.epoch(rec.epoch() - 1);
+            nu = desc.epoch(rec.epoch());
+        } finally {
+            mu.unlock();
+        }
+        if (!announce || old == null || nu == null) {
+            return;
+        }
+        KeyChange ch = keyChange(old, nu, p.q, item.parent, false);
+        if (ch != null) {
+            callback(() -> listener.onKeysAssigned(ch));
+        }
+    }
+
+    /** §6.3: no delivery with less than a quarter of the session left on the lease. */
+    private boolean holdLease(Part p) {
+        long margin = sessionNanos / 4;
+        while (true) {
+            mu.lock();
+            try {
+                if (p.lost || p.stopped || closed) {
+                    return false;
+                }
+                if (p.leaseUntil - System.nanoTime() > margin) {
+                    return true;
+                }
+            } finally {
+                mu.unlock();
+            }
+            commitPart(p);
+            mu.lock();
+            try {
+                if (p.lost || p.stopped) {
+                    return false;
+                }
+                if (p.leaseUntil - System.nanoTime() > margin) {
+                    return true;
+                }
+                changed.await(20, TimeUnit.MILLISECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return false;
+            } finally {
+                mu.unlock();
+            }
+        }
+    }
+
+    /**
+     * The position that may be written now (mu held): what is acknowledged, but never past a
+     * boundary whose keys-revoked step has not run yet (children's gates open at the boundary),
+     * and never back.
+     */
+    private long committableLocked(Part p) {
+        long pos = p.handled;
+        if (p.nextBoundary > 0 && pos >= p.nextBoundary) {
+            pos = p.nextBoundary - 1;
+        }
+        return Math.max(pos, p.committed);
+    }
+
+    /**
+     * Writes the partition's acknowledged position (when it moved) and renews its lease (when a
+     * third of it is used up), by compare-and-set on the last revision written; a lost
+     * compare-and-set means the partition was taken. The partition's write lock serialises its
+     * compare-and-sets (each needs the revision the previous one wrote); it guards no state.
+     */
+    private void commitPart(Part p) {
+        p.writeLock.lock();
+        try {
+            long pos;
+            long rev;
+            mu.lock();
+            try {
+                if (p.lost || p.releasing || pendingReset != null || p.gen != gen) {
+                    return; // nothing more under an older generation (§6.6)
+                }
+                pos = committableLocked(p);
+                if (pos == p.committed && p.leaseUntil - System.nanoTime() > sessionNanos * 2 / 3) {
+                    return;
+                }
+                rev = p.rev;
+            } finally {
+                mu.unlock();
+            }
+            long start = System.nanoTime();
+            byte[] body = pstateJson(member, System.currentTimeMillis() + sessionNanos / 1_000_000, pos, p.gen);
+            long nr;
+            try {
+                nr = kv.update(prefix + "p." + p.q, body, rev);
+            } catch (GroupKv.Conflict e) {
+                lose(p, "compare-and-set lost");
+                return;
+            } catch (PermissionDeniedException e) {
+                fail(e);
+                return;
+            } catch (PctlException e) {
+                log("member " + member + ": commit of partition " + p.q + " failed (" + e.getMessage() + "); retrying");
+                return;
+            }
+            mu.lock();
+            try {
+                p.rev = nr;
+                if (pos > p.committed) {
+                    p.committed = pos;
+                }
+                p.leaseUntil = start + sessionNanos;
+                commits++;
+                setPStateLocked(p.q, new PState(nr, pos, p.gen, member, 0));
+            } finally {
+                mu.unlock();
+            }
+        } finally {
+            p.writeLock.unlock();
+        }
+    }
+
+    /** §6.3 release: the final position, owner empty. */
+    private void release(Part p) {
+        p.writeLock.lock();
+        try {
+            long pos;
+            long rev;
+            mu.lock();
+            try {
+                if (p.lost) {
+                    return;
+                }
+                p.releasing = true;
+                pos = Math.max(p.handled, p.committed);
+                rev = p.rev;
+            } finally {
+                mu.unlock();
+            }
+            long nr;
+            try {
+                nr = kv.update(prefix + "p." + p.q, pstateJson("", 0, pos, p.gen), rev);
+            } catch (GroupKv.Conflict e) {
+                mu.lock();
+                try {
+                    p.lost = true;
+                } finally {
+                    mu.unlock();
+                }
+                return;
+            }
+            mu.lock();
+            try {
+                p.committed = pos;
+                setPStateLocked(p.q, new PState(nr, pos, p.gen, "", 0));
+            } finally {
+                mu.unlock();
+            }
+            log("member " + member + ": partition " + p.q + ": released at " + pos);
+        } finally {
+            p.writeLock.unlock();
+        }
+    }
+
+    private void lose(Part p, String why) {
+        StreamReader r;
+        mu.lock();
+        try {
+            if (p.lost || p.releasing) {
+                return;
+            }
+            log("member " + member + ": partition " + p.q + ": lost (" + why + "); acknowledged " + p.handled + ", committed " + p.committed);
+            p.lost = true;
+            lostCount++;
+            r = stopPartLocked(p);
+            rebalance = true;
+            wakeAllLocked();
+        } finally {
+            mu.unlock();
+        }
+        if (r != null) {
+            r.close();
+        }
+    }
+
+    private boolean isLost(Part p) {
+        mu.lock();
+        try {
+            return p.lost;
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    private CommitFailedException commitFailed(int q) {
+        return new CommitFailedException("partition " + q + " of topic " + topic + " is no longer member " + member
+                + "'s (taken over, revoked or reset): its records will be delivered again by its next owner");
+    }
+
+    private void commitTick() {
+        List<Part> ps;
+        mu.lock();
+        try {
+            if (closed) {
+                return;
+            }
+            ps = new ArrayList<>(parts.values());
+        } finally {
+            mu.unlock();
+        }
+        for (Part p : ps) {
+            try {
+                commitPart(p);
+            } catch (RuntimeException e) {
+                log("member " + member + ": commit: " + e);
+            }
+        }
+    }
+
+    // ---- group state: positions, members, resets ----------------------------------------------
+
+    private void setPStateLocked(int q, PState st) {
+        PState cur = pstate.get(q);
+        if (cur != null && cur.rev >= st.rev) {
+            return;
+        }
+        pstate.put(q, st);
+        changed.signalAll();
+    }
+
+    /** The effective position of partition q at the member's generation (§6.6); mu held. */
+    private long positionLocked(int q) {
+        PState st = pstate.get(q);
+        if (st != null && st.gen == gen) {
+            return st.position;
+        }
+        if (gen == 0) {
+            return st == null ? 0 : st.position;
+        }
+        return q < resetPositions.length ? resetPositions[q] : 0;
+    }
+
+    private void watchLoop() {
+        int plen = subjPrefix.length();
+        try {
+            while (true) {
+                for (StreamReader.Raw raw : watch.nextBatch(hbNanos)) {
+                    onGroupMsg(raw, plen);
+                }
+            }
+        } catch (StreamReader.Closed e) {
+            // closing
+        } catch (NotFoundException | PermissionDeniedException e) {
+            fail(e);
+        } catch (RuntimeException e) {
+            fail(new InternalException("member " + member + ": the watch of the group state failed: " + e, e));
+        }
+    }
+
+    private void onGroupMsg(StreamReader.Raw raw, int plen) {
+        if (raw.subject().length() <= plen) {
+            return;
+        }
+        String name = raw.subject().substring(plen);
+        int dot = name.indexOf('.');
+        if (dot < 0) {
+            return;
+        }
+        String kind = name.substring(0, dot);
+        String rest = name.substring(dot + 1);
+        String op = RecordHeaders.first(raw.headers(), "KV-Operation");
+        op = op == null ? "" : op.trim();
+        StreamReader r = null;
+        mu.lock();
+        try {
+            switch (kind) {
+                case "m":
+                    if (op.equals("DEL") || op.equals("PURGE")) {
+                        if (members.remove(rest) != null) {
+                            rebalance = true;
+                            wakeAllLocked();
+                        }
+                    } else if (members.put(rest, raw.timeNanos()) == null) {
+                        rebalance = true;
+                        wakeAllLocked();
+                    }
+                    return;
+                case "p":
+                    int q;
+                    try {
+                        q = Integer.parseInt(rest);
+                    } catch (NumberFormatException e) {
+                        return;
+                    }
+                    if (!op.isEmpty()) {
+                        return;
+                    }
+                    PState st = parsePState(raw.seq(), raw.data());
+                    if (st == null) {
+                        return;
+                    }
+                    setPStateLocked(q, st);
+                    Part p = parts.get(q);
+                    if (p != null && !p.lost && !p.releasing && st.rev > p.rev && (!st.owner.equals(member) || st.gen != p.gen)) {
+                        log("member " + member + ": partition " + q + ": lost (taken by " + (st.owner.isEmpty() ? "a seek" : st.owner) + ")");
+                        p.lost = true;
+                        lostCount++;
+                        r = stopPartLocked(p);
+                        rebalance = true;
+                        wakeAllLocked();
+                    }
+                    return;
+                case "g":
+                    if (rest.equals("reset") && op.isEmpty()) {
+                        seeResetLocked(raw.seq(), raw.data());
+                    }
+                    return;
+                default:
+                    return;
+            }
+        } finally {
+            mu.unlock();
+            if (r != null) {
+                r.close();
+            }
+        }
+    }
+
+    private void seeResetLocked(long rev, byte[] data) {
+        Reset r = parseReset(rev, data);
+        if (r == null) {
+            return;
+        }
+        if (r.gen > gen && (pendingReset == null || r.gen > pendingReset.gen)) {
+            pendingReset = r;
+            // Drop what was read and not delivered, at once (§6.6).
+            List<StreamReader> close = new ArrayList<>();
+            for (Part p : parts.values()) {
+                StreamReader sr = stopPartLocked(p);
+                if (sr != null) {
+                    close.add(sr);
+                }
+            }
+            ready.clear();
+            wakeAllLocked();
+            for (StreamReader sr : close) {
+                sr.close(); // takes only the reader's own lock
+            }
+        }
+    }
+
+    private static Reset parseReset(long rev, byte[] data) {
+        try {
+            Map<String, Object> d = JsApi.parseObject(data, "g.reset");
+            int g = (int) JsApi.num(d.get("generation"));
+            List<Object> ps = JsApi.list(d.get("positions"));
+            long[] pos = new long[ps.size()];
+            for (int i = 0; i < pos.length; i++) {
+                pos[i] = JsApi.num(ps.get(i));
+            }
+            return new Reset(rev, g, pos);
+        } catch (PctlException e) {
+            return null;
+        }
+    }
+
+    private void readReset() {
+        GroupKv.Entry e = kv.get(prefix + "g.reset");
+        if (e != null && !e.deleted()) {
+            mu.lock();
+            try {
+                seeResetLocked(e.revision(), e.value());
+            } finally {
+                mu.unlock();
+            }
+        }
+    }
+
+    /** Applies a seek seen (§6.6, the members' side), on the polling thread. */
+    private void applyReset() {
+        Reset r;
+        List<Part> ps;
+        mu.lock();
+        try {
+            r = pendingReset;
+            pendingReset = null;
+            if (r == null || r.gen <= gen) {
+                return;
+            }
+            ps = new ArrayList<>(parts.values());
+        } finally {
+            mu.unlock();
+        }
+        log("member " + member + ": group " + group + ": generation " + r.gen + " (seek)");
+        for (Part p : ps) {
+            stopPart(p);
+        }
+        joinAll(ps);
+        List<Integer> owned = new ArrayList<>();
+        mu.lock();
+        try {
+            resets++;
+            ready.clear();
+            for (Part p : ps) {
+                if (!p.lost) {
+                    owned.add(p.q);
+                }
+            }
+        } finally {
+            mu.unlock();
+        }
+        Collections.sort(owned);
+        if (!owned.isEmpty()) {
+            callback(() -> listener.onPartitionsRevoked(Collections.unmodifiableList(owned)));
+        }
+        mu.lock();
+        try {
+            gen = r.gen;
+            resetPositions = r.positions;
+            resetRev = r.rev;
+            drainedGen = -1;
+            revokedDone.clear();
+            assignedDone.clear();
+        } finally {
+            mu.unlock();
+        }
+        for (Part p : ps) {
+            if (isLost(p)) {
+                continue;
+            }
+            long pos = p.q < r.positions.length ? r.positions[p.q] : 0;
+            p.writeLock.lock();
+            try {
+                long nr = kv.update(prefix + "p." + p.q, pstateJson("", 0, pos, r.gen), p.rev);
+                mu.lock();
+                try {
+                    setPStateLocked(p.q, new PState(nr, pos, r.gen, "", 0));
+                } finally {
+                    mu.unlock();
+                }
+            } catch (GroupKv.Conflict | PctlException e) {
+                // the resetter or another member was first
+            } finally {
+                p.writeLock.unlock();
+            }
+        }
+        mu.lock();
+        try {
+            for (Part p : ps) {
+                if (parts.get(p.q) == p) {
+                    parts.remove(p.q);
+                }
+            }
+            rebalance = true;
+            wakeAllLocked();
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    // ---- membership and rebalancing -----------------------------------------------------------
+
+    private void heartbeatOnce() {
+        long g;
+        long w;
+        mu.lock();
+        try {
+            g = gated;
+            w = totalWait / 1_000_000;
+        } finally {
+            mu.unlock();
+        }
+        String body = "{\"id\":" + dev.pctl.internal.Json.quote(member) + ",\"started\":\"" + startedAt + "\",\"heartbeat\":\"" + JsApi.now()
+                + "\",\"owns\":" + assignment() + ",\"gated\":" + g + ",\"gate_wait_ms\":" + w + "}";
+        try {
+            // Short: a heartbeat held up by a lost reply would make the others think us gone.
+            kv.put(prefix + "m." + member, GroupKv.utf8(body.replace(" ", "")), Duration.ofNanos(Math.max(TimeUnit.SECONDS.toNanos(1), hbNanos)));
+        } catch (PermissionDeniedException e) {
+            fail(e);
+        } catch (PctlException e) {
+            // transient: the next heartbeat retries
+        }
+        mu.lock();
+        try {
+            members.put(member, System.currentTimeMillis() * 1_000_000L);
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    private void heartbeatTick() {
+        try {
+            heartbeatOnce();
+            refresh();
+            mu.lock();
+            try {
+                rebalance = true;
+                wakeAllLocked();
+            } finally {
+                mu.unlock();
+            }
+        } catch (RuntimeException e) {
+            log("member " + member + ": heartbeat: " + e);
+        }
+    }
+
+    private void refreshSoon() {
+        if (refreshing.getAndIncrement() > 0) {
+            refreshing.set(2);
+            return;
+        }
+        try {
+            StreamReader.BACKGROUND.execute(() -> {
+                while (true) {
+                    refresh();
+                    if (refreshing.compareAndSet(1, 0)) {
+                        return;
+                    }
+                    refreshing.set(1);
+                    if (isClosed()) {
+                        refreshing.set(0);
+                        return;
+                    }
+                }
+            });
+        } catch (java.util.concurrent.RejectedExecutionException e) {
+            refreshing.set(0);
+        }
+    }
+
+    private boolean isClosed() {
+        mu.lock();
+        try {
+            return closed;
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    /** Reads the descriptor again. */
+    private void refresh() {
+        TopicDescriptor t;
+        try {
+            t = fetchTopic(c, topic, Duration.ofNanos(Math.max(TimeUnit.SECONDS.toNanos(1), 2 * hbNanos)));
+        } catch (NotFoundException e) {
+            fail(new NotFoundException("topic " + topic + " was deleted; member " + member + " of group " + group + " stops"));
+            return;
+        } catch (PctlException e) {
+            return;
+        }
+        if (!t.id().equals(topicId)) {
+            fail(new NotFoundException("topic " + topic + " was deleted and created again (id " + topicId + " is now " + t.id() + "); member "
+                    + member + " stops: join the new topic's group with a new consumer"));
+            return;
+        }
+        mu.lock();
+        try {
+            if (t.epochs().size() >= desc.epochs().size()) {
+                boolean grew = t.epochs().size() != desc.epochs().size() || t.current().ended() != desc.current().ended();
+                desc = t;
+                if (grew) {
+                    for (Part p : parts.values()) {
+                        computeNextBoundary(p);
+                    }
+                }
+                wakeAllLocked();
+            }
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    private List<String> liveMembersLocked() {
+        long now = System.currentTimeMillis() * 1_000_000L;
+        TreeSet<String> live = new TreeSet<>();
+        for (Map.Entry<String, Long> e : members.entrySet()) {
+            if (now - e.getValue() < sessionNanos) {
+                live.add(e.getKey());
+            }
+        }
+        live.add(member);
+        return new ArrayList<>(live);
+    }
+
+    private List<Integer> assignableLocked() {
+        int n = desc.current().partitions();
+        List<Integer> out = new ArrayList<>();
+        for (int q = 0; q < n; q++) {
+            out.add(q);
+        }
+        for (int q = n; q < desc.maxPartitions(); q++) {
+            long fin = desc.finalBoundary(q);
+            if (fin > 0 && positionLocked(q) < fin) {
+                out.add(q);
+            }
+        }
+        return out;
+    }
+
+    private Set<Integer> wantedLocked() {
+        List<String> ms = liveMembersLocked();
+        int me = ms.indexOf(member);
+        Set<Integer> want = new HashSet<>();
+        List<Integer> as = assignableLocked();
+        for (int i = 0; i < as.size(); i++) {
+            if (i % ms.size() == me) {
+                want.add(as.get(i));
+            }
+        }
+        return want;
+    }
+
+    /** Seeks and rebalances, on the polling thread (between two records). */
+    private void control() {
+        boolean reset;
+        mu.lock();
+        try {
+            reset = pendingReset != null;
+        } finally {
+            mu.unlock();
+        }
+        if (reset) {
+            applyReset();
+        }
+        Set<Integer> want;
+        List<Part> drop = new ArrayList<>();
+        mu.lock();
+        try {
+            if (!rebalance || closed) {
+                return;
+            }
+            rebalance = false;
+            want = wantedLocked();
+            for (Part p : parts.values()) {
+                if (p.lost || !want.contains(p.q)) {
+                    drop.add(p);
+                }
+            }
+        } finally {
+            mu.unlock();
+        }
+        if (!drop.isEmpty()) {
+            for (Part p : drop) {
+                stopPart(p);
+            }
+            joinAll(drop);
+            List<Integer> lostQs = new ArrayList<>();
+            List<Integer> revokedQs = new ArrayList<>();
+            for (Part p : drop) {
+                (isLost(p) ? lostQs : revokedQs).add(p.q);
+            }
+            Collections.sort(lostQs);
+            Collections.sort(revokedQs);
+            if (!lostQs.isEmpty()) {
+                callback(() -> listener.onPartitionsLost(Collections.unmodifiableList(lostQs)));
+            }
+            if (!revokedQs.isEmpty()) {
+                callback(() -> listener.onPartitionsRevoked(Collections.unmodifiableList(revokedQs)));
+            }
+            for (Part p : drop) {
+                if (!isLost(p)) {
+                    try {
+                        release(p);
+                    } catch (PctlException e) {
+                        log("member " + member + ": release of partition " + p.q + ": " + e.getMessage());
+                    }
+                }
+                mu.lock();
+                try {
+                    if (parts.get(p.q) == p) {
+                        parts.remove(p.q);
+                    }
+                } finally {
+                    mu.unlock();
+                }
+            }
+        }
+        List<Integer> gained = new ArrayList<>();
+        for (int q : new TreeSet<>(want)) {
+            mu.lock();
+            try {
+                if (parts.containsKey(q) || closed) {
+                    continue;
+                }
+                if (pendingReset != null) {
+                    rebalance = true;
+                    break;
+                }
+            } finally {
+                mu.unlock();
+            }
+            Part p;
+            try {
+                p = acquire(q);
+            } catch (PermissionDeniedException e) {
+                fail(e);
+                break;
+            } catch (PctlException e) {
+                log("member " + member + ": acquire partition " + q + ": " + e.getMessage());
+                continue;
+            }
+            if (p == null) {
+                continue;
+            }
+            mu.lock();
+            try {
+                parts.put(q, p);
+            } finally {
+                mu.unlock();
+            }
+            startPart(p);
+            gained.add(q);
+        }
+        if (!gained.isEmpty()) {
+            callback(() -> listener.onPartitionsAssigned(Collections.unmodifiableList(gained)));
+        }
+    }
+
+    /**
+     * §6.3 acquire, with §6.6's check for a seek: a key of a newer generation, or a newer g.reset,
+     * is read (and applied) first.
+     */
+    private Part acquire(int q) {
+        String key = prefix + "p." + q;
+        GroupKv.Entry e = kv.get(key);
+        GroupKv.Entry g = kv.get(prefix + "g.reset");
+        mu.lock();
+        try {
+            if (g != null && !g.deleted() && g.revision() > resetRev) {
+                seeResetLocked(g.revision(), g.value());
+                if (pendingReset != null) {
+                    rebalance = true;
+                    return null;
+                }
+            }
+        } finally {
+            mu.unlock();
+        }
+        long nowMs = System.currentTimeMillis();
+        long start = System.nanoTime();
+        long leaseEnd = nowMs + sessionNanos / 1_000_000;
+        long pos;
+        int myGen;
+        long rev;
+        if (e == null || e.deleted()) {
+            mu.lock();
+            try {
+                myGen = gen;
+                pos = gen != 0 ? positionLocked(q) : 0;
+            } finally {
+                mu.unlock();
+            }
+            try {
+                rev = kv.create(key, pstateJson(member, leaseEnd, pos, myGen));
+            } catch (GroupKv.Conflict ex) {
+                return null;
+            }
+        } else {
+            PState st = parsePState(e.revision(), e.value());
+            if (st == null) {
+                log("member " + member + ": partition " + q + ": unreadable group state " + new String(e.value(), StandardCharsets.UTF_8));
+                return null;
+            }
+            boolean newer;
+            mu.lock();
+            try {
+                setPStateLocked(q, st);
+                newer = st.gen > gen;
+                myGen = gen;
+                pos = st.gen == gen ? st.position : positionLocked(q);
+            } finally {
+                mu.unlock();
+            }
+            if (newer) {
+                readReset();
+                mu.lock();
+                try {
+                    rebalance = true;
+                } finally {
+                    mu.unlock();
+                }
+                return null;
+            }
+            if (!st.owner.isEmpty() && !st.owner.equals(member) && st.leaseEnd > nowMs) {
+                return null; // someone else's, still leased
+            }
+            if (!st.owner.isEmpty() && !st.owner.equals(member)) {
+                log("member " + member + ": partition " + q + ": lease of " + st.owner + " expired; taking over at " + pos);
+            }
+            try {
+                rev = kv.update(key, pstateJson(member, leaseEnd, pos, myGen), e.revision());
+            } catch (GroupKv.Conflict ex) {
+                return null;
+            }
+        }
+        Part p = new Part(q, rev, pos, myGen, start + sessionNanos);
+        boolean owe;
+        mu.lock();
+        try {
+            setPStateLocked(q, new PState(rev, pos, myGen, member, leaseEnd));
+            // §6.5: a boundary behind the start position was passed by an earlier owner, which ran
+            // its keys-revoked step before committing past it; one exactly at it may still owe the
+            // step (the member that got there may have stopped before running it).
+            for (TopicDescriptor.Epoch[] en : endedLocked()) {
+                TopicDescriptor.Epoch ep = en[0];
+                if (q < ep.boundaryCount() && ep.boundary(q) < pos) {
+                    revokedDone.add(List.of(q, ep.number()));
+                }
+            }
+            computeNextBoundary(p);
+            owe = p.nextBoundary > 0 && pos >= p.nextBoundary;
+        } finally {
+            mu.unlock();
+        }
+        if (owe) {
+            passedBoundaries(p);
+        }
+        log("member " + member + ": partition " + q + ": acquired at " + pos);
+        return p;
+    }
+
+    // ---- partition fetchers -------------------------------------------------------------------
+
+    private void startPart(Part p) {
+        StreamReader r = new StreamReader(c, raw, "PCTL_" + topic + "_" + p.q, p.start + 1, "pctl.data." + topic + ".>", true, false, 512,
+                2048, o.heartbeat(), this::log);
+        readers.add(r);
+        Thread t = new Thread(() -> runPart(p), "pctl-consumer-" + member + "-p" + p.q);
+        t.setDaemon(true);
+        mu.lock();
+        try {
+            p.reader = r;
+            p.thread = t;
+        } finally {
+            mu.unlock();
+        }
+        t.start();
+    }
+
+    /** Stops a partition's fetcher (mu held); returns its reader, which the caller closes after unlocking. */
+    private StreamReader stopPartLocked(Part p) {
+        if (p.stopped) {
+            return null;
+        }
+        p.stopped = true;
+        wakeAllLocked();
+        return p.reader;
+    }
+
+    private void stopPart(Part p) {
+        StreamReader r;
+        mu.lock();
+        try {
+            r = stopPartLocked(p);
+        } finally {
+            mu.unlock();
+        }
+        if (r != null) {
+            r.close();
+        }
+    }
+
+    private void stopAll() {
+        List<Part> ps;
+        mu.lock();
+        try {
+            ps = new ArrayList<>(parts.values());
+            ready.clear();
+        } finally {
+            mu.unlock();
+        }
+        for (Part p : ps) {
+            stopPart(p);
+        }
+    }
+
+    /** Waits (bounded) for stopped fetchers to end. */
+    private void joinAll(List<Part> ps) {
+        long deadline = System.nanoTime() + opTimeout.toNanos();
+        for (Part p : ps) {
+            Thread t;
+            mu.lock();
+            try {
+                t = p.thread;
+            } finally {
+                mu.unlock();
+            }
+            if (t == null || t == Thread.currentThread()) {
+                continue;
+            }
+            long left = deadline - System.nanoTime();
+            if (left > 0) {
+                try {
+                    t.join(Math.max(1, left / 1_000_000));
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    return;
+                }
+            }
+            StreamReader r;
+            mu.lock();
+            try {
+                r = p.reader;
+            } finally {
+                mu.unlock();
+            }
+            if (r != null && readers.remove(r)) {
+                retiredRecoveries.addAndGet(Math.max(0, r.stats.created - 1));
+            }
+        }
+    }
+
+    private void runPart(Part p) {
+        StreamReader reader;
+        mu.lock();
+        try {
+            reader = p.reader;
+        } finally {
+            mu.unlock();
+        }
+        List<Item> pending = new ArrayList<>();
+        try {
+            while (true) {
+                mu.lock();
+                try {
+                    if (p.stopped) {
+                        return;
+                    }
+                } finally {
+                    mu.unlock();
+                }
+                List<StreamReader.Raw> batch = reader.nextBatch(hbNanos);
+                if (batch.isEmpty()) {
+                    continue;
+                }
+                List<Object> items = new ArrayList<>(batch.size());
+                for (StreamReader.Raw raw : batch) {
+                    items.add(parse(raw, p));
+                }
+                place(items, p);
+                List<Map<Integer, Integer>> parents = o.gating() || announce ? parents(items, p) : null;
+                for (int i = 0; i < items.size(); i++) {
+                    Object it = items.get(i);
+                    Item item;
+                    if (it instanceof long[]) {
+                        long[] mk = (long[]) it; // a fence marker: {seq, epoch it starts}
+                        item = new Item(p, Kind.MARKER, mk[0], null, (int) mk[1], null);
+                    } else {
+                        ConsumerRecord rec = (ConsumerRecord) it;
+                        if (rec.misplacement() != null) {
+                            switch (o.misplaced()) {
+                                case DELIVER:
+                                    item = new Item(p, Kind.MISPLACED_DELIVER, rec.sequence(), rec, -1, null);
+                                    break;
+                                case SKIP:
+                                    item = new Item(p, Kind.MISPLACED_SKIP, rec.sequence(), rec, -1, null);
+                                    break;
+                                default:
+                                    item = new Item(p, Kind.MISPLACED_STOP, rec.sequence(), rec, -1, new MisplacedRecordException(topic, p.q,
+                                            rec.sequence(), rec.epoch(), rec.key(), rec.misplacement()));
+                            }
+                        } else {
+                            int parent = -1;
+                            if (parents != null && rec.key() != null && parents.get(i) != null) {
+                                parent = gate(p, rec, parents.get(i), () -> flush(p, pending));
+                            }
+                            item = new Item(p, Kind.RECORD, rec.sequence(), rec, parent, null);
+                        }
+                    }
+                    pending.add(item);
+                    if (item.kind == Kind.MISPLACED_STOP) {
+                        flush(p, pending);
+                        return; // nothing after it here
+                    }
+                }
+                flush(p, pending);
+            }
+        } catch (StreamReader.Closed | Stop e) {
+            // stopping
+        } catch (NotFoundException | PermissionDeniedException e) {
+            fail(e);
+        } catch (PctlException e) {
+            fail(e);
+        } catch (RuntimeException e) {
+            // A bug: fail the member loudly rather than stall.
+            fail(new InternalException("member " + member + ": partition " + p.q + ": " + e, e));
+        }
+    }
+
+    /** Hands the fetcher's items to poll, in order, waiting for room. */
+    private void flush(Part p, List<Item> pending) {
+        if (pending.isEmpty()) {
+            return;
+        }
+        mu.lock();
+        try {
+            for (Item it : pending) {
+                while (p.queued >= o.maxBuffered() && !p.stopped) {
+                    spaceWaiters++;
+                    readyCond.signalAll(); // what is queued so far
+                    try {
+                        spaceCond.await(100, TimeUnit.MILLISECONDS);
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                        return;
+                    } finally {
+                        spaceWaiters--;
+                    }
+                }
+                if (p.stopped) {
+                    return;
+                }
+                p.queued++;
+                ready.addLast(it);
+            }
+            readyCond.signalAll();
+        } finally {
+            pending.clear();
+            mu.unlock();
+        }
+    }
+
+    /**
+     * A record from a stream message, or {seq, epoch it starts} for a fence marker. A keyed record
+     * whose key header or subject is unusable comes out marked misplaced (§6.8).
+     */
+    private Object parse(StreamReader.Raw raw, Part p) {
+        String keyHdr = null;
+        boolean hasKey = false;
+        String producer = "";
+        long pseq = 0;
+        long ts = -1;
+        Map<String, List<String>> app = Collections.emptyMap();
+        if (raw.headers() != null) {
+            boolean seenProducer = false;
+            boolean seenSeq = false;
+            boolean seenTime = false;
+            for (String[] kv : RecordHeaders.parse(raw.headers())) {
+                String n = kv[0];
+                String v = kv[1];
+                switch (n) {
+                    case HEADER_FENCE:
+                        if (v.isEmpty()) {
+                            break; // as Go's member: only a non-empty Pctl-Fence marks a fence marker
+                        }
+                        return new long[] {raw.seq(), digits(v) ? parseLongOr(v, 0) : 0};
+                    case HEADER_KEY:
+                        if (!hasKey) {
+                            hasKey = true;
+                            keyHdr = v;
+                        }
+                        continue;
+                    case HEADER_PRODUCER:
+                        if (!seenProducer) {
+                            seenProducer = true;
+                            producer = v;
+                        }
+                        continue;
+                    case HEADER_SEQ:
+                        if (!seenSeq) {
+                            seenSeq = true;
+                            pseq = digits(v) ? parseLongOr(v, 0) : 0;
+                        }
+                        continue;
+                    case HEADER_TIME:
+                        if (!seenTime) {
+                            seenTime = true;
+                            ts = parseTime(v);
+                        }
+                        continue;
+                    default:
+                        break;
+                }
+                if (n.regionMatches(true, 0, "pctl-", 0, 5) || n.regionMatches(true, 0, "nats-", 0, 5)) {
+                    continue; // a protocol header: not the application's
+                }
+                if (n.chars().anyMatch(Character::isWhitespace)) {
+                    continue;
+                }
+                if (app.isEmpty()) {
+                    app = new LinkedHashMap<>();
+                }
+                app.computeIfAbsent(n, x -> new ArrayList<>(1)).add(v);
+            }
+            if (!app.isEmpty()) {
+                for (Map.Entry<String, List<String>> e : app.entrySet()) {
+                    e.setValue(Collections.unmodifiableList(e.getValue()));
+                }
+                app = Collections.unmodifiableMap(app);
+            }
+        }
+        int[] sub = subject(raw.subject());
+        boolean subjOk = sub != null;
+        int epoch = subjOk ? sub[0] : 0;
+        int subjPartition = subjOk ? sub[1] : -1;
+        if (ts < 0) {
+            ts = raw.timeNanos() / 1_000_000;
+        }
+        byte[] key = null;
+        Misplacement mp = null;
+        if (hasKey) {
+            key = decodeKey(keyHdr);
+            if (key == null) {
+                mp = new Misplacement(-1, "its " + HEADER_KEY + " header " + goQuote(keyHdr.length() > 40 ? keyHdr.substring(0, 40) : keyHdr)
+                        + " is not b64:<standard base64>");
+            } else if (!subjOk) {
+                mp = new Misplacement(-1, "its subject " + goQuote(raw.subject()) + " is not an epoch's record subject");
+            } else if (subjPartition != p.q) {
+                mp = new Misplacement(-1, "its subject " + goQuote(raw.subject()) + " names partition " + subjPartition);
+            }
+        }
+        ConsumerRecord r = new ConsumerRecord(topic, p.q, epoch, raw.seq(), key, raw.data(), app, ts, raw.timeNanos(), producer, pseq, p.token);
+        if (mp != null) {
+            r.misplaced(mp);
+        }
+        return r;
+    }
+
+    private static final int[] NOT_A_RECORD_SUBJECT = new int[0];
+
+    /** (epoch, partition) of a record subject pctl.data.T.e.q (Go's strconv.Atoi on e and q), or null. Few distinct ones: cached. */
+    private int[] subject(String s) {
+        int[] r = subjects.get(s);
+        if (r == null) {
+            r = NOT_A_RECORD_SUBJECT;
+            String[] ts = s.split("\\.", -1);
+            if (ts.length == 5 && ts[0].equals("pctl") && ts[1].equals("data")) {
+                try {
+                    r = new int[] {Integer.parseInt(ts[3]), Integer.parseInt(ts[4])};
+                } catch (NumberFormatException e) {
+                    r = NOT_A_RECORD_SUBJECT;
+                }
+            }
+            if (subjects.size() > 4096) {
+                subjects.clear();
+            }
+            subjects.put(s, r);
+        }
+        return r.length == 0 ? null : r;
+    }
+
+    private static boolean digits(String s) {
+        if (s.isEmpty()) {
+            return false;
+        }
+        for (int i = 0; i < s.length(); i++) {
+            char ch = s.charAt(i);
+            if (ch < '0' || ch > '9') {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    private static long parseLongOr(String s, long def) {
+        try {
+            return Long.parseLong(s);
+        } catch (NumberFormatException e) {
+            return def;
+        }
+    }
+
+    /** A Pctl-Time value, or -1 when malformed (then the store time is the timestamp). */
+    static long parseTime(String v) {
+        if (!digits(v) || (v.length() > 1 && v.charAt(0) == '0') || v.length() > 16) {
+            return -1;
+        }
+        long t = Long.parseLong(v);
+        return t <= MAX_TIME ? t : -1;
+    }
+
+    /** A Pctl-Key header's key, or null when it is not b64:<standard base64> (padded, as Go's StdEncoding). */
+    static byte[] decodeKey(String v) {
+        if (v == null || !v.startsWith("b64:")) {
+            return null;
+        }
+        String b = v.substring(4);
+        if (b.length() % 4 != 0) {
+            return null;
+        }
+        for (int i = 0; i < b.length(); i++) {
+            char ch = b.charAt(i);
+            boolean ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '+' || ch == '/'
+                    || (ch == '=' && i >= b.length() - 2 && (i == b.length() - 1 || b.charAt(b.length() - 1) == '='));
+            if (!ok) {
+                return null;
+            }
+        }
+        try {
+            return Base64.getDecoder().decode(b);
+        } catch (IllegalArgumentException e) {
+            return null;
+        }
+    }
+
+    /** Go's %q of a string (printable characters as they are). */
+    static String goQuote(String s) {
+        StringBuilder sb = new StringBuilder("\"");
+        for (int i = 0; i < s.length(); i++) {
+            char ch = s.charAt(i);
+            switch (ch) {
+                case '"':
+                case '\\':
+                    sb.append('\\').append(ch);
+                    break;
+                case '\n':
+                    sb.append("\\n");
+                    break;
+                case '\t':
+                    sb.append("\\t");
+                    break;
+                case '\r':
+                    sb.append("\\r");
+                    break;
+                default:
+                    if (ch < 0x20 || ch == 0x7f) {
+                        sb.append(String.format("\\x%02x", (int) ch));
+                    } else {
+                        sb.append(ch);
+                    }
+            }
+        }
+        return sb.append('"').toString();
+    }
+
+    /**
+     * §6.8: marks every keyed record that is not in its key's partition for its own epoch (one
+     * batch call into each epoch's module), or that has no usable key or epoch.
+     */
+    private void place(List<Object> items, Part p) throws Stop {
+        Map<Integer, List<ConsumerRecord>> byEpoch = new TreeMap<>();
+        for (Object it : items) {
+            if (it instanceof ConsumerRecord) {
+                ConsumerRecord r = (ConsumerRecord) it;
+                if (r.misplacement() == null && r.key() != null) {
+                    byEpoch.computeIfAbsent(r.epoch(), k -> new ArrayList<>()).add(r);
+                }
+            }
+        }
+        for (Map.Entry<Integer, List<ConsumerRecord>> en : byEpoch.entrySet()) {
+            int e = en.getKey();
+            List<ConsumerRecord> recs = en.getValue();
+            TopicDescriptor.Epoch ep = knownEpoch(e, p);
+            if (ep == null) {
+                for (ConsumerRecord r : recs) {
+                    r.misplaced(new Misplacement(-1, "the topic has no epoch " + e));
+                }
+                continue;
+            }
+            Partitioner f = c.partitioner(ep.partitioner());
+            List<byte[]> keys = new ArrayList<>(recs.size());
+            for (ConsumerRecord r : recs) {
+                keys.add(r.key());
+            }
+            int[] want = f.partitionAll(keys, ep.partitions());
+            for (int i = 0; i < want.length; i++) {
+                if (want[i] != p.q) {
+                    recs.get(i).misplaced(new Misplacement(want[i], "epoch " + e + "'s partitioner (" + ep.partitions()
+                            + " partitions) puts the key in partition " + want[i]));
+                }
+            }
+        }
+    }
+
+    /**
+     * Epoch e of the descriptor; a record of an epoch newer than the descriptor waits for it (its
+     * streams are bound before it is active). Null: the topic has no such epoch.
+     */
+    private TopicDescriptor.Epoch knownEpoch(int e, Part p) throws Stop {
+        while (true) {
+            mu.lock();
+            try {
+                TopicDescriptor.Epoch ep = desc.epoch(e);
+                if (ep != null) {
+                    return ep;
+                }
+                if (e <= desc.current().number()) {
+                    return null;
+                }
+            } finally {
+                mu.unlock();
+            }
+            refresh();
+            pauseOrStop(p);
+        }
+    }
+
+    /** Epoch e with its boundaries: a record of a newer epoch exists, so it has ended; the descriptor is read again until it says so. */
+    private TopicDescriptor.Epoch endedEpoch(int e, Part p) throws Stop {
+        while (true) {
+            mu.lock();
+            try {
+                TopicDescriptor.Epoch ep = desc.epoch(e);
+                if (ep != null && ep.ended() && ep.boundaryCount() == ep.partitions() && desc.epoch(e + 1) != null) {
+                    return ep;
+                }
+            } finally {
+                mu.unlock();
+            }
+            refresh();
+            mu.lock();
+            try {
+                TopicDescriptor.Epoch ep = desc.epoch(e);
+                if (ep != null && ep.ended() && desc.epoch(e + 1) != null) {
+                    return ep;
+                }
+            } finally {
+                mu.unlock();
+            }
+            pauseOrStop(p);
+        }
+    }
+
+    private void pauseOrStop(Part p) throws Stop {
+        mu.lock();
+        try {
+            if (p.stopped || fatal != null || closed) {
+                throw new Stop();
+            }
+            changed.await(50, TimeUnit.MILLISECONDS);
+            if (p.stopped || fatal != null || closed) {
+                throw new Stop();
+            }
+        } catch (InterruptedException ex) {
+            Thread.currentThread().interrupt();
+            throw new Stop();
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    /**
+     * For the keyed records of a batch: their partitions in the older epochs that matter, {epoch:
+     * partition}, one batch call into each epoch's module (null for a record that needs none).
+     * Those are the epochs the group has not fully drained (for the gate) and, when the listener
+     * wants keys-assigned, the previous epoch (to know where the key came from).
+     */
+    private List<Map<Integer, Integer>> parents(List<Object> items, Part p) throws Stop {
+        int first;
+        int drained;
+        mu.lock();
+        try {
+            first = desc.epochs().get(0).number();
+            drained = o.gating() ? drainedThroughLocked() : Integer.MAX_VALUE - 1;
+        } finally {
+            mu.unlock();
+        }
+        List<Map<Integer, Integer>> out = new ArrayList<>(Collections.nCopies(items.size(), null));
+        Map<Integer, List<Integer>> need = new TreeMap<>();
+        for (int i = 0; i < items.size(); i++) {
+            if (!(items.get(i) instanceof ConsumerRecord)) {
+                continue;
+            }
+            ConsumerRecord r = (ConsumerRecord) items.get(i);
+            if (r.key() == null || r.misplacement() != null || r.epoch() <= first) {
+                continue;
+            }
+            int lo = Math.max(drained + 1, first);
+            if (announce) {
+                lo = Math.min(lo, r.epoch() - 1);
+            }
+            if (lo >= r.epoch()) {
+                continue;
+            }
+            out.set(i, new HashMap<>());
+            for (int e = lo; e < r.epoch(); e++) {
+                need.computeIfAbsent(e, k -> new ArrayList<>()).add(i);
+            }
+        }
+        for (Map.Entry<Integer, List<Integer>> en : need.entrySet()) {
+            TopicDescriptor.Epoch ep = endedEpoch(en.getKey(), p);
+            Partitioner f = c.partitioner(ep.partitioner());
+            List<byte[]> keys = new ArrayList<>();
+            for (int i : en.getValue()) {
+                keys.add(((ConsumerRecord) items.get(i)).key());
+            }
+            int[] qs = f.partitionAll(keys, ep.partitions());
+            int j = 0;
+            for (int i : en.getValue()) {
+                out.get(i).put(en.getKey(), qs[j++]);
+            }
+        }
+        return out;
+    }
+
+    /**
+     * §6.5: waits until, for every older epoch the group has not fully drained, the key's partition
+     * there is committed past the epoch's boundary. Returns the key's partition in the previous
+     * epoch when the key moved here from another partition (for keys-assigned), else -1. {@code
+     * beforeWait} runs once, before the first wait (it hands the records before this one over).
+     */
+    private int gate(Part p, ConsumerRecord rec, Map<Integer, Integer> parents, Runnable beforeWait) throws Stop {
+        long started = 0;
+        boolean waited = false;
+        int prev = parents.getOrDefault(rec.epoch() - 1, -1);
+        List<Integer> es = new ArrayList<>(parents.keySet());
+        es.sort(Collections.reverseOrder());
+        for (int e : es) {
+            mu.lock();
+            try {
+                if (!o.gating() || e <= drainedThroughLocked()) {
+                    break;
+                }
+            } finally {
+                mu.unlock();
+            }
+            int qe = parents.get(e);
+            if (qe == p.q) {
+                continue; // §6.7: the key's older records are before this one in this very stream
+            }
+            TopicDescriptor.Epoch ep = endedEpoch(e, p);
+            long boundary = ep.boundary(qe);
+            long lastFetch = System.nanoTime();
+            boolean logged = false;
+            while (true) {
+                mu.lock();
+                try {
+                    if (p.stopped || p.gen != gen || closed) {
+                        throw new Stop();
+                    }
+                    if (positionLocked(qe) >= boundary) {
+                        break;
+                    }
+                } finally {
+                    mu.unlock();
+                }
+                if (!waited) {
+                    waited = true;
+                    started = System.nanoTime();
+                    beforeWait.run();
+                }
+                mu.lock();
+                try {
+                    if (positionLocked(qe) < boundary && !p.stopped) {
+                        changed.await(hbNanos, TimeUnit.NANOSECONDS);
+                    }
+                } catch (InterruptedException ex) {
+                    Thread.currentThread().interrupt();
+                    throw new Stop();
+                } finally {
+                    mu.unlock();
+                }
+                long now = System.nanoTime();
+                if (now - lastFetch >= hbNanos) {
+                    // The watch brings positions as they are committed; in case it lags, read the
+                    // parent's key directly once a heartbeat while waiting.
+                    lastFetch = now;
+                    fetchPState(qe);
+                }
+                if (!logged && now - started > 3 * sessionNanos) {
+                    logged = true;
+                    long at;
+                    mu.lock();
+                    try {
+                        at = positionLocked(qe);
+                    } finally {
+                        mu.unlock();
+                    }
+                    log("member " + member + ": partition " + p.q + ": record " + rec.sequence() + " (epoch " + rec.epoch()
+                            + ") still waits for partition " + qe + " to reach " + boundary + " (epoch " + e + " boundary); the group is at " + at
+                            + (o.autoCommit() ? "" : "; with auto-commit off, gates open only when the parents' records are committed"));
+                }
+            }
+        }
+        boolean first;
+        mu.lock();
+        try {
+            first = prev >= 0 && prev != p.q && !assignedDone.contains(List.of(p.q, rec.epoch(), prev));
+        } finally {
+            mu.unlock();
+        }
+        if (announce && first) {
+            // KIP-253's handover (§6.5): keys-assigned runs once the group's position of the
+            // parent is past its boundary (its owner ran keys-revoked before committing past it),
+            // or at it while no live lease holds the parent and no one will read it again (shrunk
+            // away and drained: its owner stopped at the boundary).
+            TopicDescriptor.Epoch ep = endedEpoch(rec.epoch() - 1, p);
+            long b = ep.boundary(prev);
+            long lastFetch = System.nanoTime();
+            mu.lock();
+            try {
+                while (!pastBoundaryLocked(prev, b)) {
+                    if (p.stopped || p.gen != gen || closed) {
+                        throw new Stop();
+                    }
+                    if (!waited) {
+                        waited = true;
+                        started = System.nanoTime();
+                        mu.unlock();
+                        try {
+                            beforeWait.run();
+                        } finally {
+                            mu.lock();
+                        }
+                        continue;
+                    }
+                    changed.await(hbNanos, TimeUnit.NANOSECONDS);
+                    if (System.nanoTime() - lastFetch >= hbNanos && !pastBoundaryLocked(prev, b)) {
+                        lastFetch = System.nanoTime();
+                        mu.unlock();
+                        try {
+                            fetchPState(prev);
+                        } finally {
+                            mu.lock();
+                        }
+                    }
+                }
+            } catch (InterruptedException ex) {
+                Thread.currentThread().interrupt();
+                throw new Stop();
+            } finally {
+                mu.unlock();
+            }
+        }
+        if (waited) {
+            long d = System.nanoTime() - started;
+            mu.lock();
+            try {
+                gated++;
+                totalWait += d;
+                maxWait = Math.max(maxWait, d);
+            } finally {
+                mu.unlock();
+            }
+        }
+        return prev >= 0 && prev != p.q ? prev : -1;
+    }
+
+    /** Whether partition q's group position is past boundary b in the sense of §6.5's keys-assigned (mu held). */
+    private boolean pastBoundaryLocked(int q, long b) {
+        long pos = positionLocked(q);
+        if (pos > b) {
+            return true;
+        }
+        if (pos < b) {
+            return false;
+        }
+        PState st = pstate.get(q);
+        boolean leased = st != null && !st.owner.isEmpty() && st.leaseEnd > System.currentTimeMillis();
+        return !leased && !assignableLocked().contains(q);
+    }
+
+    /** Reads partition q's key directly (when the watch may lag). */
+    private void fetchPState(int q) {
+        try {
+            GroupKv.Entry en = kv.get(prefix + "p." + q);
+            if (en != null && !en.deleted()) {
+                PState st = parsePState(en.revision(), en.value());
+                if (st != null) {
+                    mu.lock();
+                    try {
+                        setPStateLocked(q, st);
+                    } finally {
+                        mu.unlock();
+                    }
+                }
+            }
+        } catch (PctlException ex) {
+            // the next try
+        }
+    }
+
+    /**
+     * The newest ended epoch e such that every partition of every epoch up to e has an effective
+     * position at or past its boundary; cached per generation (positions only grow within one).
+     * mu held.
+     */
+    private int drainedThroughLocked() {
+        List<TopicDescriptor.Epoch> es = desc.epochs();
+        int d = drainedGen == gen ? drainedEpoch : 0;
+        if (d == 0) {
+            d = es.get(0).number() - 1;
+        }
+        while (true) {
+            TopicDescriptor.Epoch ep = desc.epoch(d + 1);
+            if (ep == null || !ep.ended() || ep.boundaryCount() != ep.partitions() || desc.epoch(d + 2) == null) {
+                break;
+            }
+            boolean all = true;
+            for (int q = 0; q < ep.partitions(); q++) {
+                if (positionLocked(q) < ep.boundary(q)) {
+                    all = false;
+                    break;
+                }
+            }
+            if (!all) {
+                break;
+            }
+            d++;
+        }
+        if (keepDrainedAcrossSeeksForTest) {
+            d = Math.max(d, keptDrained);
+            keptDrained = d;
+        }
+        drainedGen = gen;
+        drainedEpoch = d;
+        return d;
+    }
+
+    // ---- errors, callbacks, logs --------------------------------------------------------------
+
+    private void fail(PctlException e) {
+        mu.lock();
+        try {
+            if (fatal == null) {
+                fatal = e;
+            }
+            wakeAllLocked();
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    private PctlException fatalNow() {
+        mu.lock();
+        try {
+            return fatal;
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    private void checkFatal() {
+        PctlException f = fatalNow();
+        if (f != null) {
+            throw f;
+        }
+    }
+
+    /** Runs an application callback; what it throws is the application's and reaches poll's caller. */
+    private static void callback(Runnable r) {
+        r.run();
+    }
+
+    private void log(String s) {
+        java.util.function.Consumer<String> l = o.logger();
+        if (l != null) {
+            l.accept(s);
+        }
+    }
+
+    // ---- JSON of the group state --------------------------------------------------------------
+
+    static byte[] pstateJson(String owner, long leaseEnd, long position, int gen) {
+        StringBuilder sb = new StringBuilder("{");
+        if (!owner.isEmpty()) {
+            sb.append("\"owner\":").append(dev.pctl.internal.Json.quote(owner)).append(',');
+        }
+        if (leaseEnd != 0) {
+            sb.append("\"lease_end\":").append(leaseEnd).append(',');
+        }
+        sb.append("\"position\":").append(position);
+        if (gen != 0) {
+            sb.append(",\"generation\":").append(gen);
+        }
+        return GroupKv.utf8(sb.append('}').toString());
+    }
+
+    private static PState parsePState(long rev, byte[] data) {
+        try {
+            Map<String, Object> d = JsApi.parseObject(data, "partition state");
+            Object ow = d.get("owner");
+            return new PState(rev, JsApi.num(d.get("position")), (int) JsApi.num(d.get("generation")), ow instanceof String ? (String) ow : "",
+                    JsApi.num(d.get("lease_end")));
+        } catch (PctlException e) {
+            return null;
+        }
+    }
+
+    // ---- topics and resets (also for tools) ---------------------------------------------------
+
+    /** The descriptor, waiting while the topic is being created. */
+    static TopicDescriptor fetchTopic(PctlClient c, String topic, Duration timeout) {
+        long deadline = System.nanoTime() + c.options().requestTimeout().toNanos();
+        while (true) {
+            TopicDescriptor t;
+            try {
+                t = c.topic(topic, timeout);
+            } catch (UnavailableException e) {
+                if (String.valueOf(e.getMessage()).contains("being created") && System.nanoTime() < deadline) {
+                    sleep(50);
+                    continue;
+                }
+                throw e;
+            }
+            if (t.creating() && System.nanoTime() < deadline) {
+                sleep(50);
+                continue;
+            }
+            return t;
+        }
+    }
+
+    private static void sleep(long ms) {
+        try {
+            Thread.sleep(ms);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new UnavailableException("interrupted", e);
+        }
+    }
+
+    /**
+     * A seek's target in partition stream q (§6.6): 0, the last sequence, or one below the first
+     * message stored at or after the time. For a time, a reader created to start there tells: the
+     * server reports it as delivered up to the sequence before its start (this needs only what a
+     * consumer credential scoped to the topic may do, §8.2).
+     */
+    private static long target(PctlClient c, String topic, int q, ResetTarget to, Duration timeout) {
+        String stream = "PCTL_" + topic + "_" + q;
+        if (to.kind().equals("beginning")) {
+            return 0;
+        }
+        long last = JsApi.lastSeq(c, stream, timeout);
+        if (to.kind().equals("end") || last == 0) {
+            return last;
+        }
+        byte[] rnd = new byte[8];
+        new java.security.SecureRandom().nextBytes(rnd);
+        String name = "pctl_seek_" + java.util.HexFormat.of().formatHex(rnd);
+        String filt = "pctl.data." + topic + ".>";
+        Map<String, Object> cfg = new LinkedHashMap<>();
+        cfg.put("name", name);
+        cfg.put("ack_policy", "none");
+        cfg.put("deliver_policy", "by_start_time");
+        cfg.put("opt_start_time", java.time.Instant.ofEpochMilli(to.timeMillis()).toString());
+        cfg.put("mem_storage", true);
+        cfg.put("num_replicas", 1);
+        cfg.put("inactive_threshold", 10_000_000_000L);
+        cfg.put("filter_subject", filt);
+        Map<String, Object> req = new LinkedHashMap<>();
+        req.put("stream_name", stream);
+        req.put("config", cfg);
+        req.put("action", "create");
+        Map<String, Object> r;
+        try {
+            r = JsApi.request(c, "$JS.API.CONSUMER.CREATE." + stream + "." + name + "." + filt, req, timeout);
+        } catch (JsApi.JsError e) {
+            if (e.errCode == JsApi.STREAM_NOT_FOUND) {
+                return 0;
+            }
+            throw new UnavailableException("seek " + stream + " to " + to + ": " + e.getMessage());
+        }
+        try {
+            JsApi.request(c, "$JS.API.CONSUMER.DELETE." + stream + "." + name, null, new byte[0], timeout);
+        } catch (PctlException | JsApi.JsError e) {
+            // removed by its inactive threshold anyway
+        }
+        return Math.min(last, JsApi.num(JsApi.obj(r.get("delivered")).get("stream_seq")));
+    }
+
+    /**
+     * Resets a group (§6.6, the resetter's side): writes {@code g.reset} with the next generation
+     * (the commit point), then every partition key. Members follow by themselves.
+     */
+    static Reset resetGroup(PctlClient c, String topic, String group, ResetTarget to, String by) {
+        if (group == null || !ConsumerOptions.NAME.matcher(group).matches()) {
+            throw new BadRequestException("consumer group \"" + group + "\": 1 to 64 characters of A-Z a-z 0-9 _ -");
+        }
+        Duration timeout = Duration.ofSeconds(10);
+        GroupKv kv = new GroupKv(c, timeout);
+        long rev;
+        int g;
+        long[] positions;
+        String prefix;
+        int m;
+        while (true) {
+            TopicDescriptor desc = fetchTopic(c, topic, c.options().requestTimeout());
+            prefix = desc.id() + "." + group + ".";
+            GroupKv.Entry e = kv.get(prefix + "g.reset");
+            g = 0;
+            rev = 0;
+            if (e != null && !e.deleted()) {
+                rev = e.revision();
+                Reset cur = parseReset(rev, e.value());
+                g = cur == null ? 0 : cur.gen;
+            }
+            m = desc.maxPartitions();
+            positions = new long[m];
+            List<CompletableFuture<Long>> fs = new ArrayList<>();
+            for (int q = 0; q < m; q++) {
+                int qq = q;
+                fs.add(CompletableFuture.supplyAsync(() -> target(c, topic, qq, to, timeout), StreamReader.BACKGROUND));
+            }
+            for (int q = 0; q < m; q++) {
+                try {
+                    positions[q] = fs.get(q).join();
+                } catch (java.util.concurrent.CompletionException ex) {
+                    if (ex.getCause() instanceof PctlException) {
+                        throw (PctlException) ex.getCause();
+                    }
+                    throw ex;
+                }
+            }
+            StringBuilder body = new StringBuilder("{\"generation\":").append(g + 1).append(",\"to\":\"").append(to.kind()).append('"');
+            if (to.kind().equals("time")) {
+                body.append(",\"time\":").append(to.timeMillis());
+            }
+            body.append(",\"positions\":[");
+            for (int q = 0; q < m; q++) {
+                body.append(q > 0 ? "," : "").append(positions[q]);
+            }
+            body.append("],\"by\":").append(dev.pctl.internal.Json.quote(by)).append(",\"at\":\"").append(JsApi.now()).append("\"}");
+            try {
+                rev = rev != 0 ? kv.update(prefix + "g.reset", GroupKv.utf8(body.toString()), rev)
+                        : kv.create(prefix + "g.reset", GroupKv.utf8(body.toString()));
+            } catch (GroupKv.Conflict ex) {
+                continue; // another reset won: go on top of it
+            }
+            break;
+        }
+        g++;
+        for (int q = 0; q < m; q++) {
+            String key = prefix + "p." + q;
+            while (true) {
+                GroupKv.Entry e = kv.get(key);
+                byte[] b = pstateJson("", 0, positions[q], g);
+                try {
+                    if (e == null || e.deleted()) {
+                        kv.create(key, b);
+                    } else {
+                        PState st = parsePState(e.revision(), e.value());
+                        if (st != null && st.gen >= g) {
+                            break;
+                        }
+                        kv.update(key, b, e.revision());
+                    }
+                } catch (GroupKv.Conflict ex) {
+                    continue;
+                }
+                break;
+            }
+        }
+        try {
+            kv.create(prefix + "g.created", GroupKv.utf8(JsApi.now()));
+        } catch (GroupKv.Conflict ex) {
+            // exists
+        }
+        return new Reset(rev, g, positions);
+    }
+
+    /** Used by {@link PctlClient#resetGroup}: the generation the reset made. */
+    static int reset(PctlClient c, String topic, String group, ResetTarget to, String by) {
+        return resetGroup(c, topic, group, to, by).gen;
+    }
+}
