@@ -116,6 +116,7 @@ func inList(lines []string, i int) bool {
 var (
 	backgroundRE = regexp.MustCompile(`^(\s*[^#\s].*?[^&\s])\s*&(\s+#.*)?\s*$`)
 	quotedRE     = regexp.MustCompile(`'[^']*'|"(\\.|[^"\\])*"`)
+	natsServerRE = regexp.MustCompile(`(^|[\s/])(pctl nats-server|nats-server) `)
 )
 
 // WithReadyWaits returns a shell block with every background line ("pctl serve ... &") made to
@@ -132,7 +133,11 @@ func WithReadyWaits(code string, n *int) string {
 		}
 		*n++
 		f := fmt.Sprintf(`"$__doc_dir/bg-%d"`, *n)
-		out = append(out, fmt.Sprintf(`%s > %s.out 2> %s.err & __doc_wait_ready $! %s`, m[1], f, f, f))
+		mode := ""
+		if natsServerRE.MatchString(m[1]) {
+			mode = " nats-server"
+		}
+		out = append(out, fmt.Sprintf(`%s > %s.out 2> %s.err & __doc_wait_ready $! %s%s`, m[1], f, f, f, mode))
 	}
 	return strings.Join(out, "\n")
 }

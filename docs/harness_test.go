@@ -86,6 +86,7 @@ func TestWithReadyWaits(t *testing.T) {
 		"pctl serve > log &",
 		"echo done",
 		"sh -c 'echo x >&2' &",
+		"./pctl nats-server -c ./cluster/node-1.conf &",
 	}, "\n"), &n)
 	want := strings.Join([]string{
 		`pctl serve --data ./d > "$__doc_dir/bg-1".out 2> "$__doc_dir/bg-1".err & __doc_wait_ready $! "$__doc_dir/bg-1"`,
@@ -93,8 +94,9 @@ func TestWithReadyWaits(t *testing.T) {
 		"pctl serve > log &",
 		"echo done",
 		`sh -c 'echo x >&2' > "$__doc_dir/bg-2".out 2> "$__doc_dir/bg-2".err & __doc_wait_ready $! "$__doc_dir/bg-2"`,
+		`./pctl nats-server -c ./cluster/node-1.conf > "$__doc_dir/bg-3".out 2> "$__doc_dir/bg-3".err & __doc_wait_ready $! "$__doc_dir/bg-3" nats-server`,
 	}, "\n")
-	if got != want || n != 2 {
+	if got != want || n != 3 {
 		t.Errorf("got (n=%d):\n%s\nwant:\n%s", n, got, want)
 	}
 }
@@ -121,6 +123,7 @@ func TestSessionReportsFailures(t *testing.T) {
 		{"a failing command", []Block{{File: "p.md", Lang: "sh", Code: "true\nfalse\necho never\n"}}, "it failed"},
 		{"a failing pipeline", []Block{{File: "p.md", Lang: "sh", Code: "false | cat\n"}}, "it failed"},
 		{"a server that dies before it is ready", []Block{{File: "p.md", Lang: "sh", Code: "sh -c 'echo bad flag >&2; exit 2' &\necho after\n"}}, "exited before it was ready"},
+		{"a server's log is not its ready line", []Block{{File: "p.md", Lang: "sh", Code: "sh -c 'echo Server is ready >&2; sleep 1; echo ready; sleep 30' &\n"}, {File: "p.md", Lang: "sh", Code: "grep -q ready \"$__doc_dir/bg-1.out\"\n"}}, ""},
 		{"the ready line is awaited", []Block{{File: "p.md", Lang: "sh", Code: "sh -c 'sleep 1; echo ready; sleep 30' &\n"}, {File: "p.md", Lang: "sh", Code: "grep -q ready \"$__doc_dir/bg-1.out\"\n"}}, ""},
 		{"port 4222 is free", []Block{{File: "p.md", Lang: "python", Code: "import socket\ns = socket.socket()\ns.bind(('127.0.0.1', 4222))\n"}}, ""},
 		{"a python block that raises", []Block{{File: "p.md", Lang: "python", Code: "raise SystemExit(3)\n"}}, "it failed"},

@@ -31,14 +31,14 @@ type session struct {
 
 const prelude = `set -e -o pipefail
 ip link set lo up
-__doc_wait_ready() { # PID FILE: wait until PID printed a line on stdout (FILE.out) or nats-server its "Server is ready"; fail if it exits
+__doc_wait_ready() { # PID FILE [nats-server]: wait until PID printed a line on stdout (FILE.out), or for a nats-server its "Server is ready" on stderr; fail if it exits
 	local i
 	for ((i = 0; i < 1200; i++)); do
 		if [ -s "$2.out" ] && [ "$(wc -l < "$2.out")" -ge 1 ]; then
 			head -n 1 "$2.out"
 			return 0
 		fi
-		if grep -q 'Server is ready' "$2.err" 2>/dev/null; then # nats-server logs to stderr
+		if [ "${3:-}" = nats-server ] && grep -q 'Server is ready' "$2.err" 2>/dev/null; then # it logs to stderr
 			return 0
 		fi
 		if ! kill -0 "$1" 2>/dev/null; then
