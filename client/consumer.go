@@ -1406,6 +1406,8 @@ func (w *worker) deliver(ctx context.Context, msg jetstream.Msg, h Handler, fail
 		}
 		w.mu.Unlock()
 		w.passBoundaries(ctx, md.Sequence.Stream)
+		// Past the marker: commit at once, children's keys-assigned steps wait for it.
+		w.commitNow(ctx)
 		return true
 	}
 	m := &Message{Topic: cn.topic, Partition: w.partition, Seq: md.Sequence.Stream, Value: msg.Data(), NoKey: true}

@@ -219,7 +219,7 @@ func (p *Producer) install(ctx context.Context, desc *wire.Topic) error {
 // are unacknowledged. It fails at once for a record the producer can never send (a key over 64
 // KiB, a closed producer).
 func (p *Producer) Send(ctx context.Context, rec Record, done func(Result)) error {
-	done = p.hookProduced(&rec, done) // hooks.go
+	done = p.hookProduced(rec, done) // hooks.go
 	if rec.NoKey && len(rec.Key) > 0 {
 		return fmt.Errorf("%w: a keyless record (NoKey) has no Key", wire.ErrBadRequest)
 	}

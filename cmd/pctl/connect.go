@@ -32,7 +32,9 @@ import (
 const connHelp = `
 Connection: --server URL (default $PCTL_SERVER, else nats://127.0.0.1:4222) and --creds FILE, an
 NKey seed file from the broker's data directory: admin.nk, producer.nk or consumer.nk (default
-$PCTL_CREDS, else the admin.nk of 'pctl serve' in its default data directory, if it exists).`
+$PCTL_CREDS, else the admin.nk of 'pctl serve' in its default data directory, if it exists).
+$PCTL_REQUEST_TIMEOUT bounds each broker request (default 30s); $PCTL_PROGRESS=always|never
+shows or hides progress on standard error (default: only when it is a terminal).`
 
 // connFlags are the connection flags of a command.
 type connFlags struct {

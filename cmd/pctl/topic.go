@@ -234,7 +234,7 @@ Needs the admin role.
 	}
 	defer c.Close()
 	start := time.Now()
-	t, err := c.SetTopic(e.ctx, req)
+	t, err := setTopicFollowed(e, cmd, c, req) // follow.go: past the request timeout
 	if err != nil {
 		return exitFor(e, cmd, err)
 	}

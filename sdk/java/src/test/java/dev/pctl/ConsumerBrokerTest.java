@@ -809,6 +809,43 @@ class ConsumerBrokerTest {
     }
 
     @Test
+    void aMemberWhoseConnectionsAreCutGoesOn() throws Exception {
+        // §6.7: the member's connections (jnats' and the records' own) are cut again and again
+        // while records arrive; every record comes, in order, and no partition is given up for
+        // it (duplicates only after a crash: a cut is not one).
+        String topic = createTopic(3);
+        try (CutProxy proxy = new CutProxy(broker.url);
+                PctlClient c = PctlClient.connect(ClientOptions.builder().server(proxy.url).creds(broker.consumer).build());
+                Consumer cn = c.consumer(topic, ConsumerOptions.builder("cut").fromBeginning(true).build())) {
+            List<ConsumerRecord> got = new ArrayList<>();
+            for (int round = 0; round < 8; round++) {
+                produce(broker, topic, null, rounds(round * 10, round * 10 + 10, 12));
+                long until = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(700);
+                while (System.nanoTime() < until) {
+                    got.addAll(cn.poll(Duration.ofMillis(100)));
+                }
+                if (round == 3) {
+                    // Writes applied, their replies lost: the member's commits and lease renewals
+                    // reach the group state while it hears nothing back for longer than its
+                    // requests wait (6 s), then the connections drop with the replies.
+                    proxy.hold(true);
+                    long t = System.nanoTime() + TimeUnit.SECONDS.toNanos(8);
+                    while (System.nanoTime() < t) {
+                        got.addAll(cn.poll(Duration.ofMillis(100)));
+                    }
+                }
+                proxy.cut();
+            }
+            got.addAll(drain(cn, 960 - got.size(), Duration.ofSeconds(30)));
+            assertTrue(proxy.cuts.get() >= 8);
+            assertEquals(960, got.size(), "every record, once: " + cn.stats());
+            assertEquals(960, new HashSet<>(got.stream().map(r -> r.partition() + "/" + r.sequence()).toList()).size());
+            assertEquals(List.of(), orderViolations(of(got)));
+            assertEquals(0, cn.stats().lost(), "no partition given up for a cut connection: " + cn.stats());
+        }
+    }
+
+    @Test
     void readersRecoverWhenTheirConsumersAreDeleted() throws Exception {
         // §6.7: a hostile (or unlucky) client deletes the member's server-side consumers again
         // and again while records arrive; every record still comes, once and in order.
