@@ -38,7 +38,7 @@ if [ "${#need[@]}" -gt 0 ]; then
 	$sudo apt-get update -qq
 	$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 else
-	log "Debian packages present (clang, lld, wabt, rustc, libstd-rust-dev-wasm32)"
+	log "Debian packages present (clang, lld, wabt, rustc, libstd-rust-dev-wasm32, chromium, fonts-liberation)"
 fi
 
 # AssemblyScript, exactly as package-lock.json pins it. npm ci only when the
