@@ -73,6 +73,9 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	if opts.URL == "" {
 		opts.URL = "nats://127.0.0.1:4222"
 	}
+	if err := CheckServerURL(opts.URL); err != nil {
+		return nil, err
+	}
 	if opts.Creds == "" {
 		opts.Creds = os.Getenv("PCTL_CREDS")
 	}
@@ -96,7 +99,7 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	if opts.Creds != "" {
 		o, err := nats.NkeyOptionFromSeed(opts.Creds)
 		if err != nil {
-			return nil, fmt.Errorf("pctl: credentials %s: %w (use a .nk seed file from the broker's data directory)", opts.Creds, err)
+			return nil, fmt.Errorf("%w: credentials %s: %w (use a .nk seed file from the broker's data directory)", wire.ErrBadRequest, opts.Creds, err)
 		}
 		nopts = append(nopts, o)
 		if !opts.SharedInbox {

@@ -262,7 +262,7 @@ loop:
 	case fatal != nil:
 		return exitFor(e, cmd, fatal)
 	case tally.nFailed > 0:
-		return usageFail(e, cmd, "%d of %d records failed", tally.nFailed, tally.nRead)
+		return usageFail(e, cmd, "%d of %s failed", tally.nFailed, count(tally.nRead, "record"))
 	case closeErr != nil:
 		return exitFor(e, cmd, closeErr)
 	}
@@ -463,7 +463,7 @@ func (t *produceTally) report(e *env, cmd, topic string, elapsed time.Duration, 
 		fmt.Fprintf(e.stderr, "pctl %s: %s\n", cmd, f)
 	}
 	if more := t.nFailed - t.nRefused - len(t.failures); more > 0 {
-		fmt.Fprintf(e.stderr, "pctl %s: ... and %d more failed records\n", cmd, more)
+		fmt.Fprintf(e.stderr, "pctl %s: ... and %d more failed\n", cmd, more)
 	}
 	if t.oversized {
 		if m := maxRecord(); m > 0 {
@@ -482,8 +482,8 @@ func (t *produceTally) report(e *env, cmd, topic string, elapsed time.Duration, 
 	if n := t.nRead - t.nAcked - t.nFailed; n > 0 {
 		unknown = fmt.Sprintf(", %d without an answer (they may or may not be stored)", n)
 	}
-	fmt.Fprintf(e.stderr, "pctl %s: %s: %d records, %d acknowledged%s, %d failed%s, %d keyless; partitions used %s; epochs %s; %v, %.0f records/s\n",
-		cmd, topic, t.nRead, t.nAcked, dup, t.nFailed, unknown, t.nKeyless, intSet(t.partitions), intSet(t.epochs), elapsed.Round(time.Millisecond), rate)
+	fmt.Fprintf(e.stderr, "pctl %s: %s: %s, %d acknowledged%s, %d failed%s, %d keyless; partitions used %s; epochs %s; %v, %.0f records/s\n",
+		cmd, topic, count(t.nRead, "record"), t.nAcked, dup, t.nFailed, unknown, t.nKeyless, intSet(t.partitions), intSet(t.epochs), elapsed.Round(time.Millisecond), rate)
 }
 
 // intSet prints a set of ints compactly: "0-3, 7 (5)"; "none" when empty.
