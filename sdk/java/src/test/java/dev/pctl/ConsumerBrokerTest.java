@@ -652,14 +652,14 @@ class ConsumerBrokerTest {
     @Test
     void theConsumerQuickstartRunsAsWritten() throws Exception {
         // The README's shell block, with the test broker's address and data directory in place of
-        // the defaults, a fresh topic name in place of "orders", pctl on PATH, and the classes this
+        // the defaults, a fresh topic name in place of "payments", pctl on PATH, and the classes this
         // test runs with in place of the jar (./setup cannot run inside the build that tests it).
         String sh = readmeBlock("Consumer quickstart", "sh");
         assertFalse(sh.contains("pctl serve"), "the quickstart starts from a running broker");
         String topic = "orders" + TOPICS.incrementAndGet();
         String cp = System.getProperty("surefire.test.class.path", System.getProperty("java.class.path"));
         String script = sh.replace("sdk/java/setup\n", "").replace("sdk/java/target/pctl-sdk.jar:sdk/java/target/lib/*", cp)
-                .replace("nats://127.0.0.1:4222", broker.url).replace("./pctl-data", broker.dir.resolve("data").toString()).replace(" orders", " " + topic);
+                .replace("nats://127.0.0.1:4222", broker.url).replace("./pctl-data", broker.dir.resolve("data").toString()).replace(" payments", " " + topic);
         assertTrue(sh.contains("sdk/java/setup\n") && !script.contains("target/pctl-sdk.jar"), "the block was localized: " + script);
         ProcessBuilder pb = new ProcessBuilder("sh", "-e", "-c", script).directory(Repo.root().toFile()).redirectErrorStream(false);
         pb.environment().put("PATH", Broker.pctl().getParent() + java.io.File.pathSeparator + Path.of(System.getProperty("java.home"), "bin")
