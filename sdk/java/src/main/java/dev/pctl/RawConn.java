@@ -82,6 +82,8 @@ final class RawConn implements AutoCloseable {
     private final Map<Integer, Sub> subs = new ConcurrentHashMap<>();
     private final AtomicInteger sids = new AtomicInteger();
     private final List<Runnable> reconnectListeners = new CopyOnWriteArrayList<>();
+    private final List<Runnable> disconnectListeners = new CopyOnWriteArrayList<>();
+    private boolean connectedNow; // reader thread only
     private final Map<String, CompletableFuture<Msg>> replies = new ConcurrentHashMap<>();
     private final AtomicLong replyIds = new AtomicLong();
     private final String replyPrefix;
@@ -201,24 +203,29 @@ final class RawConn implements AutoCloseable {
     }
 
     /**
-     * Publishes a request with a header block (bytes: any UTF-8 the protocol allows) and returns
-     * its reply, whatever it is. The future fails with a {@link TimeoutException} when the
-     * connection is lost before the reply came (the request may or may not have been handled),
-     * and with an {@link UnavailableException} when it could not be written (it was not sent).
-     * Nothing written before a lost connection is ever written again.
+     * Publishes without flushing at once (the flusher thread flushes soon: the publishes of a
+     * burst share one flush). {@code headers} is a header block or null (then a plain PUB). Throws
+     * {@link IOException} when not connected: the message was not written. A message written
+     * before a lost connection is never written again (jnats would re-send what it buffered, after
+     * later messages of the new connection could be stored: spec/protocol.md §5.1.2 needs to know
+     * that what was lost stays lost).
      */
-    CompletableFuture<Msg> requestAsync(String subject, byte[] headers, byte[] data) {
-        String reply = replyPrefix + replyIds.incrementAndGet();
-        CompletableFuture<Msg> f = new CompletableFuture<>();
-        replies.put(reply, f);
-        f.whenComplete((m, t) -> replies.remove(reply));
-        String line = "HPUB " + subject + " " + reply + " " + headers.length + " " + (headers.length + data.length) + "\r\n";
-        try {
-            writeDeferred(line.getBytes(StandardCharsets.UTF_8), headers, data);
-        } catch (IOException e) {
-            f.completeExceptionally(new UnavailableException("publish to " + subject + ": not connected (" + e.getMessage() + ")", e));
-        }
-        return f;
+    void publishDeferred(String subject, String reply, byte[] headers, byte[] data) throws IOException {
+        String line = headers == null
+                ? "PUB " + subject + " " + reply + " " + data.length + "\r\n"
+                : "HPUB " + subject + " " + reply + " " + headers.length + " " + (headers.length + data.length) + "\r\n";
+        writeDeferred(line.getBytes(StandardCharsets.UTF_8), headers == null ? new byte[0] : headers, data);
+    }
+
+    /** True while a connection is up (publishes can be written). */
+    boolean connected() {
+        return out != null && !closed;
+    }
+
+    /** Calls l (on the reader thread: do not block) whenever a connection is lost; returns how to stop. */
+    Runnable onDisconnect(Runnable l) {
+        disconnectListeners.add(l);
+        return () -> disconnectListeners.remove(l);
     }
 
     /** Writes without flushing at once: the flusher thread flushes soon (writes in a burst share one flush). */
@@ -357,9 +364,6 @@ final class RawConn implements AutoCloseable {
         readerThread.interrupt();
         pinger.interrupt();
         flusher.interrupt();
-        for (CompletableFuture<Msg> f : replies.values()) {
-            f.completeExceptionally(new UnavailableException("the client was closed"));
-        }
     }
 
     // ---- connection and reading ----------------------------------------------------------------
@@ -458,6 +462,7 @@ final class RawConn implements AutoCloseable {
                     out = o;
                 }
                 lastPong = System.nanoTime();
+                connectedNow = true;
                 backoff = 100;
                 if (!connectedOnce) {
                     connectedOnce = true;
@@ -488,10 +493,15 @@ final class RawConn implements AutoCloseable {
                     socket = null;
                     dirty = false;
                 }
-                // Replies to what was sent on the lost connection will never come: the requests
-                // are ambiguous now (handled or not), not "still waiting".
-                for (CompletableFuture<Msg> f : replies.values()) {
-                    f.completeExceptionally(new TimeoutException("the connection to the broker was lost before the reply came"));
+                if (connectedNow) {
+                    connectedNow = false;
+                    for (Runnable l : disconnectListeners) {
+                        try {
+                            l.run();
+                        } catch (RuntimeException e) {
+                            // a listener's problem
+                        }
+                    }
                 }
                 if (s != null) {
                     try {
