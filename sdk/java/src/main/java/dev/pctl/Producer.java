@@ -176,11 +176,20 @@ public final class Producer implements AutoCloseable {
         });
         this.replySid = raw.subscribe(inbox + ".>", this::onReply);
         this.eventSid = raw.subscribe("pctl.events.topic." + topic, m -> requestCheck());
-        this.stopDisconnects = raw.onDisconnect(() -> {
+        Runnable a = raw.onDisconnect(() -> {
             for (Sink s : sinksNow()) {
                 s.connLost();
             }
         });
+        Runnable c = raw.onReconnect(() -> {
+            for (Sink s : sinksNow()) {
+                s.signal(); // a sink waiting for the connection sends again
+            }
+        });
+        this.stopDisconnects = () -> {
+            a.run();
+            c.run();
+        };
         String prefix = "pctl.data." + topic + ".";
         this.stopListening = client.onViolation(subject -> {
             if (subject.startsWith(prefix)) {
@@ -631,7 +640,7 @@ public final class Producer implements AutoCloseable {
     }
 
     private void logf(String format, Object... args) {
-        System.getLogger("dev.pctl").log(System.Logger.Level.INFO, () -> "producer " + id + ": " + String.format(format, args));
+        System.getLogger("dev.pctl").log(System.Logger.Level.DEBUG, () -> "producer " + id + ": " + String.format(format, args));
     }
 
     // ---- replies -----------------------------------------------------------------------------

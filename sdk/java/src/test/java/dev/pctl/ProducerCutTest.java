@@ -99,10 +99,16 @@ class ProducerCutTest {
             String stats;
             try (PctlClient c = PctlClient.connect(o); Sender p = open(c, topic, ProducerOptions.builder().id("cut-1").maxInFlight(256).build())) {
                 Random rnd = new Random(7);
+                // Each cut is a network failure in the middle of a stream of publishes: for a few
+                // tens of milliseconds the client's bytes reach no server (they are written, and
+                // sit in socket buffers), then every connection drops with what it held; the
+                // client reconnects while the application keeps sending.
                 Thread cutter = new Thread(() -> {
                     while (!stop.get() && proxy.cuts.get() < 30) {
                         try {
-                            Thread.sleep(60 + rnd.nextInt(200));
+                            Thread.sleep(60 + rnd.nextInt(150));
+                            proxy.holdRequests(true);
+                            Thread.sleep(20 + rnd.nextInt(60));
                         } catch (InterruptedException e) {
                             return;
                         }
@@ -113,6 +119,9 @@ class ProducerCutTest {
                     fs.add(p.send(ProducerRecord.keyed("key-" + (i % keys), Integer.toString(i))));
                     if (i == total / 20) {
                         cutter.start(); // from here on, with records in flight
+                    }
+                    if (i % 8 == 0) {
+                        Thread.sleep(1); // a steady stream (about 5,000 records/s), not one burst
                     }
                 }
                 boolean flushed = p.flush(Duration.ofMinutes(3));
