@@ -1841,6 +1841,7 @@ public final class Producer implements AutoCloseable {
             Batch bt = b;
             boolean waited = false;
             boolean search = false;
+            int silent = 0; // end-of-batch messages that got no answer
             for (int attempt = 0; ; attempt++) {
                 checkStopped();
                 PctlException ab;
@@ -1911,7 +1912,7 @@ public final class Producer implements AutoCloseable {
                     if (attempt % 20 == 0) {
                         log("epoch change of topic %s in progress; waiting for it", topic);
                     }
-                    sleep(Math.min(pause(attempt), 100));
+                    sleep(Math.min(pause(attempt), 50));
                     continue;
                 }
                 bt.noResp = false;
@@ -1922,8 +1923,10 @@ public final class Producer implements AutoCloseable {
                     log("closing batch %s: %s", bt.id, e.getMessage());
                 }
                 awaitSettling(() -> bt.pubAck != null || bt.unknown || bt.noResp);
-                if (bt.pubAck == null && !bt.unknown) {
-                    sleep(pause(attempt));
+                if (bt.pubAck == null && !bt.unknown && !bt.noResp) {
+                    // No answer: back off. (No responders: the subject moved again, read the
+                    // descriptor at once; waiting for an epoch change has its own pause.)
+                    sleep(pause(silent++));
                 }
             }
         }

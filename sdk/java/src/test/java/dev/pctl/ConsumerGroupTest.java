@@ -85,10 +85,13 @@ class ConsumerGroupTest {
                     fs.add(p.send(recs.get(j)));
                 }
                 if (next < changes.size() && i >= at[next] * n) {
-                    // Records keep flowing while a change runs, but every change finishes before
-                    // the next one's point, so that every epoch gets records however slow the
-                    // machine is.
+                    // Records keep flowing while a change runs, but every change finishes, and
+                    // the producer has caught up with it (every record sent so far acknowledged),
+                    // before the next one's point, so that every epoch gets records however slow
+                    // the machine is (the producer settles every partition's open batch at a
+                    // fence: an epoch that lasts less than that gets none).
                     running.join();
+                    p.flush();
                     String[] args = changes.get(next++);
                     running = CompletableFuture.runAsync(() -> repartition(topic, args));
                 }

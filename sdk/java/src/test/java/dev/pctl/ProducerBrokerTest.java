@@ -302,7 +302,8 @@ class ProducerBrokerTest {
             ExecutionException e = assertThrows(ExecutionException.class, big::get);
             BadRequestException bad = (BadRequestException) e.getCause();
             assertTrue(bad.getMessage().contains("record 2"), bad.getMessage());
-            assertEquals(1, before.join().sequence());
+            // Stream sequences 1 and 2 (0: stored in one fast batch with the next, not reported).
+            assertTrue(before.join().sequence() == 1 || before.join().sequence() == 0, "before: " + before.join());
             assertEquals(2, after.join().sequence());
         }
     }
@@ -314,8 +315,20 @@ class ProducerBrokerTest {
             Producer p = c.producer("doomed");
             p.send(ProducerRecord.keyed("k", "1")).join();
             broker.pctlOk(null, "topic", "delete", "doomed");
-            ExecutionException e = assertThrows(ExecutionException.class, () -> p.send(ProducerRecord.keyed("k", "2")).get(60, TimeUnit.SECONDS));
-            NotFoundException nf = (NotFoundException) e.getCause();
+            // The topic event makes the producer re-read the descriptor: it may have failed before
+            // this send (which then throws at once) or fail the record it took.
+            CompletableFuture<RecordMetadata> f = null;
+            NotFoundException nf = null;
+            try {
+                f = p.send(ProducerRecord.keyed("k", "2"));
+            } catch (NotFoundException e) {
+                nf = e;
+            }
+            if (f != null) {
+                CompletableFuture<RecordMetadata> ff = f;
+                ExecutionException e = assertThrows(ExecutionException.class, () -> ff.get(60, TimeUnit.SECONDS));
+                nf = (NotFoundException) e.getCause();
+            }
             assertTrue(nf.getMessage().contains("doomed"), nf.getMessage());
             assertThrows(NotFoundException.class, p::close, "the producer failed for good");
         }
@@ -406,7 +419,7 @@ class ProducerBrokerTest {
             assertEquals(Boolean.TRUE, r.get("acked"), l);
             assertEquals(1L, r.get("epoch"));
             assertNotNull(r.get("partition"));
-            assertTrue((Long) r.get("seq") >= 1);
+            assertTrue((Long) r.get("seq") >= 0, "a stream sequence, or 0: stored, not reported (spec/protocol.md §5.1.2)");
             seen[((Long) r.get("pseq")).intValue()] = true;
         }
         for (int i = 1; i <= 5; i++) {
