@@ -205,8 +205,13 @@ func (b *Broker) ensureStream(ctx context.Context, t *wire.Topic, q int, subject
 		Placement:   placement(t.PlacementTags),
 		AllowDirect: true,
 		Metadata:    map[string]string{metaBindingEpoch: strconv.Itoa(epoch)},
+		// Producers send fast batches (spec/protocol.md §5.1.1).
+		AllowBatchPublish: true,
 	})
-	if err == nil || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return b.allowBatches(ctx, wire.StreamName(t.Name, q))
+	}
+	if err == nil {
 		return nil
 	}
 	return streamError(fmt.Sprintf("create stream %s", wire.StreamName(t.Name, q)), b.replicas(t), t.PlacementTags, err)
@@ -267,6 +272,28 @@ func tagText(tags []string) string {
 		return ""
 	}
 	return " with placement tags " + strings.Join(tags, ",")
+}
+
+// allowBatches turns on fast batch publishing for a partition stream created by an older pctl
+// (producers need it, spec/protocol.md §5.1.1). A missing stream is left alone.
+func (b *Broker) allowBatches(ctx context.Context, name string) error {
+	s, err := b.js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%w: stream %s: %v", wire.ErrUnavailable, name, err)
+	}
+	cfg := s.CachedInfo().Config
+	if cfg.AllowBatchPublish {
+		return nil
+	}
+	cfg.AllowBatchPublish = true
+	if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("%w: enable fast batches on stream %s (needs nats-server 2.14+ on every node): %v", wire.ErrUnavailable, name, err)
+	}
+	b.cfg.Logf("stream %s: fast batch publishing enabled (created by an older pctl)", name)
+	return nil
 }
 
 func (b *Broker) apiTopicDelete(ctx context.Context, m *nats.Msg) (any, error) {

@@ -1623,7 +1623,11 @@ func (w *worker) passBoundaries(ctx context.Context, pos uint64) {
 	cn := w.cn
 	cn.mu.Lock()
 	t := cn.desc
+	stale := cn.pending != nil || cn.gen != w.gen
 	cn.mu.Unlock()
+	if stale {
+		return // a reset came: the new generation passes its boundaries again
+	}
 	ran := false
 	for i := 0; i+1 < len(t.Epochs); i++ {
 		e, next := &t.Epochs[i], &t.Epochs[i+1]

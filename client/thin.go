@@ -199,6 +199,7 @@ type ThinProducer struct {
 	id      string
 	opts    ThinOptions
 	prefix  string // reply subjects are prefix + request id
+	tokens  bool   // send a random Pctl-Token with every record (the same for its re-sends)
 	sub     *nats.Subscription
 	maxBody int // bytes of a batched request's body
 
@@ -263,6 +264,9 @@ func (c *Client) NewThinProducer(topic string, opts ThinOptions) (*ThinProducer,
 	if err := wire.ValidTopic(topic); err != nil {
 		return nil, err
 	}
+	// A random id gets random per-record tokens (spec/protocol.md §5.2); a chosen one is for
+	// idempotent re-runs, which need the broker's content tokens.
+	tokens := opts.ID == ""
 	if opts.ID == "" {
 		opts.ID = nuid.Next()
 	}
@@ -287,7 +291,7 @@ func (c *Client) NewThinProducer(topic string, opts ThinOptions) (*ThinProducer,
 	if opts.MaxBatch > wire.MaxBatchRecords {
 		opts.MaxBatch = wire.MaxBatchRecords
 	}
-	t := &ThinProducer{c: c, topic: topic, subject: wire.ProduceSubject(topic), id: opts.ID, opts: opts,
+	t := &ThinProducer{c: c, topic: topic, subject: wire.ProduceSubject(topic), id: opts.ID, opts: opts, tokens: tokens,
 		prefix: c.nc.NewInbox() + ".", reqs: map[uint64]*thinRequest{}, base: 1, next: 1,
 		stop: make(chan struct{}), pause: thinPauseMin, maxBody: thinBatchBytes}
 	if half := int(c.nc.MaxPayload() / 2); half < t.maxBody {
@@ -350,12 +354,17 @@ func (t *ThinProducer) Send(ctx context.Context, rec Record, done func(Result)) 
 	if err != nil {
 		return err
 	}
+	var token string
+	if t.tokens {
+		token = newToken()
+		m.Header[wire.HeaderToken] = []string{token}
+	}
 	if max := t.c.nc.MaxPayload(); int64(m.Size()-len(m.Subject)) > max {
 		return tooLarge(m, max)
 	}
 	t.seq++
 	pd := &thinPending{seq: t.seq, msg: m, deadline: time.Now().Add(t.opts.Timeout), done: done,
-		rec: wire.BatchRecord{Seq: t.seq, NoKey: rec.NoKey, Key: rec.Key, Value: rec.Value}}
+		rec: wire.BatchRecord{Seq: t.seq, Token: token, NoKey: rec.NoKey, Key: rec.Key, Value: rec.Value}}
 	pd.size = wire.BatchRecordSize(pd.rec)
 	t.q = append(t.q, pd)
 	t.count++

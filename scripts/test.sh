@@ -19,6 +19,9 @@ export PCTL_SCREENSHOTS="${PCTL_SCREENSHOTS:-$PWD/test-artifacts/screenshots}"
 step "go vet"
 go vet ./...
 
+step "go mod tidy -diff (go.mod and go.sum are what 'go mod tidy' makes)"
+go mod tidy -diff
+
 # Suites whose subjects are other processes (a 3-node cluster of pctl nats-server processes with
 # pctl serve brokers, SDK members and producers in four languages): the race detector sees only
 # the Go test process driving them, so they run once, at full size, in their own step below.
@@ -44,6 +47,14 @@ for d in sdk/*/; do
 		echo "--- $d"
 		if [ -x "$d/setup" ]; then "$d/setup"; fi
 		"$d/test"
+	fi
+done
+
+step "the packages as users get them (sdk/*/package-check: npm pack, python -m build and twine check, mvn install with sources and javadoc; each installed into a fresh project that partitions keys offline)"
+for d in sdk/*/; do
+	if [ -x "$d/package-check" ]; then
+		echo "--- $d"
+		"$d/package-check"
 	fi
 done
 

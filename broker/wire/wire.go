@@ -45,7 +45,10 @@ const (
 	// the producer's id and its sequence number for the record (1, 2, ...).
 	HeaderProducer = "Pctl-Producer"
 	HeaderSeq      = "Pctl-Seq"
-	// HeaderMsgID is JetStream's deduplication header; pctl sets it to "<producer>-<seq>".
+	// HeaderToken is a thin client's per-record deduplication token (spec/protocol.md §5.2).
+	HeaderToken = "Pctl-Token"
+	// HeaderMsgID is JetStream's deduplication header; pctl sets it to
+	// "<producer>-<seq>-<token>" (spec/protocol.md §5.1).
 	HeaderMsgID = "Nats-Msg-Id"
 	// HeaderError carries an API error code on a reply that failed (with a JSON body).
 	HeaderError = "Pctl-Error"

@@ -47,7 +47,7 @@ func TestNewcomerWording(t *testing.T) {
 		{"a bad seed file is named once", &pctlAs{t: t, url: b.ClientURL(), creds: notSeed}, "", []string{"topic", "list"},
 			exitUsage, []string{"pctl topic list: credentials " + notSeed + ": "}, []string{"pctl: credentials", "bad request"}},
 		{"one record is one record", cliFor(t, b, broker.RoleProducer), "alice\t1\n", []string{"produce", "orders"},
-			exitOK, []string{"orders: 1 record, 1 acknowledged"}, []string{"1 records"}},
+			exitOK, []string{"orders: 1 record, 1 acknowledged"}, []string{" 1 records,"}},
 		{"deleting a topic that does not exist does not suggest creating it", admin, "", []string{"topic", "delete", "nope"},
 			exitUsage, []string{`topic "nope" does not exist, so there is nothing to delete`, "pctl topic list"}, []string{"create"}},
 		{"an http:// server is refused", &pctlAs{t: t, url: "http://" + port, creds: b.CredsPath(broker.RoleAdmin)}, "", []string{"topic", "list"},

@@ -56,8 +56,10 @@ On a terminal, standard error shows the records acknowledged so far and the rate
 
 --producer-id ID names the producer. Records are deduplicated by (ID, the record's sequence
 number in the run: 1, 2, ...) for two minutes, so running the same input again with the same ID
-after a failure stores no second copy of what was already acknowledged (the summary counts them as
-duplicates). Do not reuse an ID for different input within two minutes. Default: a random ID.
+after a failure stores no second copy of what was already acknowledged (the summary counts as
+duplicates those the broker reported as already stored; inside a batch it reports none). Do not
+reuse an ID for different input within two minutes. Default: a random ID (and random
+deduplication tokens: spec/protocol.md §5.1).
 
 Errors and exit status:
   2  bad flags, or a malformed line: bad hex with --hex, or a key over 65536 bytes. Input is
@@ -145,7 +147,7 @@ func cmdProduce(e *env, args []string) int {
 		}
 		p = tp
 	} else {
-		prod, err := c.NewProducer(e.ctx, topic, client.ProducerOptions{ID: *id, Logf: w.logf, Hooks: []client.Hook{w}})
+		prod, err := c.NewProducer(e.ctx, topic, client.ProducerOptions{ID: *id, ContentTokens: *id != "", Logf: w.logf, Hooks: []client.Hook{w}})
 		if err != nil {
 			return exitFor(e, cmd, err)
 		}
