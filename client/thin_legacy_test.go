@@ -459,7 +459,6 @@ func (t *legacyThin) failPending(err error) {
 	}
 }
 
-
 // LegacyThin and NewLegacyThin give the baseline to package client_test's benchmark.
 type LegacyThin = legacyThin
 
