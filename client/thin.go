@@ -211,6 +211,9 @@ type ThinProducer struct {
 	q     []*thinPending
 	base  uint64
 	count int // records in q
+	// delivering counts results taken out of q whose done has not returned yet: Flush waits for
+	// them too, so that every result is delivered when it returns.
+	delivering int
 	// next is the sequence of the first record not yet sent in this session: records at or
 	// after it wait, records before it are in flight.
 	next uint64
@@ -509,12 +512,13 @@ func (t *ThinProducer) Produce(ctx context.Context, rec Record) (Result, error) 
 	}
 }
 
-// Flush waits until every record sent so far has its result. It returns the error that made the
+// Flush waits until every record sent so far has its result, delivered (its done function has
+// returned; so done must not call Flush or Close). It returns the error that made the
 // producer unusable (a permission refusal), if any; per-record failures are in the results.
 func (t *ThinProducer) Flush(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for t.count > 0 {
+	for t.count > 0 || t.delivering > 0 {
 		if ctx.Err() != nil {
 			return fmt.Errorf("flush: %d records not yet acknowledged: %w", t.count, ctx.Err())
 		}
@@ -603,9 +607,7 @@ func (t *ThinProducer) onReply(m *nats.Msg) {
 	}
 	t.sendWaitingLocked()
 	t.mu.Unlock()
-	for _, o := range out {
-		o.deliver()
-	}
+	t.deliver(out)
 }
 
 // decodeReply turns a reply into one result per record of req, and names the broker that sent
@@ -662,6 +664,7 @@ func (t *ThinProducer) decodeReply(m *nats.Msg, req *thinRequest) ([]Result, str
 func (t *ThinProducer) settleLocked(pd *thinPending, r Result) thinResult {
 	t.q[pd.seq-t.base] = nil
 	t.count--
+	t.delivering++
 	for len(t.q) > 0 && t.q[0] == nil {
 		t.q = t.q[1:]
 		t.base++
@@ -674,10 +677,21 @@ func (t *ThinProducer) settleLocked(pd *thinPending, r Result) thinResult {
 	return thinResult{pd, r}
 }
 
-func (o thinResult) deliver() {
-	if o.pd.done != nil {
-		o.pd.done(o.r)
+// deliver calls the done functions of results settleLocked took out of the queue, outside
+// t.mu, in their order.
+func (t *ThinProducer) deliver(out []thinResult) {
+	if len(out) == 0 {
+		return
 	}
+	for _, o := range out {
+		if o.pd.done != nil {
+			o.pd.done(o.r)
+		}
+	}
+	t.mu.Lock()
+	t.delivering -= len(out)
+	t.cond.Broadcast()
+	t.mu.Unlock()
 }
 
 // sweep re-sends records whose attempt is overdue and fails records past their Timeout.
@@ -732,9 +746,7 @@ func (t *ThinProducer) sweep() {
 				t.sendWaitingLocked()
 			}
 			t.mu.Unlock()
-			for _, o := range out {
-				o.deliver()
-			}
+			t.deliver(out)
 		}
 	}
 }
@@ -759,9 +771,7 @@ func (t *ThinProducer) failPending(err error) {
 		}
 	}
 	t.mu.Unlock()
-	for _, o := range out {
-		o.deliver()
-	}
+	t.deliver(out)
 }
 
 // thinMessage builds a produce request to subject (wire.ProduceSubject of a topic the caller
