@@ -57,5 +57,6 @@ func TestBenchProduceCommand(t *testing.T) {
 	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "bench", "produce", "--variants", "client,fast"), exitUsage, `unknown variant "fast"`)
 	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "bench", "produce", "--sync-interval", "soon"), exitUsage, "--sync-interval")
 	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "bench", "produce", "--records", "0"), exitUsage, "at least 1")
+	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "bench", "epoch", "--rounds", "0"), exitUsage, "--rounds >= 1")
 	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "bench", "consume"), exitUsage, `unknown benchmark "consume"`)
 }
