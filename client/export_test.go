@@ -18,3 +18,10 @@ func KeepDrainedSetAcrossReset(o ConsumerOptions) ConsumerOptions {
 func (c *Client) ResetGroupPartially(ctx context.Context, topic, group string, to SeekTarget, keys int) (*ResetResult, error) {
 	return c.resetGroup(ctx, topic, group, to, "partial-resetter", keys)
 }
+
+// WithoutKeyRule turns off the per-key rule of fast batches on clusters (spec/protocol.md
+// §5.1.2): the control for the failover tests, which must then see keys out of order.
+func WithoutKeyRule(o ProducerOptions) ProducerOptions {
+	o.noKeyRule = true
+	return o
+}
