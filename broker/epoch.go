@@ -316,10 +316,11 @@ func (b *Broker) setSubject(ctx context.Context, topic string, q int, subject st
 	if bound := bindingEpoch(cfg); bound > epoch {
 		return fmt.Errorf("%w: stream %s is bound for epoch %d already; the step for epoch %d is stale", wire.ErrConflict, cfg.Name, bound, epoch)
 	}
-	if len(cfg.Subjects) == 1 && cfg.Subjects[0] == subject && bindingEpoch(cfg) == epoch {
+	if len(cfg.Subjects) == 1 && cfg.Subjects[0] == subject && bindingEpoch(cfg) == epoch && cfg.AllowBatchPublish {
 		return nil
 	}
 	cfg.Subjects = []string{subject}
+	cfg.AllowBatchPublish = true // producers send fast batches (a stream of an older pctl)
 	meta := map[string]string{}
 	for k, v := range cfg.Metadata {
 		meta[k] = v

@@ -225,7 +225,13 @@ func (c *Client) NewProducer(ctx context.Context, topic string, opts ProducerOpt
 		return nil, fmt.Errorf("%w: subscribe to the producer's replies: %v", wire.ErrUnavailable, err)
 	}
 	_ = replies.SetPendingLimits(1<<20, 256<<20)
-	events, err := c.nc.Subscribe(wire.TopicEventSubject(topic), func(*nats.Msg) { p.requestCheck() })
+	// Topic events are hints: a refresh of the descriptor (read from the broker), coalesced; none
+	// for what JetStream relays (spec/protocol.md §8.4).
+	events, err := c.nc.Subscribe(wire.TopicEventSubject(topic), func(m *nats.Msg) {
+		if !strings.HasPrefix(m.Reply, "$JS.") {
+			p.requestCheck()
+		}
+	})
 	if err != nil {
 		_ = replies.Unsubscribe()
 		return nil, fmt.Errorf("%w: subscribe to %s: %v", wire.ErrUnavailable, wire.TopicEventSubject(topic), err)
