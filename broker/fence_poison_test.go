@@ -26,8 +26,8 @@ import (
 // published to the still-bound old subject just before the fence step.
 func TestFenceMarkerPoisoning(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		early  bool // predictable ids, before the change; else the real token, during it
+		name  string
+		early bool // predictable ids, before the change; else the real token, during it
 	}{
 		{"predictable-ids-before-the-change", true},
 		{"real-token-read-during-the-change", false},

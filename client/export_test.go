@@ -25,3 +25,12 @@ func WithoutKeyRule(o ProducerOptions) ProducerOptions {
 	o.noKeyRule = true
 	return o
 }
+
+// WithServerHoles makes the producer treat every stream as clustered (batches are read back
+// before they count; the per-key rule holds unless WithoutKeyRule) and calls holes after each
+// clean PubAck of a batch that stored stream sequences first..last, before the read-back: the
+// test deletes stored records there, as nats-server 2.15.2 loses records it counted.
+func WithServerHoles(o ProducerOptions, holes func(stream string, first, last uint64)) ProducerOptions {
+	o.testVerify, o.testHoles = true, holes
+	return o
+}

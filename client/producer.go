@@ -95,6 +95,13 @@ type ProducerOptions struct {
 	// per-key rule of spec/protocol.md §5.1.2 off), for the control that shows the failover
 	// test catches what the rule prevents.
 	noKeyRule bool
+	// testVerify (test hook) makes every stream count as clustered: batches are confirmed by
+	// reading them back (a stream without cluster info is never trusted) and the per-key rule holds.
+	testVerify bool
+	// testHoles (test hook) runs after the clean PubAck of a batch that stored stream sequences
+	// first..last, before the batch is confirmed: it may delete stored records of it, as
+	// nats-server 2.15.2 loses records it counted around a raft term change.
+	testHoles func(stream string, first, last uint64)
 }
 
 // Producer produces keyed records to one topic, partitioning them on the client with the
