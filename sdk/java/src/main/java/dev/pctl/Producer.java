@@ -59,10 +59,11 @@ import java.util.concurrent.locks.ReentrantLock;
  * record is acknowledged only once its batch is confirmed: the stream's leader and its election
  * time did not change since the batch began (and the election is more than 5 s old), or else the
  * batch was read back from the leader and each record found; a record the server counted but did
- * not store is sent again (with a new token) and counted in {@link #holes()} (a nats-server fault:
- * its key may then be out of order). On a stream with more than one replica a batch never holds
- * two records with the same key: a record whose key is already in the open batch waits for the
- * next batch, which starts only after the open one is confirmed (spec/protocol.md §5.1.2).
+ * not store (a nats-server fault) is sent again first in the next batch, with a new token, and
+ * counted in {@link #holes()}. And on a cluster a batch never holds two records with the same key
+ * (the per-key rule): a record whose key is already in the open batch waits for the next batch,
+ * which starts only after the open one is confirmed, so a hole is re-sent ahead of every later
+ * record of its key (spec/protocol.md §5.1.2).
  *
  * <p><b>Results.</b> Each record's fate is reported once: its future completes (or its callback
  * runs) with a {@link RecordMetadata}, or with a {@link PctlException}: {@link
@@ -175,7 +176,13 @@ public final class Producer implements AutoCloseable {
             return t;
         });
         this.replySid = raw.subscribe(inbox + ".>", this::onReply);
-        this.eventSid = raw.subscribe("pctl.events.topic." + topic, m -> requestCheck());
+        // An event is a hint to re-read the descriptor (coalesced); one with a $JS. reply subject
+        // is a push consumer's redelivery aimed here, not the broker's (spec/protocol.md §8.4).
+        this.eventSid = raw.subscribe("pctl.events.topic." + topic, m -> {
+            if (m.reply() == null || !m.reply().startsWith("$JS.")) {
+                requestCheck();
+            }
+        });
         Runnable a = raw.onDisconnect(() -> {
             for (Sink s : sinksNow()) {
                 s.connLost();
@@ -1488,9 +1495,15 @@ public final class Producer implements AutoCloseable {
             return changed || System.nanoTime() - leaderSinceNanos <= LEADER_SETTLED_NANOS;
         }
 
-        /** One batch may not hold a key twice: on a replicated stream (spec/protocol.md §5.1.2). */
+        /**
+         * The per-key rule (spec/protocol.md §5.1.2): on a cluster a batch never holds two records
+         * of the same key, so that a record the server counted but dropped (a hole) is the only one
+         * of its key in its batch, and its re-send goes first in the next batch, which starts only
+         * after this one is confirmed. Every stream on a cluster, R1 included: a live replica
+         * change gives an R1 stream a raft group, and the producer cannot know that before it sends.
+         */
         private boolean oneRecordPerKey() {
-            return verify && replicas > 1;
+            return verify;
         }
 
         /**
@@ -1538,7 +1551,7 @@ public final class Producer implements AutoCloseable {
                 int op = OP_APPEND;
                 if (bseq == 1) {
                     op = OP_START;
-                    if (last || (perKey && pd.keyHeader != null && pd.keyHeader.equals(next.keyHeader))) {
+                    if (last || size == 1 || (perKey && pd.keyHeader != null && pd.keyHeader.equals(next.keyHeader))) {
                         op = OP_COMMIT; // a batch of one record: stored and committed by one message
                     }
                 }
