@@ -604,6 +604,12 @@ func thinMessage(subject string, rec Record, id string, seq uint64) (*nats.Msg, 
 		h[wire.HeaderProducer] = []string{id}
 		h[wire.HeaderSeq] = []string{strconv.FormatUint(seq, 10)}
 	}
+	if rec.Tombstone {
+		if err := checkCompaction("", false, rec); err != nil {
+			return nil, err
+		}
+		h[wire.HeaderTombstone] = []string{"true"}
+	}
 	return &nats.Msg{Subject: subject, Data: rec.Value, Header: h}, nil
 }
 
