@@ -118,6 +118,9 @@ func (p *bfProgress) count(copied, newer, expired int64) {
 // errBackfillGone: the topic was deleted (or re-created) or the backfill finished elsewhere.
 var errBackfillGone = errors.New("backfill no longer needed")
 
+// errBackfillDied: the step hook stopped the backfill as if the broker had died.
+var errBackfillDied = errors.New("backfill stopped by the step hook")
+
 // runBackfill copies the ended epoch's records into epoch `epoch`, from the recorded progress on.
 func (b *Broker) runBackfill(ctx context.Context, name string, epoch int) error {
 	t, _, err := b.getTopic(ctx, name)
@@ -145,31 +148,57 @@ func (b *Broker) runBackfill(ctx context.Context, name string, epoch int) error 
 
 	bctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	// The checkpointer records the progress, every backfillFlush and whenever an old partition
+	// is done (asked on ckReq); the step hook runs after each (a test's "broker dies here"). One
+	// goroutine does them all, so no lock is held across their network calls.
+	ckReq := make(chan chan error)
 	flushed := make(chan error, 1)
 	go func() {
 		tick := time.NewTicker(backfillFlush)
 		defer tick.Stop()
+		checkpoint := func() error {
+			if err := b.flushBackfill(bctx, name, id, epoch, prog, false); err != nil {
+				return err
+			}
+			if b.cfg.StepHook != nil {
+				if err := b.cfg.StepHook(name, "backfilling"); err != nil {
+					return fmt.Errorf("%w: %v", errBackfillDied, err)
+				}
+			}
+			return nil
+		}
+		var failed error
 		for {
+			var reply chan error
 			select {
 			case <-bctx.Done():
-				flushed <- nil
+				flushed <- failed
 				return
 			case <-tick.C:
-				if err := b.flushBackfill(bctx, name, id, epoch, prog, false); err != nil {
-					cancel(err)
-					flushed <- err
-					return
-				}
-				if b.cfg.StepHook != nil {
-					if err := b.cfg.StepHook(name, "backfilling"); err != nil {
-						cancel(err)
-						flushed <- err
-						return
-					}
-				}
+			case reply = <-ckReq:
+			}
+			err := failed
+			if err == nil {
+				err = checkpoint()
+			}
+			if err != nil && failed == nil {
+				failed = err
+				cancel(err)
+			}
+			if reply != nil {
+				reply <- err
 			}
 		}
 	}()
+	checkpoint := func() error {
+		reply := make(chan error, 1)
+		select {
+		case ckReq <- reply:
+			return <-reply
+		case <-bctx.Done():
+			return context.Cause(bctx)
+		}
+	}
 	job := &bfJob{b: b, t: t, prev: prev, next: ep, fOld: fOld, fNew: fNew, prog: prog}
 	sem := make(chan struct{}, backfillParallel)
 	var wg sync.WaitGroup
@@ -184,7 +213,11 @@ func (b *Broker) runBackfill(ctx context.Context, name string, epoch int) error 
 		wg.Add(1)
 		go func(q int) {
 			defer func() { <-sem; wg.Done() }()
-			if err := job.partition(bctx, q); err != nil {
+			err := job.partition(bctx, q)
+			if err == nil {
+				err = checkpoint()
+			}
+			if err != nil {
 				firstMu.Lock()
 				if first == nil {
 					first = err
@@ -205,6 +238,9 @@ func (b *Broker) runBackfill(ctx context.Context, name string, epoch int) error 
 	}
 	if first == nil && ctx.Err() != nil {
 		first = ctx.Err()
+	}
+	if errors.Is(first, errBackfillDied) {
+		return first // as if the broker had died: nothing more is recorded
 	}
 	// Record what was done, finished or not (a crash loses at most one flush interval of it).
 	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
