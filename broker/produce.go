@@ -145,7 +145,11 @@ func (b *Broker) produce(m *nats.Msg) {
 			b.produceErr(m, fmt.Errorf("%w: a request with %s %q needs %s, a positive integer (got %q), and an id of 1 to 64 characters of A-Z a-z 0-9 _ -", wire.ErrBadRequest, wire.HeaderProducer, id, wire.HeaderSeq, m.Header.Get(wire.HeaderSeq)))
 			return
 		}
-		rec.Origin = &client.Origin{Producer: id, Seq: seq}
+		rec.Origin = &client.Origin{Producer: id, Seq: seq, Token: m.Header.Get(wire.HeaderToken)}
+		if tok := rec.Origin.Token; tok != "" && !client.ValidToken(tok) {
+			respondErr(m, fmt.Errorf("%w: %s %q: 16 to 64 characters of A-Z a-z 0-9 _ - (spec/protocol.md §5.2)", wire.ErrBadRequest, wire.HeaderToken, tok))
+			return
+		}
 	}
 	if v := m.Header.Get(wire.HeaderKey); v != "" {
 		key, err := wire.DecodeKey(v)

@@ -152,6 +152,14 @@ func (b *Broker) resume(ctx context.Context) error {
 		if err != nil {
 			continue
 		}
+		if !t.Deleting && !t.Creating {
+			// Streams of topics created by an older pctl: producers need fast batches.
+			if err := b.forPartitions(ctx, t.MaxPartitions(), func(q int) error {
+				return b.allowBatches(ctx, wire.StreamName(t.Name, q))
+			}); err != nil {
+				b.cfg.Logf("topic %s: %v", name, err)
+			}
+		}
 		work := unfinished(t)
 		if work == "" {
 			continue

@@ -221,6 +221,8 @@ func (b *Broker) ensureStream(ctx context.Context, t *wire.Topic, q int, subject
 		Placement:   placement(t.PlacementTags),
 		AllowDirect: true,
 		Metadata:    map[string]string{metaBindingEpoch: strconv.Itoa(epoch)},
+		// Producers send fast batches (spec/protocol.md §5.1.1).
+		AllowBatchPublish: true,
 	}
 	if t.Compact != nil {
 		// One message per subject (a subject per key: spec/protocol.md §10.1), and TTLs for
@@ -229,7 +231,10 @@ func (b *Broker) ensureStream(ctx context.Context, t *wire.Topic, q int, subject
 		cfg.AllowMsgTTL = true
 	}
 	_, err := b.js.CreateStream(ctx, cfg)
-	if err == nil || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return b.allowBatches(ctx, wire.StreamName(t.Name, q))
+	}
+	if err == nil {
 		return nil
 	}
 	return streamError(fmt.Sprintf("create stream %s", wire.StreamName(t.Name, q)), b.replicas(t), t.PlacementTags, err)
@@ -292,6 +297,28 @@ func tagText(tags []string) string {
 	return " with placement tags " + strings.Join(tags, ",")
 }
 
+// allowBatches turns on fast batch publishing for a partition stream created by an older pctl
+// (producers need it, spec/protocol.md §5.1.1). A missing stream is left alone.
+func (b *Broker) allowBatches(ctx context.Context, name string) error {
+	s, err := b.js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%w: stream %s: %v", wire.ErrUnavailable, name, err)
+	}
+	cfg := s.CachedInfo().Config
+	if cfg.AllowBatchPublish {
+		return nil
+	}
+	cfg.AllowBatchPublish = true
+	if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("%w: enable fast batches on stream %s (needs nats-server 2.14+ on every node): %v", wire.ErrUnavailable, name, err)
+	}
+	b.cfg.Logf("stream %s: fast batch publishing enabled (created by an older pctl)", name)
+	return nil
+}
+
 func (b *Broker) apiTopicDelete(ctx context.Context, m *nats.Msg) (any, error) {
 	var req wire.TopicRequest
 	if err := decode(m, &req); err != nil {
@@ -304,6 +331,10 @@ func (b *Broker) apiTopicDelete(ctx context.Context, m *nats.Msg) (any, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	t, rev, err := b.getTopic(ctx, req.Topic)
+	if errors.Is(err, wire.ErrNotFound) {
+		// Not topicNotFound's advice to create it: that is not what someone deleting wants.
+		return nil, fmt.Errorf("%w: topic %q does not exist, so there is nothing to delete; 'pctl topic list' shows the topics", wire.ErrNotFound, req.Topic)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -377,7 +408,10 @@ func (b *Broker) moduleBytes(ctx context.Context, ref string) ([]byte, error) {
 	}
 	d := strings.ToLower(strings.TrimPrefix(ref, "sha256:"))
 	if _, err := hex.DecodeString(d); err != nil || len(d) != 64 {
-		return nil, fmt.Errorf("%w: plugin %q is not a built-in (%s) nor a sha256 digest of 64 hex digits", wire.ErrNotFound, ref, strings.Join(plugins.BuiltinNames(), ", "))
+		var rerr error
+		if d, rerr = b.resolveUploaded(ctx, ref); rerr != nil {
+			return nil, rerr
+		}
 	}
 	for _, name := range plugins.BuiltinNames() {
 		if wasm, _ := plugins.Builtin(name); runtime.Digest(wasm) == d {
@@ -403,6 +437,62 @@ func (b *Broker) moduleBytes(ctx context.Context, ref string) ([]byte, error) {
 		return nil, fmt.Errorf("%w: stored plugin %s does not match its digest", wire.ErrInternal, d)
 	}
 	return wasm, nil
+}
+
+// resolveUploaded turns the name of an uploaded plugin (its metadata name, as 'pctl plugin list
+// --remote' shows it) or a unique prefix of at least 8 hex digits of a digest (built-in or
+// uploaded) into the full digest. Two uploaded plugins with one name (two versions, say) make the
+// name ambiguous: the error lists their digests. Built-in names never get here (moduleBytes
+// takes them first), so an upload cannot shadow a built-in.
+func (b *Broker) resolveUploaded(ctx context.Context, ref string) (string, error) {
+	type cand struct{ digest, version string }
+	var byName, byPrefix []cand
+	prefix := strings.ToLower(strings.TrimPrefix(ref, "sha256:"))
+	isPrefix := len(prefix) >= 8 && len(prefix) < 64 && strings.Trim(prefix, "0123456789abcdef") == ""
+	if isPrefix {
+		for _, name := range plugins.BuiltinNames() {
+			wasm, _ := plugins.Builtin(name)
+			if d := runtime.Digest(wasm); strings.HasPrefix(d, prefix) {
+				byPrefix = append(byPrefix, cand{d, name})
+			}
+		}
+	}
+	lister, err := b.objs.List(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return "", fmt.Errorf("%w: list plugins: %v", wire.ErrUnavailable, err)
+	}
+	for _, oi := range lister {
+		var info wire.PluginInfo
+		if json.Unmarshal([]byte(oi.Metadata["info"]), &info) != nil {
+			continue
+		}
+		if info.Name == ref {
+			byName = append(byName, cand{info.Digest, info.Version})
+		}
+		if isPrefix && strings.HasPrefix(info.Digest, prefix) {
+			byPrefix = append(byPrefix, cand{info.Digest, info.Name + " " + info.Version})
+		}
+	}
+	list := func(cs []cand) string {
+		var parts []string
+		for _, c := range cs {
+			parts = append(parts, "sha256:"+c.digest+" ("+c.version+")")
+		}
+		return strings.Join(parts, ", ")
+	}
+	switch {
+	case len(byName) == 1:
+		return byName[0].digest, nil
+	case len(byName) > 1:
+		return "", fmt.Errorf("%w: plugin name %q is ambiguous: %d uploaded plugins have it: %s; give one's digest (or a unique prefix of it)", wire.ErrBadRequest, ref, len(byName), list(byName))
+	case len(byPrefix) == 1:
+		return byPrefix[0].digest, nil
+	case len(byPrefix) > 1:
+		return "", fmt.Errorf("%w: digest prefix %s is ambiguous: %s; give more digits", wire.ErrBadRequest, prefix, list(byPrefix))
+	case isPrefix:
+		return "", fmt.Errorf("%w: no plugin's digest starts with %s; 'pctl plugin list --remote' shows the plugins", wire.ErrNotFound, prefix)
+	}
+	return "", fmt.Errorf("%w: plugin %q is not a built-in (%s), nor the name of an uploaded plugin, nor a sha256 digest (64 hex digits, or a unique prefix of at least 8); 'pctl plugin list --remote' shows the plugins", wire.ErrNotFound, ref, strings.Join(plugins.BuiltinNames(), ", "))
 }
 
 // pluginStoredAtLeader reports whether the plugins bucket's stream leader holds the object (and

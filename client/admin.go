@@ -7,6 +7,7 @@ import (
 
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/partitioner"
+	"pctl.dev/pctl/plugins"
 	"pctl.dev/pctl/runtime"
 )
 
@@ -132,7 +133,9 @@ func (c *Client) Module(ctx context.Context, ref string) ([]byte, error) {
 		return nil, fmt.Errorf("%w: plugin %s: the bytes received hash to %s: refusing them", wire.ErrInternal, ref, d)
 	}
 	c.mu.Lock()
-	c.modules[ref] = m.Data
+	if _, builtin := plugins.Builtin(ref); builtin {
+		c.modules[ref] = m.Data // an uploaded plugin's name may mean other bytes later: not cached
+	}
 	c.modules[d] = m.Data
 	c.mu.Unlock()
 	return m.Data, nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -58,6 +59,8 @@ type Client struct {
 	vmu        sync.Mutex
 	violations map[string][]chan struct{} // subject -> waiters
 	vlisteners []func(subject string)
+	clisteners map[int]func(connected bool)
+	cnext      int
 
 	thin thinIdentity // ProduceBrokerSide's producer id and sequence (thin.go)
 }
@@ -69,6 +72,9 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	}
 	if opts.URL == "" {
 		opts.URL = "nats://127.0.0.1:4222"
+	}
+	if err := CheckServerURL(opts.URL); err != nil {
+		return nil, err
 	}
 	if opts.Creds == "" {
 		opts.Creds = os.Getenv("PCTL_CREDS")
@@ -87,11 +93,13 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	}
 	c := &Client{opts: opts, parts: map[string]*partitioner.WASM{}, modules: map[string][]byte{}, violations: map[string][]chan struct{}{}}
 	nopts := []nats.Option{nats.Name(opts.Name), nats.MaxReconnects(-1), nats.ReconnectWait(opts.ReconnectWait),
-		nats.ReconnectJitter(50*time.Millisecond, 50*time.Millisecond), nats.ErrorHandler(c.onAsyncError)}
+		nats.ReconnectJitter(50*time.Millisecond, 50*time.Millisecond), nats.ErrorHandler(c.onAsyncError),
+		nats.DisconnectErrHandler(func(*nats.Conn, error) { c.connEvent(false) }),
+		nats.ReconnectHandler(func(*nats.Conn) { c.connEvent(true) })}
 	if opts.Creds != "" {
 		o, err := nats.NkeyOptionFromSeed(opts.Creds)
 		if err != nil {
-			return nil, fmt.Errorf("pctl: credentials %s: %w (use a .nk seed file from the broker's data directory)", opts.Creds, err)
+			return nil, fmt.Errorf("%w: credentials %s: %w (use a .nk seed file from the broker's data directory)", wire.ErrBadRequest, opts.Creds, err)
 		}
 		nopts = append(nopts, o)
 		if !opts.SharedInbox {
@@ -201,6 +209,64 @@ func (c *Client) onViolation(f func(subject string)) {
 	c.vmu.Lock()
 	c.vlisteners = append(c.vlisteners, f)
 	c.vmu.Unlock()
+}
+
+// onConnEvent registers f to be called when the connection is lost (false) and back (true);
+// the returned function unregisters it.
+func (c *Client) onConnEvent(f func(connected bool)) func() {
+	c.vmu.Lock()
+	defer c.vmu.Unlock()
+	if c.clisteners == nil {
+		c.clisteners = map[int]func(bool){}
+	}
+	id := c.cnext
+	c.cnext++
+	c.clisteners[id] = f
+	return func() {
+		c.vmu.Lock()
+		delete(c.clisteners, id)
+		c.vmu.Unlock()
+	}
+}
+
+func (c *Client) connEvent(connected bool) {
+	c.vmu.Lock()
+	ls := make([]func(bool), 0, len(c.clisteners))
+	for _, f := range c.clisteners {
+		ls = append(ls, f)
+	}
+	c.vmu.Unlock()
+	for _, f := range ls {
+		f(connected)
+	}
+}
+
+// MinServerVersion is the oldest nats-server pctl's producer runs on: fast batch publishing
+// (spec/protocol.md §5.1) came in 2.14.
+const MinServerVersion = "2.14.0"
+
+// requireFastBatches fails unless the connected server is nats-server 2.14 or later.
+func (c *Client) requireFastBatches() error {
+	v := c.nc.ConnectedServerVersion()
+	if !versionAtLeast(v, 2, 14) {
+		return fmt.Errorf("%w: the server at %s runs nats-server %q; pctl's producer needs %s or later on every node (fast batch publishing, spec/protocol.md §5.1): upgrade the NATS servers", wire.ErrUnavailable, c.nc.ConnectedUrlRedacted(), v, MinServerVersion)
+	}
+	return nil
+}
+
+// versionAtLeast reports whether a "major.minor.patch[-suffix]" version is at least major.minor.
+func versionAtLeast(v string, major, minor int) bool {
+	v = strings.TrimPrefix(v, "v")
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(strings.SplitN(parts[1], "-", 2)[0])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
 }
 
 // PermissionError is returned when the connection's role may not use a subject.

@@ -1522,6 +1522,8 @@ func (w *worker) deliver(ctx context.Context, msg jetstream.Msg, h Handler, fail
 		}
 		w.mu.Unlock()
 		w.passBoundaries(ctx, md.Sequence.Stream)
+		// Past the marker: commit at once, children's keys-assigned steps wait for it.
+		w.commitNow(ctx)
 		return true
 	}
 	m := &Message{Topic: cn.topic, Partition: w.partition, Seq: md.Sequence.Stream, Value: msg.Data(), NoKey: true}
@@ -1767,7 +1769,11 @@ func (w *worker) passBoundaries(ctx context.Context, pos uint64) {
 	cn := w.cn
 	cn.mu.Lock()
 	t := cn.desc
+	stale := cn.pending != nil || cn.gen != w.gen
 	cn.mu.Unlock()
+	if stale {
+		return // a reset came: the new generation passes its boundaries again
+	}
 	ran := false
 	for i := 0; i+1 < len(t.Epochs); i++ {
 		e, next := &t.Epochs[i], &t.Epochs[i+1]

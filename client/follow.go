@@ -19,6 +19,14 @@ import (
 // the wait. A change that fails is retried by the brokers (spec/protocol.md §7): FollowChange
 // keeps waiting, and the caller decides how long.
 func (c *Client) FollowChange(ctx context.Context, topic string, epoch int, progress func(*wire.Topic)) (*wire.Topic, error) {
+	return c.FollowTopic(ctx, topic, fmt.Sprintf("epoch %d was active", epoch), func(t *wire.Topic) bool {
+		return t.Change == nil && t.Current().Epoch >= epoch
+	}, progress)
+}
+
+// FollowTopic watches a topic's descriptor, as FollowChange does, until done(descriptor) is true
+// (what, for the error after ctx ends, says what was awaited: "the replicas were changed").
+func (c *Client) FollowTopic(ctx context.Context, topic, what string, done func(*wire.Topic) bool, progress func(*wire.Topic)) (*wire.Topic, error) {
 	events := make(chan struct{}, 1)
 	sub, err := c.nc.Subscribe(wire.TopicEventSubject(topic), func(m *nats.Msg) {
 		select {
@@ -38,18 +46,18 @@ func (c *Client) FollowChange(ctx context.Context, topic string, epoch int, prog
 			if progress != nil {
 				progress(t)
 			}
-			if t.Change == nil && t.Current().Epoch >= epoch {
+			if done(t) {
 				return t, nil
 			}
 		case errors.Is(err, wire.ErrNotFound):
 			return nil, err
 		case ctx.Err() != nil:
-			return nil, fmt.Errorf("%w: stopped following topic %s before epoch %d was active: %v", wire.ErrUnavailable, topic, epoch, ctx.Err())
+			return nil, fmt.Errorf("%w: stopped following topic %s before %s: %w", wire.ErrUnavailable, topic, what, ctx.Err())
 		}
 		// Other errors (a broker restarting) are transient: read again.
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: stopped following topic %s before epoch %d was active: %w", wire.ErrUnavailable, topic, epoch, ctx.Err())
+			return nil, fmt.Errorf("%w: stopped following topic %s before %s: %w", wire.ErrUnavailable, topic, what, ctx.Err())
 		case <-events:
 		case <-tick.C:
 		}

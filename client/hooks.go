@@ -46,7 +46,12 @@ type HookLeaseChange interface {
 
 // hookProduced wraps a record's done callback so that hooks see its fate first; without hooks it
 // returns done as it is.
-func (p *Producer) hookProduced(rec *Record, done func(Result)) func(Result) {
+// The record is passed by value and copied only when a hook wants it, so that a producer without
+// hooks allocates nothing more per record.
+func (p *Producer) hookProduced(rec Record, done func(Result)) func(Result) {
+	if len(p.opts.Hooks) == 0 {
+		return done
+	}
 	var hs []HookProduceRecordUnbuffered
 	for _, h := range p.opts.Hooks {
 		if h, ok := h.(HookProduceRecordUnbuffered); ok {
@@ -57,10 +62,12 @@ func (p *Producer) hookProduced(rec *Record, done func(Result)) func(Result) {
 		return done
 	}
 	start := time.Now()
+	kept := new(Record)
+	*kept = rec
 	return func(r Result) {
 		took := time.Since(start)
 		for _, h := range hs {
-			h.OnProduceRecordUnbuffered(p.topic, rec, r, took)
+			h.OnProduceRecordUnbuffered(p.topic, kept, r, took)
 		}
 		if done != nil {
 			done(r)

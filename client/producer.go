@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
 	"pctl.dev/pctl/broker/wire"
@@ -40,29 +39,52 @@ type Record struct {
 type Origin struct {
 	Producer string
 	Seq      uint64
+	// Token is the record's deduplication token (spec/protocol.md §5.2: a thin client's
+	// Pctl-Token). Empty: RecordToken of the record's key and value.
+	Token string
 }
 
 // Result reports the fate of one record. Err == nil means the broker acknowledged it: it is
 // stored and will be delivered to every consumer group.
 type Result struct {
-	Partition   int    // partition (stream) the record is stored in
-	Epoch       int    // epoch it was produced under
-	Seq         uint64 // stream sequence
+	Partition int // partition (stream) the record is stored in
+	Epoch     int // epoch it was produced under
+	// Seq is the record's stream sequence when the producer learned it, else 0 ("stored, sequence
+	// not reported"). A fast batch's PubAck names the stream sequence of its last record only, so
+	// Seq is set for the last record of a batch (always for a record sent alone) and for a record
+	// found by a verification after a failure (spec/protocol.md §5.1.2).
+	Seq         uint64
 	ProducerSeq uint64 // this producer's sequence number of the record (1, 2, ...)
-	Duplicate   bool   // a retry found the record already stored (no second copy was written)
-	Err         error
+	// Duplicate: the server reported the record as already stored, and the stored message was
+	// checked to be this very record (no second copy was written).
+	Duplicate bool
+	Err       error
 }
 
 // ProducerOptions configures a producer. Zero values mean defaults.
 type ProducerOptions struct {
 	// ID identifies the producer in record headers and deduplication ids. Default: random.
 	ID string
-	// MaxInFlight bounds unacknowledged publishes per partition. Default 1024.
+	// ContentTokens makes each record's deduplication token a digest of its key and value
+	// (RecordToken) instead of random: a re-run of the same input under the same ID is then
+	// deduplicated record by record (what 'pctl produce --producer-id' promises), at the price
+	// that a client who knows a record's key and value before it is stored can predict its id
+	// (spec/protocol.md §5.1.4). Default false: random tokens.
+	ContentTokens bool
+	// MaxInFlight bounds, per partition, the records sent beyond the last one the server
+	// confirmed persisted. Default 1024.
 	MaxInFlight int
 	// MaxBuffered bounds records sent but not yet acknowledged; Send blocks beyond it.
 	// Default 65536.
 	MaxBuffered int
-	// Logf receives the producer's decisions after failures (retry in place, repartition).
+	// BatchSize is the most records in one fast batch before the producer commits it (it also
+	// commits whenever its queue for the partition runs empty). Default 4096.
+	BatchSize int
+	// StallTimeout: when records of a partition see no reply for this long, the producer re-reads
+	// the topic's descriptor (a fenced subject on a cluster may answer nothing). Default 250ms.
+	// After the connection's AckTimeout without a reply the producer settles the batch (§5.1.2).
+	StallTimeout time.Duration
+	// Logf receives the producer's decisions after failures (settle, re-send, repartition).
 	Logf func(format string, args ...any)
 	// Partitioner overrides how the producer obtains a partitioner for an epoch (the broker's
 	// produce service passes its own, already loaded). Default: Client.Partitioner.
@@ -72,14 +94,20 @@ type ProducerOptions struct {
 }
 
 // Producer produces keyed records to one topic, partitioning them on the client with the
-// topic's WebAssembly module, and publishes asynchronously with acknowledgements.
+// topic's WebAssembly module, and publishes them in JetStream fast batches (spec/protocol.md
+// §5.1): one sink per partition sends its records in order, one batch open at a time, many
+// records in flight inside it.
 //
 // Order: records with the same key are stored in the order Send was called, and a consumer group
-// delivers them in that order, across epoch changes. When a publish is refused because its epoch
-// was fenced, the producer refreshes the topic, waits for every record in flight, and re-sends that
-// record and every later unacknowledged one, in the original order, under the new epoch. A
-// publish whose acknowledgement was lost is retried with the same deduplication id, so a retry
-// never stores a second copy.
+// delivers them in that order, across epoch changes, connection losses and stream-leader
+// changes: the server stores a contiguous prefix of each batch, and after any failure the sink
+// learns that prefix (from the batch's PubAck, by closing the batch, or by reading the partition
+// back) before it re-sends the rest, in order, in a new batch. When the topic's epoch changed,
+// every unacknowledged record is re-partitioned and re-sent in the original order under the new
+// epoch. A re-send carries the record's original deduplication id (with a random token, so no
+// other client can claim it first), so a record is never stored twice within JetStream's
+// deduplication window, and a duplicate acknowledgement counts only once the stored message was
+// checked to be this record.
 //
 // A Producer is safe for concurrent use; records sent from different goroutines are ordered by
 // the order their Send calls took effect.
@@ -88,6 +116,7 @@ type Producer struct {
 	topic string
 	id    string
 	opts  ProducerOptions
+	inbox string // replies to fast batches arrive under inbox.>
 
 	mu        sync.Mutex
 	cond      *sync.Cond
@@ -102,11 +131,17 @@ type Producer struct {
 	fatal     error
 	closed    bool
 
-	events chan event
-	done   chan struct{}
-	wg     sync.WaitGroup
+	batches  sync.Map // open batch id -> *sink
+	subs     []*nats.Subscription
+	unlisten func()
+	events   chan event
+	checks   chan struct{} // "re-read the descriptor" (coalesced)
+	done     chan struct{}
+	wg       sync.WaitGroup
 
-	resent atomic.Int64 // records re-sent after a fence
+	resent  atomic.Int64 // records re-sent under a new epoch after a fence
+	settles atomic.Int64 // batches settled after an anomaly
+	holes   atomic.Int64 // records a committed batch claimed but the server did not store (re-sent)
 }
 
 type pending struct {
@@ -115,26 +150,27 @@ type pending struct {
 	done      func(Result)
 	epoch     int
 	partition int
-	msg       *nats.Msg
-	// ambiguous: some attempt's acknowledgement was lost, so the record may be stored; it stays
-	// set until a search proves otherwise (a later "no responders" says nothing about it).
-	ambiguous bool
-	// floor is the sink's last acknowledged sequence before the record's first publish in its
-	// current partition: if stored, the record is above it (a later record's acknowledgement
-	// may be above the record itself).
-	floor    uint64
-	floorSet bool
-	tries    int
+	hdr       nats.Header // the record's identity: the same for every send
+	sends     int         // publishes so far, in any partition
+	// floors maps each stream the record was sent to to its sink's floor at the first send
+	// there: a copy of it stored in that stream is above this sequence.
+	floors map[string]uint64
+	failed error // set when the server refused the record for good
 }
 
+// event is a sink's word to the control loop. A final event says the sink stopped and hands
+// back its records not acknowledged (in send order). A sink that finds its epoch fenced by
+// itself sends a non-final event with the descriptor and waits, sending nothing, until the
+// control loop stops it (records queued meanwhile stay with it and come back in its final event).
 type event struct {
-	s     *sink
-	left  []*pending // unacknowledged records, in order
-	cause error      // why the sink paused (nil for a final event)
-	final bool       // the sink stopped for good (asked to): nothing more comes from it
+	s      *sink
+	left   []*pending
+	fenced *wire.Topic // the descriptor that showed the sink's epoch ended
+	final  bool
 }
 
-// NewProducer fetches the topic's descriptor and partitioner and returns a producer.
+// NewProducer fetches the topic's descriptor and partitioner and returns a producer. It fails
+// when the server is older than nats-server 2.14 (fast batches, spec/protocol.md §5.1).
 func (c *Client) NewProducer(ctx context.Context, topic string, opts ProducerOptions) (*Producer, error) {
 	if opts.ID == "" {
 		opts.ID = nuid.Next()
@@ -144,6 +180,12 @@ func (c *Client) NewProducer(ctx context.Context, topic string, opts ProducerOpt
 	}
 	if opts.MaxBuffered <= 0 {
 		opts.MaxBuffered = 65536
+	}
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = 4096
+	}
+	if opts.StallTimeout <= 0 {
+		opts.StallTimeout = 250 * time.Millisecond
 	}
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
@@ -156,7 +198,11 @@ func (c *Client) NewProducer(ctx context.Context, topic string, opts ProducerOpt
 	if err := wire.ValidGroup(opts.ID); err != nil {
 		return nil, fmt.Errorf("%w: producer id %q: 1 to 64 characters of A-Z a-z 0-9 _ - (spec/protocol.md §2)", wire.ErrBadRequest, opts.ID)
 	}
-	p := &Producer{c: c, topic: topic, id: opts.ID, opts: opts, sinks: map[int]*sink{}, events: make(chan event, 64), done: make(chan struct{})}
+	if err := c.requireFastBatches(); err != nil {
+		return nil, err
+	}
+	p := &Producer{c: c, topic: topic, id: opts.ID, opts: opts, sinks: map[int]*sink{}, inbox: c.nc.NewInbox(),
+		events: make(chan event, 64), checks: make(chan struct{}, 1), done: make(chan struct{})}
 	p.cond = sync.NewCond(&p.mu)
 	desc, err := p.fetch(ctx)
 	if err != nil {
@@ -165,9 +211,31 @@ func (c *Client) NewProducer(ctx context.Context, topic string, opts ProducerOpt
 	if err := p.install(ctx, desc); err != nil {
 		return nil, err
 	}
+	replies, err := c.nc.Subscribe(p.inbox+".>", p.onReply)
+	if err != nil {
+		return nil, fmt.Errorf("%w: subscribe to the producer's replies: %v", wire.ErrUnavailable, err)
+	}
+	_ = replies.SetPendingLimits(1<<20, 256<<20)
+	events, err := c.nc.Subscribe(wire.TopicEventSubject(topic), func(*nats.Msg) { p.requestCheck() })
+	if err != nil {
+		_ = replies.Unsubscribe()
+		return nil, fmt.Errorf("%w: subscribe to %s: %v", wire.ErrUnavailable, wire.TopicEventSubject(topic), err)
+	}
+	p.subs = []*nats.Subscription{replies, events}
 	c.onViolation(func(subject string) {
 		if strings.HasPrefix(subject, wire.DataPrefix+"."+topic+".") {
 			p.fail(permissionError(subject))
+		}
+	})
+	p.unlisten = c.onConnEvent(func(connected bool) {
+		p.mu.Lock()
+		sinks := make([]*sink, 0, len(p.sinks))
+		for _, s := range p.sinks {
+			sinks = append(sinks, s)
+		}
+		p.mu.Unlock()
+		for _, s := range sinks {
+			s.connChanged(connected)
 		}
 	})
 	p.wg.Add(1)
@@ -180,6 +248,15 @@ func (p *Producer) ID() string { return p.id }
 
 // Resent returns how many records were re-sent under a new epoch after a fence.
 func (p *Producer) Resent() int64 { return p.resent.Load() }
+
+// Settled returns how many fast batches the producer had to settle after an anomaly (a gap, a
+// refusal, a lost connection, a timeout, a fence).
+func (p *Producer) Settled() int64 { return p.settles.Load() }
+
+// Holes returns how many records the server acknowledged in a committed fast batch without
+// storing them (a nats-server 2.15 fault after a stream leader's term change), found by the
+// producer's check on clusters and sent again: their keys may be out of order.
+func (p *Producer) Holes() int64 { return p.holes.Load() }
 
 // Epoch returns the epoch the producer currently produces to.
 func (p *Producer) Epoch() int {
@@ -198,8 +275,22 @@ func (p *Producer) fetch(ctx context.Context) (*wire.Topic, error) {
 			}
 			return nil, err
 		}
+		p.mu.Lock()
+		old := p.desc
+		p.mu.Unlock()
+		if old != nil && old.ID != "" && t.ID != old.ID {
+			return nil, fmt.Errorf("%w: topic %s was deleted and created again while producing (id %s, now %s); records not yet acknowledged are not sent to the new topic", wire.ErrNotFound, p.topic, old.ID, t.ID)
+		}
 		return t, nil
 	}
+}
+
+// fetchQuick reads the descriptor within the acknowledgement timeout (a request lost with a
+// connection would otherwise wait out the client's whole request timeout).
+func (p *Producer) fetchQuick(ctx context.Context) (*wire.Topic, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.c.opts.AckTimeout)
+	defer cancel()
+	return p.fetch(ctx)
 }
 
 // install makes desc the current layout (p.mu not held; called before the control loop starts
@@ -223,7 +314,7 @@ func (p *Producer) install(ctx context.Context, desc *wire.Topic) error {
 // are unacknowledged. It fails at once for a record the producer can never send (a key over 64
 // KiB, a closed producer).
 func (p *Producer) Send(ctx context.Context, rec Record, done func(Result)) error {
-	done = p.hookProduced(&rec, done) // hooks.go
+	done = p.hookProduced(rec, done) // hooks.go
 	if rec.NoKey && len(rec.Key) > 0 {
 		return fmt.Errorf("%w: a keyless record (NoKey) has no Key", wire.ErrBadRequest)
 	}
@@ -235,6 +326,9 @@ func (p *Producer) Send(ctx context.Context, rec Record, done func(Result)) erro
 	}
 	if max := p.c.nc.MaxPayload(); int64(len(rec.Value)+len(rec.Key)) > max {
 		return fmt.Errorf("%w: record of %d bytes (key and value); the server takes messages of at most %d bytes", wire.ErrBadRequest, len(rec.Value)+len(rec.Key), max)
+	}
+	if o := rec.Origin; o != nil && o.Token != "" && !ValidToken(o.Token) {
+		return fmt.Errorf("%w: record token %q: 16 to 64 characters of A-Z a-z 0-9 _ - (spec/protocol.md §5.2)", wire.ErrBadRequest, o.Token)
 	}
 	p.mu.Lock()
 	for p.buffered >= p.opts.MaxBuffered && p.fatal == nil && !p.closed {
@@ -255,6 +349,7 @@ func (p *Producer) Send(ctx context.Context, rec Record, done func(Result)) erro
 	}
 	p.seq++
 	pd := &pending{seq: p.seq, rec: rec, done: done}
+	pd.hdr = p.identity(pd)
 	p.buffered++
 	if p.switching {
 		p.held = append(p.held, pd)
@@ -298,8 +393,6 @@ func (p *Producer) assignLocked(pd *pending) error {
 		part = int(r)
 	}
 	pd.epoch, pd.partition = cur.Epoch, part
-	pd.floorSet = false // its floor is taken at its first publish in this partition
-	pd.msg = p.message(pd)
 	s := p.sinks[part]
 	if s == nil {
 		s = newSink(p, cur.Epoch, part)
@@ -311,23 +404,44 @@ func (p *Producer) assignLocked(pd *pending) error {
 	return nil
 }
 
-func (p *Producer) message(pd *pending) *nats.Msg {
-	compact := p.desc.Compact
-	m := nats.NewMsg(wire.RecordSubject(p.topic, pd.epoch, pd.partition, compact != nil, pd.rec.Key))
-	m.Data = pd.rec.Value
+// identity is a record's headers, fixed for all its sends (spec/protocol.md §5.1 step 3).
+func (p *Producer) identity(pd *pending) nats.Header {
+	h := nats.Header{}
 	if !pd.rec.NoKey {
-		m.Header.Set(wire.HeaderKey, wire.EncodeKey(pd.rec.Key))
+		h.Set(wire.HeaderKey, wire.EncodeKey(pd.rec.Key))
 	}
-	setTombstone(m.Header, pd.rec.Tombstone, compact)
-	id, n := p.id, pd.seq
+	setTombstone(h, pd.rec.Tombstone, p.desc.Compact)
+	id, n, token := p.id, pd.seq, ""
 	if o := pd.rec.Origin; o != nil {
-		id, n = o.Producer, o.Seq
+		id, n, token = o.Producer, o.Seq, o.Token
+		if token == "" {
+			token = RecordToken(pd.rec.Key, pd.rec.NoKey, pd.rec.Value)
+		}
+	} else if p.opts.ContentTokens {
+		token = RecordToken(pd.rec.Key, pd.rec.NoKey, pd.rec.Value)
+	} else {
+		token = newToken()
 	}
 	seq := strconv.FormatUint(n, 10)
-	m.Header.Set(wire.HeaderProducer, id)
-	m.Header.Set(wire.HeaderSeq, seq)
-	m.Header.Set(wire.HeaderMsgID, id+"-"+seq)
-	return m
+	h.Set(wire.HeaderProducer, id)
+	h.Set(wire.HeaderSeq, seq)
+	h.Set(wire.HeaderMsgID, id+"-"+seq+"-"+token)
+	return h
+}
+
+// renew gives a record that is provably not stored a new deduplication id (a fresh token; the
+// producer id and sequence stay): the server may still count its old id as being stored.
+func (p *Producer) renew(pd *pending) {
+	h := nats.Header{}
+	for k, v := range pd.hdr {
+		h[k] = v
+	}
+	id := h.Get(wire.HeaderMsgID)
+	if i := strings.LastIndexByte(id, '-'); i > 0 {
+		id = id[:i]
+	}
+	h.Set(wire.HeaderMsgID, id+"-"+newToken())
+	pd.hdr, pd.floors = h, nil
 }
 
 func (p *Producer) finish(pd *pending, r Result) {
@@ -346,6 +460,7 @@ func (p *Producer) fail(err error) {
 	p.mu.Lock()
 	if p.fatal == nil {
 		p.fatal = err
+		p.opts.Logf("producer %s: %v", p.id, err)
 	}
 	held := p.held
 	p.held = nil
@@ -372,19 +487,29 @@ func (p *Producer) Flush(ctx context.Context) error {
 	return p.fatal
 }
 
-// Close flushes and stops the producer.
+// Close flushes and stops the producer. Records still unacknowledged when ctx ends fail.
 func (p *Producer) Close(ctx context.Context) error {
 	err := p.Flush(ctx)
 	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return err
+	}
 	p.closed = true
 	sinks := p.sinks
 	p.cond.Broadcast()
 	p.mu.Unlock()
-	for _, s := range sinks {
-		s.close()
-	}
 	close(p.done)
+	for _, s := range sinks {
+		s.abort(fmt.Errorf("%w: producer closed before the record was acknowledged", wire.ErrUnavailable))
+	}
 	p.wg.Wait()
+	for _, sub := range p.subs {
+		_ = sub.Unsubscribe()
+	}
+	if p.unlisten != nil {
+		p.unlisten()
+	}
 	return err
 }
 
@@ -399,8 +524,36 @@ func waitCond(ctx context.Context, c *sync.Cond) {
 	stop()
 }
 
-// control handles sink failures: transient ones are retried in place; a fence starts a
-// repartition. It runs alone, so coordination needs no further locking.
+// requestCheck asks the control loop to re-read the descriptor (coalesced).
+func (p *Producer) requestCheck() {
+	select {
+	case p.checks <- struct{}{}:
+	default:
+	}
+}
+
+// onReply routes a fast-batch reply to the sink whose batch it names. Replies to batches no
+// longer open are dropped (the sink settled them already).
+func (p *Producer) onReply(m *nats.Msg) {
+	batch, seq, op, ok := parseFBSubject(p.inbox, m.Subject)
+	if !ok {
+		return
+	}
+	v, ok := p.batches.Load(batch)
+	if !ok {
+		return
+	}
+	s := v.(*sink)
+	r := parseFBReply(m, batch, seq, op)
+	select {
+	case s.replies <- r:
+	case <-s.done:
+	}
+}
+
+// control re-reads the descriptor when asked (a topic event, a stall, no responders) and starts
+// a repartition when the epoch moved on (or a sink found it fenced). It runs alone, so
+// coordination needs no further locking.
 func (p *Producer) control() {
 	defer p.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -409,85 +562,69 @@ func (p *Producer) control() {
 		<-p.done
 		cancel()
 	}()
-	backoff := 50 * time.Millisecond
 	for {
-		var ev event
 		select {
-		case ev = <-p.events:
+		case ev := <-p.events:
+			if !ev.final && ev.fenced != nil && ev.fenced.Current().Epoch > p.Epoch() {
+				p.repartition(ctx, ev.fenced)
+			}
+		case <-p.checks:
+			desc, err := p.fetchQuick(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				if errors.Is(err, wire.ErrNotFound) || errors.Is(err, wire.ErrPermission) {
+					p.fail(err)
+				}
+				continue // broker unreachable: the sinks' own timeouts settle their batches
+			}
+			if desc.Current().Epoch > p.Epoch() {
+				p.opts.Logf("producer %s: epoch %d of topic %s is current: settling partitions of epoch %d", p.id, desc.Current().Epoch, p.topic, p.Epoch())
+				p.repartition(ctx, desc)
+			}
 		case <-p.done:
 			return
 		}
-		if ev.final || ev.cause == nil {
-			continue // a stop acknowledged outside a repartition (close)
-		}
-		desc, err := p.fetch(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			if errors.Is(err, wire.ErrNotFound) || errors.Is(err, wire.ErrPermission) {
-				p.fail(err)
-				ev.s.abort(err)
-				continue
-			}
-			desc = nil // broker unreachable: retry in place
-		}
-		if desc != nil && desc.Current().Epoch > ev.s.epoch {
-			p.opts.Logf("producer %s: partition %d of epoch %d: %v; epoch %d is current: re-sending %d+ records in order", p.id, ev.s.partition, ev.s.epoch, ev.cause, desc.Current().Epoch, len(ev.left))
-			p.repartition(ctx, ev, desc)
-			backoff = 50 * time.Millisecond
-			continue
-		}
-		// Same epoch: the stream is unavailable for a moment (or an epoch change is fencing it
-		// and not yet active). Retry the same records, in order, on the same subject.
-		p.opts.Logf("producer %s: partition %d of epoch %d: %v (descriptor: %v); retrying %d records in %v", p.id, ev.s.partition, ev.s.epoch, ev.cause, descEpoch(desc), len(ev.left), backoff)
-		time.Sleep(backoff)
-		if backoff < time.Second {
-			backoff *= 2
-		}
-		ev.s.resume(ev.left)
 	}
 }
 
-// repartition moves every unacknowledged record to the new epoch, in the original order.
-func (p *Producer) repartition(ctx context.Context, first event, desc *wire.Topic) {
+// repartition moves every unacknowledged record to the new epoch, in the original order. Every
+// old sink settles its open batch first (so nothing it sent can still be stored), then hands
+// back its records.
+func (p *Producer) repartition(ctx context.Context, desc *wire.Topic) {
 	p.mu.Lock()
 	p.switching = true
 	old := p.sinks
 	p.mu.Unlock()
-	// Every old sink, the one that failed included (records may have reached its queue after its
-	// failure event), stops and hands back everything unacknowledged. A sink may send failure
-	// events before its final one: all their records count.
-	left := append([]*pending(nil), first.left...)
+	var left []*pending
 	waiting := map[*sink]bool{}
 	for _, s := range old {
 		waiting[s] = true
-		s.requestStop()
+		s.fence(desc)
 	}
 	for len(waiting) > 0 {
 		select {
 		case ev := <-p.events:
-			if waiting[ev.s] {
+			if ev.final && waiting[ev.s] {
 				left = append(left, ev.left...)
-				if ev.final {
-					delete(waiting, ev.s)
+				delete(waiting, ev.s)
+				if ev.fenced != nil && ev.fenced.Current().Epoch > desc.Current().Epoch {
+					desc = ev.fenced
 				}
 			}
 		case <-p.done:
 			return
 		}
 	}
-	for _, s := range old {
-		s.close() // paused or stopped: let their goroutines end
-	}
-	// Records whose acknowledgement was lost may be stored in the fenced partition: look for
-	// them between the last acknowledged sequence and the partition's boundary.
-	left = p.resolveAmbiguous(ctx, desc, left, old)
 	if err := p.install(ctx, desc); err != nil {
 		p.fail(err)
 		for _, pd := range left {
 			p.finish(pd, Result{Err: err})
 		}
+		p.mu.Lock()
+		p.switching = false
+		p.mu.Unlock()
 		return
 	}
 	p.mu.Lock()
@@ -509,249 +646,6 @@ func (p *Producer) repartition(ctx context.Context, first event, desc *wire.Topi
 	for i, pd := range failed {
 		p.finish(pd, Result{Err: errs[i]})
 	}
-}
-
-func (p *Producer) resolveAmbiguous(ctx context.Context, desc *wire.Topic, left []*pending, sinks map[int]*sink) []*pending {
-	var out []*pending
-	for _, pd := range left {
-		if !pd.ambiguous {
-			out = append(out, pd)
-			continue
-		}
-		seq, found := p.findStored(ctx, desc, pd, sinks[pd.partition])
-		if found {
-			p.finish(pd, Result{Partition: pd.partition, Epoch: pd.epoch, Seq: seq, Duplicate: true})
-			continue
-		}
-		pd.ambiguous = false
-		out = append(out, pd)
-	}
-	return out
-}
-
-func (p *Producer) findStored(ctx context.Context, desc *wire.Topic, pd *pending, s *sink) (uint64, bool) {
-	e := desc.Epoch(pd.epoch)
-	if e == nil || pd.partition >= len(e.Boundaries) {
-		return 0, false
-	}
-	from := uint64(1)
-	if pd.floorSet {
-		from = pd.floor + 1
-	}
-	stream, err := p.c.js.Stream(ctx, wire.StreamName(p.topic, pd.partition))
-	if err != nil {
-		return 0, false
-	}
-	id := pd.msg.Header.Get(wire.HeaderMsgID)
-	for seq := from; seq <= e.Boundaries[pd.partition]; seq++ {
-		m, err := stream.GetMsg(ctx, seq)
-		if err != nil {
-			continue
-		}
-		if m.Header.Get(wire.HeaderMsgID) == id {
-			return seq, true
-		}
-	}
-	return 0, false
-}
-
-// sink publishes one partition's records of one epoch, in order, with up to MaxInFlight
-// unacknowledged.
-type sink struct {
-	p         *Producer
-	epoch     int
-	partition int
-
-	mu       sync.Mutex
-	queue    []*pending
-	stopping bool
-	closing  bool
-	paused   bool // after a failure, until the control loop resumes or stops it
-	aborted  error
-	wake     chan struct{}
-
-	lastAcked atomic.Uint64
-}
-
-func newSink(p *Producer, epoch, partition int) *sink {
-	return &sink{p: p, epoch: epoch, partition: partition, wake: make(chan struct{}, 1)}
-}
-
-func (s *sink) signal() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (s *sink) push(pd *pending) {
-	s.mu.Lock()
-	s.queue = append(s.queue, pd)
-	s.mu.Unlock()
-	s.signal()
-}
-
-func (s *sink) requestStop() {
-	s.mu.Lock()
-	s.stopping = true
-	s.mu.Unlock()
-	s.signal()
-}
-
-func (s *sink) close() {
-	s.mu.Lock()
-	s.closing = true
-	s.mu.Unlock()
-	s.signal()
-}
-
-func (s *sink) abort(err error) {
-	s.mu.Lock()
-	if s.aborted == nil {
-		s.aborted = err
-	}
-	s.mu.Unlock()
-	s.signal()
-}
-
-// resume re-queues records (in order, ahead of newer ones) after a transient failure.
-func (s *sink) resume(left []*pending) {
-	s.mu.Lock()
-	s.queue = append(append([]*pending(nil), left...), s.queue...)
-	s.paused = false
-	s.mu.Unlock()
-	s.signal()
-}
-
-type flight struct {
-	pd  *pending
-	fut jetstream.PubAckFuture
-}
-
-func (s *sink) run() {
-	defer s.p.wg.Done()
-	var inflight []flight
-	var failed []*pending
-	var cause error
-	for {
-		s.mu.Lock()
-		aborted, stopping, closing := s.aborted, s.stopping, s.closing
-		var batch []*pending
-		if aborted == nil && cause == nil && !stopping && !s.paused {
-			n := s.p.opts.MaxInFlight - len(inflight)
-			if n > len(s.queue) {
-				n = len(s.queue)
-			}
-			if n > 0 {
-				batch = append(batch, s.queue[:n]...)
-				s.queue = s.queue[n:]
-			}
-		}
-		s.mu.Unlock()
-		if aborted != nil {
-			s.drainAborted(inflight, failed, aborted)
-			return
-		}
-		for _, pd := range batch {
-			pd.tries++
-			if !pd.floorSet {
-				pd.floor, pd.floorSet = s.lastAcked.Load(), true
-			}
-			fut, err := s.p.c.js.PublishMsgAsync(pd.msg, jetstream.WithRetryAttempts(0))
-			if err != nil {
-				if permanent(err) {
-					s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: fmt.Errorf("%w: record %d cannot be published: %v", wire.ErrBadRequest, pd.seq, err)})
-					continue
-				}
-				// Could not even enqueue (connection closed, ...): treat as a failure of this
-				// record and everything after it.
-				if cause == nil {
-					cause = err
-				}
-				failed = append(failed, pd)
-				continue
-			}
-			inflight = append(inflight, flight{pd, fut})
-		}
-		if len(inflight) == 0 {
-			if cause != nil || (stopping && len(failed) == 0) {
-				// Settled: hand everything unacknowledged to the control loop.
-				s.mu.Lock()
-				left := append(failed, s.queue...)
-				s.queue = nil
-				if cause != nil && !stopping {
-					s.paused = true
-				}
-				s.mu.Unlock()
-				if stopping {
-					s.p.events <- event{s: s, left: left, final: true}
-					return
-				}
-				s.p.events <- event{s: s, left: left, cause: cause}
-				failed, cause = nil, nil
-				continue
-			}
-			if closing {
-				return
-			}
-			<-s.wake
-			continue
-		}
-		head := inflight[0]
-		select {
-		case ack := <-head.fut.Ok():
-			inflight = inflight[1:]
-			// After a failure, a later record that still got stored is acknowledged normally;
-			// for a fence this does not happen (every later publish is refused too).
-			s.lastAcked.Store(ack.Sequence)
-			s.p.finish(head.pd, Result{Partition: s.partition, Epoch: s.epoch, Seq: ack.Sequence, Duplicate: ack.Duplicate})
-		case err := <-head.fut.Err():
-			inflight = inflight[1:]
-			switch {
-			case permanent(err):
-				s.p.finish(head.pd, Result{Partition: s.partition, Epoch: s.epoch, Err: fmt.Errorf("%w: record %d refused by partition %d: %v", wire.ErrBadRequest, head.pd.seq, s.partition, err)})
-			default:
-				if errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
-					head.pd.ambiguous = true
-				}
-				failed = append(failed, head.pd)
-				if cause == nil {
-					cause = err
-				}
-			}
-		case <-s.wake:
-		}
-	}
-}
-
-func (s *sink) drainAborted(inflight []flight, failed []*pending, err error) {
-	for _, f := range inflight {
-		s.p.finish(f.pd, Result{Err: err})
-	}
-	for _, pd := range failed {
-		s.p.finish(pd, Result{Err: err})
-	}
-	s.mu.Lock()
-	q := s.queue
-	s.queue = nil
-	s.mu.Unlock()
-	for _, pd := range q {
-		s.p.finish(pd, Result{Err: err})
-	}
-}
-
-// permanent reports whether a publish error can never succeed for this record (retrying would
-// not help): the stream refused the message itself.
-func permanent(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		switch apiErr.ErrorCode {
-		case 10054: // message size exceeds maximum
-			return true
-		}
-		return strings.Contains(strings.ToLower(apiErr.Description), "maximum message size") || strings.Contains(apiErr.Description, "exceeds")
-	}
-	return errors.Is(err, nats.ErrMaxPayload)
 }
 
 func descEpoch(t *wire.Topic) string {

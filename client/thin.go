@@ -182,6 +182,7 @@ type ThinProducer struct {
 	id      string
 	opts    ThinOptions
 	prefix  string // reply subjects are prefix + sequence + "." + attempt
+	tokens  bool   // send a random Pctl-Token with every record (the same for its re-sends)
 	sub     *nats.Subscription
 
 	mu      sync.Mutex
@@ -220,6 +221,9 @@ func (c *Client) NewThinProducer(topic string, opts ThinOptions) (*ThinProducer,
 	if err := wire.ValidTopic(topic); err != nil {
 		return nil, err
 	}
+	// A random id gets random per-record tokens (spec/protocol.md §5.2); a chosen one is for
+	// idempotent re-runs, which need the broker's content tokens.
+	tokens := opts.ID == ""
 	if opts.ID == "" {
 		opts.ID = nuid.Next()
 	}
@@ -238,7 +242,7 @@ func (c *Client) NewThinProducer(topic string, opts ThinOptions) (*ThinProducer,
 	if opts.AttemptTimeout > opts.Timeout {
 		opts.AttemptTimeout = opts.Timeout
 	}
-	t := &ThinProducer{c: c, topic: topic, subject: wire.ProduceSubject(topic), id: opts.ID, opts: opts,
+	t := &ThinProducer{c: c, topic: topic, subject: wire.ProduceSubject(topic), id: opts.ID, opts: opts, tokens: tokens,
 		prefix: c.nc.NewInbox() + ".", pending: map[uint64]*thinPending{}, stop: make(chan struct{}), pause: thinPauseMin}
 	t.cond = sync.NewCond(&t.mu)
 	sub, err := c.nc.Subscribe(t.prefix+"*.*", t.onReply)
@@ -296,6 +300,9 @@ func (t *ThinProducer) Send(ctx context.Context, rec Record, done func(Result)) 
 	m, err := thinMessage(t.subject, rec, t.id, t.seq+1)
 	if err != nil {
 		return err
+	}
+	if t.tokens {
+		m.Header[wire.HeaderToken] = []string{newToken()}
 	}
 	if max := t.c.nc.MaxPayload(); int64(m.Size()-len(m.Subject)) > max {
 		return tooLarge(m, max)

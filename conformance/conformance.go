@@ -446,11 +446,11 @@ func configDesc(b []byte) string {
 	if len(b) == 0 {
 		return "(empty)"
 	}
-	s := strings.ReplaceAll(string(b), "\n", `\n`)
-	if len(s) > 60 {
-		s = s[:60] + "..."
+	// %q escapes the newlines once ("mode=fast\n"); escaping them before would show "\\n".
+	if len(b) > 60 {
+		return fmt.Sprintf("%q...", b[:60])
 	}
-	return fmt.Sprintf("%q", s)
+	return fmt.Sprintf("%q", b)
 }
 
 // oneLine keeps a reason to one line.

@@ -302,7 +302,7 @@ func TestConfig(t *testing.T) {
 		config       string
 		mention      string
 	}{
-		{"rejected", "config-echo", "!x=1\n", `plugin rejected the config "!x=1\\n"`},
+		{"rejected", "config-echo", "!x=1\n", `plugin rejected the config "!x=1\n"`},
 		{"not configurable", "kafka-murmur2", "a=1\n", "plugin takes no configuration"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -24,7 +24,8 @@ have wat2wasm || need+=(wabt)
 have /usr/bin/rustc || need+=(rustc)
 have /usr/lib/rustlib/wasm32-unknown-unknown || need+=(libstd-rust-dev-wasm32)
 have make || need+=(make)
-have /usr/bin/chromium || need+=(chromium) # the status page's browser test (cmd/pctl, internal/statuspage)
+have /usr/bin/chromium || need+=(chromium) # the status page's browser test (internal/statuspage)
+have /usr/share/fonts/truetype/liberation || need+=(fonts-liberation) # text in its screenshots (--no-install-recommends skips fonts)
 
 if [ "${#need[@]}" -gt 0 ]; then
 	sudo=""
@@ -37,7 +38,7 @@ if [ "${#need[@]}" -gt 0 ]; then
 	$sudo apt-get update -qq
 	$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 else
-	log "Debian packages present (clang, lld, wabt, rustc, libstd-rust-dev-wasm32)"
+	log "Debian packages present (clang, lld, wabt, rustc, libstd-rust-dev-wasm32, chromium, fonts-liberation)"
 fi
 
 # AssemblyScript, exactly as package-lock.json pins it. npm ci only when the

@@ -19,15 +19,26 @@ export PCTL_SCREENSHOTS="${PCTL_SCREENSHOTS:-$PWD/test-artifacts/screenshots}"
 step "go vet"
 go vet ./...
 
-step "go test -race: every Go package (the other languages' hosts and SDKs take part through conformance/ and sdk/crosslang)"
-go test -race -timeout 40m ./...
+step "go mod tidy -diff (go.mod and go.sum are what 'go mod tidy' makes)"
+go mod tidy -diff
+
+# Suites whose subjects are other processes (a 3-node cluster of pctl nats-server processes with
+# pctl serve brokers, SDK members and producers in four languages): the race detector sees only
+# the Go test process driving them, so they run once, at full size, in their own step below.
+process_pkgs="./broker/chaos/ ./sdk/crosslang/"
+
+step "go test -race: every Go package but the process suites (the other languages' hosts take part through conformance/)"
+go test -race -timeout 40m $(go list ./... | grep -v -x -e pctl.dev/pctl/broker/chaos -e pctl.dev/pctl/sdk/crosslang)
 
 # Tests that shrink under -race (raceEnabled, hostsRace) get their full size here.
 # scripts/testsh_test.go finds every such test and fails when one is missing below.
 norace_tests='^(TestWASMAgreesWithNative|TestMurmur2Builds|TestLostAcknowledgementsNeverStoreTwice|TestRandomised|TestHundredThousandRecords|TestHosts|TestBuiltinsPass|TestMurmur2BuildsPass|TestHostileModules|TestRuleBreakers|TestConfig|TestReportIsReproducible|TestJSONSchema|TestNotLoadedModuleJSON|TestCancelled|TestCrossLanguage)$'
-norace_pkgs="./partitioner/ ./broker/ ./broker/scenario/ ./conformance/ ./sdk/crosslang/"
+norace_pkgs="./partitioner/ ./broker/ ./broker/scenario/ ./conformance/"
 step "go test without the race detector: the tests that shrink under -race, at full size"
 go test -count=1 -timeout 30m -run "$norace_tests" $norace_pkgs
+
+step "process suites without the race detector: the cluster fault suite (10 seeds; PCTL_CHAOS_SEEDS=100 for more) and the cross-language tests"
+go test -count=1 -timeout 30m $process_pkgs
 
 # The conformance hosts' own unit tests ran in TestHosts (conformance/hosts/*/test).
 step "unit tests of the SDKs in other languages (node --test, pytest, Maven Surefire)"
@@ -36,6 +47,14 @@ for d in sdk/*/; do
 		echo "--- $d"
 		if [ -x "$d/setup" ]; then "$d/setup"; fi
 		"$d/test"
+	fi
+done
+
+step "the packages as users get them (sdk/*/package-check: npm pack, python -m build and twine check, mvn install with sources and javadoc; each installed into a fresh project that partitions keys offline)"
+for d in sdk/*/; do
+	if [ -x "$d/package-check" ]; then
+		echo "--- $d"
+		"$d/package-check"
 	fi
 done
 

@@ -29,6 +29,7 @@ func TestNoRaceStepCoversFullSizeTests(t *testing.T) {
 		t.Fatal(err)
 	}
 	tests, pkgs := noRaceStep(t, string(script))
+	process := processStep(t, string(script))
 	run, err := regexp.Compile(tests)
 	if err != nil {
 		t.Fatalf("norace_tests in scripts/test.sh is not a regular expression: %v", err)
@@ -45,6 +46,8 @@ func TestNoRaceStepCoversFullSizeTests(t *testing.T) {
 	for _, pkg := range pkgNames {
 		for _, name := range shrinking[pkg] {
 			switch {
+			case process[pkg]:
+				t.Logf("./%s/ %s: the whole package runs without -race (process_pkgs)", pkg, name)
 			case !pkgs[pkg]:
 				t.Errorf("%s in ./%s/ shrinks under -race, but scripts/test.sh's step without -race does not test ./%s/ (add it to norace_pkgs)", name, pkg, pkg)
 			case !run.MatchString(name):
@@ -59,6 +62,34 @@ func TestNoRaceStepCoversFullSizeTests(t *testing.T) {
 			t.Errorf("norace_pkgs names ./%s/, where no test shrinks under -race: the step runs it twice for nothing", pkg)
 		}
 	}
+}
+
+// processStep reads process_pkgs from test.sh: packages that the race step leaves out and a step
+// without -race runs whole. It checks that both steps say so.
+func processStep(t *testing.T, script string) map[string]bool {
+	pm := regexp.MustCompile(`(?m)^process_pkgs="([^"]+)"$`).FindStringSubmatch(script)
+	if pm == nil {
+		return nil
+	}
+	pkgs := map[string]bool{}
+	for _, p := range strings.Fields(pm[1]) {
+		pkg := strings.Trim(strings.TrimPrefix(p, "./"), "/")
+		pkgs[pkg] = true
+		if !strings.Contains(script, "-e pctl.dev/pctl/"+pkg+" ") && !strings.Contains(script, "-e pctl.dev/pctl/"+pkg+")") {
+			t.Errorf("process_pkgs names ./%s/, but the race step does not leave it out (grep -v -x -e pctl.dev/pctl/%s)", pkg, pkg)
+		}
+	}
+	ran := false
+	for _, line := range strings.Split(script, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 2 && f[0] == "go" && f[1] == "test" && strings.HasSuffix(strings.TrimSpace(line), "$process_pkgs") && !strings.Contains(line, "-race") && !strings.Contains(line, "-run") {
+			ran = true
+		}
+	}
+	if !ran {
+		t.Error(`scripts/test.sh defines process_pkgs but has no step 'go test ... $process_pkgs' (without -race and -run) that runs them whole`)
+	}
+	return pkgs
 }
 
 // noRaceStep reads norace_tests and norace_pkgs from test.sh and checks that a go test line

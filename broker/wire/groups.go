@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -91,4 +92,13 @@ type ResetState struct {
 }
 
 // ValidGroup checks a group name (same rules as a topic name).
-func ValidGroup(name string) error { return ValidTopic(name) }
+func ValidGroup(name string) error { return ValidName("group name", name) }
+
+// ValidName checks a group name, member id or producer id: the rules of a topic name; the error
+// calls it what (for example "member id").
+func ValidName(what, name string) error {
+	if !topicRE.MatchString(name) {
+		return fmt.Errorf("%w: %q: a %s is 1 to 64 characters of A-Z a-z 0-9 _ -", ErrBadRequest, name, what)
+	}
+	return nil
+}

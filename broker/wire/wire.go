@@ -46,7 +46,10 @@ const (
 	// the producer's id and its sequence number for the record (1, 2, ...).
 	HeaderProducer = "Pctl-Producer"
 	HeaderSeq      = "Pctl-Seq"
-	// HeaderMsgID is JetStream's deduplication header; pctl sets it to "<producer>-<seq>".
+	// HeaderToken is a thin client's per-record deduplication token (spec/protocol.md §5.2).
+	HeaderToken = "Pctl-Token"
+	// HeaderMsgID is JetStream's deduplication header; pctl sets it to
+	// "<producer>-<seq>-<token>" (spec/protocol.md §5.1).
 	HeaderMsgID = "Nats-Msg-Id"
 	// HeaderError carries an API error code on a reply that failed (with a JSON body).
 	HeaderError = "Pctl-Error"
@@ -91,6 +94,18 @@ func RecordSubject(topic string, epoch, partition int, compact bool, key []byte)
 	s := DataSubject(topic, epoch, partition)
 	if compact {
 		s += "." + KeyToken(key)
+	}
+	return s
+}
+
+// BatchEndSubject is where a producer publishes the end-of-batch (EOB) commit of a fast batch to
+// partition `partition` of epoch `epoch`: the partition subject, or on a compacted topic (whose
+// streams take only six-token subjects) that subject with the token "end", which no key token
+// ("k…", "h…") or fence marker ("f…") is. An EOB is never stored (spec/protocol.md §5.1.1).
+func BatchEndSubject(topic string, epoch, partition int, compact bool) string {
+	s := DataSubject(topic, epoch, partition)
+	if compact {
+		s += ".end"
 	}
 	return s
 }

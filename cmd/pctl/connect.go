@@ -32,7 +32,9 @@ import (
 const connHelp = `
 Connection: --server URL (default $PCTL_SERVER, else nats://127.0.0.1:4222) and --creds FILE, an
 NKey seed file from the broker's data directory: admin.nk, producer.nk or consumer.nk (default
-$PCTL_CREDS, else the admin.nk of 'pctl serve' in its default data directory, if it exists).`
+$PCTL_CREDS, else the admin.nk of 'pctl serve' in its default data directory, if it exists).
+$PCTL_REQUEST_TIMEOUT bounds each broker request (default 30s); $PCTL_PROGRESS=always|never
+shows or hides progress on standard error (default: only when it is a terminal).`
 
 // connFlags are the connection flags of a command.
 type connFlags struct {
@@ -92,9 +94,9 @@ func (cf *connFlags) connect(e *env, cmd string, rt *runtime.Runtime) (*client.C
 	}
 	c, err := client.Connect(ctx, opts)
 	if err != nil {
-		if !errors.Is(err, wire.ErrPermission) && !errors.Is(err, wire.ErrUnavailable) && strings.Contains(err.Error(), "credentials") {
-			// The file exists but is not an NKey seed.
-			return nil, usageErr(e, cmd, "%v", err)
+		if errors.Is(err, wire.ErrBadRequest) {
+			// The credentials file exists but is not an NKey seed, or the URL is not a NATS one.
+			return nil, usageErr(e, cmd, "%s", trimSentinel(err))
 		}
 		return nil, failErr(e, cmd, err)
 	}

@@ -36,9 +36,18 @@ they are when they are UTF-8 without control characters; otherwise as "hex:" and
 hex (so is a key or value that itself starts with "hex:"). A keyless record's key is "-" (a key
 that is "-" is printed as hex:2d); the empty key is an empty field.
 
---format jsonl prints one JSON object per line: {"topic", "partition", "epoch", "seq", "key",
-"value"}; a key or value that is not valid UTF-8 is given as "key_b64" or "value_b64" (standard
-base64) instead; a keyless record has no key field.
+--format jsonl prints one JSON object per line, these fields in this order:
+
+  topic, partition, epoch  where the record is
+  seq                      its sequence in its partition stream
+  key, value               as UTF-8 strings; one that is not valid UTF-8 is given as "key_b64" or
+                           "value_b64" (standard base64) instead; a keyless record has no key
+  producer, pseq           the producer's id and the record's number in that producer's send
+                           order (its Pctl-Producer and Pctl-Seq headers; absent when the record
+                           has none): what 'pctl verify' matches against the producers' logs
+  ts                       with --timestamps: when it was delivered, unix nanoseconds
+  misplaced, expected_partition, misplaced_reason   with --misplaced deliver (below)
+  headers, time, stored    with --headers (below)
 
 --misplaced says what to do with a record stored in a partition its key does not map to under
 its epoch's partitioner (or whose key header cannot be decoded): only a producer that bypasses
@@ -117,11 +126,11 @@ func cmdConsume(e *env, args []string) int {
 		return usageErr(e, cmd, "--misplaced %q: give stop, deliver or skip", *misplaced)
 	}
 	if err := wire.ValidGroup(*group); err != nil {
-		return usageErr(e, cmd, "--group: %v", err)
+		return usageErr(e, cmd, "--group: %s", trimSentinel(err))
 	}
 	if *member != "" {
-		if err := wire.ValidGroup(*member); err != nil {
-			return usageErr(e, cmd, "--member: %v", err)
+		if err := wire.ValidName("member id", *member); err != nil {
+			return usageErr(e, cmd, "--member: %s", trimSentinel(err))
 		}
 	}
 	rt, err := cmdRuntime(e)
@@ -229,7 +238,7 @@ func cmdConsume(e *env, args []string) int {
 	if st := cn.Stats(); st.Misplaced > 0 {
 		mis = fmt.Sprintf(", %d misplaced (%s)", st.Misplaced, policy)
 	}
-	fmt.Fprintf(e.stderr, "pctl %s: %s group %s: %d records in %v (%s)%s\n", cmd, topic, *group, n, time.Since(start).Round(time.Millisecond), why, mis)
+	fmt.Fprintf(e.stderr, "pctl %s: %s group %s: %s in %v (%s)%s\n", cmd, topic, *group, count(n, "record"), time.Since(start).Round(time.Millisecond), why, mis)
 	if refused != nil {
 		return exitFor(e, cmd, refused)
 	}

@@ -82,7 +82,7 @@ func TestConsumeMisplaced(t *testing.T) {
 	}
 
 	r = cons.run("", "consume", "t", "--group", "skip", "--from-beginning", "--misplaced", "skip", "--idle-exit", "1s")
-	expect(t, r, exitOK, "1 records", "3 misplaced (skip)")
+	expect(t, r, exitOK, "1 record in", "3 misplaced (skip)")
 
 	r = cons.run("", "consume", "t", "--group", "bad", "--misplaced", "ignore")
 	expect(t, r, exitUsage, "give stop, deliver or skip")

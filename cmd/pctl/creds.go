@@ -117,7 +117,7 @@ func cmdCredsIssue(e *env, args []string) int {
 	}
 	if *group != "" {
 		if err := wire.ValidGroup(*group); err != nil {
-			return usageErr(e, cmd, "--group: %v", err)
+			return usageErr(e, cmd, "--group: %s", trimSentinel(err))
 		}
 	}
 	if _, err := os.Stat(*out); err == nil && !*force {

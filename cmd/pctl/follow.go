@@ -73,3 +73,29 @@ func repartitionFollowed(e *env, cmd string, c *client.Client, req wire.Repartit
 func interruptedChange(topic string, epoch int, err error) error {
 	return fmt.Errorf("interrupted while waiting for epoch %d of topic %s: the change itself goes on in the broker ('pctl topic describe %s' shows it)", epoch, topic, topic)
 }
+
+// setTopicFollowed changes a topic's replicas or placement and waits until every partition stream
+// has them: past the request's timeout, it follows the descriptor until the reconfiguration is
+// recorded as done (spec/protocol.md §7.1).
+func setTopicFollowed(e *env, cmd string, c *client.Client, req wire.SetTopicRequest) (*wire.Topic, error) {
+	t, err := c.SetTopic(e.ctx, req)
+	if err == nil || !errors.Is(err, wire.ErrUnavailable) || e.ctx.Err() != nil {
+		if err != nil && e.ctx.Err() != nil {
+			return nil, fmt.Errorf("interrupted while waiting for topic %s's streams to change: the change itself goes on in the broker ('pctl topic describe %s' shows it)", req.Topic, req.Topic)
+		}
+		return t, err
+	}
+	cur, _, terr := c.Topic(e.ctx, req.Topic)
+	if terr != nil || cur.Reconfig == nil {
+		return nil, err // not recorded (or already over: the request's error stands)
+	}
+	fmt.Fprintf(e.stderr, "pctl %s: %s; the change is recorded and goes on in the broker: following it\n", cmd, oneLine(trimSentinel(err)))
+	bar := progress.New(e.stderr, e.getenv, -1, "changing replicas/placement", "reads")
+	defer bar.Finish()
+	t, err = c.FollowTopic(e.ctx, req.Topic, "its replicas and placement were changed", func(t *wire.Topic) bool { return t.Reconfig == nil },
+		func(*wire.Topic) { bar.Add(1) })
+	if err != nil && e.ctx.Err() != nil {
+		return nil, fmt.Errorf("interrupted while waiting for topic %s's streams to change: the change itself goes on in the broker ('pctl topic describe %s' shows it)", req.Topic, req.Topic)
+	}
+	return t, err
+}

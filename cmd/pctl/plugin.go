@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/partitioner/builtin"
 	"pctl.dev/pctl/plugins"
 	"pctl.dev/pctl/runtime"
@@ -46,7 +47,7 @@ func cmdPlugin(e *env, args []string) int {
 
 type inspectReport struct {
 	Source       string           `json:"source"`
-	Digest       string           `json:"digest"`
+	Digest       string           `json:"digest"` // "sha256:<64 hex>", as the tables show it
 	Size         int              `json:"size"`
 	ABIVersion   int32            `json:"abi_version"`
 	Profile      runtime.Profile  `json:"profile"`
@@ -57,43 +58,82 @@ type inspectReport struct {
 	Batch        bool             `json:"batch"`
 	Configurable bool             `json:"configurable"`
 	InitialPages uint32           `json:"initial_memory_pages"`
+	// With --remote: what the broker says about it.
+	Builtin          *bool    `json:"builtin,omitempty"`
+	AncestryVerified *bool    `json:"ancestry_verified,omitempty"`
+	UsedBy           []string `json:"used_by,omitempty"`
 }
 
 func cmdPluginInspect(e *env, args []string) int {
-	fs := newFlags(e, "plugin inspect", "plugin inspect NAME|sha256:DIGEST|FILE.wasm [--json]",
-		"Loads a plugin as the runtime would (any ABI violation is reported) and describes it.")
+	const cmd = "plugin inspect"
+	remote := hasRemoteFlag(args)
+	help := "Loads a plugin as the runtime would (any ABI violation is reported) and describes it.\n" +
+		"With --remote it describes a plugin the broker has (by name, digest or unique digest prefix,\n" +
+		"as 'pctl plugin list --remote' shows them), downloaded and verified against its digest.\n"
+	fs := newFlags(e, cmd, "plugin inspect NAME|sha256:DIGEST|FILE.wasm [--json] [--remote]", help+connHelp)
 	asJSON := fs.Bool("json", false, "print a JSON object")
+	fs.Bool("remote", false, "describe a plugin of the broker's registry instead of a local one")
+	cf := addConnFlags(fs)
 	pos, st := parse(fs, args)
 	if st >= 0 {
 		return st
 	}
 	if len(pos) != 1 {
-		return usageErr(e, "plugin inspect", "give exactly one plugin (a built-in name, sha256:DIGEST or a .wasm file)")
+		return usageErr(e, cmd, "give exactly one plugin (a built-in name, sha256:DIGEST or a .wasm file; with --remote a name or digest the broker knows)")
 	}
 	lib, err := newLibrary(e, runtime.Config{})
 	if err != nil {
-		return failErr(e, "plugin inspect", err)
+		return failErr(e, cmd, err)
 	}
 	defer lib.Runtime().Close(e.ctx)
-	_, src, err := lib.Resolve(pos[0])
-	if err != nil {
-		return openErr(e, "plugin inspect", err)
+	ref := pos[0]
+	var info *wire.PluginInfo
+	if remote {
+		c, st := cf.connect(e, cmd, nil)
+		if st >= 0 {
+			return st
+		}
+		defer c.Close()
+		r, err := resolvePluginRef(e.ctx, c, ref)
+		if err != nil {
+			return exitFor(e, cmd, err)
+		}
+		if info, err = c.PluginInfo(e.ctx, r); err != nil {
+			return exitFor(e, cmd, err)
+		}
+		wasm, err := c.Module(e.ctx, info.Digest)
+		if err != nil {
+			return exitFor(e, cmd, err)
+		}
+		ref = "sha256:" + lib.Add(wasm)
 	}
-	m, err := lib.Load(e.ctx, pos[0])
+	_, src, err := lib.Resolve(ref)
 	if err != nil {
-		return openErr(e, "plugin inspect", err)
+		return openErr(e, cmd, err)
 	}
-	r := inspectReport{Source: src, Digest: m.Digest, Size: m.Size, ABIVersion: m.ABIVersion, Profile: m.Profile,
+	m, err := lib.Load(e.ctx, ref)
+	if err != nil {
+		return openErr(e, cmd, err)
+	}
+	r := inspectReport{Source: src, Digest: "sha256:" + m.Digest, Size: m.Size, ABIVersion: m.ABIVersion, Profile: m.Profile,
 		Imports: m.Imports, Exports: m.Exports(), Metadata: m.Metadata, Ancestry: m.HasAncestry && m.Metadata.Has("ancestry"),
 		Batch: m.HasBatch, Configurable: m.HasConfigure, InitialPages: m.InitialPages}
 	if r.Imports == nil {
 		r.Imports = []string{}
 	}
+	if info != nil {
+		kind := "uploaded"
+		if info.Builtin {
+			kind = "built-in"
+		}
+		r.Source = "broker, " + kind
+		r.Builtin, r.AncestryVerified, r.UsedBy = &info.Builtin, &info.AncestryVerified, info.UsedBy
+	}
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(r); err != nil {
-			return failErr(e, "plugin inspect", err)
+			return failErr(e, cmd, err)
 		}
 		return exitOK
 	}
@@ -104,7 +144,7 @@ func cmdPluginInspect(e *env, args []string) int {
 	if r.Metadata.Description != "" {
 		fmt.Fprintf(w, "description\t%s\n", r.Metadata.Description)
 	}
-	fmt.Fprintf(w, "digest\tsha256:%s\n", r.Digest)
+	fmt.Fprintf(w, "digest\t%s\n", r.Digest)
 	fmt.Fprintf(w, "size\t%d bytes\n", r.Size)
 	fmt.Fprintf(w, "abi\tv%d\n", r.ABIVersion)
 	fmt.Fprintf(w, "profile\t%s\n", r.Profile)
@@ -114,9 +154,13 @@ func cmdPluginInspect(e *env, args []string) int {
 	fmt.Fprintf(w, "batch calls\t%s\n", yesNo(r.Batch))
 	fmt.Fprintf(w, "configurable\t%s\n", yesNo(r.Configurable))
 	fmt.Fprintf(w, "declared ancestry\t%s\n", yesNo(r.Ancestry))
+	if info != nil {
+		fmt.Fprintf(w, "ancestry verified\t%s\n", yesNo(info.AncestryVerified))
+		fmt.Fprintf(w, "used by\t%s\n", orDash(info.UsedBy))
+	}
 	fmt.Fprintf(w, "initial memory\t%d pages (%d KiB)\n", r.InitialPages, r.InitialPages*64)
 	if err := w.Flush(); err != nil {
-		return failErr(e, "plugin inspect", err)
+		return failErr(e, cmd, err)
 	}
 	return exitOK
 }
@@ -144,7 +188,7 @@ func cmdPluginList(e *env, args []string) int {
 	var list []entry
 	for _, name := range plugins.BuiltinNames() {
 		b, _ := plugins.Builtin(name)
-		en := entry{Name: name, Digest: runtime.Digest(b), Size: len(b)}
+		en := entry{Name: name, Digest: "sha256:" + runtime.Digest(b), Size: len(b)}
 		if nb, ok := builtin.Lookup(name); ok {
 			en.Description = nb.Description
 			en.Ancestry = nb.Ancestry != nil
@@ -160,7 +204,7 @@ func cmdPluginList(e *env, args []string) int {
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "NAME\tDIGEST\tSIZE\tANCESTRY\tDESCRIPTION")
 	for _, en := range list {
-		fmt.Fprintf(w, "%s\tsha256:%s\t%d\t%s\t%s\n", en.Name, en.Digest[:12], en.Size, yesNo(en.Ancestry), en.Description)
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", en.Name, en.Digest[:len("sha256:")+12], en.Size, yesNo(en.Ancestry), en.Description)
 	}
 	_ = w.Flush()
 	return exitOK
@@ -187,10 +231,8 @@ func cmdPluginExport(e *env, args []string) int {
 		}
 		return exitOK
 	}
-	if f, ok := e.stdout.(*os.File); ok {
-		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			return usageErr(e, "plugin export", "refusing to write a binary module to a terminal; redirect it (> %s.wasm) or use -o FILE", pos[0])
-		}
+	if isTerminal(e.stdout) {
+		return usageErr(e, "plugin export", "refusing to write a binary module to a terminal; redirect it (> %s.wasm) or use -o FILE", pos[0])
 	}
 	if _, err := e.stdout.Write(b); err != nil {
 		return failErr(e, "plugin export", err)

@@ -30,7 +30,7 @@ var templateInfos = map[string]templateInfo{
 	"c":  {title: "C", source: "partitioner.c", needs: "LLVM clang with the wasm32 target, and lld", profile: "portable"},
 	"go": {title: "Go", source: "main.go", needs: "Go 1.24 or later", profile: "wasi-deterministic"},
 	"rust": {title: "Rust", source: "src/lib.rs",
-		needs: "rustc with the wasm32-unknown-unknown target (rustup target add wasm32-unknown-unknown)", profile: "portable"},
+		needs: "rustc with the wasm32-unknown-unknown target (build.sh finds one, or runs rustup target add wasm32-unknown-unknown)", profile: "portable"},
 	"assemblyscript": {title: "AssemblyScript", source: "assembly/index.ts",
 		needs: "Node.js 20 or later and npm; the first build runs npm ci", profile: "portable"},
 }

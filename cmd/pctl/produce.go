@@ -56,8 +56,10 @@ On a terminal, standard error shows the records acknowledged so far and the rate
 
 --producer-id ID names the producer. Records are deduplicated by (ID, the record's sequence
 number in the run: 1, 2, ...) for two minutes, so running the same input again with the same ID
-after a failure stores no second copy of what was already acknowledged (the summary counts them as
-duplicates). Do not reuse an ID for different input within two minutes. Default: a random ID.
+after a failure stores no second copy of what was already acknowledged (the summary counts as
+duplicates those the broker reported as already stored; inside a batch it reports none). Do not
+reuse an ID for different input within two minutes. Default: a random ID (and random
+deduplication tokens: spec/protocol.md §5.1).
 
 Errors and exit status:
   2  bad flags, or a malformed line: bad hex with --hex, or a key over 65536 bytes. Input is
@@ -145,7 +147,7 @@ func cmdProduce(e *env, args []string) int {
 		}
 		p = tp
 	} else {
-		prod, err := c.NewProducer(e.ctx, topic, client.ProducerOptions{ID: *id, Logf: w.logf, Hooks: []client.Hook{w}})
+		prod, err := c.NewProducer(e.ctx, topic, client.ProducerOptions{ID: *id, ContentTokens: *id != "", Logf: w.logf, Hooks: []client.Hook{w}})
 		if err != nil {
 			return exitFor(e, cmd, err)
 		}
@@ -260,7 +262,7 @@ loop:
 	case fatal != nil:
 		return exitFor(e, cmd, fatal)
 	case tally.nFailed > 0:
-		return usageFail(e, cmd, "%d of %d records failed", tally.nFailed, tally.nRead)
+		return usageFail(e, cmd, "%d of %s failed", tally.nFailed, count(tally.nRead, "record"))
 	case closeErr != nil:
 		return exitFor(e, cmd, closeErr)
 	}
@@ -461,7 +463,7 @@ func (t *produceTally) report(e *env, cmd, topic string, elapsed time.Duration, 
 		fmt.Fprintf(e.stderr, "pctl %s: %s\n", cmd, f)
 	}
 	if more := t.nFailed - t.nRefused - len(t.failures); more > 0 {
-		fmt.Fprintf(e.stderr, "pctl %s: ... and %d more failed records\n", cmd, more)
+		fmt.Fprintf(e.stderr, "pctl %s: ... and %d more failed\n", cmd, more)
 	}
 	if t.oversized {
 		if m := maxRecord(); m > 0 {
@@ -480,8 +482,8 @@ func (t *produceTally) report(e *env, cmd, topic string, elapsed time.Duration, 
 	if n := t.nRead - t.nAcked - t.nFailed; n > 0 {
 		unknown = fmt.Sprintf(", %d without an answer (they may or may not be stored)", n)
 	}
-	fmt.Fprintf(e.stderr, "pctl %s: %s: %d records, %d acknowledged%s, %d failed%s, %d keyless; partitions used %s; epochs %s; %v, %.0f records/s\n",
-		cmd, topic, t.nRead, t.nAcked, dup, t.nFailed, unknown, t.nKeyless, intSet(t.partitions), intSet(t.epochs), elapsed.Round(time.Millisecond), rate)
+	fmt.Fprintf(e.stderr, "pctl %s: %s: %s, %d acknowledged%s, %d failed%s, %d keyless; partitions used %s; epochs %s; %v, %.0f records/s\n",
+		cmd, topic, count(t.nRead, "record"), t.nAcked, dup, t.nFailed, unknown, t.nKeyless, intSet(t.partitions), intSet(t.epochs), elapsed.Round(time.Millisecond), rate)
 }
 
 // intSet prints a set of ints compactly: "0-3, 7 (5)"; "none" when empty.

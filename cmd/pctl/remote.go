@@ -183,12 +183,8 @@ checks that its bytes hash to the digest, and writes them to standard output or 
 	if len(pos) != 1 {
 		return usageErr(e, cmd, "give exactly one plugin digest or built-in name")
 	}
-	if *outFile == "" {
-		if f, ok := e.stdout.(*os.File); ok {
-			if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-				return usageErr(e, cmd, "refusing to write a binary module to a terminal; use -o FILE or redirect")
-			}
-		}
+	if *outFile == "" && isTerminal(e.stdout) {
+		return usageErr(e, cmd, "refusing to write a binary module to a terminal; use -o FILE or redirect (> FILE.wasm)")
 	}
 	c, st := cf.connect(e, cmd, nil)
 	if st >= 0 {
@@ -282,7 +278,13 @@ use each.
 		list = []wire.PluginInfo{}
 	}
 	if *asJSON {
-		return writeJSON(e, cmd, list)
+		// Digests as the table and the other commands show them: sha256:<hex>.
+		out := make([]wire.PluginInfo, len(list))
+		for i, p := range list {
+			p.Digest = "sha256:" + p.Digest
+			out[i] = p
+		}
+		return writeJSON(e, cmd, out)
 	}
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "NAME\tVERSION\tDIGEST\tSIZE\tKIND\tANCESTRY\tUSED BY")

@@ -59,7 +59,7 @@ func TestPluginRemote(t *testing.T) {
 	}
 	found := false
 	for _, p := range list {
-		found = found || p.Digest == digest
+		found = found || p.Digest == "sha256:"+digest // as the table shows digests
 	}
 	if !found {
 		t.Fatalf("list --remote --json does not list the uploaded plugin: %s", r)

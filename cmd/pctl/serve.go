@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"pctl.dev/pctl/broker"
+	"pctl.dev/pctl/client"
 	"pctl.dev/pctl/internal/dirlock"
 	"pctl.dev/pctl/internal/logging"
 	"pctl.dev/pctl/internal/metrics"
@@ -223,6 +224,11 @@ func cmdServe(e *env, args []string) int {
 			return usageErr(e, "serve", "--max-record-bytes %d is out of range", *maxRecord)
 		}
 		sc.MaxRecordBytes = int32(*maxRecord)
+	}
+	if sc.NATS != "" {
+		if err := client.CheckServerURL(sc.NATS); err != nil {
+			return usageErr(e, "serve", "--nats: %s", trimSentinel(err))
+		}
 	}
 	cfg, err := sc.brokerConfig()
 	if err != nil {

@@ -86,9 +86,10 @@ func writeJSON(e *env, cmd string, v any) int {
 func cmdTopicCreate(e *env, args []string) int {
 	const cmd = "topic create"
 	fs := newFlags(e, cmd, "topic create TOPIC --partitions N --partitioner NAME|DIGEST [--config K=V ...] [--replicas R] [--placement-tags T,...] [--json]", `
-Creates a topic with epoch 1: N partition streams and a partitioner, a built-in name (see 'pctl
-plugin list') or the digest of an uploaded plugin ('pctl plugin list --remote'; a unique prefix of
-at least 6 hex digits will do). Needs the admin role.
+Creates a topic with epoch 1: N partition streams and a partitioner: a built-in name (see 'pctl
+plugin list'), or an uploaded plugin's name or digest ('pctl plugin list --remote'; a unique prefix
+of at least 6 hex digits will do; a name two uploaded plugins share is refused with their
+digests). Needs the admin role.
 
 --replicas R keeps R copies of every partition stream on different JetStream servers (default:
 the broker's --replicas, 1 unless set); partitions added later by an epoch change get the same.
@@ -98,7 +99,7 @@ server_tags; a tag starting with ! excludes servers that have it). Both are in t
 `+connHelp)
 	cf := addConnFlags(fs)
 	partitions := fs.String("partitions", "", "number of partitions (required)")
-	plugin := fs.String("partitioner", "", "built-in name or plugin digest (required)")
+	plugin := fs.String("partitioner", "", "built-in name, uploaded plugin's name or digest (required)")
 	var config multiFlag
 	fs.Var(&config, "config", "partitioner config `K=V` (repeatable)")
 	replicas := fs.Int("replicas", 0, "replicas of every partition stream, 1 to 5 (default: the broker's)")
@@ -233,7 +234,7 @@ Needs the admin role.
 	}
 	defer c.Close()
 	start := time.Now()
-	t, err := c.SetTopic(e.ctx, req)
+	t, err := setTopicFollowed(e, cmd, c, req) // follow.go: past the request timeout
 	if err != nil {
 		return exitFor(e, cmd, err)
 	}
@@ -538,7 +539,7 @@ func cmdTopicRepartition(e *env, args []string) int {
 	fs := newFlags(e, cmd, "topic repartition TOPIC [--partitions M] [--partitioner NAME|DIGEST] [--config K=V ... | --clear-config] [--json]", repartitionHelp+connHelp)
 	cf := addConnFlags(fs)
 	partitions := fs.String("partitions", "", "new partition count (default: unchanged)")
-	plugin := fs.String("partitioner", "", "new partitioner: built-in name or plugin digest (default: unchanged)")
+	plugin := fs.String("partitioner", "", "new partitioner: built-in name, uploaded plugin's name or digest (default: unchanged)")
 	var config multiFlag
 	fs.Var(&config, "config", "new partitioner config `K=V` (repeatable)")
 	clear := fs.Bool("clear-config", false, "remove the partitioner config")
@@ -708,7 +709,7 @@ consumer or admin role. It prints the group's new generation and positions.
 		return usageErr(e, cmd, "--reset needs --group GROUP: the consumer group to move")
 	case *reset != "":
 		if err := wire.ValidGroup(*group); err != nil {
-			return usageErr(e, cmd, "--group: %v", err)
+			return usageErr(e, cmd, "--group: %s", trimSentinel(err))
 		}
 		var err error
 		if target, err = client.ParseSeekTarget(*reset, time.Now()); err != nil {

@@ -3,8 +3,11 @@ package metrics
 import (
 	"context"
 	"fmt"
+	"runtime/pprof"
 	"sort"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,7 +24,9 @@ import (
 //   - client-side: a producer with the metrics hook against one without, on the same broker.
 //
 // Each b.N is one round of every variant; run with -benchtime=5x. It reports records/s per
-// variant (medians) and the ratios with/without.
+// variant (medians), the ratios with/without, and the same ratios of CPU time per record (the
+// whole process's: client, broker and server), which other processes on a shared machine
+// disturb less than wall time.
 func BenchmarkMetricsOverhead(b *testing.B) {
 	const records = 20000
 	ctx := context.Background()
@@ -52,8 +57,18 @@ func BenchmarkMetricsOverhead(b *testing.B) {
 		Send(ctx context.Context, rec client.Record, done func(client.Result)) error
 		Close(ctx context.Context) error
 	}
+	// CPU time of the whole process (client, broker and server are all in it) per run: less
+	// sensitive than wall time to other processes on a shared machine.
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	var lastCPU time.Duration
 	run := func(p sender) time.Duration {
 		var failed atomic.Int64
+		c0 := cpu()
+		defer func() { lastCPU = cpu() - c0 }()
 		t0 := time.Now()
 		for i := 0; i < records; i++ {
 			if err := p.Send(ctx, client.Record{Key: []byte(fmt.Sprintf("key-%d", i%10000)), Value: value}, func(r client.Result) {
@@ -96,20 +111,27 @@ func BenchmarkMetricsOverhead(b *testing.B) {
 	for _, v := range variants { // warm-up
 		run(v.make())
 	}
-	times := map[string][]time.Duration{}
+	times, cpus := map[string][]time.Duration{}, map[string][]time.Duration{}
 	b.ResetTimer()
 	for r := 0; r < b.N; r++ {
 		for i := range variants {
 			v := variants[(i+r)%len(variants)]
-			times[v.name] = append(times[v.name], run(v.make()))
+			pprof.Do(ctx, pprof.Labels("variant", strings.ReplaceAll(v.name, "+", "_with_")), func(context.Context) { // -tagfocus in a profile
+				times[v.name] = append(times[v.name], run(v.make()))
+			})
+			cpus[v.name] = append(cpus[v.name], lastCPU)
 		}
 	}
 	b.StopTimer()
-	rate := func(name string) float64 {
-		ds := append([]time.Duration(nil), times[name]...)
+	median := func(ds []time.Duration) time.Duration {
+		ds = append([]time.Duration(nil), ds...)
 		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-		return records / ds[len(ds)/2].Seconds()
+		return ds[len(ds)/2]
 	}
+	rate := func(name string) float64 { return records / median(times[name]).Seconds() }
+	cpuPer := func(name string) float64 { return float64(median(cpus[name]).Nanoseconds()) / records }
+	b.ReportMetric(cpuPer("broker-side+metrics")/cpuPer("broker-side"), "broker-side-cpu-with/without")
+	b.ReportMetric(cpuPer("client-side+metrics")/cpuPer("client-side"), "client-side-cpu-with/without")
 	for _, v := range variants {
 		b.ReportMetric(rate(v.name), v.name+"-records/s")
 	}

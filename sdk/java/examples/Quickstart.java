@@ -1,9 +1,9 @@
 // A runnable example of the pctl Java SDK: partition offline, then produce to a topic.
 //
 //   sdk/java/setup
-//   pctl serve --data /tmp/pctl-data --listen 127.0.0.1:4222 &
-//   pctl topic create orders --partitions 6 --partitioner kafka-murmur2 --creds /tmp/pctl-data/admin.nk
-//   PCTL_SERVER=nats://127.0.0.1:4222 PCTL_CREDS=/tmp/pctl-data/producer.nk \
+//   pctl serve --data ./pctl-data &
+//   pctl topic create orders --partitions 6 --partitioner kafka-murmur2 --creds ./pctl-data/admin.nk
+//   PCTL_SERVER=nats://127.0.0.1:4222 PCTL_CREDS=./pctl-data/producer.nk \
 //     java -cp "sdk/java/target/pctl-sdk.jar:sdk/java/target/lib/*" sdk/java/examples/Quickstart.java orders
 //
 // (Java 17 runs a single source file directly; no build step for the example itself.)

@@ -367,6 +367,8 @@ export class Partitioner {
   static load(source: string | URL | Uint8Array | ArrayBuffer, opts?: { config?: PartitionerConfig; source?: string }): Promise<Partitioner>;
   static loadSync(source: string | URL | Uint8Array | ArrayBuffer, opts?: { config?: PartitionerConfig; source?: string }): Partitioner;
   static fromBytes(bytes: Uint8Array | ArrayBuffer, opts?: { config?: PartitionerConfig; source?: string }): Partitioner;
+  /** A built-in partitioner, embedded in the package (no file, no broker): see builtinNames(). */
+  static builtin(name: string, opts?: { config?: PartitionerConfig }): Partitioner;
   readonly digest: string;
   readonly profile: string;
   readonly metadata: { name: string; version: string; description?: string; properties?: string[] };
@@ -377,5 +379,7 @@ export class Partitioner {
 }
 /** One-shot partition of a key with a module file or bytes. */
 export function partition(source: string | URL | Uint8Array, key: string | Uint8Array, n: number, opts?: { config?: PartitionerConfig }): Promise<number>;
+/** The names of the built-in partitioners embedded in the package ("jump", "kafka-murmur2", ...). */
+export function builtinNames(): string[];
 /** Canonical config bytes (spec/abi-v1.md §2.5). */
 export function configBytes(config?: PartitionerConfig | null): Uint8Array;

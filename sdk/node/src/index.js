@@ -10,7 +10,7 @@ export { connect, Client, DEFAULTS, readSeed } from './client.js';
 export { Producer, PRODUCER_DEFAULTS } from './producer.js';
 export { Consumer, Message, MisplacedError, CONSUMER_DEFAULTS, resetGroup, parseTarget } from './consumer.js';
 export { TIME_HEADER, MAX_HEADER_BYTES, DEFAULT_MAX_RECORD_BYTES } from './records.js';
-export { Partitioner, partition, configBytes } from './partitioner.js';
+export { Partitioner, partition, configBytes, builtinNames } from './partitioner.js';
 export {
   CODES, PctlError, BadRequestError, NotFoundError, ExistsError, ConflictError, InUseError,
   PluginRejectedError, PluginError, FencedError, ChangeInProgressError, PermissionError,

@@ -3,13 +3,23 @@
 // "which partition does this key go to?" and used by the producer for every keyed record.
 
 import { readFile } from 'node:fs/promises';
-import { readFileSync } from 'node:fs';
+import { readFileSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Plugin, PluginModule, LoadError, CallError, UsageError, LIMITS } from './runtime/host.js';
 import { encodeConfig, ConfigError } from './runtime/config.js';
 import { BadRequestError, PluginError } from './errors.js';
 
 const encoder = new TextEncoder();
+const builtinDir = new URL('../builtin/', import.meta.url);
+let builtinList = null;
+
+/** The names of the built-in partitioners embedded in the package, sorted. */
+export function builtinNames() {
+  if (!builtinList) {
+    builtinList = readdirSync(builtinDir).filter((f) => f.endsWith('.wasm')).map((f) => f.slice(0, -5)).sort();
+  }
+  return [...builtinList];
+}
 
 /** A key as bytes: a string is UTF-8; Uint8Array (Buffer) as it is. */
 export function keyBytes(key) {
@@ -98,6 +108,18 @@ export class Partitioner {
       return Partitioner.fromBytes(bytes, { source: path, ...opts });
     }
     return Partitioner.fromBytes(source, opts);
+  }
+
+  /**
+   * A built-in partitioner by name ("kafka-murmur2", "jump", ...; see builtinNames()): its module
+   * is embedded in the package (builtin/, byte for byte plugins/builtin of the repository), so this
+   * needs no file and no broker. Options: `config`. Throws BadRequestError for an unknown name.
+   */
+  static builtin(name, opts = {}) {
+    if (!builtinNames().includes(name)) {
+      throw new BadRequestError(`${JSON.stringify(name)} is not a built-in partitioner; the built-ins are ${builtinNames().join(', ')}`);
+    }
+    return Partitioner.fromBytes(readFileSync(new URL(`${name}.wasm`, builtinDir)), { source: `built-in ${name}`, ...opts });
   }
 
   /** A partitioner of module bytes (Uint8Array, Buffer or ArrayBuffer), compiled synchronously. */

@@ -1,6 +1,6 @@
 // The README's consumer quickstart runs as written against a real `pctl serve`: its shell block
 // (the built pctl on PATH, the broker's address and data directory in place of the defaults, a
-// fresh topic in place of "orders", run from the repository root) and its JavaScript block (run
+// fresh topic in place of "payments", run from the repository root) and its JavaScript block (run
 // from the SDK's directory, where its import path points).
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -46,7 +46,7 @@ describe('README', { skip, timeout: 300_000 }, () => {
     const topic = `orders${Date.now()}`;
     const data = dirname(broker.creds.admin);
     const localize = (s) => s.replaceAll('nats://127.0.0.1:4222', broker.url).replaceAll('./pctl-data', data)
-      .replaceAll("'orders'", `'${topic}'`).replace(/ orders\b/g, ` ${topic}`);
+      .replaceAll("'payments'", `'${topic}'`).replace(/ payments\b/g, ` ${topic}`);
     const env = { ...process.env, PATH: `${dirname(broker.bin)}:${process.env.PATH}` };
     delete env.PCTL_SERVER;
     delete env.PCTL_CREDS;

@@ -1,6 +1,6 @@
 """The README's consumer quickstart runs as written against a real `pctl serve`: its shell block
 (the pctl CLI on PATH, the broker's address and data directory in place of the defaults, a fresh
-topic name in place of "orders") and its Python block."""
+topic name in place of "payments") and its Python block."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def blocks(section: str) -> tuple:
 def localize(text: str, broker, topic: str) -> str:
     data = os.path.dirname(broker.admin)
     return (text.replace("nats://127.0.0.1:4222", broker.url).replace("./pctl-data", data)
-            .replace('"orders"', f'"{topic}"').replace(" orders", f" {topic}"))
+            .replace('"payments"', f'"{topic}"').replace(" payments", f" {topic}"))
 
 
 def test_the_consumer_quickstart_runs_as_written(broker, tmp_path):

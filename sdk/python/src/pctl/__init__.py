@@ -11,14 +11,15 @@
 
     asyncio.run(main())
 
-Offline: ``pctl.Partitioner.load("kafka-murmur2.wasm").partition(b"user-1", 12)``.
+Offline: ``pctl.Partitioner.builtin("kafka-murmur2").partition(b"user-1", 12)`` (the built-ins are
+in the package), or ``pctl.Partitioner.load("my.wasm")`` for a module file.
 The specs are spec/abi-v1.md (modules) and spec/protocol.md (the broker's protocol)."""
 
 from .client import Client, connect
 from .consumer import CommitFailed, Consumer, ConsumerStats, MisplacedRecord, reset_group
 from .errors import (BadRequest, ChangeInProgress, Conflict, Exists, Fenced, InternalError, InUse, NotFound, PctlError,
                      PermissionDenied, PluginFailed, PluginRejected, Unavailable, error_from_code)
-from .partitioner import Partitioner
+from .partitioner import Partitioner, builtin_names
 from .producer import Producer, RecordMetadata
 from .record import KeyChange, Misplacement, Record
 from .wire import Epoch, PartitionerRef, Topic
@@ -27,4 +28,4 @@ __version__ = "0.1.0"
 
 __all__ = ["BadRequest", "ChangeInProgress", "Client", "CommitFailed", "Conflict", "Consumer", "ConsumerStats", "KeyChange", "Misplacement", "MisplacedRecord", "Record", "reset_group", "Epoch", "Exists", "Fenced", "InUse", "InternalError",
            "NotFound", "PartitionerRef", "Partitioner", "PctlError", "PermissionDenied", "PluginFailed", "PluginRejected",
-           "Producer", "RecordMetadata", "Topic", "Unavailable", "connect", "error_from_code"]
+           "Producer", "RecordMetadata", "Topic", "Unavailable", "builtin_names", "connect", "error_from_code"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from importlib import resources
 import threading
 from typing import Iterable, Mapping, Optional, Sequence, Union
 
@@ -20,6 +21,12 @@ from .runtime import MAX_KEY, MAX_PARTITIONS, CallError, Plugin, encode_config
 
 Key = Union[bytes, bytearray, memoryview, str]
 Config = Union[bytes, Mapping[str, str], Iterable[str], None]
+
+
+def builtin_names() -> list[str]:
+    """The names of the built-in partitioners the package carries, sorted."""
+    d = resources.files("pctl").joinpath("builtin")
+    return sorted(f.name[:-len(".wasm")] for f in d.iterdir() if f.name.endswith(".wasm"))
 
 
 def _key_bytes(key: Key) -> bytes:
@@ -75,6 +82,16 @@ class Partitioner:
         except OSError as e:
             raise BadRequest(f"read plugin {path}: {e.strerror or e}; give the path of a compiled .wasm module") from None
         return cls(data, config=config, source=path)
+
+    @classmethod
+    def builtin(cls, name: str, *, config: Config = None) -> "Partitioner":
+        """A built-in partitioner by name ("kafka-murmur2", "jump", ...: see :func:`builtin_names`).
+        Its module is in the package (``pctl/builtin``, byte for byte the repository's
+        plugins/builtin), so this needs no file and no broker."""
+        if name not in builtin_names():
+            raise BadRequest(f"{name!r} is not a built-in partitioner; the built-ins are {', '.join(builtin_names())}")
+        data = resources.files("pctl").joinpath("builtin", name + ".wasm").read_bytes()
+        return cls(data, config=config, source="built-in " + name)
 
     @property
     def name(self) -> str:

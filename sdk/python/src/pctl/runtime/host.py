@@ -15,6 +15,7 @@ import os
 import re
 import struct
 import tempfile
+import threading
 from pathlib import Path
 
 import wasmtime
@@ -244,10 +245,21 @@ def _fast_i32(store: wasmtime.Store, func: wasmtime.Func):
 # --- the engine and its compile cache ------------------------------------------------------------
 
 _engine: wasmtime.Engine | None = None
+_engine_lock = threading.Lock()
 
 
 def engine() -> wasmtime.Engine:
-    """One engine per process: WebAssembly 2.0 only (§7.1), a bounded native stack."""
+    """One engine per process: WebAssembly 2.0 only (§7.1), a bounded native stack.
+    Partitioners load on executor threads: two first loads at once must not make two engines
+    (a module compiled by one cannot be instantiated in a store of the other)."""
+    global _engine
+    if _engine is not None:
+        return _engine
+    with _engine_lock:
+        return _make_engine()
+
+
+def _make_engine() -> wasmtime.Engine:
     global _engine
     if _engine is None:
         c = wasmtime.Config()

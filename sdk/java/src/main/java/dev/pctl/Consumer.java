@@ -1110,7 +1110,16 @@ public final class Consumer implements AutoCloseable {
             byte[] body = pstateJson(member, System.currentTimeMillis() + sessionNanos / 1_000_000, pos, p.gen);
             long nr;
             try {
-                nr = kv.update(prefix + "p." + p.q, body, rev);
+                try {
+                    nr = kv.update(prefix + "p." + p.q, body, rev);
+                } catch (GroupKv.Conflict e) {
+                    // Our own earlier write whose reply was lost moved the revision? Go on from it.
+                    long own = adoptOwnWrite(p, pos, rev);
+                    if (own == 0) {
+                        throw e;
+                    }
+                    nr = kv.update(prefix + "p." + p.q, body, own);
+                }
             } catch (GroupKv.Conflict e) {
                 lose(p, "compare-and-set lost");
                 return;
@@ -1118,8 +1127,15 @@ public final class Consumer implements AutoCloseable {
                 fail(e);
                 return;
             } catch (PctlException e) {
-                log("member " + member + ": commit of partition " + p.q + " failed (" + e.getMessage() + "); retrying");
-                return;
+                // The reply may be lost while the write was applied (a cut connection): then the
+                // key holds exactly what we wrote, and its revision is ours to go on from;
+                // otherwise the next compare-and-set would fail and this member would drop its own
+                // partition and deliver again what it had committed.
+                nr = adoptOwnWrite(p, pos, rev);
+                if (nr == 0) {
+                    log("member " + member + ": commit of partition " + p.q + " failed (" + e.getMessage() + "); retrying");
+                    return;
+                }
             }
             mu.lock();
             try {
@@ -1136,6 +1152,42 @@ public final class Consumer implements AutoCloseable {
         } finally {
             p.writeLock.unlock();
         }
+    }
+
+    /**
+     * After a commit whose outcome is unknown, or a compare-and-set that lost: the key's revision
+     * when its latest value is one of this member's own writes under this ownership (owner this
+     * member, the same generation, a position it acknowledged) newer than {@code rev}, whose reply
+     * was lost; else 0. Only this member writes its id as the owner, so such a value is ours.
+     */
+    private long adoptOwnWrite(Part p, long pos, long rev) {
+        try {
+            GroupKv.Entry en = kv.get(prefix + "p." + p.q);
+            if (en == null || en.deleted() || en.revision() <= rev) {
+                return 0;
+            }
+            PState st = parsePState(en.revision(), en.value());
+            if (st != null && st.owner.equals(member) && st.gen == p.gen && st.position <= pos) {
+                long committed;
+                mu.lock();
+                try {
+                    if (p.lost) {
+                        return 0;
+                    }
+                    committed = p.committed;
+                } finally {
+                    mu.unlock();
+                }
+                if (st.position < committed) {
+                    return 0;
+                }
+                log("member " + member + ": partition " + p.q + ": our write of position " + st.position + " was applied (its reply was lost)");
+                return en.revision();
+            }
+        } catch (PctlException e) {
+            // unknown still: the next commit tells
+        }
+        return 0;
     }
 
     /** §6.3 release: the final position, owner empty. */

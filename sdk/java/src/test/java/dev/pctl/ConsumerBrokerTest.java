@@ -652,14 +652,14 @@ class ConsumerBrokerTest {
     @Test
     void theConsumerQuickstartRunsAsWritten() throws Exception {
         // The README's shell block, with the test broker's address and data directory in place of
-        // the defaults, a fresh topic name in place of "orders", pctl on PATH, and the classes this
+        // the defaults, a fresh topic name in place of "payments", pctl on PATH, and the classes this
         // test runs with in place of the jar (./setup cannot run inside the build that tests it).
         String sh = readmeBlock("Consumer quickstart", "sh");
         assertFalse(sh.contains("pctl serve"), "the quickstart starts from a running broker");
         String topic = "orders" + TOPICS.incrementAndGet();
         String cp = System.getProperty("surefire.test.class.path", System.getProperty("java.class.path"));
         String script = sh.replace("sdk/java/setup\n", "").replace("sdk/java/target/pctl-sdk.jar:sdk/java/target/lib/*", cp)
-                .replace("nats://127.0.0.1:4222", broker.url).replace("./pctl-data", broker.dir.resolve("data").toString()).replace(" orders", " " + topic);
+                .replace("nats://127.0.0.1:4222", broker.url).replace("./pctl-data", broker.dir.resolve("data").toString()).replace(" payments", " " + topic);
         assertTrue(sh.contains("sdk/java/setup\n") && !script.contains("target/pctl-sdk.jar"), "the block was localized: " + script);
         ProcessBuilder pb = new ProcessBuilder("sh", "-e", "-c", script).directory(Repo.root().toFile()).redirectErrorStream(false);
         pb.environment().put("PATH", Broker.pctl().getParent() + java.io.File.pathSeparator + Path.of(System.getProperty("java.home"), "bin")
@@ -805,6 +805,43 @@ class ConsumerBrokerTest {
                 w.addAll(Collections.nCopies(5, "after"));
                 assertEquals(w, values);
                 assertNull(err);
+        }
+    }
+
+    @Test
+    void aMemberWhoseConnectionsAreCutGoesOn() throws Exception {
+        // §6.7: the member's connections (jnats' and the records' own) are cut again and again
+        // while records arrive; every record comes, in order, and no partition is given up for
+        // it (duplicates only after a crash: a cut is not one).
+        String topic = createTopic(3);
+        try (CutProxy proxy = new CutProxy(broker.url);
+                PctlClient c = PctlClient.connect(ClientOptions.builder().server(proxy.url).creds(broker.consumer).build());
+                Consumer cn = c.consumer(topic, ConsumerOptions.builder("cut").fromBeginning(true).build())) {
+            List<ConsumerRecord> got = new ArrayList<>();
+            for (int round = 0; round < 8; round++) {
+                produce(broker, topic, null, rounds(round * 10, round * 10 + 10, 12));
+                long until = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(700);
+                while (System.nanoTime() < until) {
+                    got.addAll(cn.poll(Duration.ofMillis(100)));
+                }
+                if (round == 3) {
+                    // Writes applied, their replies lost: the member's commits and lease renewals
+                    // reach the group state while it hears nothing back for longer than its
+                    // requests wait (6 s), then the connections drop with the replies.
+                    proxy.hold(true);
+                    long t = System.nanoTime() + TimeUnit.SECONDS.toNanos(8);
+                    while (System.nanoTime() < t) {
+                        got.addAll(cn.poll(Duration.ofMillis(100)));
+                    }
+                }
+                proxy.cut();
+            }
+            got.addAll(drain(cn, 960 - got.size(), Duration.ofSeconds(30)));
+            assertTrue(proxy.cuts.get() >= 8);
+            assertEquals(960, got.size(), "every record, once: " + cn.stats());
+            assertEquals(960, new HashSet<>(got.stream().map(r -> r.partition() + "/" + r.sequence()).toList()).size());
+            assertEquals(List.of(), orderViolations(of(got)));
+            assertEquals(0, cn.stats().lost(), "no partition given up for a cut connection: " + cn.stats());
         }
     }
 

@@ -1,0 +1,1123 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"pctl.dev/pctl/broker/wire"
+)
+
+// A sink sends one partition's records of one epoch as a series of JetStream fast batches
+// (spec/protocol.md §5.1.2): one batch open at a time, many records in flight inside it,
+// committed when the queue runs empty or the batch is full. After any anomaly it stops sending,
+// settles the open batch (learns which prefix of it is stored) and re-sends the rest in a new
+// batch; when its epoch was fenced it hands the rest back to the producer instead.
+//
+// The run goroutine owns everything below the mutex; other goroutines only queue records and
+// set the control flags.
+type sink struct {
+	p         *Producer
+	epoch     int
+	partition int
+	subject   string // where the batch's EOB goes (wire.BatchEndSubject)
+	stream    string
+	compact   bool // a compacted topic: each record goes to its key's subject (spec §10.1)
+
+	mu        sync.Mutex
+	queue     []*pending
+	fenceDesc *wire.Topic // the producer says this descriptor ended the sink's epoch
+	aborted   error
+	connLost  bool // a disconnect happened since the run loop last looked
+	wake      chan struct{}
+
+	replies chan fbReply
+	done    chan struct{} // closed when run returns
+
+	// run goroutine only
+	fencedSelf *wire.Topic // the sink found its epoch fenced and waits to be stopped
+	floor      uint64      // every record this sink stores is above this stream sequence
+	floorKnown bool
+	// verify: the stream is on a cluster. nats-server 2.15.2 counts, in flow acks and a batch's
+	// PubAck, batch messages whose raft proposals a leader's term change dropped (the stored
+	// messages are then not a prefix of the batch). So on a cluster records finish only when
+	// their batch is confirmed (confirm): the leader did not change since the batch began, or
+	// the batch was read back and each record found.
+	verify      bool
+	leader      string    // the stream leader when last checked (verify)
+	leaderSince time.Time // when it was elected, as the server said
+	replicas    int       // the stream's replicas when last checked
+	holes       int       // records a committed batch claimed that were not stored (re-sent)
+	b           *batch
+	timer       *time.Timer
+	backoff     time.Duration
+}
+
+// batch is the open fast batch: recs[i] was sent with batch seq i+1.
+type batch struct {
+	id        string
+	recs      []*pending
+	acked     int    // records 1..acked are persisted and finished
+	flowed    int    // records 1..flowed are persisted says a flow ack (the window's base)
+	commit    uint64 // batch seq of the commit message once sent (n for op 2, n+1 for an EOB)
+	anomaly   string // why the batch must be settled; "" while clean
+	ended     bool   // the server ended the batch (gap or error): a PubAck is on its way
+	unknown   bool   // the server no longer knows the batch (refusal 10208)
+	never     bool   // the first message was refused: nothing of the batch is stored
+	noResp    bool   // no responders: no stream on the subject (fenced?)
+	pubAck    *fbReply
+	progress  time.Time // last reply
+	checked   time.Time // last stall check
+	transient bool      // the anomaly calls for a pause before re-sending
+}
+
+func newSink(p *Producer, epoch, partition int) *sink {
+	compact := p.desc.Compact != nil
+	return &sink{p: p, epoch: epoch, partition: partition, compact: compact,
+		subject: wire.BatchEndSubject(p.topic, epoch, partition, compact), stream: wire.StreamName(p.topic, partition),
+		wake: make(chan struct{}, 1), replies: make(chan fbReply, 2*p.opts.MaxInFlight+256), done: make(chan struct{})}
+}
+
+func (s *sink) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *sink) push(pd *pending) {
+	s.mu.Lock()
+	s.queue = append(s.queue, pd)
+	s.mu.Unlock()
+	s.signal()
+}
+
+// fence tells the sink that desc ended its epoch: it settles its open batch and stops, handing
+// back its records.
+func (s *sink) fence(desc *wire.Topic) {
+	s.mu.Lock()
+	s.fenceDesc = desc
+	s.mu.Unlock()
+	s.signal()
+}
+
+// abort fails every record of the sink and stops it.
+func (s *sink) abort(err error) {
+	s.mu.Lock()
+	if s.aborted == nil {
+		s.aborted = err
+	}
+	s.mu.Unlock()
+	s.signal()
+}
+
+func (s *sink) connChanged(connected bool) {
+	if !connected {
+		s.mu.Lock()
+		s.connLost = true
+		s.mu.Unlock()
+	}
+	s.signal()
+}
+
+func (s *sink) logf(format string, args ...any) {
+	s.p.opts.Logf("producer %s: partition %d of epoch %d: "+format, append([]any{s.p.id, s.partition, s.epoch}, args...)...)
+}
+
+func (s *sink) run() {
+	defer s.p.wg.Done()
+	defer close(s.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.p.done:
+			cancel()
+		case <-s.done:
+		}
+	}()
+	s.timer = time.NewTimer(time.Hour)
+	s.timer.Stop()
+	for {
+		s.mu.Lock()
+		aborted, fenceDesc, connLost := s.aborted, s.fenceDesc, s.connLost
+		s.connLost = false
+		s.mu.Unlock()
+		if aborted != nil {
+			s.failAll(aborted)
+			s.exit(event{s: s, final: true})
+			return
+		}
+		if s.fencedSelf != nil && fenceDesc == nil {
+			// Fenced: wait for the control loop to stop the sink (it asked for that already).
+			select {
+			case <-s.wake:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		if b := s.b; b != nil {
+			if connLost && b.anomaly == "" && (len(b.recs) > b.acked || b.commit > 0) {
+				b.anomaly = "the connection was lost with records in flight"
+			}
+			if fenceDesc != nil && b.anomaly == "" {
+				b.anomaly = fmt.Sprintf("epoch %d is current", fenceDesc.Current().Epoch)
+			}
+			if b.anomaly != "" {
+				fenced, err := s.settle(ctx, fenceDesc)
+				if err != nil {
+					if ctx.Err() == nil {
+						s.p.fail(err)
+					}
+					continue // aborted now: the top of the loop fails the records
+				}
+				if fenced != nil && fenceDesc == nil {
+					s.fencedSelf = fenced
+					select {
+					case s.p.events <- event{s: s, fenced: fenced}:
+					case <-s.p.done:
+					}
+				}
+				continue
+			}
+		} else if fenceDesc != nil {
+			s.exit(event{s: s, left: s.takeQueue(), fenced: fenceDesc, final: true})
+			return
+		}
+		if s.b == nil && !s.floorKnown && s.queued() > 0 {
+			if err := s.readFloor(ctx); err != nil {
+				if ctx.Err() == nil {
+					s.p.fail(err)
+				}
+				continue
+			}
+		}
+		s.fill()
+		s.wait(ctx)
+	}
+}
+
+// exit hands the sink's last event to the control loop (unless the producer stopped).
+func (s *sink) exit(ev event) {
+	if s.b != nil {
+		s.p.batches.Delete(s.b.id)
+	}
+	select {
+	case s.p.events <- ev:
+	case <-s.p.done:
+		for _, pd := range ev.left {
+			s.p.finish(pd, Result{Err: fmt.Errorf("%w: producer closed before the record was acknowledged", wire.ErrUnavailable)})
+		}
+	}
+}
+
+func (s *sink) queued() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queue)
+}
+
+// takeQueue returns every record not acknowledged, the open batch's first, in order.
+func (s *sink) takeQueue() []*pending {
+	var left []*pending
+	if s.b != nil {
+		left = append(left, s.b.recs[s.b.acked:]...)
+		s.p.batches.Delete(s.b.id)
+		s.b = nil
+	}
+	s.mu.Lock()
+	left = append(left, s.queue...)
+	s.queue = nil
+	s.mu.Unlock()
+	return left
+}
+
+func (s *sink) failAll(err error) {
+	for _, pd := range s.takeQueue() {
+		s.p.finish(pd, Result{Err: err})
+	}
+}
+
+// readFloor reads the stream's last sequence before the sink's first batch, and checks that the
+// stream takes fast batches.
+func (s *sink) readFloor(ctx context.Context) error {
+	for attempt := 0; ; attempt++ {
+		st, err := s.p.c.js.Stream(ctx, s.stream)
+		if err == nil {
+			info := st.CachedInfo()
+			if !info.Config.AllowBatchPublish {
+				return fmt.Errorf("%w: partition stream %s does not allow fast batch publishing (allow_batched), which pctl's producer needs (spec/protocol.md §5.1); restart 'pctl serve' with this version: it updates the streams of existing topics", wire.ErrUnavailable, s.stream)
+			}
+			s.floor, s.floorKnown = info.State.LastSeq, true
+			s.verify = info.Cluster != nil && info.Cluster.Name != ""
+			s.noteLeader(info)
+			return nil
+		}
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			if _, ferr := s.p.fetch(ctx); ferr != nil {
+				return ferr
+			}
+			return fmt.Errorf("%w: partition stream %s of topic %s does not exist", wire.ErrNotFound, s.stream, s.p.topic)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if attempt%10 == 9 {
+			s.logf("reading stream %s: %v; retrying", s.stream, err)
+		}
+		if !sleepCtx(ctx, s.pause(attempt)) {
+			return ctx.Err()
+		}
+	}
+}
+
+// pause is the back-off before retry number attempt: 50 ms doubling up to 1 s.
+func (s *sink) pause(attempt int) time.Duration {
+	d := 50 * time.Millisecond
+	for i := 0; i < attempt && d < time.Second; i++ {
+		d *= 2
+	}
+	return min(d, time.Second)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// fill opens a batch if there is none and records wait, sends records while the window allows,
+// and commits when the queue ran empty or the batch is full.
+func (s *sink) fill() {
+	if s.b == nil {
+		if s.queued() == 0 || !s.p.c.nc.IsConnected() {
+			return
+		}
+		s.b = &batch{id: randomHex(16), progress: time.Now()}
+		s.b.checked = s.b.progress
+		s.p.batches.Store(s.b.id, s)
+	}
+	b := s.b
+	if b.anomaly != "" || b.commit > 0 {
+		return
+	}
+	window, size := s.p.opts.MaxInFlight, s.p.opts.BatchSize
+	flow := max(1, window/4)
+	for len(b.recs)-max(b.acked, b.flowed) < window && len(b.recs) < size {
+		s.mu.Lock()
+		if len(s.queue) == 0 {
+			s.mu.Unlock()
+			break
+		}
+		pd := s.queue[0]
+		s.queue = s.queue[1:]
+		last := len(s.queue) == 0
+		s.mu.Unlock()
+		seq := uint64(len(b.recs) + 1)
+		op := fbAppend
+		if seq == 1 {
+			op = fbStart
+			if last {
+				op = fbCommit // a batch of one record: stored and committed by one message
+			}
+		}
+		m := &nats.Msg{Subject: wire.RecordSubject(s.p.topic, s.epoch, s.partition, s.compact, pd.rec.Key), Reply: fbReplySubject(s.p.inbox, b.id, flow, seq, op), Header: pd.hdr, Data: pd.rec.Value}
+		if err := s.p.c.nc.PublishMsg(m); err != nil {
+			if errors.Is(err, nats.ErrMaxPayload) {
+				s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: fmt.Errorf("%w: record %d cannot be published: %v", wire.ErrBadRequest, pd.seq, err)})
+				continue
+			}
+			// Not sent (connection closed or its buffer full): put it back and settle.
+			s.mu.Lock()
+			s.queue = append([]*pending{pd}, s.queue...)
+			s.mu.Unlock()
+			b.anomaly = "publish failed: " + err.Error()
+			b.transient = true
+			return
+		}
+		pd.sends++
+		if pd.floors == nil {
+			pd.floors = map[string]uint64{}
+		}
+		if _, ok := pd.floors[s.stream]; !ok {
+			pd.floors[s.stream] = s.floor
+		}
+		b.recs = append(b.recs, pd)
+		if op == fbCommit {
+			b.commit = seq
+			return
+		}
+	}
+	if len(b.recs) > 0 && (len(b.recs) >= size || s.queued() == 0) {
+		seq := uint64(len(b.recs) + 1)
+		if err := s.p.c.nc.PublishMsg(&nats.Msg{Subject: s.subject, Reply: fbReplySubject(s.p.inbox, b.id, flow, seq, fbEOB)}); err != nil {
+			b.anomaly = "publish failed: " + err.Error()
+			b.transient = true
+			return
+		}
+		b.commit = seq
+	}
+}
+
+// wait blocks until something happens: a reply, a new record or control flag, or a timer.
+func (s *sink) wait(ctx context.Context) {
+	b := s.b
+	if b == nil || b.anomaly != "" {
+		if b != nil {
+			return // settle next
+		}
+		select {
+		case <-s.wake:
+		case <-ctx.Done():
+		}
+		return
+	}
+	// Something is in flight: wake for the stall check or the acknowledgement timeout.
+	now := time.Now()
+	next := b.checked.Add(s.p.opts.StallTimeout)
+	if t := b.progress.Add(s.p.c.opts.AckTimeout); t.Before(next) {
+		next = t
+	}
+	s.timer.Reset(max(time.Millisecond, next.Sub(now)))
+	defer s.timer.Stop()
+	select {
+	case r := <-s.replies:
+		s.handle(ctx, r)
+		// Take every reply already there before sending more.
+		for more := true; more && s.b != nil && s.b.anomaly == ""; {
+			select {
+			case r := <-s.replies:
+				s.handle(ctx, r)
+			default:
+				more = false
+			}
+		}
+	case <-s.wake:
+	case <-s.timer.C:
+		now := time.Now()
+		if now.Sub(b.progress) >= s.p.c.opts.AckTimeout {
+			b.anomaly = fmt.Sprintf("no reply within %v", s.p.c.opts.AckTimeout)
+			return
+		}
+		if now.Sub(b.checked) >= s.p.opts.StallTimeout {
+			b.checked = now
+			s.p.requestCheck() // a fenced subject on a cluster may answer nothing
+		}
+	case <-ctx.Done():
+	}
+}
+
+// handle applies one reply to the open batch (replies to other batches never get here).
+func (s *sink) handle(ctx context.Context, r fbReply) {
+	b := s.b
+	if b == nil || r.batch != b.id {
+		return
+	}
+	b.progress, b.checked = time.Now(), time.Now()
+	switch r.kind {
+	case replyFlowAck:
+		if r.ackSeq > uint64(len(b.recs)) {
+			b.anomaly = fmt.Sprintf("flow acknowledgement of batch seq %d, only %d sent", r.ackSeq, len(b.recs))
+			return
+		}
+		b.flowed = max(b.flowed, int(r.ackSeq))
+		if !s.verify {
+			s.ackUpTo(int(r.ackSeq))
+		}
+	case replyGap:
+		b.ended = true
+		if b.anomaly == "" {
+			b.anomaly = fmt.Sprintf("gap: the server expected batch seq %d, got %d", r.gapExpected, r.gapGot)
+		}
+	case replyFlowErr:
+		b.ended = true
+		s.refused(r)
+		if b.anomaly == "" {
+			b.anomaly = fmt.Sprintf("batch seq %d refused: %s (%d)", r.gapGot, r.errText, r.errCode)
+		}
+	case replyRefusal:
+		s.refused(r)
+		if b.anomaly == "" {
+			b.anomaly = fmt.Sprintf("batch seq %d refused: %s (%d)", r.seq, r.errText, r.errCode)
+		}
+	case replyNoResponders:
+		b.noResp = true
+		if b.anomaly == "" {
+			b.anomaly = "no stream answers " + s.subject
+		}
+		s.p.requestCheck()
+	case replyPubAck:
+		rr := r
+		b.pubAck = &rr
+		if b.anomaly == "" && b.commit > 0 && r.ackBatch == b.id && !r.duplicate && r.count == uint64(len(b.recs)) {
+			if s.verify {
+				found, trusted, err := s.confirm(ctx, len(b.recs), r.streamSeq)
+				if err != nil {
+					b.anomaly = "cannot confirm the batch on the cluster: " + err.Error()
+					return // settle takes it up (the PubAck is kept)
+				}
+				if !trusted {
+					s.endConfirmed(ctx, found, r.streamSeq)
+					return
+				}
+			}
+			s.committed(r) // clean
+			return
+		}
+		if b.anomaly == "" {
+			b.anomaly = fmt.Sprintf("PubAck of %d records (batch %q, duplicate %v), %d sent, commit sent: %v", r.count, r.ackBatch, r.duplicate, len(b.recs), b.commit > 0)
+		}
+	default:
+		if b.anomaly == "" {
+			b.anomaly = "unexpected reply: " + r.errText
+		}
+	}
+}
+
+// refused records what a refusal says about one message of the batch.
+func (s *sink) refused(r fbReply) {
+	b := s.b
+	seq := r.seq
+	if r.kind == replyFlowErr {
+		seq = r.gapGot
+	}
+	switch r.errCode {
+	case errCodeTooLarge:
+		if seq >= 1 && seq <= uint64(len(b.recs)) {
+			pd := b.recs[seq-1]
+			pd.failed = fmt.Errorf("%w: record %d refused by partition %d: %s (JetStream error %d); a record must fit the stream's maximum message size", wire.ErrBadRequest, pd.seq, s.partition, r.errText, r.errCode)
+		}
+	case errCodeUnknownBatch:
+		b.unknown = true
+	case errCodeBatchDisabled, errCodeBadPattern, errCodeBadBatchID:
+		s.p.fail(fmt.Errorf("%w: partition stream %s refused a fast batch: %s (JetStream error %d); pctl's producer needs nats-server 2.14+ and streams with allow_batched (restart 'pctl serve' to update them)", wire.ErrUnavailable, s.stream, r.errText, r.errCode))
+	case errCodeTooManyOpen, errCodeDupConflict:
+		b.transient = true
+	default:
+		b.transient = true
+	}
+	if seq == 1 && r.kind == replyRefusal && r.errCode != errCodeUnknownBatch {
+		b.never = true // the batch was never started: nothing of it is stored
+	}
+}
+
+// ackUpTo finishes the records of batch seqs acked+1..n: the server persisted them.
+func (s *sink) ackUpTo(n int) {
+	b := s.b
+	for ; b.acked < n; b.acked++ {
+		pd := b.recs[b.acked]
+		if pd.failed != nil {
+			continue // cannot be: a refused message leaves a gap
+		}
+		s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch})
+	}
+}
+
+// committed finishes a batch whose PubAck was clean.
+func (s *sink) committed(r fbReply) {
+	b := s.b
+	n := len(b.recs)
+	last := b.recs[n-1]
+	if b.acked < n-1 {
+		s.ackUpTo(n - 1)
+	}
+	if b.acked < n {
+		res := Result{Partition: s.partition, Epoch: s.epoch}
+		if last.sends == 1 && r.streamSeq > 0 {
+			res.Seq = r.streamSeq // its first send, stored by this batch: the PubAck names it
+		}
+		s.p.finish(last, res)
+		b.acked = n
+	}
+	s.endBatch(r.streamSeq)
+	s.backoff = 0
+}
+
+func (s *sink) endBatch(streamSeq uint64) {
+	if streamSeq > s.floor {
+		s.floor = streamSeq
+	}
+	s.p.batches.Delete(s.b.id)
+	s.b = nil
+}
+
+// settle learns which prefix of the open batch is stored, finishes it, and queues the rest
+// again (in the same epoch) or returns the descriptor that fenced the partition (the rest stays
+// for takeQueue). The batch is closed when settle returns: nothing more of it can be stored.
+func (s *sink) settle(ctx context.Context, fenceDesc *wire.Topic) (*wire.Topic, error) {
+	b := s.b
+	s.p.settles.Add(1)
+	s.logf("settling batch %s (%d records sent, %d acknowledged): %s", b.id, len(b.recs), b.acked, b.anomaly)
+	desc := fenceDesc
+	var fenced *wire.Topic
+	if fenceDesc != nil && fenceDesc.Current().Epoch > s.epoch {
+		fenced = fenceDesc
+	}
+	n := b.acked // records 1..n are persisted
+	exact := map[int]uint64{}
+	if !b.never {
+		k, err := s.learn(ctx, &desc, &fenced, exact)
+		if err != nil {
+			return nil, err
+		}
+		n = max(n, k)
+	}
+	// Records 1..n are persisted (a prefix); the rest are not, and never will be. On a cluster
+	// the server's word is checked first (confirm).
+	stored := map[int]uint64{}
+	for i := b.acked; i < n; i++ {
+		stored[i] = exact[i]
+	}
+	if s.verify && n > b.acked {
+		for attempt := 0; ; attempt++ {
+			var upTo uint64
+			if b.pubAck != nil {
+				upTo = b.pubAck.streamSeq
+			}
+			found, trusted, err := s.confirm(ctx, n, upTo)
+			if err == nil {
+				if !trusted {
+					stored = found
+				}
+				break
+			}
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			s.logf("confirming batch %s: %v; retrying", b.id, err)
+			if !sleepCtx(ctx, s.pause(attempt)) {
+				return nil, ctx.Err()
+			}
+		}
+	}
+	rest := s.finishStored(stored)
+	transient := b.transient
+	s.p.batches.Delete(b.id)
+	s.b = nil
+	s.logf("batch %s: %d of %d records stored; %d to send again", b.id, len(b.recs)-len(rest), len(b.recs), len(rest))
+	if fenced != nil {
+		s.mu.Lock()
+		s.queue = append(rest, s.queue...)
+		s.mu.Unlock()
+		return fenced, nil
+	}
+	s.mu.Lock()
+	s.queue = append(rest, s.queue...)
+	s.mu.Unlock()
+	if transient {
+		s.backoff = min(max(2*s.backoff, 50*time.Millisecond), time.Second)
+		if !sleepCtx(ctx, s.backoff) {
+			return nil, ctx.Err()
+		}
+	}
+	return nil, nil
+}
+
+// learn finds out how many records of the open batch are persisted (settle's core): from the
+// batch's PubAck, by closing the batch with an EOB, or by reading the partition back.
+func (s *sink) learn(ctx context.Context, desc, fenced **wire.Topic, exact map[int]uint64) (int, error) {
+	b := s.b
+	waited, search := false, false
+	for attempt := 0; ; attempt++ {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		s.mu.Lock()
+		if fd := s.fenceDesc; fd != nil && (*desc == nil || fd.Current().Epoch > (*desc).Current().Epoch) {
+			*desc = fd // the control loop knows a newer descriptor
+		}
+		aborted := s.aborted
+		s.mu.Unlock()
+		if aborted != nil {
+			return 0, aborted
+		}
+		if b.pubAck != nil {
+			k, at, ok, err := s.checkPubAck(ctx, *b.pubAck)
+			if err != nil {
+				return 0, err
+			}
+			if ok {
+				if at >= 0 {
+					exact[at] = b.pubAck.streamSeq
+				}
+				if b.pubAck.streamSeq > s.floor && k > b.acked {
+					s.floor = b.pubAck.streamSeq
+				}
+				return k, nil
+			}
+			b.pubAck, search = nil, true // not provably about these records: read the partition back
+		}
+		if b.ended && !waited {
+			// The server ended the batch (a gap or an error): its PubAck is on its way.
+			waited = true
+			s.await(ctx, func() bool { return b.pubAck != nil })
+			continue
+		}
+		if search || b.unknown {
+			k, at, err := s.search(ctx, *fenced)
+			if err != nil {
+				return 0, err
+			}
+			if k > b.acked && at > 0 {
+				exact[k-1] = at
+				s.floor = max(s.floor, at)
+			}
+			return k, nil
+		}
+		// Close the batch ourselves: an EOB above everything sent, on the stream's current
+		// subject (after a fence the batch lives on under the stream's new subject).
+		if !s.waitConnected(ctx) {
+			return 0, fmt.Errorf("%w: the connection is closed", wire.ErrUnavailable)
+		}
+		if b.noResp || attempt > 0 {
+			d, err := s.p.fetchQuick(ctx)
+			switch {
+			case err == nil:
+				*desc = d
+			case errors.Is(err, wire.ErrNotFound) || errors.Is(err, wire.ErrPermission) || ctx.Err() != nil:
+				return 0, err
+			default:
+				s.logf("reading the descriptor: %v; closing the batch on %s", err, s.subject)
+			}
+		}
+		subject := s.subject
+		if d := *desc; d != nil && d.Current().Epoch > s.epoch {
+			*fenced = d
+			cur := d.Current()
+			subject = wire.BatchEndSubject(s.p.topic, cur.Epoch, s.partition, s.compact)
+			if s.partition >= cur.Partitions {
+				// Shrunk away: the retired subject takes no publishes (not even an EOB), and
+				// nothing more of the batch can be stored: read the partition back.
+				search = true
+				continue
+			}
+		} else if d != nil && d.Change != nil && b.noResp {
+			// Fenced but the new epoch is not active yet: wait for it before closing.
+			if attempt%20 == 0 {
+				s.logf("epoch change to %d in progress (%s); waiting for it", d.Change.To, d.Change.State)
+			}
+			if !sleepCtx(ctx, min(s.pause(attempt), 100*time.Millisecond)) {
+				return 0, ctx.Err()
+			}
+			continue
+		}
+		b.noResp = false
+		seq := uint64(len(b.recs) + 1)
+		if err := s.p.c.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: fbReplySubject(s.p.inbox, b.id, 1, seq, fbEOB)}); err != nil {
+			s.logf("closing batch %s: %v", b.id, err)
+		}
+		s.await(ctx, func() bool { return b.pubAck != nil || b.unknown || b.noResp })
+		if b.pubAck == nil && !b.unknown && !sleepCtx(ctx, s.pause(attempt)) {
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// finishStored finishes the open batch's records not yet finished: those in stored (index ->
+// stream sequence, 0 if unknown) are acknowledged, refused ones fail, and the others are returned,
+// in order, to be sent again.
+func (s *sink) finishStored(stored map[int]uint64) []*pending {
+	b := s.b
+	var rest []*pending
+	for i := b.acked; i < len(b.recs); i++ {
+		pd := b.recs[i]
+		seq, ok := stored[i]
+		switch {
+		case pd.failed != nil:
+			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: pd.failed})
+		case ok:
+			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Seq: seq})
+		default:
+			rest = append(rest, pd)
+		}
+	}
+	b.acked = len(b.recs)
+	return rest
+}
+
+// endConfirmed ends a committed batch that confirm had to read back: records found are
+// acknowledged, the others (the server counted them but did not store them) go out again in a
+// new batch, after records sent later that it did store: their keys may be out of order.
+func (s *sink) endConfirmed(ctx context.Context, found map[int]uint64, streamSeq uint64) {
+	b := s.b
+	rest := s.finishStored(found)
+	if len(rest) > 0 {
+		s.holes += len(rest)
+		s.p.holes.Add(int64(len(rest)))
+		s.logf("SERVER FAULT: batch %s was committed with %d records but %d of them are not stored (nats-server counted raft proposals a leader's term change dropped); sending them again after later records: per-key order may be broken for their keys", b.id, len(b.recs), len(rest))
+	}
+	s.endBatch(streamSeq)
+	s.mu.Lock()
+	s.queue = append(rest, s.queue...)
+	s.mu.Unlock()
+}
+
+// lowFloor is the lowest stream sequence above which a copy of any of the open batch's records
+// from index i on can be stored: the sink's floor, or lower for records sent to this stream
+// before (a copy from an earlier attempt counts as a duplicate for the server).
+func (s *sink) lowFloor(from, to int) uint64 {
+	low := s.floor
+	for _, pd := range s.b.recs[from:to] {
+		if f, ok := pd.floors[s.stream]; ok && f < low {
+			low = f
+		}
+	}
+	return low
+}
+
+// noteLeader records the stream's leader, its election time and its replicas from the stream's
+// info, and reports whether any of them changed since the last note. nats-server 2.15.2 drops
+// fast-batch proposals around a raft term change (a leader election, or a replica count change
+// that creates or removes the stream's raft group) while counting them.
+func (s *sink) noteLeader(info *jetstream.StreamInfo) bool {
+	if info == nil || info.Cluster == nil {
+		return true
+	}
+	var since time.Time
+	if info.Cluster.LeaderSince != nil {
+		since = *info.Cluster.LeaderSince
+	}
+	changed := info.Cluster.Leader != s.leader || !since.Equal(s.leaderSince) || info.Config.Replicas != s.replicas
+	s.leader, s.leaderSince, s.replicas = info.Cluster.Leader, since, info.Config.Replicas
+	return changed
+}
+
+// confirm checks, on a cluster, records acked..k-1 of the open batch that the server counted as
+// persisted. When the stream's leader is the one noted before the batch (and not newly elected),
+// the count is trusted. Otherwise the stream is read back from the floor and each record looked
+// for (every record of the batch, counted or not): found maps the index of each record found to
+// its stream sequence. Records not found get a new deduplication id before they are sent again:
+// the server may still hold the ids of its dropped proposals as "being stored" and would skip
+// their re-sends as duplicates.
+func (s *sink) confirm(ctx context.Context, k int, upTo uint64) (found map[int]uint64, trusted bool, err error) {
+	b := s.b
+	st, err := s.p.c.js.Stream(ctx, s.stream)
+	if err != nil {
+		return nil, false, err
+	}
+	info := st.CachedInfo()
+	if !s.noteLeader(info) {
+		return nil, true, nil
+	}
+	want := map[string]int{}
+	for i := b.acked; i < len(b.recs); i++ {
+		want[b.recs[i].hdr.Get(wire.HeaderMsgID)] = i
+	}
+	found = map[int]uint64{}
+	top := max(info.State.LastSeq, upTo)
+	low := s.lowFloor(b.acked, len(b.recs))
+	err = s.readRange(ctx, low+1, top, func(seq uint64, m *jetstream.RawStreamMsg) {
+		if i, ok := want[m.Header.Get(wire.HeaderMsgID)]; ok && sameRecord(m, b.recs[i].hdr, b.recs[i].rec.Value) {
+			found[i] = seq
+		}
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	// A record whose id another producer instance may have used (a thin client's, or a content
+	// token) may be stored further down, as long ago as the deduplication window reaches.
+	var foreign bool
+	for i := b.acked; i < len(b.recs); i++ {
+		if _, ok := found[i]; !ok && (b.recs[i].rec.Origin != nil || s.p.opts.ContentTokens) {
+			foreign = true
+		}
+	}
+	if foreign && low > 0 {
+		from, err := s.seqAt(ctx, time.Now().Add(-dedupWindow-10*time.Second))
+		if err != nil {
+			return nil, false, err
+		}
+		if from <= low {
+			err = s.readRange(ctx, from, low, func(seq uint64, m *jetstream.RawStreamMsg) {
+				if i, ok := want[m.Header.Get(wire.HeaderMsgID)]; ok && sameRecord(m, b.recs[i].hdr, b.recs[i].rec.Value) {
+					found[i] = seq
+				}
+			})
+			if err != nil {
+				return nil, false, err
+			}
+		}
+	}
+	if s.compact {
+		keys := make([][]byte, len(b.recs))
+		for i := b.acked; i < len(b.recs); i++ {
+			keys[i] = b.recs[i].rec.Key
+		}
+		supersededInBatch(keys, b.acked, found)
+	}
+	for i := b.acked; i < len(b.recs); i++ {
+		if _, ok := found[i]; !ok {
+			s.p.renew(b.recs[i])
+		}
+	}
+	if len(found) < k-b.acked {
+		s.logf("read back %d..%d after a leader change: %d of %d records of batch %s found (%d counted by the server)", low+1, top, len(found), len(b.recs)-b.acked, b.id, k-b.acked)
+	}
+	return found, false, nil
+}
+
+// dedupWindow is the partition streams' deduplication window (spec/protocol.md §2).
+const dedupWindow = 2 * time.Minute
+
+// seqAt returns the sequence of the stream's first message stored at or after t (the maximum
+// uint64 when there is none; a replica that lags may answer, which only makes it lower).
+func (s *sink) seqAt(ctx context.Context, t time.Time) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.p.c.opts.AckTimeout)
+	defer cancel()
+	body := fmt.Sprintf(`{"start_time":%q}`, t.UTC().Format(time.RFC3339Nano))
+	m, err := s.p.c.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+s.stream, []byte(body))
+	if err != nil {
+		return 0, err
+	}
+	if m.Header.Get("Status") != "" {
+		return ^uint64(0), nil // nothing that recent
+	}
+	seq, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("direct get of %s at %v: no sequence in the answer", s.stream, t)
+	}
+	return seq, nil
+}
+
+// readRange reads stream messages first..last from the stream leader (direct gets may be
+// answered by a replica that lags), 64 at a time, and calls f for each one that exists.
+func (s *sink) readRange(ctx context.Context, first, last uint64, f func(seq uint64, m *jetstream.RawStreamMsg)) error {
+	const window = 64
+	for lo := first; lo <= last; lo += window {
+		hi := min(last, lo+window-1)
+		msgs := make([]*jetstream.RawStreamMsg, hi-lo+1)
+		errs := make([]error, len(msgs))
+		var wg sync.WaitGroup
+		for i := range msgs {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				msgs[i], errs[i] = s.getMsg(ctx, lo+uint64(i))
+			}(i)
+		}
+		wg.Wait()
+		for i, m := range msgs {
+			if errs[i] != nil {
+				return errs[i]
+			}
+			if m != nil {
+				f(lo+uint64(i), m)
+			}
+		}
+	}
+	return nil
+}
+
+// await handles replies until cond holds or the acknowledgement timeout passes.
+func (s *sink) await(ctx context.Context, cond func() bool) {
+	deadline := time.NewTimer(s.p.c.opts.AckTimeout)
+	defer deadline.Stop()
+	for !cond() {
+		select {
+		case r := <-s.replies:
+			s.handleSettling(r)
+		case <-s.wake:
+			s.mu.Lock()
+			aborted := s.aborted
+			s.mu.Unlock()
+			if aborted != nil {
+				s.signal() // the run loop sees it too
+				return
+			}
+		case <-deadline.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// handleSettling applies a reply while the batch is being settled: flow acks still confirm
+// persisted records; a PubAck, refusal or no responders say how the batch ended.
+func (s *sink) handleSettling(r fbReply) {
+	b := s.b
+	if b == nil || r.batch != b.id {
+		return
+	}
+	switch r.kind {
+	case replyFlowAck:
+		if r.ackSeq <= uint64(len(b.recs)) && !s.verify {
+			s.ackUpTo(int(r.ackSeq))
+		}
+	case replyGap:
+		b.ended = true
+	case replyFlowErr, replyRefusal:
+		s.refused(r)
+		if r.kind == replyFlowErr {
+			b.ended = true
+		}
+	case replyNoResponders:
+		if r.op == fbEOB {
+			b.noResp = true // only our EOB's: the records' own 503s are old news by now
+		}
+	case replyPubAck:
+		rr := r
+		b.pubAck = &rr
+	}
+}
+
+func (s *sink) waitConnected(ctx context.Context) bool {
+	for !s.p.c.nc.IsConnected() {
+		if s.p.c.nc.IsClosed() {
+			return false
+		}
+		if !sleepCtx(ctx, 20*time.Millisecond) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkPubAck decides what a PubAck of a batch that had an anomaly proves. ok: records 1..k are
+// persisted; at is the index of the record found at the PubAck's stream sequence (-1: none).
+// Not ok: the PubAck is not provably about this producer's records (read the partition back).
+func (s *sink) checkPubAck(ctx context.Context, r fbReply) (k, at int, ok bool, err error) {
+	b := s.b
+	n := len(b.recs)
+	if r.ackBatch != b.id || r.count > uint64(n) || int(r.count) < b.acked {
+		return 0, -1, false, nil
+	}
+	k = int(r.count)
+	if r.duplicate {
+		// A batch of one record whose id was stored already: it counts only if the stored
+		// message is this record.
+		if n != 1 || k != 1 {
+			return 0, -1, false, nil
+		}
+		m, err := s.getMsg(ctx, r.streamSeq)
+		if err != nil {
+			return 0, -1, false, err
+		}
+		pd := b.recs[0]
+		if m != nil && sameRecord(m, pd.hdr, pd.rec.Value) {
+			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Seq: r.streamSeq, Duplicate: true})
+			b.acked = 1
+			return 1, -1, true, nil
+		}
+		pd.failed = fmt.Errorf("%w: record %d (id %s) was acknowledged as a duplicate of stream sequence %d of partition %d, which holds a different record: it is NOT stored; another client published with this record's deduplication id", wire.ErrConflict, pd.seq, pd.hdr.Get(wire.HeaderMsgID), r.streamSeq, s.partition)
+		return 1, -1, true, nil
+	}
+	if k == 0 || k == b.acked {
+		return k, -1, true, nil
+	}
+	if r.streamSeq == 0 {
+		return 0, -1, false, nil // stored nothing new: cannot be checked
+	}
+	m, err := s.getMsg(ctx, r.streamSeq)
+	if err != nil {
+		return 0, -1, false, err
+	}
+	for i := k - 1; i >= 0; i-- {
+		pd := b.recs[i]
+		if m != nil && sameRecord(m, pd.hdr, pd.rec.Value) {
+			return k, i, true, nil
+		}
+		if s.verify {
+			break // on a cluster only the last counted record proves the count
+		}
+	}
+	s.logf("the PubAck of batch %s names stream sequence %d, which holds none of its records", b.id, r.streamSeq)
+	return 0, -1, false, nil
+}
+
+// getMsg reads one stored message from the stream leader (nil when there is none), retrying
+// transient failures. Not a direct get: any replica may answer those, one that lags included.
+func (s *sink) getMsg(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
+	for attempt := 0; ; attempt++ {
+		m, err := leaderGet(ctx, s.p.c, s.stream, seq)
+		if err == nil || errors.Is(err, jetstream.ErrMsgNotFound) {
+			return m, nil
+		}
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("%w: partition stream %s is gone", wire.ErrNotFound, s.stream)
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if !sleepCtx(ctx, s.pause(attempt)) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// search reads the partition back from its top (the epoch's boundary when fenced) down to the
+// sink's floor, and returns how many records of the open batch are stored: the batch stores a
+// prefix of what was sent, so the highest of its records found says it (with its sequence).
+func (s *sink) search(ctx context.Context, fenced *wire.Topic) (int, uint64, error) {
+	b := s.b
+	var top uint64
+	if fenced != nil {
+		if e := fenced.Epoch(s.epoch); e != nil && s.partition < len(e.Boundaries) {
+			top = e.Boundaries[s.partition]
+		}
+	}
+	if top == 0 {
+		for attempt := 0; ; attempt++ {
+			st, err := s.p.c.js.Stream(ctx, s.stream)
+			if err == nil {
+				top = st.CachedInfo().State.LastSeq
+				break
+			}
+			if ctx.Err() != nil {
+				return 0, 0, ctx.Err()
+			}
+			if !sleepCtx(ctx, s.pause(attempt)) {
+				return 0, 0, ctx.Err()
+			}
+		}
+	}
+	want := map[string]int{}
+	for i := b.acked; i < len(b.recs); i++ {
+		want[b.recs[i].hdr.Get(wire.HeaderMsgID)] = i
+	}
+	const window = 64
+	low := s.lowFloor(b.acked, len(b.recs))
+	for hi := top; hi > low; {
+		lo := low + 1
+		if hi-low > window {
+			lo = hi - window + 1
+		}
+		msgs := make([]*jetstream.RawStreamMsg, hi-lo+1)
+		errs := make([]error, len(msgs))
+		var wg sync.WaitGroup
+		for i := range msgs {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				msgs[i], errs[i] = s.getMsg(ctx, lo+uint64(i))
+			}(i)
+		}
+		wg.Wait()
+		for i := len(msgs) - 1; i >= 0; i-- {
+			if errs[i] != nil {
+				return 0, 0, errs[i]
+			}
+			m := msgs[i]
+			if m == nil {
+				continue
+			}
+			if j, ok := want[m.Header.Get(wire.HeaderMsgID)]; ok && sameRecord(m, b.recs[j].hdr, b.recs[j].rec.Value) {
+				s.logf("search: record %d of batch %s is stored at %d", j+1, b.id, lo+uint64(i))
+				return j + 1, lo + uint64(i), nil
+			}
+		}
+		hi = lo - 1
+	}
+	return b.acked, 0, nil
+}
