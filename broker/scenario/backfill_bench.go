@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-		"sort"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
