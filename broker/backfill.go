@@ -140,6 +140,9 @@ func (b *Broker) runBackfill(ctx context.Context, name string, epoch int) error 
 	if err != nil {
 		return err
 	}
+	if err := b.backfillStep(name, "backfill-start"); err != nil {
+		return err
+	}
 	prog := &bfProgress{done: make([]uint64, prev.Partitions), totalCopied: ep.Backfill.Copied, totalNewer: ep.Backfill.Newer}
 	copy(prog.done, ep.Backfill.Done)
 	started := time.Now()
@@ -160,12 +163,7 @@ func (b *Broker) runBackfill(ctx context.Context, name string, epoch int) error 
 			if err := b.flushBackfill(bctx, name, id, epoch, prog, false); err != nil {
 				return err
 			}
-			if b.cfg.StepHook != nil {
-				if err := b.cfg.StepHook(name, "backfilling"); err != nil {
-					return fmt.Errorf("%w: %v", errBackfillDied, err)
-				}
-			}
-			return nil
+			return b.backfillStep(name, "backfilling")
 		}
 		var failed error
 		for {
@@ -239,6 +237,9 @@ func (b *Broker) runBackfill(ctx context.Context, name string, epoch int) error 
 	if first == nil && ctx.Err() != nil {
 		first = ctx.Err()
 	}
+	if first == nil {
+		first = b.backfillStep(name, "backfill-final")
+	}
 	if errors.Is(first, errBackfillDied) {
 		return first // as if the broker had died: nothing more is recorded
 	}
@@ -265,6 +266,18 @@ func (b *Broker) runBackfill(ctx context.Context, name string, epoch int) error 
 	b.cfg.Logger.Info("backfill done", "topic", name, "epoch", epoch, "copied", copied, "newer", newer, "took", time.Since(started).Round(time.Millisecond))
 	if b.cfg.StepHook != nil {
 		_ = b.cfg.StepHook(name, "backfilled")
+	}
+	return nil
+}
+
+// backfillStep runs the step hook at a backfill's step (Config.StepHook); its error stops the
+// backfill as if the broker had died there.
+func (b *Broker) backfillStep(topic, step string) error {
+	if b.cfg.StepHook == nil {
+		return nil
+	}
+	if err := b.cfg.StepHook(topic, step); err != nil {
+		return fmt.Errorf("%w at %s: %v", errBackfillDied, step, err)
 	}
 	return nil
 }
@@ -393,6 +406,9 @@ func (j *bfJob) partition(ctx context.Context, q int) error {
 		if !c.skip {
 			delete(busy, string(c.key))
 			if err := j.finish(ctx, c, compact, lastCopy, overtaken); err != nil {
+				return err
+			}
+			if err := b.backfillStep(j.t.Name, "backfill-copy"); err != nil {
 				return err
 			}
 		}
