@@ -245,7 +245,7 @@ func checkStoredState(t *testing.T, ctx context.Context, c *client.Client, topic
 		seen[s.key] = true
 		w := want[s.key]
 		if s.producer != w.producer || s.pseq != w.pseq || s.value != w.value || s.tombstone != w.tombstone {
-			t.Errorf("key %q: epoch %d holds %s/%d %q, want its latest %s/%d %q", s.key, e, s.producer, s.pseq, s.value, w.producer, w.pseq, w.value)
+			t.Errorf("key %q: epoch %d holds %s/%d %q (tombstone %v), want its latest %s/%d %q (tombstone %v)", s.key, e, s.producer, s.pseq, s.value, s.tombstone, w.producer, w.pseq, w.value, w.tombstone)
 		}
 		if s.tombstone && s.ttl == "" {
 			t.Errorf("tombstone of key %q is stored without a TTL", s.key)
