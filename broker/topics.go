@@ -82,6 +82,10 @@ func (b *Broker) apiTopicCreate(ctx context.Context, m *nats.Msg) (any, error) {
 	switch {
 	case req.Compact && req.Backfill:
 		return nil, fmt.Errorf("%w: --backfill is for plain topics; a compacted topic always backfills at epoch changes", wire.ErrBadRequest)
+	case req.Backfill:
+		// spec/protocol.md §10.3: a plain topic's records share one subject per partition, so
+		// JetStream cannot check a copy against the newer records of its key alone.
+		return nil, fmt.Errorf("%w: backfill of a plain topic is not supported: its copies cannot be ordered against producers' newer records of their keys (a plain partition has one subject for all keys); create a compacted topic (--compact), whose every key is carried into each new epoch", wire.ErrBadRequest)
 	case req.Compact:
 		d := req.DeleteRetentionMS
 		if d == 0 {

@@ -20,8 +20,8 @@ tombstone ('pctl produce --tombstones') deletes its key; the tombstone itself is
 copies every key's latest record from the old epoch into the new one while producers keep
 writing (a copy never replaces a newer record), so that the current epoch alone holds every
 key's latest value ('pctl consume --from current-epoch'); 'pctl topic describe' shows the
-progress, and 'pctl topic retire' deletes old epochs afterwards. --backfill gives a plain topic
-the same copying of its whole history. Both are fixed at creation.
+progress, and 'pctl topic retire' deletes old epochs afterwards. Fixed at creation. (--backfill,
+copying a plain topic's whole history, is refused for now: spec/protocol.md §10.3 says why.)
 `
 
 // compactFlags are topic create's compaction flags.
@@ -36,7 +36,7 @@ func addCompactFlags(fs *flag.FlagSet) *compactFlags {
 		compact:   fs.Bool("compact", false, "a compacted topic: the latest record of every key is kept, tombstones delete keys, epoch changes backfill"),
 		compacted: fs.Bool("compacted", false, "the same as --compact"),
 		retention: fs.Duration("delete-retention", 0, "with --compact: how long a tombstone is kept, at least 1s (default 24h)"),
-		backfill:  fs.Bool("backfill", false, "a plain topic whose epoch changes copy its history into the new epoch"),
+		backfill:  fs.Bool("backfill", false, "a plain topic whose epoch changes copy its history (refused by the broker for now)"),
 	}
 }
 

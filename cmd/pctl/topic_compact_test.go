@@ -63,6 +63,7 @@ func TestCompactedTopicCLI(t *testing.T) {
 		{[]string{"--compact", "--backfill"}, "a compacted topic (--compact) always backfills"},
 		{[]string{"--delete-retention", "1h"}, "give --compact too"},
 		{[]string{"--compact", "--delete-retention", "10ms"}, "give at least 1s"},
+		{[]string{"--backfill"}, "backfill of a plain topic is not supported"}, // the broker's refusal
 	} {
 		args := append([]string{"topic", "create", "bad", "--partitions", "2", "--partitioner", "kafka-murmur2"}, c.args...)
 		expect(t, admin.run("", args...), exitUsage, c.want)
