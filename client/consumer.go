@@ -1354,7 +1354,7 @@ func (cn *Consumer) setPosition(q int, rev uint64, ps wire.PartitionState) {
 }
 
 func (cn *Consumer) partitionerFor(ctx context.Context, e *wire.Epoch) (partitioner.Partitioner, error) {
-	return cn.c.Partitioner(ctx, e.Partitioner)
+	return cn.c.partitionerFor(ctx, e.Partitioner)
 }
 
 // worker reads one partition in order and delivers its records. Lock order: worker.mu, then

@@ -212,7 +212,7 @@ func (c *Client) NewProducer(ctx context.Context, topic string, opts ProducerOpt
 	}
 	if opts.Partitioner == nil {
 		opts.Partitioner = func(ctx context.Context, p wire.Partitioner) (partitioner.Partitioner, error) {
-			return c.Partitioner(ctx, p)
+			return c.partitionerFor(ctx, p) // the native fast path when Options.NativeBuiltins (admin.go)
 		}
 	}
 	if err := wire.ValidGroup(opts.ID); err != nil {
