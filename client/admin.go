@@ -130,6 +130,18 @@ func (c *Client) Module(ctx context.Context, ref string) ([]byte, error) {
 	return m.Data, nil
 }
 
+// partitionerFor is what the client's producers and consumers partition with: with
+// Options.NativeBuiltins, the Go implementation of a built-in whose module p is exactly, without
+// config (spec/builtins.md, the native fast path); otherwise p's module (Partitioner).
+func (c *Client) partitionerFor(ctx context.Context, p wire.Partitioner) (partitioner.Partitioner, error) {
+	if c.opts.NativeBuiltins {
+		if n, ok := partitioner.NativeFor(p.Digest, p.Config); ok {
+			return n, nil
+		}
+	}
+	return c.Partitioner(ctx, p)
+}
+
 // Partitioner returns the partitioner of an epoch: its module fetched by digest (cached and
 // verified), instantiated with the epoch's config.
 func (c *Client) Partitioner(ctx context.Context, p wire.Partitioner) (*partitioner.WASM, error) {

@@ -151,6 +151,9 @@ var (
 	// (spec/protocol.md §5.2): re-send every unacknowledged record in order.
 	ErrOutOfSequence = errors.New("out of sequence")
 	ErrInternal      = errors.New("internal error")
+	// ErrUnsupported: the request or the group needs something this implementation does not
+	// have, for example a consumer group whose assignor it does not implement (§6.1).
+	ErrUnsupported = errors.New("unsupported")
 )
 
 var codes = map[string]error{
@@ -167,6 +170,7 @@ var codes = map[string]error{
 	"unavailable":        ErrUnavailable,
 	"out_of_sequence":    ErrOutOfSequence,
 	"internal":           ErrInternal,
+	"unsupported":        ErrUnsupported,
 }
 
 // Code returns the wire code of an error (the first sentinel it wraps), "internal" otherwise.
