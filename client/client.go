@@ -298,7 +298,13 @@ func (c *Client) request(ctx context.Context, subject string, req any, out any) 
 	}
 	done := make(chan result, 1)
 	go func() {
-		m, err := c.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Data: body})
+		var m *nats.Msg
+		var err error
+		if strings.HasPrefix(subject, wire.AdminPrefix+".") {
+			m, err = c.requestKeepalive(ctx, subject, body) // admin work can take minutes
+		} else {
+			m, err = c.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Data: body})
+		}
 		done <- result{m, err}
 	}()
 	var res result
@@ -313,6 +319,9 @@ func (c *Client) request(ctx context.Context, subject string, req any, out any) 
 		case <-viol:
 			return nil, permissionError(subject)
 		case <-time.After(20 * time.Millisecond):
+		}
+		if errors.Is(res.err, errBrokerGone) {
+			return nil, fmt.Errorf("%w: the broker that took %s stopped answering (no keep-alive for %v: it died or lost its connection); whether the request took effect is unknown: look before asking again", wire.ErrUnavailable, subject, keepaliveSilence)
 		}
 		if errors.Is(res.err, nats.ErrNoResponders) {
 			return nil, fmt.Errorf("%w: no broker answers %s; is 'pctl serve' running and connected to %s?", wire.ErrUnavailable, subject, c.opts.URL)
@@ -341,4 +350,53 @@ func (c *Client) request(ctx context.Context, subject string, req any, out any) 
 		}
 	}
 	return m, nil
+}
+
+// keepaliveSilence: once a broker sent a keep-alive for a request, this long without another (or
+// the answer) means it is gone (spec/protocol.md §3: brokers send one every second).
+const keepaliveSilence = 5 * time.Second
+
+var errBrokerGone = errors.New("the broker stopped sending keep-alives")
+
+// requestKeepalive sends a request asking for keep-alives (spec/protocol.md §3) and returns the
+// answer. After a first keep-alive, a silence of keepaliveSilence fails it with errBrokerGone: the
+// broker that took it died, and no answer will come. A broker that sends no keep-alives (an
+// older one) is waited for until ctx ends, as a plain request is.
+func (c *Client) requestKeepalive(ctx context.Context, subject string, body []byte) (*nats.Msg, error) {
+	inbox := c.nc.NewInbox()
+	sub, err := c.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	req := nats.NewMsg(subject)
+	req.Reply, req.Data = inbox, body
+	req.Header.Set(wire.HeaderKeepalive, "1")
+	if err := c.nc.PublishMsg(req); err != nil {
+		return nil, err
+	}
+	alive := false
+	for {
+		wctx, cancel := ctx, context.CancelFunc(func() {})
+		if alive {
+			wctx, cancel = context.WithTimeout(ctx, keepaliveSilence)
+		}
+		m, err := sub.NextMsgWithContext(wctx)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil && alive:
+			return nil, errBrokerGone
+		case err != nil:
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		case m.Header.Get("Status") == "503" && len(m.Data) == 0:
+			return nil, nats.ErrNoResponders
+		case m.Header.Get(wire.HeaderKeepalive) != "" && len(m.Data) == 0 && m.Header.Get(wire.HeaderError) == "":
+			alive = true
+		default:
+			return m, nil
+		}
+	}
 }
