@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
@@ -73,4 +76,48 @@ func TestAdminRequestFailsFastWhenItsBrokerDies(t *testing.T) {
 		t.Fatalf("error %v, want unavailable: the broker stopped answering", err)
 	}
 	t.Logf("request to a broker that died: %v", err)
+}
+
+// TestReadsSurviveABrokerThatSwallowsThem: a second member of the brokers' queue group takes
+// requests and never answers, as a broker that dies (or whose node dies) with requests it was
+// routed does. Reads (pctl.api.*) are idempotent: a read that no broker takes within 5 s (no
+// keep-alive) is sent again, so every read succeeds. The chaos suite's seed 4 lost a consumer
+// member to 'the broker did not answer pctl.api.plugin.get within 30s' after a node was killed.
+// The old client waited out its timeout for each swallowed read (and failed it).
+func TestReadsSurviveABrokerThatSwallowsThem(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	b := startBroker(t, "")
+	defer b.Close()
+	admin := connect(t, b, broker.RoleAdmin)
+	if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: "swallow", Partitions: 2, Partitioner: "kafka-murmur2"}); err != nil {
+		t.Fatal(err)
+	}
+	hole := connect(t, b, broker.RoleAdmin)
+	var swallowed atomic.Int32
+	sub, err := hole.Conn().QueueSubscribe(wire.APITopicGet, "pctl-broker", func(*nats.Msg) { swallowed.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := hole.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	reader, err := client.Connect(ctx, client.Options{URL: b.ClientURL(), Creds: b.CredsPath(broker.RoleConsumer), Timeout: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	for i := 0; swallowed.Load() < 2 && i < 40; i++ {
+		rctx, rcancel := context.WithTimeout(ctx, 60*time.Second)
+		_, _, err := reader.Topic(rctx, "swallow")
+		rcancel()
+		if err != nil {
+			t.Fatalf("read %d (%d swallowed so far): %v", i+1, swallowed.Load(), err)
+		}
+	}
+	if swallowed.Load() < 2 {
+		t.Fatalf("the queue group gave the swallowing member %d requests of 40: the test proves nothing", swallowed.Load())
+	}
+	t.Logf("every read answered; %d requests swallowed on the way", swallowed.Load())
 }

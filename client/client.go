@@ -300,9 +300,12 @@ func (c *Client) request(ctx context.Context, subject string, req any, out any) 
 	go func() {
 		var m *nats.Msg
 		var err error
-		if strings.HasPrefix(subject, wire.AdminPrefix+".") {
-			m, err = c.requestKeepalive(ctx, subject, body) // admin work can take minutes
-		} else {
+		switch {
+		case strings.HasPrefix(subject, wire.AdminPrefix+"."):
+			m, err = c.requestKeepalive(ctx, subject, body, 0) // admin work can take minutes
+		case strings.HasPrefix(subject, wire.APIPrefix+"."):
+			m, err = c.requestRead(ctx, subject, body)
+		default:
 			m, err = c.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Data: body})
 		}
 		done <- result{m, err}
@@ -358,11 +361,32 @@ const keepaliveSilence = 5 * time.Second
 
 var errBrokerGone = errors.New("the broker stopped sending keep-alives")
 
+// errNotTaken: no broker answered a request, not even with a keep-alive, within readTakeWait.
+var errNotTaken = errors.New("no broker took the request")
+
+// readTakeWait is how long a read waits for its first keep-alive before it is sent again: a
+// request routed to a broker whose connection was dying is lost without a trace.
+const readTakeWait = 5 * time.Second
+
+// requestRead sends a read (pctl.api.*: idempotent) with keep-alives, and sends it again, until
+// ctx ends, when no broker took it or the broker that took it is gone: a member or a producer
+// must not fail because one broker died or lost its node with its request.
+func (c *Client) requestRead(ctx context.Context, subject string, body []byte) (*nats.Msg, error) {
+	for {
+		m, err := c.requestKeepalive(ctx, subject, body, readTakeWait)
+		if (errors.Is(err, errBrokerGone) || errors.Is(err, errNotTaken)) && ctx.Err() == nil {
+			continue
+		}
+		return m, err
+	}
+}
+
 // requestKeepalive sends a request asking for keep-alives (spec/protocol.md §3) and returns the
 // answer. After a first keep-alive, a silence of keepaliveSilence fails it with errBrokerGone: the
-// broker that took it died, and no answer will come. A broker that sends no keep-alives (an
-// older one) is waited for until ctx ends, as a plain request is.
-func (c *Client) requestKeepalive(ctx context.Context, subject string, body []byte) (*nats.Msg, error) {
+// broker that took it died, and no answer will come. Before the first, it waits until ctx ends
+// (a broker that sends no keep-alives, an older one, is waited for as a plain request is), or for
+// takeWait if it is not 0 (then errNotTaken).
+func (c *Client) requestKeepalive(ctx context.Context, subject string, body []byte, takeWait time.Duration) (*nats.Msg, error) {
 	inbox := c.nc.NewInbox()
 	sub, err := c.nc.SubscribeSync(inbox)
 	if err != nil {
@@ -378,14 +402,19 @@ func (c *Client) requestKeepalive(ctx context.Context, subject string, body []by
 	alive := false
 	for {
 		wctx, cancel := ctx, context.CancelFunc(func() {})
-		if alive {
+		switch {
+		case alive:
 			wctx, cancel = context.WithTimeout(ctx, keepaliveSilence)
+		case takeWait > 0:
+			wctx, cancel = context.WithTimeout(ctx, takeWait)
 		}
 		m, err := sub.NextMsgWithContext(wctx)
 		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil && alive:
 			return nil, errBrokerGone
+		case err != nil && ctx.Err() == nil && takeWait > 0:
+			return nil, errNotTaken
 		case err != nil:
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
