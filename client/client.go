@@ -302,7 +302,7 @@ func (c *Client) request(ctx context.Context, subject string, req any, out any) 
 		var err error
 		switch {
 		case strings.HasPrefix(subject, wire.AdminPrefix+"."):
-			m, err = c.requestKeepalive(ctx, subject, body, 0) // admin work can take minutes
+			m, err = c.requestKeepalive(ctx, subject, body, adminTakeWait) // admin work can take minutes
 		case strings.HasPrefix(subject, wire.APIPrefix+"."):
 			m, err = c.requestRead(ctx, subject, body)
 		default:
@@ -322,6 +322,9 @@ func (c *Client) request(ctx context.Context, subject string, req any, out any) 
 		case <-viol:
 			return nil, permissionError(subject)
 		case <-time.After(20 * time.Millisecond):
+		}
+		if errors.Is(res.err, errNotTaken) {
+			return nil, fmt.Errorf("%w: no broker took %s within %v (not even a keep-alive: the broker it reached may have died); whether the request took effect is unknown: look before asking again", wire.ErrUnavailable, subject, adminTakeWait)
 		}
 		if errors.Is(res.err, errBrokerGone) {
 			return nil, fmt.Errorf("%w: the broker that took %s stopped answering (no keep-alive for %v: it died or lost its connection); whether the request took effect is unknown: look before asking again", wire.ErrUnavailable, subject, keepaliveSilence)
@@ -367,6 +370,10 @@ var errNotTaken = errors.New("no broker took the request")
 // readTakeWait is how long a read waits for its first keep-alive before it is sent again: a
 // request routed to a broker whose connection was dying is lost without a trace.
 const readTakeWait = 5 * time.Second
+
+// adminTakeWait is how long an admin request waits for its first keep-alive (a broker sends one
+// as soon as it takes the request) before it fails: it is not sent again, since it changes state.
+const adminTakeWait = 10 * time.Second
 
 // requestRead sends a read (pctl.api.*: idempotent) with keep-alives, and sends it again, until
 // ctx ends, when no broker took it or the broker that took it is gone: a member or a producer
