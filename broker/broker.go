@@ -52,7 +52,9 @@ type Broker struct {
 	loopStop  context.CancelFunc
 	loopWG    sync.WaitGroup
 	observing sync.Map // "topic/epoch" -> true while this process scans for observed ancestry
-	ps        produceService
+	// backfilling: "topic/epoch" -> true while this process runs that backfill (backfill.go)
+	backfilling sync.Map
+	ps          produceService
 
 	dirLock *dirlock.Lock // one broker per data directory (internal/dirlock)
 	started time.Time
@@ -344,18 +346,19 @@ type handler func(ctx context.Context, m *nats.Msg) (any, error)
 
 func (b *Broker) subscribe() error {
 	routes := map[string]handler{
-		wire.APITopicGet:    b.apiTopicGet,
-		wire.APITopicList:   b.apiTopicList,
-		wire.APIPluginGet:   b.apiPluginGet,
-		wire.APIPluginInfo:  b.apiPluginInfo,
-		wire.APIPluginList:  b.apiPluginList,
-		wire.APIGroupList:   b.apiGroupList,
-		wire.AdminPluginPut: b.apiPluginUpload,
-		wire.AdminPluginDel: b.apiPluginDelete,
-		wire.AdminTopicNew:  b.apiTopicCreate,
-		wire.AdminTopicDel:  b.apiTopicDelete,
-		wire.AdminTopicEdit: b.apiTopicRepartition,
-		wire.AdminTopicSet:  b.apiTopicSet,
+		wire.APITopicGet:      b.apiTopicGet,
+		wire.APITopicList:     b.apiTopicList,
+		wire.APIPluginGet:     b.apiPluginGet,
+		wire.APIPluginInfo:    b.apiPluginInfo,
+		wire.APIPluginList:    b.apiPluginList,
+		wire.APIGroupList:     b.apiGroupList,
+		wire.AdminPluginPut:   b.apiPluginUpload,
+		wire.AdminPluginDel:   b.apiPluginDelete,
+		wire.AdminTopicNew:    b.apiTopicCreate,
+		wire.AdminTopicDel:    b.apiTopicDelete,
+		wire.AdminTopicEdit:   b.apiTopicRepartition,
+		wire.AdminTopicSet:    b.apiTopicSet,
+		wire.AdminTopicRetire: b.apiTopicRetire,
 	}
 	b.credsRoutes(routes) // creds.go
 	for subj, h := range routes {

@@ -43,6 +43,11 @@ type Options struct {
 	// of its private one, _INBOX_<public key> (spec/protocol.md §8), for a NATS server whose
 	// configuration predates private inboxes. Scoped credentials need the private one.
 	SharedInbox bool
+	// NativeBuiltins lets producers and consumers partition with the Go implementation of a
+	// built-in when an epoch's module is exactly that built-in's, without config (the native fast
+	// path of spec/builtins.md; bit-identical by partitioner's million-key test and the vectors).
+	// Default off: the WebAssembly module, the reference, runs.
+	NativeBuiltins bool
 }
 
 // Client is a connection to a broker. It is safe for concurrent use.
