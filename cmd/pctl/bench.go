@@ -44,6 +44,9 @@ Measures, in one run and on the same broker, topic, streams and records, how fas
   raw, no headers the same as raw JetStream without headers (the cost of the headers themselves).
   client-side     pctl's producer (client.Producer): partitions with the topic's module,
                   orders, tracks every acknowledgement.
+  client-side, native built-in
+                  the same with client.Options.NativeBuiltins: a built-in's epochs are
+                  partitioned by its Go implementation (spec/builtins.md), not its module.
   broker-side     thin-client requests to the broker's produce service, many in flight and
                   batched while the broker is busy (client.ThinProducer), which partitions and
                   publishes them.
@@ -64,7 +67,7 @@ func cmdBench(e *env, args []string) int {
 		if len(args) > 0 {
 			w = e.stdout
 		}
-		fmt.Fprintln(w, "Usage: pctl bench produce|epoch|sync [flags]\n\nSubcommands:\n  produce      produce throughput: raw JetStream vs client-side vs broker-side\n  epoch        epoch gating: consumer throughput gated vs not, delivery delay at a change vs pausing producers\n  sync         the cost of fsync before acknowledging: produce throughput with sync_interval always vs 2m")
+		fmt.Fprintln(w, "Usage: pctl bench produce|epoch|sync|backfill [flags]\n\nSubcommands:\n  produce      produce throughput: raw JetStream vs client-side vs broker-side\n  epoch        epoch gating: consumer throughput gated vs not, delivery delay at a change vs pausing producers\n  sync         the cost of fsync before acknowledging: produce throughput with sync_interval always vs 2m\n  backfill     what a backfill costs: change time, keys/s, a live group's delay, against the same change without")
 		if len(args) == 0 {
 			return exitUsage
 		}
@@ -77,8 +80,10 @@ func cmdBench(e *env, args []string) int {
 		return cmdBenchEpoch(e, args[1:])
 	case "sync":
 		return cmdBenchSync(e, args[1:])
+	case "backfill":
+		return cmdBenchBackfill(e, args[1:])
 	}
-	return usageErr(e, "bench", "unknown benchmark %q; there are: produce, epoch, sync", args[0])
+	return usageErr(e, "bench", "unknown benchmark %q; there are: produce, epoch, sync, backfill", args[0])
 }
 
 // benchConfig sizes a produce benchmark.
@@ -118,13 +123,14 @@ const (
 	variantClient   = "client-side producer"
 	variantBroker   = "broker-side (thin, pipelined)"
 	variantRawBatch = "raw JetStream fast batches"
+	variantNative   = "client-side, native built-in"
 	benchRawVariant = variantRaw
 )
 
-var benchVariants = []string{variantRaw, variantRawBatch, variantRawBare, variantClient, variantBroker}
+var benchVariants = []string{variantRaw, variantRawBatch, variantRawBare, variantClient, variantNative, variantBroker}
 
 // benchVariantNames are the short names of --variants (and of the Go benchmark's metrics).
-var benchVariantNames = map[string]string{"raw": variantRaw, "raw-batch": variantRawBatch, "raw-noheaders": variantRawBare, "client": variantClient, "broker": variantBroker}
+var benchVariantNames = map[string]string{"raw": variantRaw, "raw-batch": variantRawBatch, "raw-noheaders": variantRawBare, "client": variantClient, "client-native": variantNative, "broker": variantBroker}
 
 func benchVariantList() []string {
 	var names []string
@@ -433,8 +439,8 @@ func (pb *produceBench) run(ctx context.Context, variant string, round int) (tim
 		return pb.runRaw(ctx, variant == variantRaw, round)
 	case variantRawBatch:
 		return pb.runRawBatch(ctx, round)
-	case variantClient:
-		return pb.runClient(ctx, round)
+	case variantClient, variantNative:
+		return pb.runClient(ctx, round, variant == variantNative)
 	case variantBroker:
 		return pb.runBroker(ctx, round)
 	}
@@ -500,8 +506,8 @@ func (pb *produceBench) connect(ctx context.Context, name string) (*client.Clien
 	return client.Connect(ctx, client.Options{URL: pb.url, Creds: pb.creds, Name: name})
 }
 
-func (pb *produceBench) runClient(ctx context.Context, round int) (time.Duration, error) {
-	c, err := pb.connect(ctx, "pctl bench client-side")
+func (pb *produceBench) runClient(ctx context.Context, round int, native bool) (time.Duration, error) {
+	c, err := client.Connect(ctx, client.Options{URL: pb.url, Creds: pb.creds, Name: "pctl bench client-side", NativeBuiltins: native})
 	if err != nil {
 		return 0, err
 	}

@@ -36,14 +36,14 @@ func BenchmarkProduce(b *testing.B) {
 
 func TestBenchProduceCommand(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a broker and produces 5 x 2 x 1000 records")
+		t.Skip("starts a broker and produces 6 x 2 x 1000 records")
 	}
 	r := runCLI(context.Background(), nil, strings.NewReader(""), "bench", "produce", "--records", "1000", "--rounds", "1", "--partitions", "3", "--keys", "50")
-	expect(t, r, exitOK, "raw JetStream (pctl headers)", "raw JetStream (no headers)", "client-side producer", "broker-side (thin, pipelined)", "raw JetStream fast batches", "VS RAW BATCH", ">= 1.50x", ">= 0.80x")
+	expect(t, r, exitOK, "raw JetStream (pctl headers)", "raw JetStream (no headers)", "client-side producer", "broker-side (thin, pipelined)", "raw JetStream fast batches", "client-side, native built-in", "VS RAW BATCH", ">= 1.50x", ">= 0.80x")
 	r = runCLI(context.Background(), nil, strings.NewReader(""), "bench", "produce", "--records", "500", "--rounds", "1", "--json")
 	expect(t, r, exitOK)
 	var res []benchResult
-	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || len(res) != 5 || res[0].Ratio != 1 || res[1].RatioBatch != 1 || res[3].Rate <= 0 {
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || len(res) != 6 || res[0].Ratio != 1 || res[1].RatioBatch != 1 || res[3].Rate <= 0 || res[4].Variant != variantNative {
 		t.Fatalf("bench --json: %v: %s", err, r)
 	}
 	// --variants runs the raw baseline and the chosen ones only; --sync-interval the embedded

@@ -198,6 +198,8 @@ class Producer:
         self._stop_listening: list = []
         self.resent = 0  # records re-sent under a new epoch after a fence
         self.settled = 0  # fast batches settled after an anomaly
+        self.confirmed_by_reading = 0  # batches read back on a cluster after a leader change (spec/protocol.md §5.1.2)
+        self.key_splits = 0  # batches committed early on a replicated stream: the next record's key was in them
         # Records a committed batch claimed but the server did not store (a nats-server fault after
         # a stream leader's term change, found by the check on clusters and re-sent): their keys
         # may be out of order (spec/protocol.md §5.1.2).
@@ -863,6 +865,7 @@ class _Sink:
                 continue
             if one_key and pd.key_hdr is not None and pd.key_hdr in b.keys:
                 split = True  # the per-key rule: commit, the next batch starts once this one is confirmed
+                p.key_splits += 1
                 break
             self.queue.popleft()
             seq = len(b.recs) + 1
@@ -1128,6 +1131,7 @@ class _Sink:
         info = await self._stream_info()
         if not self._note_leader(info):
             return {}, True
+        self.p.confirmed_by_reading += 1
         want = {b.recs[i].msg_id: i for i in range(b.acked, len(b.recs))}
         found: dict = {}
 
