@@ -152,16 +152,17 @@ export class Client {
    * Sends a broker API request (spec/protocol.md §3): `body` is an object (JSON) or bytes. Returns
    * the reply message. A failed request throws the PctlError of its code.
    */
-  async requestMsg(subject, body) {
+  async requestMsg(subject, body, { timeout } = {}) {
     const data = body instanceof Uint8Array ? body : encoder.encode(JSON.stringify(body ?? {}));
+    timeout ||= this.opts.timeout;
     let m;
     try {
-      m = await this.nc.request(subject, data, { timeout: this.opts.timeout });
+      m = await this.nc.request(subject, data, { timeout });
     } catch (e) {
       const v = violationOf(e);
       if (v) throw permissionError(v.subject || subject, e);
       if (isNoResponders(e)) throw new UnavailableError(`no broker answers ${subject}; is 'pctl serve' running and connected to ${this.opts.server}?`, { cause: e });
-      if (isTimeout(e)) throw new UnavailableError(`the broker did not answer ${subject} within ${this.opts.timeout}ms`, { cause: e });
+      if (isTimeout(e)) throw new UnavailableError(`the broker did not answer ${subject} within ${timeout}ms`, { cause: e });
       throw new UnavailableError(`${subject}: ${e.message}`, { cause: e });
     }
     const code = m.headers?.get('Pctl-Error');
@@ -178,8 +179,8 @@ export class Client {
   }
 
   /** A broker API request with a JSON reply. */
-  async request(subject, body) {
-    const m = await this.requestMsg(subject, body);
+  async request(subject, body, opts) {
+    const m = await this.requestMsg(subject, body, opts);
     try {
       return JSON.parse(decoder.decode(m.data));
     } catch (e) {
@@ -189,10 +190,10 @@ export class Client {
 
   /**
    * A topic's descriptor (spec/protocol.md §4) and its KV revision: {topic, revision}. Throws
-   * NotFoundError for an unknown topic.
+   * NotFoundError for an unknown topic. `timeout` (milliseconds) overrides the client's.
    */
-  async topic(name) {
-    return this.request('pctl.api.topic.get', { topic: name });
+  async topic(name, { timeout } = {}) {
+    return this.request('pctl.api.topic.get', { topic: name }, { timeout });
   }
 
   /**
