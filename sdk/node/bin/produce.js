@@ -89,7 +89,10 @@ async function main(argv) {
   let producer;
   try {
     client = await connect({ server: a.server || undefined, creds: a.creds || undefined, name: 'pctl-node-produce' });
-    producer = await client.producer(a.topic, { id: a.producerId || undefined, contentTokens: !!a.producerId });
+    // PCTL_PRODUCE_LOG=1: the producer's decisions after failures (settle, re-send, repartition)
+    // on stderr, as the cross-language failover test asks for.
+    const onLog = process.env.PCTL_PRODUCE_LOG === '1' ? (l) => process.stderr.write(`produce: ${l}\n`) : undefined;
+    producer = await client.producer(a.topic, { id: a.producerId || undefined, contentTokens: !!a.producerId, onLog });
   } catch (e) {
     process.stderr.write(`produce: ${e.message}\n`);
     await client?.close();

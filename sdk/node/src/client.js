@@ -50,7 +50,8 @@ export function readSeed(path) {
 
 /**
  * Connects to a broker. Options (all optional):
- * - `server`: URL; default $PCTL_SERVER, else nats://127.0.0.1:4222.
+ * - `server`: URL, or several comma-separated (a cluster's nodes); default $PCTL_SERVER, else
+ *   nats://127.0.0.1:4222.
  * - `creds`: NKey seed file path; default $PCTL_CREDS; none: connect without credentials.
  * - `name`: connection name shown by the server; default "pctl-node".
  * - `timeout`: milliseconds for each broker API request; default 30000.
@@ -75,7 +76,7 @@ export async function connect(opts = {}) {
     sharedInbox: !!opts.sharedInbox,
   };
   const nopts = {
-    servers: o.server,
+    servers: o.server.split(',').map((u) => u.trim()).filter(Boolean), // a cluster: every node's URL, comma-separated
     name: o.name,
     maxReconnectAttempts: -1,
     reconnectTimeWait: o.reconnectWait,

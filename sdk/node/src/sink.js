@@ -78,10 +78,12 @@ export class Sink {
 
   get queued() { return this.queue.length - this.qi; }
 
-  // perKey: on a replicated stream of a cluster a batch never holds two records with the same
-  // key (spec/protocol.md §5.1.2): a record the server counted but did not store is then
-  // re-sent before any later record of its key.
-  get perKey() { return this.verify && this.replicas > 1; }
+  // The per-key rule (spec/protocol.md §5.1.2): on a cluster a batch never holds two records of
+  // the same key (keyless records are free). A record the server counted but did not store (a
+  // hole) is then the only one of its key in its batch, and its re-send goes first in the next
+  // batch, which starts only once this one is confirmed. Every stream on a cluster, R1 included:
+  // a live replica change gives an R1 stream a raft group before the producer can know it.
+  get perKey() { return this.verify; }
 
   push(pd) {
     this.queue.push(pd);
@@ -281,7 +283,10 @@ export class Sink {
       let op = OP.append;
       if (seq === 1) {
         op = OP.start;
-        if (this.queued === 0) op = OP.commit; // a batch of one record: stored and committed by one message
+        // No further record can join the batch now: a batch of one record is one message that
+        // is stored and commits it.
+        const after = this.front();
+        if (this.queued === 0 || seq >= size || (perKey && after.keyHdr !== null && after.keyHdr === pd.keyHdr)) op = OP.commit;
       }
       try {
         nc.publish(this.subject, pd.value, { reply: replySubject(p.inbox, b.id, flow, seq, op), headers: p.headersOf(pd) });
@@ -723,8 +728,10 @@ export class Sink {
     const p = this.p;
     const info = await streamInfo(p.client.nc, this.stream, { timeout: p.ackTimeout });
     const changed = this.noteLeader(info);
-    const since = Date.parse(this.leaderSince);
-    if (!changed && Number.isFinite(since) && Date.now() - since > LEADER_SETTLED) return { trusted: true, found: null };
+    // No leader_since: a stream without a raft group (R1), which has no elections (a replica
+    // change that gives it one changes its replicas, which counts as a change).
+    const age = this.leaderSince === '' ? Infinity : Date.now() - Date.parse(this.leaderSince);
+    if (!changed && age > LEADER_SETTLED) return { trusted: true, found: null };
     const want = new Map();
     for (let i = b.acked; i < b.recs.length; i++) want.set(b.recs[i].msgId, i);
     const found = new Map();
