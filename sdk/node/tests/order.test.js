@@ -167,7 +167,7 @@ describe('per-key storage order under cut connections', { skip: skip ?? false, t
 
   test('a cut connection never stores a key out of send order, and loses nothing acknowledged', async (t) => {
     await broker.admin(['topic', 'create', 'cut', '--partitions', '4', '--partitioner', 'kafka-murmur2']);
-    const { id, acked, failed } = await run(t, 'cut', { total: 6000, cuts: 10, keys: 300 });
+    const { id, acked, failed } = await run(t, 'cut', { total: 4000, cuts: 8, keys: 300 });
     const { violations, missing, dup } = await checkStored(jsm, 'cut', 4, id, acked);
     t.diagnostic(`${violations.length} records out of order, ${missing.length} acknowledged but missing, ${dup.length} stored twice`);
     assert.deepEqual(violations.slice(0, 10), [], 'per key, stored in send order');
@@ -178,7 +178,7 @@ describe('per-key storage order under cut connections', { skip: skip ?? false, t
 
   test('an epoch change under cut connections: order per key within and across epochs', async (t) => {
     await broker.admin(['topic', 'create', 'cutgrow', '--partitions', '3', '--partitioner', 'kafka-murmur2']);
-    const { id, acked, failed, grew } = await run(t, 'cutgrow', { total: 6000, cuts: 6, keys: 300, grow: 5 });
+    const { id, acked, failed, grew } = await run(t, 'cutgrow', { total: 4000, cuts: 5, keys: 300, grow: 5 });
     assert.ok(grew, 'the topic grew while producing');
     const { violations, missing, dup, stored } = await checkStored(jsm, 'cutgrow', 5, id, acked);
     assert.deepEqual(violations.slice(0, 10), [], 'per key and partition, stored in send order');
