@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,15 +37,25 @@ Measures, in one run and on the same broker, topic, streams and records, how fas
                   subjects, with the headers pctl's producer sets (key, producer, sequence,
                   Nats-Msg-Id); the partitions are computed before the clock starts. The
                   baseline: everything but pctl's client machinery.
-  raw, no headers the same without headers (the cost of the headers themselves).
+  raw fast batches the same records and headers as JetStream fast batches (nats-server 2.14+):
+                  per partition one batch open at a time, up to 4096 records, committed by an
+                  end-of-batch, 1024 messages in flight beyond the last flow acknowledgement.
+                  The second baseline: the fastest raw publish (no settling, no verification).
+  raw, no headers the same as raw JetStream without headers (the cost of the headers themselves).
   client-side     pctl's producer (client.Producer): partitions with the topic's module,
                   orders, tracks every acknowledgement.
-  broker-side     thin-client requests to the broker's produce service, many in flight
-                  (client.ThinProducer), which partitions and publishes them.
+  client-side, native built-in
+                  the same with client.Options.NativeBuiltins: a built-in's epochs are
+                  partitioned by its Go implementation (spec/builtins.md), not its module.
+  broker-side     thin-client requests to the broker's produce service, many in flight and
+                  batched while the broker is busy (client.ThinProducer), which partitions and
+                  publishes them.
 
 Each variant sends every record and waits for every acknowledgement; the table gives records/s
 (median of --rounds rounds after an unmeasured warm-up round, the variants' order rotating from
-round to round) and the ratio to raw JetStream with headers. Targets: client-side >= 0.9x raw, broker-side >= 0.5x raw.
+round to round), the ratio to raw JetStream with headers and to raw fast batches. Targets
+(issue 17): client-side >= 1.5x raw, broker-side >= 0.8x raw. --sync-interval 2m shows the CPU
+cost of each path; the default (fsync before every acknowledgement) mostly the disk's.
 
 By default it starts an embedded broker in a temporary directory; with --server it uses a
 running broker (--creds must be admin: it creates and deletes a topic bench-<random>).
@@ -55,7 +67,7 @@ func cmdBench(e *env, args []string) int {
 		if len(args) > 0 {
 			w = e.stdout
 		}
-		fmt.Fprintln(w, "Usage: pctl bench produce|epoch|sync [flags]\n\nSubcommands:\n  produce      produce throughput: raw JetStream vs client-side vs broker-side\n  epoch        epoch gating: consumer throughput gated vs not, delivery delay at a change vs pausing producers\n  sync         the cost of fsync before acknowledging: produce throughput with sync_interval always vs 2m")
+		fmt.Fprintln(w, "Usage: pctl bench produce|epoch|sync|backfill [flags]\n\nSubcommands:\n  produce      produce throughput: raw JetStream vs client-side vs broker-side\n  epoch        epoch gating: consumer throughput gated vs not, delivery delay at a change vs pausing producers\n  sync         the cost of fsync before acknowledging: produce throughput with sync_interval always vs 2m\n  backfill     what a backfill costs: change time, keys/s, a live group's delay, against the same change without")
 		if len(args) == 0 {
 			return exitUsage
 		}
@@ -68,8 +80,10 @@ func cmdBench(e *env, args []string) int {
 		return cmdBenchEpoch(e, args[1:])
 	case "sync":
 		return cmdBenchSync(e, args[1:])
+	case "backfill":
+		return cmdBenchBackfill(e, args[1:])
 	}
-	return usageErr(e, "bench", "unknown benchmark %q; there are: produce, epoch, sync", args[0])
+	return usageErr(e, "bench", "unknown benchmark %q; there are: produce, epoch, sync, backfill", args[0])
 }
 
 // benchConfig sizes a produce benchmark.
@@ -82,16 +96,25 @@ type benchConfig struct {
 	Rounds      int
 	// URL and Creds (admin) of a running broker; empty URL: an embedded broker in a temp dir.
 	URL, Creds string
+	// SyncInterval of the embedded broker (0: fsync before every acknowledgement, pctl's
+	// default).
+	SyncInterval time.Duration
+	// Variants to run (nil: all); the raw baseline always runs.
+	Variants []string
+	// Profile, if set, receives a CPU profile of the measured rounds (not the warm-up).
+	Profile io.Writer
 }
 
 // benchResult is one variant's measurement.
 type benchResult struct {
-	Variant string          `json:"variant"`
-	Rate    float64         `json:"records_per_second"` // median over the rounds
-	MBps    float64         `json:"mb_per_second"`      // key + value bytes
-	Ratio   float64         `json:"ratio_to_raw"`
-	Target  float64         `json:"target,omitempty"`
-	Rounds  []time.Duration `json:"round_ns"`
+	Variant string  `json:"variant"`
+	Rate    float64 `json:"records_per_second"` // median over the rounds
+	MBps    float64 `json:"mb_per_second"`      // key + value bytes
+	Ratio   float64 `json:"ratio_to_raw"`
+	// RatioBatch is the ratio to raw fast batches, when they ran.
+	RatioBatch float64         `json:"ratio_to_raw_batch,omitempty"`
+	Target     float64         `json:"target,omitempty"`
+	Rounds     []time.Duration `json:"round_ns"`
 }
 
 const (
@@ -99,12 +122,44 @@ const (
 	variantRawBare  = "raw JetStream (no headers)"
 	variantClient   = "client-side producer"
 	variantBroker   = "broker-side (thin, pipelined)"
+	variantRawBatch = "raw JetStream fast batches"
+	variantNative   = "client-side, native built-in"
 	benchRawVariant = variantRaw
 )
 
-var benchVariants = []string{variantRaw, variantRawBare, variantClient, variantBroker}
+var benchVariants = []string{variantRaw, variantRawBatch, variantRawBare, variantClient, variantNative, variantBroker}
 
-var benchTargets = map[string]float64{variantClient: 0.9, variantBroker: 0.5}
+// benchVariantNames are the short names of --variants (and of the Go benchmark's metrics).
+var benchVariantNames = map[string]string{"raw": variantRaw, "raw-batch": variantRawBatch, "raw-noheaders": variantRawBare, "client": variantClient, "client-native": variantNative, "broker": variantBroker}
+
+func benchVariantList() []string {
+	var names []string
+	for _, v := range benchVariants {
+		for n, w := range benchVariantNames {
+			if w == v {
+				names = append(names, n)
+			}
+		}
+	}
+	return names
+}
+
+// variants are the variants a configuration runs, in benchVariants' order: the raw baseline
+// and the chosen ones.
+func (cfg benchConfig) variants() []string {
+	if len(cfg.Variants) == 0 {
+		return benchVariants
+	}
+	var vs []string
+	for _, v := range benchVariants {
+		if v == benchRawVariant || slices.Contains(cfg.Variants, v) {
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
+var benchTargets = map[string]float64{variantClient: 1.5, variantBroker: 0.8}
 
 func cmdBenchProduce(e *env, args []string) int {
 	const cmd = "bench produce"
@@ -117,6 +172,9 @@ func cmdBenchProduce(e *env, args []string) int {
 	fs.StringVar(&cfg.Partitioner, "partitioner", "kafka-murmur2", "partitioner of the bench topic (built-in name or digest)")
 	fs.IntVar(&cfg.Rounds, "rounds", 3, "rounds; the median is reported")
 	server := fs.String("server", "", "a running broker's `URL` (default: an embedded broker in a temp dir)")
+	syncInterval := fs.String("sync-interval", "always", "the embedded broker's fsync: always (before every acknowledgement, pctl's default) or a `DURATION` such as 2m (nats-server's default; shows the CPU cost of each path instead of the disk's)")
+	only := fs.String("variants", "", "comma-separated `LIST` of variants to run besides raw (client, broker, raw-noheaders; default: all)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measured rounds to `FILE` (go tool pprof)")
 	creds := fs.String("creds", "", "with --server: admin credentials `FILE`")
 	asJSON := fs.Bool("json", false, "print the results as JSON")
 	pos, st := parse(fs, args)
@@ -132,6 +190,33 @@ func cmdBenchProduce(e *env, args []string) int {
 	case *server == "" && *creds != "":
 		return usageErr(e, cmd, "--creds goes with --server")
 	}
+	if *syncInterval != "always" {
+		d, err := time.ParseDuration(*syncInterval)
+		if err != nil || d <= 0 {
+			return usageErr(e, cmd, "--sync-interval %q: give always or a positive duration such as 2m", *syncInterval)
+		}
+		if *server != "" {
+			return usageErr(e, cmd, "--sync-interval is the embedded broker's; a running broker (--server) has its own")
+		}
+		cfg.SyncInterval = d
+	}
+	if *only != "" {
+		for _, name := range strings.Split(*only, ",") {
+			v, ok := benchVariantNames[strings.TrimSpace(name)]
+			if !ok {
+				return usageErr(e, cmd, "--variants: unknown variant %q; there are: %s", name, strings.Join(benchVariantList(), ", "))
+			}
+			cfg.Variants = append(cfg.Variants, v)
+		}
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return failErr(e, cmd, err)
+		}
+		defer f.Close()
+		cfg.Profile = f
+	}
 	if *server != "" {
 		cf := &connFlags{server: *server, creds: *creds}
 		cfg.URL, cfg.Creds = cf.resolve(e)
@@ -140,9 +225,12 @@ func cmdBenchProduce(e *env, args []string) int {
 	if cfg.URL != "" {
 		where = "broker at " + cfg.URL
 	}
+	if cfg.URL == "" && cfg.SyncInterval > 0 {
+		where += fmt.Sprintf(", fsync every %v", cfg.SyncInterval)
+	}
 	fmt.Fprintf(e.stderr, "pctl %s: %d records x %d variants x %d rounds, %d partitions, %d keys, %d-byte values, %s; %s\n",
-		cmd, cfg.Records, len(benchVariants), cfg.Rounds, cfg.Partitions, cfg.Keys, cfg.ValueSize, cfg.Partitioner, where)
-	bar := progress.New(e.stderr, e.getenv, int64(cfg.Rounds*len(benchVariants)), "bench produce", "runs")
+		cmd, cfg.Records, len(cfg.variants()), cfg.Rounds, cfg.Partitions, cfg.Keys, cfg.ValueSize, cfg.Partitioner, where)
+	bar := progress.New(e.stderr, e.getenv, int64(cfg.Rounds*len(cfg.variants())), "bench produce", "runs")
 	res, err := runProduceBench(e.ctx, cfg, func(format string, args ...any) {
 		if bar != nil {
 			bar.Printf("pctl %s: %s", cmd, fmt.Sprintf(format, args...))
@@ -164,7 +252,7 @@ func cmdBenchProduce(e *env, args []string) int {
 
 func printBench(out io.Writer, cfg benchConfig, res []benchResult) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "VARIANT\tRECORDS/S\tMB/S\tVS RAW\tTARGET\n")
+	fmt.Fprintf(w, "VARIANT\tRECORDS/S\tMB/S\tVS RAW\tVS RAW BATCH\tTARGET\n")
 	for _, r := range res {
 		target := ""
 		if r.Target > 0 {
@@ -174,7 +262,11 @@ func printBench(out io.Writer, cfg benchConfig, res []benchResult) {
 			}
 			target = fmt.Sprintf(">= %.2fx: %s", r.Target, verdict)
 		}
-		fmt.Fprintf(w, "%s\t%.0f\t%.1f\t%.2fx\t%s\n", r.Variant, r.Rate, r.MBps, r.Ratio, target)
+		batch := "-"
+		if r.RatioBatch > 0 {
+			batch = fmt.Sprintf("%.2fx", r.RatioBatch)
+		}
+		fmt.Fprintf(w, "%s\t%.0f\t%.1f\t%.2fx\t%s\t%s\n", r.Variant, r.Rate, r.MBps, r.Ratio, batch, target)
 	}
 	_ = w.Flush()
 	fmt.Fprintf(out, "(%d records per variant and round, %d partitions, %d keys, %d-byte values, %s; median of %d rounds)\n",
@@ -206,15 +298,22 @@ func runProduceBench(ctx context.Context, cfg benchConfig, logf func(string, ...
 	// A warm-up round, not measured: the first publishes to new stream files, the first module
 	// instantiation and the heap growing would otherwise count against whichever variant runs
 	// first.
-	for _, v := range benchVariants {
+	variants := cfg.variants()
+	for _, v := range variants {
 		if _, err := pb.run(ctx, v, -1); err != nil {
 			return nil, fmt.Errorf("%s, warm-up: %w", v, err)
 		}
 	}
+	if cfg.Profile != nil {
+		if err := pprof.StartCPUProfile(cfg.Profile); err != nil {
+			return nil, err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	times := map[string][]time.Duration{}
 	for r := 0; r < cfg.Rounds; r++ {
-		for i := range benchVariants {
-			v := benchVariants[(i+r)%len(benchVariants)]
+		for i := range variants {
+			v := variants[(i+r)%len(variants)]
 			d, err := pb.run(ctx, v, r)
 			if err != nil {
 				return nil, fmt.Errorf("%s, round %d: %w", v, r+1, err)
@@ -241,18 +340,24 @@ func (pb *produceBench) median(ds []time.Duration) time.Duration {
 func (pb *produceBench) results(times map[string][]time.Duration) []benchResult {
 	median := pb.median
 	var res []benchResult
-	var raw float64
-	for _, v := range benchVariants {
+	var raw, rawBatch float64
+	for _, v := range pb.cfg.variants() {
 		d := median(times[v])
 		r := benchResult{Variant: v, Rate: float64(pb.cfg.Records) / d.Seconds(), MBps: float64(pb.bytes) / d.Seconds() / 1e6,
 			Target: benchTargets[v], Rounds: times[v]}
-		if v == benchRawVariant {
+		switch v {
+		case benchRawVariant:
 			raw = r.Rate
+		case variantRawBatch:
+			rawBatch = r.Rate
 		}
 		res = append(res, r)
 	}
 	for i := range res {
 		res[i].Ratio = res[i].Rate / raw
+		if rawBatch > 0 {
+			res[i].RatioBatch = res[i].Rate / rawBatch
+		}
 	}
 	return res
 }
@@ -273,7 +378,7 @@ func (pb *produceBench) setup(ctx context.Context) error {
 			return err
 		}
 		pb.cleanup = append(pb.cleanup, func() { os.RemoveAll(dir) })
-		b, err := broker.Start(ctx, broker.Config{DataDir: dir, Listen: "127.0.0.1:0"})
+		b, err := broker.Start(ctx, broker.Config{DataDir: dir, Listen: "127.0.0.1:0", SyncInterval: cfg.SyncInterval})
 		if err != nil {
 			return err
 		}
@@ -332,8 +437,10 @@ func (pb *produceBench) run(ctx context.Context, variant string, round int) (tim
 	switch variant {
 	case variantRaw, variantRawBare:
 		return pb.runRaw(ctx, variant == variantRaw, round)
-	case variantClient:
-		return pb.runClient(ctx, round)
+	case variantRawBatch:
+		return pb.runRawBatch(ctx, round)
+	case variantClient, variantNative:
+		return pb.runClient(ctx, round, variant == variantNative)
 	case variantBroker:
 		return pb.runBroker(ctx, round)
 	}
@@ -399,8 +506,8 @@ func (pb *produceBench) connect(ctx context.Context, name string) (*client.Clien
 	return client.Connect(ctx, client.Options{URL: pb.url, Creds: pb.creds, Name: name})
 }
 
-func (pb *produceBench) runClient(ctx context.Context, round int) (time.Duration, error) {
-	c, err := pb.connect(ctx, "pctl bench client-side")
+func (pb *produceBench) runClient(ctx context.Context, round int, native bool) (time.Duration, error) {
+	c, err := client.Connect(ctx, client.Options{URL: pb.url, Creds: pb.creds, Name: "pctl bench client-side", NativeBuiltins: native})
 	if err != nil {
 		return 0, err
 	}
