@@ -165,6 +165,10 @@ public final class Producer implements AutoCloseable {
         requireFastBatches(client);
         this.maxRecord = maxRecord(client, topic);
         TopicDescriptor d = fetch();
+        if (d.compacted) {
+            throw new BadRequestException("topic " + topic
+                    + " is compacted (spec/protocol.md §10: records carry a key token in their subject); the Java producer does not produce to compacted topics yet: use the Go client or the broker's produce service (pctl.produce." + topic + ")");
+        }
         install(d);
         // Records go on the raw connection: a message written before a lost connection is never
         // written again (jnats re-sends what it buffered), and header values may be any UTF-8.
