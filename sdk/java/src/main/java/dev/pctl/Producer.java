@@ -1517,6 +1517,10 @@ public final class Producer implements AutoCloseable {
          */
         private void fill() {
             if (b == null) {
+                if (queued() > 0 && raw.isClosed()) {
+                    fail(new UnavailableException("producer " + id + ": the client was closed with records not yet acknowledged"));
+                    return;
+                }
                 if (queued() == 0 || !raw.connected()) {
                     return;
                 }
@@ -2017,6 +2021,9 @@ public final class Producer implements AutoCloseable {
 
         private void waitConnected() {
             while (!raw.connected()) {
+                if (raw.isClosed()) {
+                    throw new UnavailableException("producer " + id + ": the client was closed with records not yet acknowledged");
+                }
                 sleep(20);
             }
         }
