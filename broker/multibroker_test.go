@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"pctl.dev/pctl/broker"
@@ -156,6 +157,19 @@ func TestClusterThinProducerSurvivesBrokerDeath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Count the records that travel in batched requests (spec/protocol.md §5.2), so that the test
+	// is known to kill a broker with batches in flight, not only single requests.
+	var inBatches atomic.Int64
+	mon, err := admin.Conn().Subscribe(wire.ProducePrefix+".>", func(m *nats.Msg) {
+		if k, err := strconv.Atoi(m.Header.Get(wire.HeaderBatch)); err == nil {
+			inBatches.Add(int64(k))
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = mon.SetPendingLimits(-1, -1)
+	defer mon.Unsubscribe()
 	const n = 6000
 	var killed string
 	results := thinRun(t, ctx, tp, n, 8, n/3, func() {
@@ -187,6 +201,10 @@ func TestClusterThinProducerSurvivesBrokerDeath(t *testing.T) {
 		t.Fatalf("%d records stored, want %d", got, n)
 	}
 	_ = tp.Close(ctx)
+	t.Logf("%d records (with re-sends) went in batched requests", inBatches.Load())
+	if inBatches.Load() < n/4 {
+		t.Fatalf("only %d of %d records went in batched requests: the test does not exercise batches", inBatches.Load(), n)
+	}
 }
 
 // TestClusterTwoBrokersFinishAChangeWhenOneDies: two brokers serve one cluster; the broker that
