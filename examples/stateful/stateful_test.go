@@ -69,6 +69,25 @@ func (p *pauses) longest(from, to time.Time) (time.Duration, string) {
 // changelog (stop-and-restore); the longest per-key pause of each phase is printed with their
 // ratio (no wall-clock assertion).
 func TestStatefulScaleOut(t *testing.T) {
+	if bad := scaleOut(t, true); bad > 0 {
+		t.Fatalf("%d keys have a wrong total", bad)
+	}
+}
+
+// The checker of TestStatefulScaleOut catches lost state: the same processor without the state
+// handover (each member starts the keys it gets from zero) ends with wrong totals after only
+// the first phase (2 -> 4 members).
+func TestStatefulScaleOutCheckerCatchesLostState(t *testing.T) {
+	if bad := scaleOut(t, false); bad == 0 {
+		t.Fatalf("without the state handover every total came out right: the checker cannot see lost state")
+	} else {
+		t.Logf("without the state handover %d keys have a wrong total (the checker works)", bad)
+	}
+}
+
+// scaleOut runs the scenario (only its first phase without handover) and returns the number of
+// keys whose total differs from the input's.
+func scaleOut(t *testing.T, handover bool) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000})
@@ -105,8 +124,12 @@ func TestStatefulScaleOut(t *testing.T) {
 		}
 		m.proc = stateful.New(m.cons, "cl", p)
 		m.proc.OnApply = pz.apply
+		var state client.StateHandler
+		if handover {
+			state = m.proc
+		}
 		m.cn, err = m.cons.NewConsumer(ctx, "in", client.ConsumerOptions{Group: "totals", Member: name, Assignor: wire.AssignorSticky, FromBeginning: true,
-			Heartbeat: 200 * time.Millisecond, SessionTimeout: 2 * time.Second, State: m.proc, Logf: logf})
+			Heartbeat: 200 * time.Millisecond, SessionTimeout: 2 * time.Second, State: state, Logf: logf})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,6 +202,15 @@ func TestStatefulScaleOut(t *testing.T) {
 		windows = append(windows, w)
 	}
 	phase("2 -> 4 members", func() { start("m3"); start("m4") })
+	if !handover {
+		stopInput()
+		<-inputDone
+		if err := prodIn.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		drained(t, ctx, admin, "in", "totals")
+		return compare(t, ctx, admin, nil)
+	}
 	phase("input 4 -> 8 partitions", func() {
 		if _, err := admin.Repartition(ctx, wire.RepartitionRequest{Topic: "in", Partitions: 8}); err != nil {
 			t.Fatal(err)
@@ -239,41 +271,12 @@ func TestStatefulScaleOut(t *testing.T) {
 	total := sent
 	sentMu.Unlock()
 
-	// Expected: computed directly from the input topic's streams.
-	want := inputTotals(t, ctx, admin, "in")
-	n := 0
-	for _, st := range want {
-		n += int(st.Count)
-	}
-	if n != total {
-		t.Fatalf("the input streams hold %d records, the producer had %d acknowledged", n, total)
-	}
-	// Wait for the group to apply everything, then compare with the changelog.
-	var got map[string]stateful.State
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		got = changelogTotals(t, ctx, admin)
-		applied := 0
-		for _, st := range got {
-			applied += int(st.Count)
+	drained(t, ctx, admin, "in", "totals")
+	bad := compare(t, ctx, admin, func(records int) {
+		if records != total {
+			t.Fatalf("the input streams hold %d records, the producer had %d acknowledged", records, total)
 		}
-		if applied >= total || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	bad := 0
-	for k, w := range want {
-		if g := got[k]; g.Total != w.Total || g.Count != w.Count {
-			bad++
-			if bad <= 5 {
-				t.Errorf("key %s: total %d from %d records, want %d from %d (the input's)", k, g.Total, g.Count, w.Total, w.Count)
-			}
-		}
-	}
-	if len(got) != len(want) {
-		t.Errorf("the changelog has %d keys, the input %d", len(got), len(want))
-	}
+	})
 	var st stateful.Stats
 	mu.Lock()
 	for _, m := range members {
@@ -285,15 +288,88 @@ func TestStatefulScaleOut(t *testing.T) {
 		st.LoadedKeys += s.LoadedKeys
 	}
 	mu.Unlock()
-	t.Logf("%d records, %d keys: applied %d, duplicates skipped %d, loads %d (%d keys), flushes %d", total, len(want), st.Applied, st.Duplicates, st.Loads, st.LoadedKeys, st.Flushes)
+	t.Logf("%d records, %d keys: applied %d, duplicates skipped %d, loads %d (%d keys), flushes %d", total, keys, st.Applied, st.Duplicates, st.Loads, st.LoadedKeys, st.Flushes)
 	for _, w := range windows {
 		d, k := pz.longest(w.from, w.to)
 		t.Logf("  %-34s longest per-key pause %v (key %s)", w.what, d.Round(time.Millisecond), k)
 	}
 	t.Logf("longest per-key pause during scale-out (members, expansions, swap) %v (key %s), stop-and-restore %v (key %s): ratio %.2f",
 		scalePause.Round(time.Millisecond), scaleKey, basePause.Round(time.Millisecond), baseKey, float64(scalePause)/float64(basePause))
-	if bad > 0 {
-		t.Fatalf("%d of %d keys have a wrong total", bad, len(want))
+	return bad
+}
+
+// compare checks every key's total and count in the changelog against the sums computed directly
+// from the input topic's streams, and returns the number of keys that differ. records, if set,
+// gets the number of input records.
+func compare(t *testing.T, ctx context.Context, admin *client.Client, records func(int)) int {
+	t.Helper()
+	want := inputTotals(t, ctx, admin, "in")
+	n := 0
+	for _, st := range want {
+		n += int(st.Count)
+	}
+	if records != nil {
+		records(n)
+	}
+	got := changelogTotals(t, ctx, admin)
+	bad := 0
+	for k, w := range want {
+		if g := got[k]; g.Total != w.Total || g.Count != w.Count {
+			bad++
+			if bad <= 3 {
+				t.Logf("key %s: total %d from %d records, want %d from %d (the input's)", k, g.Total, g.Count, w.Total, w.Count)
+			}
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			bad++
+			t.Logf("key %s is in the changelog, not in the input", k)
+		}
+	}
+	return bad
+}
+
+// drained waits until the group has committed every record of the topic (fence markers aside).
+func drained(t *testing.T, ctx context.Context, c *client.Client, topic, group string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		desc, _, err := c.Topic(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		groups, err := c.Groups(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lag := uint64(0)
+		for _, g := range groups {
+			if g.Group != group {
+				continue
+			}
+			for q := 0; q < desc.MaxPartitions(); q++ {
+				s, err := c.JetStream().Stream(ctx, wire.StreamName(topic, q))
+				if err != nil {
+					t.Fatal(err)
+				}
+				last := s.CachedInfo().State.LastSeq
+				var pos uint64
+				if q < len(g.Positions) {
+					pos = g.Positions[q]
+				}
+				if last > pos {
+					lag += last - pos - uint64(desc.FenceMarkers(q, pos, last))
+				}
+			}
+		}
+		if lag == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("group %s still %d records behind on %s", group, lag, topic)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
