@@ -71,6 +71,10 @@ func unfinished(t *wire.Topic) string {
 		return fmt.Sprintf("change to epoch %d (state %s)", t.Change.To, t.Change.State)
 	case t.Reconfig != nil:
 		return fmt.Sprintf("change to R%d, placement tags %v", t.Reconfig.Replicas, t.Reconfig.PlacementTags)
+	case t.Retiring != nil:
+		return fmt.Sprintf("retirement of epochs up to %d", t.Retiring.Through)
+	case t.Backfilling() != nil:
+		return fmt.Sprintf("backfill into epoch %d", t.Backfilling().Epoch)
 	}
 	for _, e := range t.Epochs {
 		if e.Ancestry != nil && e.Ancestry.Source == "pending" {
@@ -102,6 +106,12 @@ func (b *Broker) finishLocked(ctx context.Context, name string) error {
 		return b.runChangeLocked(ctx, name)
 	case t.Reconfig != nil:
 		return b.finishReconfigLocked(ctx, name)
+	case t.Retiring != nil:
+		return b.finishRetireLocked(ctx, name)
+	case t.Backfilling() != nil:
+		// Runs in the background (a backfill takes longer than a retry round); its recorded
+		// progress changes the descriptor's revision, so the loop leaves it alone meanwhile.
+		b.finishBackfillWork(t)
 	}
 	for _, e := range t.Epochs {
 		if e.Ancestry != nil && e.Ancestry.Source == "pending" {
@@ -142,25 +152,44 @@ func (b *Broker) resume(ctx context.Context) error {
 		if err != nil {
 			continue
 		}
-		if !t.Deleting && !t.Creating {
-			// Streams of topics created by an older pctl: producers need fast batches.
-			if err := b.forPartitions(ctx, t.MaxPartitions(), func(q int) error {
-				return b.allowBatches(ctx, wire.StreamName(t.Name, q))
-			}); err != nil {
-				b.cfg.Logf("topic %s: %v", name, err)
+		if work := unfinished(t); work != "" {
+			if err := b.finish(ctx, name); err != nil {
+				b.cfg.Logger.Warn("resuming unfinished work failed; the retry loop tries again", "topic", name, "work", work, "err", err)
+			} else {
+				b.cfg.Logger.Info("resumed and finished unfinished work", "topic", name, "work", work)
 			}
 		}
-		work := unfinished(t)
-		if work == "" {
-			continue
-		}
-		if err := b.finish(ctx, name); err != nil {
-			b.cfg.Logger.Warn("resuming unfinished work failed; the retry loop tries again", "topic", name, "work", work, "err", err)
-		} else {
-			b.cfg.Logger.Info("resumed and finished unfinished work", "topic", name, "work", work)
+		if err := b.enableBatches(ctx, name); err != nil {
+			b.cfg.Logf("topic %s: %v", name, err)
 		}
 	}
 	return nil
+}
+
+// enableBatches turns fast batches on for the partition streams of a topic created by an older
+// pctl (producers need them), each only while bound where the descriptor says, with the topic's
+// lock held and no change in progress: the update writes the stream's whole configuration, and
+// must not move a stream back from where an epoch change bound it. A topic with work in progress
+// is left to that work (setSubject turns fast batches on too) and to the next start.
+func (b *Broker) enableBatches(ctx context.Context, name string) error {
+	mu := b.locks.get(name)
+	mu.Lock()
+	defer mu.Unlock()
+	t, _, err := b.getTopic(ctx, name)
+	if err != nil {
+		return err
+	}
+	if t.Deleting || t.Creating || t.Change != nil || t.Reconfig != nil {
+		return nil
+	}
+	cur := t.Current()
+	return b.forPartitions(ctx, t.MaxPartitions(), func(q int) error {
+		subject := wire.StreamRetiredSubject(t.Name, q, t.Compact != nil)
+		if q < cur.Partitions {
+			subject = wire.StreamSubject(t.Name, cur.Epoch, q, t.Compact != nil)
+		}
+		return b.allowBatches(ctx, wire.StreamName(t.Name, q), subject)
+	})
 }
 
 func (b *Broker) topicNames(ctx context.Context) ([]string, error) {
@@ -330,6 +359,9 @@ func (b *Broker) retryTopic(ctx context.Context, name string, states map[string]
 	}
 	if now.Before(st.next) {
 		return
+	}
+	if b.drivingBackfill(name) {
+		return // this broker is backfilling it right now
 	}
 	mu := b.locks.get(name)
 	if !mu.TryLock() {

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sort"
@@ -25,6 +27,10 @@ type Record struct {
 	// NoKey marks a keyless record: the producer spreads keyless records over the partitions and
 	// promises no order for them. An empty Key without NoKey is the empty key, which is a key.
 	NoKey bool
+	// Tombstone marks a record that deletes its key (spec/protocol.md §10.2): it has no Value.
+	// On a compacted topic it removes the key's value at once and is itself removed after the
+	// topic's delete retention.
+	Tombstone bool
 	// Origin, when set, is the identity the record carries instead of this producer's: the
 	// broker's produce service passes on its thin clients' producer id and sequence, so that
 	// their retries are deduplicated and their order can be checked.
@@ -87,6 +93,21 @@ type ProducerOptions struct {
 	Partitioner func(ctx context.Context, p wire.Partitioner) (partitioner.Partitioner, error)
 	// Hooks observe the producer (hooks.go). Default: none.
 	Hooks []Hook
+	// CloseIdle: Close stops waiting for acknowledgements once none came for this long, and
+	// fails the records still outstanding. Default 30s.
+	CloseIdle time.Duration
+
+	// noKeyRule is a test hook: batches on a cluster may hold several records of one key (the
+	// per-key rule of spec/protocol.md §5.1.2 off), for the control that shows the failover
+	// test catches what the rule prevents.
+	noKeyRule bool
+	// testVerify (test hook) makes every stream count as clustered: batches are confirmed by
+	// reading them back (a stream without cluster info is never trusted) and the per-key rule holds.
+	testVerify bool
+	// testHoles (test hook) runs after the clean PubAck of a batch that stored stream sequences
+	// first..last, before the batch is confirmed: it may delete stored records of it, as
+	// nats-server 2.15.2 loses records it counted around a raft term change.
+	testHoles func(stream string, first, last uint64)
 }
 
 // Producer produces keyed records to one topic, partitioning them on the client with the
@@ -125,7 +146,9 @@ type Producer struct {
 	buffered  int
 	rr        uint64
 	fatal     error
-	closed    bool
+	closing   bool   // Close was called
+	closed    bool   // Close stopped taking records
+	finished  uint64 // records finished (acknowledged or failed) so far
 
 	batches  sync.Map // open batch id -> *sink
 	subs     []*nats.Subscription
@@ -183,12 +206,15 @@ func (c *Client) NewProducer(ctx context.Context, topic string, opts ProducerOpt
 	if opts.StallTimeout <= 0 {
 		opts.StallTimeout = 250 * time.Millisecond
 	}
+	if opts.CloseIdle <= 0 {
+		opts.CloseIdle = 30 * time.Second
+	}
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
 	if opts.Partitioner == nil {
 		opts.Partitioner = func(ctx context.Context, p wire.Partitioner) (partitioner.Partitioner, error) {
-			return c.Partitioner(ctx, p)
+			return c.partitionerFor(ctx, p) // the native fast path when Options.NativeBuiltins (admin.go)
 		}
 	}
 	if err := wire.ValidGroup(opts.ID); err != nil {
@@ -212,7 +238,13 @@ func (c *Client) NewProducer(ctx context.Context, topic string, opts ProducerOpt
 		return nil, fmt.Errorf("%w: subscribe to the producer's replies: %v", wire.ErrUnavailable, err)
 	}
 	_ = replies.SetPendingLimits(1<<20, 256<<20)
-	events, err := c.nc.Subscribe(wire.TopicEventSubject(topic), func(*nats.Msg) { p.requestCheck() })
+	// Topic events are hints: a refresh of the descriptor (read from the broker), coalesced; none
+	// for what JetStream relays (spec/protocol.md §8.4).
+	events, err := c.nc.Subscribe(wire.TopicEventSubject(topic), func(m *nats.Msg) {
+		if !strings.HasPrefix(m.Reply, "$JS.") {
+			p.requestCheck()
+		}
+	})
 	if err != nil {
 		_ = replies.Unsubscribe()
 		return nil, fmt.Errorf("%w: subscribe to %s: %v", wire.ErrUnavailable, wire.TopicEventSubject(topic), err)
@@ -251,7 +283,9 @@ func (p *Producer) Settled() int64 { return p.settles.Load() }
 
 // Holes returns how many records the server acknowledged in a committed fast batch without
 // storing them (a nats-server 2.15 fault after a stream leader's term change), found by the
-// producer's check on clusters and sent again: their keys may be out of order.
+// producer's check on clusters and sent again. Their keys stay in order: such a record is the
+// only one of its key in its batch, and its re-send goes ahead of that key's later records
+// (spec/protocol.md §5.1.2).
 func (p *Producer) Holes() int64 { return p.holes.Load() }
 
 // Epoch returns the epoch the producer currently produces to.
@@ -314,6 +348,9 @@ func (p *Producer) Send(ctx context.Context, rec Record, done func(Result)) erro
 	if rec.NoKey && len(rec.Key) > 0 {
 		return fmt.Errorf("%w: a keyless record (NoKey) has no Key", wire.ErrBadRequest)
 	}
+	if err := p.checkCompaction(rec); err != nil {
+		return err
+	}
 	if len(rec.Key) > 65536 {
 		return fmt.Errorf("%w: key of %d bytes; keys are at most 65536 bytes", wire.ErrBadRequest, len(rec.Key))
 	}
@@ -375,7 +412,9 @@ func (p *Producer) Produce(ctx context.Context, rec Record) (Result, error) {
 func (p *Producer) assignLocked(pd *pending) error {
 	cur := p.desc.Current()
 	var part int
-	if pd.rec.NoKey {
+	if pd.rec.NoKey && pd.rec.Origin != nil {
+		part = keylessPartition(pd.rec, cur.Partitions)
+	} else if pd.rec.NoKey {
 		part = int(p.rr % uint64(cur.Partitions))
 		p.rr++
 	} else {
@@ -397,12 +436,29 @@ func (p *Producer) assignLocked(pd *pending) error {
 	return nil
 }
 
+// keylessPartition places a keyless record that carries a thin client's identity where every
+// retry of it will go, at any broker (spec/protocol.md §5.2, "Keyless records of the produce
+// service"): spread round-robin, a retry of a record stored after all would be stored again in
+// another partition, out of reach of JetStream's deduplication.
+func keylessPartition(rec Record, partitions int) int {
+	o := rec.Origin
+	token := o.Token
+	if token == "" {
+		token = RecordToken(rec.Key, rec.NoKey, rec.Value)
+	}
+	h := sha256.New()
+	h.Write([]byte("pctl-keyless-v1\x00"))
+	h.Write([]byte(o.Producer + "-" + strconv.FormatUint(o.Seq, 10) + "-" + token))
+	return int(binary.BigEndian.Uint64(h.Sum(nil)[:8]) % uint64(partitions))
+}
+
 // identity is a record's headers, fixed for all its sends (spec/protocol.md §5.1 step 3).
 func (p *Producer) identity(pd *pending) nats.Header {
 	h := nats.Header{}
 	if !pd.rec.NoKey {
 		h.Set(wire.HeaderKey, wire.EncodeKey(pd.rec.Key))
 	}
+	setTombstone(h, pd.rec.Tombstone, p.desc.Compact)
 	id, n, token := p.id, pd.seq, ""
 	if o := pd.rec.Origin; o != nil {
 		id, n, token = o.Producer, o.Seq, o.Token
@@ -443,6 +499,7 @@ func (p *Producer) finish(pd *pending, r Result) {
 	}
 	p.mu.Lock()
 	p.buffered--
+	p.finished++
 	p.cond.Broadcast()
 	p.mu.Unlock()
 }
@@ -479,30 +536,95 @@ func (p *Producer) Flush(ctx context.Context) error {
 	return p.fatal
 }
 
-// Close flushes and stops the producer. Records still unacknowledged when ctx ends fail.
+// Close flushes and stops the producer. It waits for the records sent so far until ctx ends, or
+// until no record was acknowledged or failed for ProducerOptions.CloseIdle (the broker or the
+// cluster is gone: a producer retries for ever otherwise); the records still unacknowledged then
+// fail (their callbacks run before Close returns). Close never blocks for longer than that plus
+// closeStopLimit. A second Close, or one concurrent with the first, is a no-op.
 func (p *Producer) Close(ctx context.Context) error {
-	err := p.Flush(ctx)
 	p.mu.Lock()
-	if p.closed {
+	if p.closing {
 		p.mu.Unlock()
-		return err
+		return nil
 	}
+	p.closing = true
+	p.mu.Unlock()
+	err := p.flushUntilIdle(ctx, p.opts.CloseIdle)
+	p.mu.Lock()
 	p.closed = true
 	sinks := p.sinks
 	p.cond.Broadcast()
 	p.mu.Unlock()
 	close(p.done)
+	closedErr := fmt.Errorf("%w: producer closed before the record was acknowledged", wire.ErrUnavailable)
 	for _, s := range sinks {
-		s.abort(fmt.Errorf("%w: producer closed before the record was acknowledged", wire.ErrUnavailable))
+		s.abort(closedErr)
 	}
-	p.wg.Wait()
+	stopped := make(chan struct{})
+	go func() {
+		p.wg.Wait()
+		close(stopped)
+	}()
+	t := time.NewTimer(closeStopLimit)
+	defer t.Stop()
+	select {
+	case <-stopped:
+	case <-t.C:
+		// Not expected: every goroutine of the producer watches p.done. Say so rather than hang.
+		err = errors.Join(err, fmt.Errorf("%w: producer %s: its goroutines did not stop within %v of Close", wire.ErrInternal, p.id, closeStopLimit))
+	}
 	for _, sub := range p.subs {
 		_ = sub.Unsubscribe()
 	}
 	if p.unlisten != nil {
 		p.unlisten()
 	}
+	// Records no goroutine holds any more: handed back by sinks the control loop did not take,
+	// or held while it repartitioned.
+	for more := true; more; {
+		select {
+		case ev := <-p.events:
+			for _, pd := range ev.left {
+				p.finish(pd, Result{Err: closedErr})
+			}
+		default:
+			more = false
+		}
+	}
+	p.mu.Lock()
+	held := p.held
+	p.held = nil
+	p.mu.Unlock()
+	for _, pd := range held {
+		p.finish(pd, Result{Err: closedErr})
+	}
 	return err
+}
+
+// closeStopLimit bounds Close's wait for the producer's goroutines once it stopped them.
+const closeStopLimit = 10 * time.Second
+
+// flushUntilIdle is Flush that also gives up when no record finished for idle.
+func (p *Producer) flushUntilIdle(ctx context.Context, idle time.Duration) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	last, since := p.finished, time.Now()
+	for p.buffered > 0 {
+		if ctx.Err() != nil {
+			return fmt.Errorf("close: %d records not yet acknowledged: %w", p.buffered, ctx.Err())
+		}
+		if p.finished != last {
+			last, since = p.finished, time.Now()
+		}
+		left := idle - time.Since(since)
+		if left <= 0 {
+			return fmt.Errorf("%w: close: no record acknowledged for %v with %d outstanding (the broker or cluster is unreachable?); they fail", wire.ErrUnavailable, idle, p.buffered)
+		}
+		wctx, cancel := context.WithTimeout(ctx, left)
+		waitCond(wctx, p.cond)
+		cancel()
+	}
+	return p.fatal
 }
 
 // waitCond waits on c (whose lock is held) until signalled or ctx is done.
@@ -606,6 +728,9 @@ func (p *Producer) repartition(ctx context.Context, desc *wire.Topic) {
 				}
 			}
 		case <-p.done:
+			for _, pd := range left {
+				p.finish(pd, Result{Err: fmt.Errorf("%w: producer closed before the record was acknowledged", wire.ErrUnavailable)})
+			}
 			return
 		}
 	}
@@ -649,4 +774,37 @@ func descEpoch(t *wire.Topic) string {
 		s += fmt.Sprintf(", changing to %d (%s)", t.Change.To, t.Change.State)
 	}
 	return s
+}
+
+// checkCompaction refuses what a tombstone or a compacted topic cannot carry (spec/protocol.md
+// §10): a keyless record on a compacted topic, a keyless tombstone, a tombstone with a value.
+func (p *Producer) checkCompaction(rec Record) error {
+	p.mu.Lock()
+	compact := p.desc.Compact != nil
+	p.mu.Unlock()
+	return checkCompaction(p.topic, compact, rec)
+}
+
+func checkCompaction(topic string, compact bool, rec Record) error {
+	switch {
+	case compact && rec.NoKey:
+		return fmt.Errorf("%w: topic %s is compacted: every record needs a key (a keyless record cannot be compacted)", wire.ErrBadRequest, topic)
+	case rec.Tombstone && rec.NoKey:
+		return fmt.Errorf("%w: a tombstone deletes a key: it needs one", wire.ErrBadRequest)
+	case rec.Tombstone && len(rec.Value) > 0:
+		return fmt.Errorf("%w: a tombstone has no value (%d bytes given)", wire.ErrBadRequest, len(rec.Value))
+	}
+	return nil
+}
+
+// setTombstone marks a tombstone's message: on a compacted topic with its delete retention as
+// JetStream's message TTL.
+func setTombstone(h nats.Header, tombstone bool, compact *wire.Compaction) {
+	if !tombstone {
+		return
+	}
+	h.Set(wire.HeaderTombstone, "true")
+	if compact != nil {
+		h.Set(wire.HeaderTTL, strconv.FormatInt(max(compact.DeleteRetentionMS/1000, 1), 10))
+	}
 }

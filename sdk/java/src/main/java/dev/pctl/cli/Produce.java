@@ -41,7 +41,8 @@ import java.util.concurrent.atomic.AtomicLong;
  *   {"pseq": 2, "acked": false, "partition": null, "epoch": null, "seq": null, "error": "..."}
  * </pre>
  *
- * <p>where {@code pseq} is the record's {@code Pctl-Seq} (1-based, in input order). Exit status 0
+ * <p>where {@code pseq} is the record's {@code Pctl-Seq} (1-based, in input order) and {@code seq}
+ * its stream sequence, 0 when the producer did not learn it (spec/protocol.md §5.1.2). Exit status 0
  * when every record was acknowledged; 1 when one failed or the broker could not be used; 2 for bad
  * flags or an unknown topic. A summary goes to standard error. {@code --server} and {@code
  * --creds} default to {@code $PCTL_SERVER} and {@code $PCTL_CREDS}; {@code --producer-id} to a
