@@ -449,5 +449,3 @@ func forEachRecord(t *testing.T, ctx context.Context, c *client.Client, topic st
 		it.Stop()
 	}
 }
-
-
