@@ -36,6 +36,7 @@ import (
 var failoverRows = []string{
 	"go",
 	"python",
+	"java",
 }
 
 // TestProducerFailover: each row's producer writes keyed records at a steady pace into a topic of
