@@ -37,6 +37,7 @@ var failoverRows = []string{
 	"go",
 	"python",
 	"node",
+	"java",
 }
 
 // TestProducerFailover: each row's producer writes keyed records at a steady pace into a topic of
