@@ -34,7 +34,7 @@ type stored struct {
 }
 
 // readStreams reads every message of every partition stream of the topic, in stream order.
-func readStreams(t *testing.T, ctx context.Context, c *client.Client, topic string) []stored {
+func readStreams(t testing.TB, ctx context.Context, c *client.Client, topic string) []stored {
 	t.Helper()
 	desc, _, err := c.Topic(ctx, topic)
 	if err != nil {
@@ -174,7 +174,7 @@ func readCurrentEpoch(t *testing.T, ctx context.Context, c *client.Client, topic
 
 // checkLatest requires that the deliveries hold exactly one record per key, the key's latest
 // acknowledged record (a tombstone for a deleted key, while its tombstone is retained).
-func checkLatest(t *testing.T, what string, got []*client.Message, want map[string]latestRec) {
+func checkLatest(t testing.TB, what string, got []*client.Message, want map[string]latestRec) {
 	t.Helper()
 	seen := map[string]bool{}
 	bad := 0
@@ -213,7 +213,7 @@ func checkLatest(t *testing.T, what string, got []*client.Message, want map[stri
 // current epoch's subjects exactly one record per key, the key's latest, in the partition the
 // native partitioner (not the product's WASM path) gives it; a subject token matching the key;
 // and, with retired, nothing but fence markers in older epochs.
-func checkStoredState(t *testing.T, ctx context.Context, c *client.Client, topic string, want map[string]latestRec, native partitioner.Partitioner, retired bool) {
+func checkStoredState(t testing.TB, ctx context.Context, c *client.Client, topic string, want map[string]latestRec, native partitioner.Partitioner, retired bool) {
 	t.Helper()
 	desc, _, err := c.Topic(ctx, topic)
 	if err != nil {
