@@ -50,16 +50,30 @@ func readStreams(t testing.TB, ctx context.Context, c *client.Client, topic stri
 		if st.Msgs == 0 {
 			continue
 		}
-		cons, err := c.JetStream().OrderedConsumer(ctx, wire.StreamName(topic, q), jetstream.OrderedConsumerConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		// An ordered consumer from the next sequence, made again after a failure (a stream
+		// leader that just changed answers "no responders" for a moment).
+		var cons jetstream.Consumer
+		next, failures := uint64(1), 0
 		for left := st.Msgs; left > 0; left-- {
-			m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
-			if err != nil {
-				t.Fatalf("stream %s: %v (%d messages left of %d)", wire.StreamName(topic, q), err, left, st.Msgs)
+			var m jetstream.Msg
+			for {
+				if cons == nil {
+					cons, err = c.JetStream().OrderedConsumer(ctx, wire.StreamName(topic, q), jetstream.OrderedConsumerConfig{
+						DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: next})
+				}
+				if err == nil {
+					if m, err = cons.Next(jetstream.FetchMaxWait(10 * time.Second)); err == nil {
+						break
+					}
+				}
+				cons = nil
+				if failures++; failures > 50 {
+					t.Fatalf("stream %s: %v (%d messages left of %d)", wire.StreamName(topic, q), err, left, st.Msgs)
+				}
+				time.Sleep(100 * time.Millisecond)
 			}
 			md, _ := m.Metadata()
+			next = md.Sequence.Stream + 1
 			h := m.Headers()
 			r := stored{partition: q, seq: md.Sequence.Stream, subject: m.Subject(), value: string(m.Data()), producer: h.Get(wire.HeaderProducer),
 				tombstone: h.Get(wire.HeaderTombstone) != "", fence: h.Get(wire.HeaderFence) != "", origin: h.Get(wire.HeaderBackfill), ttl: h.Get(wire.HeaderTTL)}
