@@ -53,6 +53,9 @@ const (
 	HeaderMsgID = "Nats-Msg-Id"
 	// HeaderError carries an API error code on a reply that failed (with a JSON body).
 	HeaderError = "Pctl-Error"
+	// HeaderKeepalive on an API request asks the broker that takes it for keep-alives until its
+	// answer; on a reply it marks a keep-alive, which is not the answer (spec/protocol.md §3).
+	HeaderKeepalive = "Pctl-Keepalive"
 	// HeaderBroker names, on every reply of the produce service, the broker that answered: a
 	// pipelining thin client sends its next requests to ProduceBrokerSubject(topic, that id).
 	HeaderBroker = "Pctl-Broker"
