@@ -36,6 +36,8 @@ import (
 var failoverRows = []string{
 	"go",
 	"python",
+	"node",
+	"java",
 }
 
 // TestProducerFailover: each row's producer writes keyed records at a steady pace into a topic of

@@ -1121,8 +1121,9 @@ class _Sink:
             lo = max(first, hi - window + 1)
             msgs = await asyncio.gather(*(self._get(s) for s in range(lo, hi + 1)))
             for i in range(len(msgs) - 1, -1, -1):
-                if msgs[i] is not None:
-                    f(lo + i, msgs[i])
+                m = msgs[i]
+                if m is not None:
+                    f(lo + i, m)
                     if stop is not None and stop():
                         return
             hi = lo - 1

@@ -59,6 +59,26 @@ public final class Produce {
 
     public static void main(String[] args) {
         PrintStream err = new PrintStream(new FileOutputStream(FileDescriptor.err), true, StandardCharsets.UTF_8);
+        if ("1".equals(System.getenv("PCTL_PRODUCE_LOG"))) {
+            // The producer's decisions after failures (settling, re-sends, repartitions) on stderr.
+            java.util.logging.Logger l = java.util.logging.Logger.getLogger("dev.pctl");
+            java.util.logging.Handler h = new java.util.logging.StreamHandler(err, new java.util.logging.SimpleFormatter() {
+                @Override
+                public String format(java.util.logging.LogRecord r) {
+                    return java.time.Instant.ofEpochMilli(r.getMillis()) + " " + formatMessage(r) + System.lineSeparator();
+                }
+            }) {
+                @Override
+                public synchronized void publish(java.util.logging.LogRecord r) {
+                    super.publish(r);
+                    flush();
+                }
+            };
+            h.setLevel(java.util.logging.Level.FINE);
+            l.setLevel(java.util.logging.Level.FINE);
+            l.setUseParentHandlers(false);
+            l.addHandler(h);
+        }
         int st = run(args, new FileInputStream(FileDescriptor.in), new FileOutputStream(FileDescriptor.out), err);
         err.flush();
         System.exit(st);
