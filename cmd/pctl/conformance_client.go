@@ -89,7 +89,9 @@ func cmdConformanceClient(e *env, args []string) int {
 		}
 	}
 	if *verbose {
-		opts.Logf = func(format string, args ...any) { fmt.Fprintf(e.stderr, "pctl %s: %s\n", cmd, fmt.Sprintf(format, args...)) }
+		opts.Logf = func(format string, args ...any) {
+			fmt.Fprintf(e.stderr, "pctl %s: %s\n", cmd, fmt.Sprintf(format, args...))
+		}
 	}
 	rep, err := clientconf.Run(e.ctx, opts)
 	if err != nil {

@@ -100,9 +100,9 @@ type scenario struct {
 type dupRule int
 
 const (
-	dupFail    dupRule = iota // any duplicate fails
-	dupCount                  // counted only
-	dupVictim                 // only of records the crashed member delivered first
+	dupFail   dupRule = iota // any duplicate fails
+	dupCount                 // counted only
+	dupVictim                // only of records the crashed member delivered first
 )
 
 // Scenarios lists the scenario names, in the order they run.
