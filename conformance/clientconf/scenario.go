@@ -22,7 +22,7 @@ var execLookPath = exec.LookPath
 // The records of every scenario (spec/client-conformance.md §3).
 const (
 	numKeys     = 24
-	valueBytes  = 600
+	valueBytes  = 3000 // a phase is more than 64 KiB: a client that reads its input in 64 KiB blocks still sends each phase
 	heartbeat   = "300ms"
 	catchUpWait = 60 * time.Second // for the group to deliver three quarters of what was written
 	joinWait    = 60 * time.Second // for the members to join (a JVM starts slowly)
