@@ -86,11 +86,13 @@ var scenarios = []scenario{
 			{"swap kafka-murmur2 -> librdkafka-consistent", wire.RepartitionRequest{Partitioner: "librdkafka-consistent"}},
 			{"shrink 5 -> 2", wire.RepartitionRequest{Partitions: 2}},
 		}
-		return r.phases(5, func(phase int) error {
-			if phase < 2 || phase > 4 {
+		// A change after phases 2, 4 and 6: the phase after each is written once the change is
+		// done, so every epoch has records whatever the producer's speed.
+		return r.phases(7, func(phase int) error {
+			if phase%2 == 1 || phase > 6 {
 				return nil
 			}
-			c := changes[phase-2]
+			c := changes[phase/2-1]
 			r.sleepUpTo(50 * time.Millisecond)
 			c.req.Topic = r.topic
 			if _, err := r.admin.Repartition(r.ctx, c.req); err != nil {
