@@ -3,6 +3,8 @@ package broker
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -78,7 +80,8 @@ func (b *Broker) apiTopicRepartition(ctx context.Context, m *nats.Msg) (any, err
 			return nil, fmt.Errorf("%w: topic %s already has %d partitions with %s and this config; nothing to change", wire.ErrBadRequest, t.Name, n, cur.Partitioner.Name)
 		}
 		t.Change = &wire.Change{To: cur.Epoch + 1, Partitions: n, Partition: p, State: statePlanned,
-			Fenced: make([]bool, cur.Partitions), Boundaries: make([]uint64, cur.Partitions), Started: time.Now().UTC()}
+			Fenced: make([]bool, cur.Partitions), Boundaries: make([]uint64, cur.Partitions), Started: time.Now().UTC(),
+			FenceToken: fenceToken()}
 		_, err = b.putTopic(ctx, t, rev)
 		if err == nil {
 			break
@@ -114,7 +117,7 @@ func (b *Broker) runChange(ctx context.Context, name string) error {
 
 // runChangeLocked is runChange with the topic's lock held.
 func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
-	stale := 0
+	stale, poisoned := 0, 0
 	var unavailableSince time.Time
 	pause := 250 * time.Millisecond
 	for {
@@ -146,6 +149,15 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 			})
 			ch.State = stateCreated
 		case stateCreated:
+			if ch.FenceToken == "" {
+				// A change planned by an older broker: draw its token and record it before any
+				// marker carries it.
+				ch.FenceToken = fenceToken()
+				if _, err := b.putTopic(ctx, t, rev); err != nil && !errors.Is(err, wire.ErrConflict) {
+					return err
+				}
+				continue
+			}
 			err = b.forPartitions(ctx, cur.Partitions, func(q int) error {
 				subj := wire.RetiredSubject(t.Name, q)
 				if q < ch.Partitions {
@@ -157,12 +169,13 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 				// so the last sequence right after the move is not yet the boundary. A fence
 				// marker published to the new subject queues behind them: every old-epoch
 				// record is below the marker, every new-epoch record (none exists before
-				// activation) above it. Its deduplication id makes a re-run after a crash get
-				// the same marker, so the boundary is the same however often this runs.
+				// activation) above it. Its deduplication id (with the change's recorded token)
+				// makes a re-run after a crash get the same marker, so the boundary is the same
+				// however often this runs.
 				if err := b.setSubject(ctx, t.Name, q, subj, ch.To); err != nil {
 					return err
 				}
-				marker, err := b.fenceMarker(ctx, t, ch.To, q, subj)
+				marker, err := b.fenceMarker(ctx, t, ch, q, subj)
 				if err != nil {
 					return err
 				}
@@ -170,6 +183,17 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 				ch.Fenced[q] = true
 				return nil
 			})
+			if errors.Is(err, errFenceClaimed) && poisoned < 10 {
+				// A look-alike holds the marker's id: draw a new token, record it, fence again
+				// (every partition gets a marker with the new id; boundaries follow them).
+				poisoned++
+				b.cfg.Logger.Warn("fence marker id claimed by another message; fencing again with a new token", "topic", name, "to", ch.To, "err", err)
+				ch.FenceToken = fenceToken()
+				if _, err := b.putTopic(ctx, t, rev); err != nil && !errors.Is(err, wire.ErrConflict) {
+					return err
+				}
+				continue
+			}
 			ch.State = stateFenced
 		case stateFenced:
 			anc := b.declaredAncestry(ctx, cur, ch)
@@ -292,10 +316,11 @@ func (b *Broker) setSubject(ctx context.Context, topic string, q int, subject st
 	if bound := bindingEpoch(cfg); bound > epoch {
 		return fmt.Errorf("%w: stream %s is bound for epoch %d already; the step for epoch %d is stale", wire.ErrConflict, cfg.Name, bound, epoch)
 	}
-	if len(cfg.Subjects) == 1 && cfg.Subjects[0] == subject && bindingEpoch(cfg) == epoch {
+	if len(cfg.Subjects) == 1 && cfg.Subjects[0] == subject && bindingEpoch(cfg) == epoch && cfg.AllowBatchPublish {
 		return nil
 	}
 	cfg.Subjects = []string{subject}
+	cfg.AllowBatchPublish = true // producers send fast batches (a stream of an older pctl)
 	meta := map[string]string{}
 	for k, v := range cfg.Metadata {
 		meta[k] = v
@@ -322,17 +347,49 @@ func bindingEpoch(cfg jetstream.StreamConfig) int {
 	return 0
 }
 
-// fenceMarker publishes partition q's fence marker for the change to epoch `to` and returns its
-// stream sequence (spec/protocol.md §7).
-func (b *Broker) fenceMarker(ctx context.Context, t *wire.Topic, to, q int, subject string) (uint64, error) {
+// errFenceClaimed: a fence marker was acknowledged as a duplicate of a stored message that is
+// not the marker (a look-alike published with its id beforehand).
+var errFenceClaimed = fmt.Errorf("%w: fence marker id claimed", wire.ErrConflict)
+
+// fenceToken draws a change's fence token: 32 hex digits from a secure random source.
+func fenceToken() string {
+	var buf [16]byte
+	if _, err := rand.Read(buf[:]); err != nil {
+		panic("crypto/rand: " + err.Error()) // never fails on supported systems
+	}
+	return hex.EncodeToString(buf[:])
+}
+
+// fenceMarker publishes partition q's fence marker for change ch and returns its stream sequence
+// (spec/protocol.md §7). A duplicate acknowledgement counts only when the message stored at its
+// sequence is this marker: on the marker's subject (the stream's new one, where nothing could
+// be published before the move), with its headers and no data. Anything else is a look-alike
+// that claimed the id (errFenceClaimed): its sequence says nothing about the fence.
+func (b *Broker) fenceMarker(ctx context.Context, t *wire.Topic, ch *wire.Change, q int, subject string) (uint64, error) {
+	stream := wire.StreamName(t.Name, q)
+	id := fmt.Sprintf("pctl-fence-%s-%d-%d-%s", t.ID, ch.To, q, ch.FenceToken)
 	m := nats.NewMsg(subject)
-	m.Header.Set(wire.HeaderFence, strconv.Itoa(to))
-	m.Header.Set(wire.HeaderMsgID, fmt.Sprintf("pctl-fence-%s-%d-%d", t.ID, to, q))
+	m.Header.Set(wire.HeaderFence, strconv.Itoa(ch.To))
+	m.Header.Set(wire.HeaderMsgID, id)
 	ctx, cancel := opContext(ctx)
 	defer cancel()
-	ack, err := b.js.PublishMsg(ctx, m, jetstream.WithExpectStream(wire.StreamName(t.Name, q)))
+	ack, err := b.js.PublishMsg(ctx, m, jetstream.WithExpectStream(stream))
 	if err != nil {
-		return 0, fmt.Errorf("%w: fence marker of %s: %v", wire.ErrUnavailable, wire.StreamName(t.Name, q), err)
+		return 0, fmt.Errorf("%w: fence marker of %s: %v", wire.ErrUnavailable, stream, err)
+	}
+	if !ack.Duplicate {
+		return ack.Sequence, nil
+	}
+	s, err := b.js.Stream(ctx, stream)
+	if err != nil {
+		return 0, fmt.Errorf("%w: stream %s: %v", wire.ErrUnavailable, stream, err)
+	}
+	stored, err := s.GetMsg(ctx, ack.Sequence) // from the stream leader (not a direct get)
+	if err != nil {
+		return 0, fmt.Errorf("%w: reading the message a fence marker of %s duplicates (sequence %d): %v", wire.ErrUnavailable, stream, ack.Sequence, err)
+	}
+	if stored.Subject != subject || len(stored.Data) != 0 || stored.Header.Get(wire.HeaderMsgID) != id || stored.Header.Get(wire.HeaderFence) != strconv.Itoa(ch.To) {
+		return 0, fmt.Errorf("%w: %s sequence %d (subject %s) carries the id %s of the fence marker for epoch %d but is not that marker", errFenceClaimed, stream, ack.Sequence, stored.Subject, id, ch.To)
 	}
 	return ack.Sequence, nil
 }

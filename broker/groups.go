@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -35,6 +36,24 @@ func (b *Broker) apiGroupList(ctx context.Context, m *nats.Msg) (any, error) {
 	lister, err := b.group.ListKeys(ctx, jetstream.IgnoreDeletes())
 	if err == nil {
 		for k := range lister.Keys() {
+			if g, ok := groupAssignorKey(t.ID, k, ".g.assignor"); ok {
+				if e, err := b.group.Get(ctx, k); err == nil {
+					var st wire.AssignorState
+					if json.Unmarshal(e.Value(), &st) == nil {
+						get(g).Assignor = st.Assignor
+					}
+				}
+				continue
+			}
+			if g, ok := groupAssignorKey(t.ID, k, ".g.assignment"); ok {
+				if e, err := b.group.Get(ctx, k); err == nil {
+					var a wire.Assignment
+					if json.Unmarshal(e.Value(), &a) == nil {
+						get(g).Assignments = a.History
+					}
+				}
+				continue
+			}
 			g, kind, name, ok := wire.ParseGroupKey(t.ID, k)
 			if !ok {
 				continue
@@ -60,11 +79,24 @@ func (b *Broker) apiGroupList(ctx context.Context, m *nats.Msg) (any, error) {
 	}
 	reply := wire.GroupListReply{Groups: []wire.GroupInfo{}}
 	for _, g := range groups {
+		if g.Assignor == "" {
+			g.Assignor = wire.AssignorModulo // spec/protocol.md §6.1: no key means modulo
+		}
 		sort.Strings(g.Members)
 		reply.Groups = append(reply.Groups, *g)
 	}
 	sort.Slice(reply.Groups, func(i, j int) bool { return reply.Groups[i].Group < reply.Groups[j].Group })
 	return reply, nil
+}
+
+// groupAssignorKey returns the group of a "<topic id>.<group><suffix>" key (the assignor and
+// assignment keys of spec/protocol.md §6.1, §6.2.1).
+func groupAssignorKey(topicID, key, suffix string) (string, bool) {
+	if !strings.HasPrefix(key, topicID+".") || !strings.HasSuffix(key, suffix) {
+		return "", false
+	}
+	g := key[len(topicID)+1 : len(key)-len(suffix)]
+	return g, wire.ValidGroup(g) == nil
 }
 
 // groupBucketStream is the JetStream stream behind the group bucket.

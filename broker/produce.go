@@ -138,6 +138,10 @@ func (b *Broker) produce(m *nats.Msg) {
 		b.produceErr(m, err)
 		return
 	}
+	if v := m.Header.Get(wire.HeaderBatch); v != "" {
+		b.produceBatch(m, p, topic, direct, v)
+		return
+	}
 	rec := client.Record{Value: m.Data, NoKey: true}
 	if id := m.Header.Get(wire.HeaderProducer); id != "" {
 		seq, err := strconv.ParseUint(m.Header.Get(wire.HeaderSeq), 10, 64)
@@ -194,10 +198,93 @@ func (b *Broker) produce(m *nats.Msg) {
 	})
 	if err != nil {
 		b.produceErr(m, err)
-		if strings.Contains(err.Error(), "closed") || strings.Contains(err.Error(), "not found") {
-			b.ps.mu.Lock()
-			delete(b.ps.prod, topic)
-			b.ps.mu.Unlock()
+		b.dropProducer(topic, err)
+	}
+}
+
+// dropProducer forgets the topic's producer after Send refused a record because the producer
+// is closed or its topic is gone: the next request makes a new one.
+func (b *Broker) dropProducer(topic string, err error) {
+	if strings.Contains(err.Error(), "closed") || strings.Contains(err.Error(), "not found") {
+		b.ps.mu.Lock()
+		delete(b.ps.prod, topic)
+		b.ps.mu.Unlock()
+	}
+}
+
+// produceBatch handles a batched request (spec/protocol.md §5.2): checked as a whole (the body,
+// the headers, the sequence check), then its records handed to the producer in body order, as
+// consecutive single requests would be, and answered once, when every record has its result.
+func (b *Broker) produceBatch(m *nats.Msg, p *client.Producer, topic string, direct bool, count string) {
+	n, err := wire.ParseBatchCount(count)
+	if err != nil {
+		b.produceErr(m, err)
+		return
+	}
+	id := m.Header.Get(wire.HeaderProducer)
+	for _, h := range []string{wire.HeaderSeq, wire.HeaderKey, wire.HeaderToken} {
+		if _, ok := m.Header[h]; ok {
+			b.produceErr(m, fmt.Errorf("%w: a batched request (%s) carries each record's sequence, key and token in its body, not in a %s header (spec/protocol.md §5.2)", wire.ErrBadRequest, wire.HeaderBatch, h))
+			return
+		}
+	}
+	if wire.ValidGroup(id) != nil {
+		b.produceErr(m, fmt.Errorf("%w: a batched request (%s) needs %s, an id of 1 to 64 characters of A-Z a-z 0-9 _ - (got %q)", wire.ErrBadRequest, wire.HeaderBatch, wire.HeaderProducer, id))
+		return
+	}
+	recs, err := wire.DecodeBatch(m.Data, n)
+	if err != nil {
+		b.produceErr(m, err)
+		return
+	}
+	first, last := recs[0].Seq, recs[n-1].Seq
+	var prev *uint64
+	if v := m.Header.Get(wire.HeaderPrev); v != "" {
+		pv, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || pv >= first {
+			b.produceErr(m, fmt.Errorf("%w: %s %q must be a sequence number below the batch's first record's, %d", wire.ErrBadRequest, wire.HeaderPrev, v, first))
+			return
+		}
+		prev = &pv
+	} else if direct {
+		zero := uint64(0)
+		prev = &zero
+	}
+	if err := b.ps.seqs.accept(topic, id, last, prev); err != nil {
+		b.produceErr(m, err)
+		return
+	}
+	// The body is the request's: the producer keeps keys and values until their results, and
+	// nats.go does not reuse a delivered message's data.
+	results := make([]wire.ProduceResult, n)
+	var mu sync.Mutex
+	left := n
+	finish := func(i int, r client.Result) {
+		res := wire.ProduceResult{Partition: r.Partition, Epoch: r.Epoch, Seq: r.Seq, Duplicate: r.Duplicate}
+		if r.Err != nil {
+			res = wire.ProduceResult{Error: &wire.ErrorReply{Code: wire.Code(r.Err), Message: r.Err.Error()}}
+		}
+		mu.Lock()
+		results[i] = res
+		left--
+		end := left == 0
+		mu.Unlock()
+		if !end || m.Reply == "" {
+			return
+		}
+		out := nats.NewMsg(m.Reply)
+		out.Header[wire.HeaderBroker] = []string{b.id}
+		out.Data, _ = json.Marshal(wire.ProduceBatchReply{Results: results, Broker: b.id})
+		_ = m.RespondMsg(out)
+	}
+	for i, r := range recs {
+		rec := client.Record{Key: r.Key, NoKey: r.NoKey, Value: r.Value,
+			Origin: &client.Origin{Producer: id, Seq: r.Seq, Token: r.Token}}
+		if err := p.Send(b.ctx, rec, func(res client.Result) { finish(i, res) }); err != nil {
+			// Send refused this record (it can never be sent, or the producer is closing, when
+			// it refuses the later ones too), as it would refuse it in a single request.
+			b.dropProducer(topic, err)
+			finish(i, client.Result{Err: err})
 		}
 	}
 }

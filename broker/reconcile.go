@@ -142,25 +142,44 @@ func (b *Broker) resume(ctx context.Context) error {
 		if err != nil {
 			continue
 		}
-		if !t.Deleting && !t.Creating {
-			// Streams of topics created by an older pctl: producers need fast batches.
-			if err := b.forPartitions(ctx, t.MaxPartitions(), func(q int) error {
-				return b.allowBatches(ctx, wire.StreamName(t.Name, q))
-			}); err != nil {
-				b.cfg.Logf("topic %s: %v", name, err)
+		if work := unfinished(t); work != "" {
+			if err := b.finish(ctx, name); err != nil {
+				b.cfg.Logger.Warn("resuming unfinished work failed; the retry loop tries again", "topic", name, "work", work, "err", err)
+			} else {
+				b.cfg.Logger.Info("resumed and finished unfinished work", "topic", name, "work", work)
 			}
 		}
-		work := unfinished(t)
-		if work == "" {
-			continue
-		}
-		if err := b.finish(ctx, name); err != nil {
-			b.cfg.Logger.Warn("resuming unfinished work failed; the retry loop tries again", "topic", name, "work", work, "err", err)
-		} else {
-			b.cfg.Logger.Info("resumed and finished unfinished work", "topic", name, "work", work)
+		if err := b.enableBatches(ctx, name); err != nil {
+			b.cfg.Logf("topic %s: %v", name, err)
 		}
 	}
 	return nil
+}
+
+// enableBatches turns fast batches on for the partition streams of a topic created by an older
+// pctl (producers need them), each only while bound where the descriptor says, with the topic's
+// lock held and no change in progress: the update writes the stream's whole configuration, and
+// must not move a stream back from where an epoch change bound it. A topic with work in progress
+// is left to that work (setSubject turns fast batches on too) and to the next start.
+func (b *Broker) enableBatches(ctx context.Context, name string) error {
+	mu := b.locks.get(name)
+	mu.Lock()
+	defer mu.Unlock()
+	t, _, err := b.getTopic(ctx, name)
+	if err != nil {
+		return err
+	}
+	if t.Deleting || t.Creating || t.Change != nil || t.Reconfig != nil {
+		return nil
+	}
+	cur := t.Current()
+	return b.forPartitions(ctx, t.MaxPartitions(), func(q int) error {
+		subject := wire.RetiredSubject(t.Name, q)
+		if q < cur.Partitions {
+			subject = wire.DataSubject(t.Name, cur.Epoch, q)
+		}
+		return b.allowBatches(ctx, wire.StreamName(t.Name, q), subject)
+	})
 }
 
 func (b *Broker) topicNames(ctx context.Context) ([]string, error) {

@@ -209,7 +209,7 @@ func (b *Broker) ensureStream(ctx context.Context, t *wire.Topic, q int, subject
 		AllowBatchPublish: true,
 	})
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		return b.allowBatches(ctx, wire.StreamName(t.Name, q))
+		return b.allowBatches(ctx, wire.StreamName(t.Name, q), subject)
 	}
 	if err == nil {
 		return nil
@@ -275,8 +275,12 @@ func tagText(tags []string) string {
 }
 
 // allowBatches turns on fast batch publishing for a partition stream created by an older pctl
-// (producers need it, spec/protocol.md §5.1.1). A missing stream is left alone.
-func (b *Broker) allowBatches(ctx context.Context, name string) error {
+// (producers need it, spec/protocol.md §5.1.1). A missing stream is left alone, and so is one
+// not bound to subject (the binding the caller read in the descriptor): the update writes the
+// whole configuration back, and JetStream has no compare-and-set on it, so it must never carry
+// a subject an epoch change has moved on from (setSubject turns fast batches on when it moves a
+// stream).
+func (b *Broker) allowBatches(ctx context.Context, name, subject string) error {
 	s, err := b.js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil
@@ -286,6 +290,10 @@ func (b *Broker) allowBatches(ctx context.Context, name string) error {
 	}
 	cfg := s.CachedInfo().Config
 	if cfg.AllowBatchPublish {
+		return nil
+	}
+	if len(cfg.Subjects) != 1 || cfg.Subjects[0] != subject {
+		b.cfg.Logf("stream %s: bound to %v, not %s: fast batches are turned on when an epoch change binds it", name, cfg.Subjects, subject)
 		return nil
 	}
 	cfg.AllowBatchPublish = true

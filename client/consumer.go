@@ -136,6 +136,12 @@ type ConsumerOptions struct {
 	Group string
 	// Member identifies this member in the group. Default: random.
 	Member string
+	// Assignor is the rule that maps the group's partitions to its members (spec/protocol.md
+	// §6.1, §6.2): wire.AssignorModulo or wire.AssignorSticky. A group gets it when it is created
+	// and keeps it; "" means the group's (modulo for a group this member creates). A member that
+	// asks for another assignor than an existing group's is refused with wire.ErrConflict; a
+	// group whose assignor this client does not know, with wire.ErrUnsupported.
+	Assignor string
 	// FromBeginning: a group that does not exist yet starts at the first record of every
 	// partition; otherwise it starts after the records present when it is created. Partitions
 	// created later (epoch changes) are always read from their first record.
@@ -215,6 +221,12 @@ type Consumer struct {
 	seeking   int // Seek calls in progress: nothing is delivered
 	states    map[int]keyState
 
+	// The group's assignor (§6.1) and, for sticky groups, the last assignment record read or
+	// written (§6.2.1) with its revision.
+	assignor  string
+	record    *wire.Assignment
+	recordRev uint64
+
 	stats ConsumerStats
 }
 
@@ -234,6 +246,12 @@ type ConsumerStats struct {
 	Misplaced int64
 	// Resets counts group generations this member followed (spec/protocol.md §6.6).
 	Resets int64
+	// Assignments counts the sticky assignment records this member wrote as the group's
+	// leader; Moved and MovedModulo are the last one's fractions of keys that changed member,
+	// and what modulo would have moved (spec/protocol.md §6.2.2), -1 when none was written.
+	Assignments int64
+	Moved       float64
+	MovedModulo float64
 }
 
 // keyState is what a member knows of a partition key: the revision it saw, and what was
@@ -255,6 +273,9 @@ func (c *Client) NewConsumer(ctx context.Context, topic string, opts ConsumerOpt
 	if err := wire.ValidGroup(opts.Member); err != nil {
 		return nil, fmt.Errorf("member id: %w", err)
 	}
+	if opts.Assignor != "" && !knownAssignor(opts.Assignor) {
+		return nil, fmt.Errorf("%w: assignor %q: give %q or %q", wire.ErrBadRequest, opts.Assignor, wire.AssignorModulo, wire.AssignorSticky)
+	}
 	if opts.Heartbeat <= 0 {
 		opts.Heartbeat = time.Second
 	}
@@ -274,7 +295,18 @@ func (c *Client) NewConsumer(ctx context.Context, topic string, opts ConsumerOpt
 	cn := &Consumer{c: c, topic: topic, topicID: t.ID, opts: opts, desc: t, positions: map[int]uint64{}, owned: map[int]*worker{},
 		revoked: map[[2]int]bool{}, assigned: map[[3]int]bool{}, states: map[int]keyState{}, resetKick: make(chan struct{}, 1)}
 	cn.cond = sync.NewCond(&cn.mu)
+	cn.stats.Moved, cn.stats.MovedModulo = -1, -1
 	return cn, nil
+}
+
+// knownAssignor reports whether this client implements an assignor (spec/protocol.md §6.1).
+func knownAssignor(a string) bool { return a == wire.AssignorModulo || a == wire.AssignorSticky }
+
+// Assignor returns the group's assignor, known once Run has joined the group.
+func (cn *Consumer) Assignor() string {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	return cn.assignor
 }
 
 // op bounds one round trip to the broker: a request lost while the broker restarts must not
@@ -774,7 +806,7 @@ func (cn *Consumer) ensureGroup(ctx context.Context, kv jetstream.KeyValue) erro
 	defer cancel()
 	marker := wire.GroupPrefix(cn.topicID, cn.opts.Group) + "g.created"
 	if _, err := kv.Get(ctx, marker); err == nil {
-		return nil
+		return cn.joinAssignor(ctx, kv)
 	}
 	for q := 0; q < cn.desc.MaxPartitions(); q++ {
 		start := uint64(0)
@@ -790,9 +822,51 @@ func (cn *Consumer) ensureGroup(ctx context.Context, kv jetstream.KeyValue) erro
 			return fmt.Errorf("%w: create group %s: %v", wire.ErrUnavailable, cn.opts.Group, err)
 		}
 	}
+	want := cn.opts.Assignor
+	if want == "" {
+		want = wire.AssignorModulo
+	}
+	body, _ := json.Marshal(wire.AssignorState{Assignor: want})
+	if _, err := kv.Create(ctx, wire.AssignorKey(cn.topicID, cn.opts.Group), body); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("%w: create group %s: %v", wire.ErrUnavailable, cn.opts.Group, err)
+	}
 	if _, err := kv.Create(ctx, marker, []byte(time.Now().UTC().Format(time.RFC3339))); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("%w: create group %s: %v", wire.ErrUnavailable, cn.opts.Group, err)
 	}
+	return cn.joinAssignor(ctx, kv)
+}
+
+// joinAssignor reads the group's assignor (spec/protocol.md §6.1) and refuses to join a group
+// whose assignor this client does not implement, or that differs from the one asked for.
+func (cn *Consumer) joinAssignor(ctx context.Context, kv jetstream.KeyValue) error {
+	got := wire.AssignorModulo // a group without the key (older clients, other SDKs, resets)
+	e, err := kv.Get(ctx, wire.AssignorKey(cn.topicID, cn.opts.Group))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case err != nil:
+		if IsPermission(err) {
+			return err
+		}
+		return fmt.Errorf("%w: read the assignor of group %s: %v", wire.ErrUnavailable, cn.opts.Group, err)
+	default:
+		var st wire.AssignorState
+		if json.Unmarshal(e.Value(), &st) != nil || st.Assignor == "" {
+			return fmt.Errorf("%w: group %s of topic %s has an assignor record this client cannot read (%q): use a client that understands it, or another group",
+				wire.ErrUnsupported, cn.opts.Group, cn.topic, e.Value())
+		}
+		got = st.Assignor
+	}
+	if !knownAssignor(got) {
+		return fmt.Errorf("%w: group %s of topic %s uses the assignor %q, which this client does not implement (it knows %s and %s): use a client that implements it, or another group",
+			wire.ErrUnsupported, cn.opts.Group, cn.topic, got, wire.AssignorModulo, wire.AssignorSticky)
+	}
+	if cn.opts.Assignor != "" && cn.opts.Assignor != got {
+		return fmt.Errorf("%w: group %s of topic %s uses the assignor %q, not the %q asked for: a group keeps the assignor it was created with; use another group, or leave Assignor empty to follow the group's",
+			wire.ErrConflict, cn.opts.Group, cn.topic, got, cn.opts.Assignor)
+	}
+	cn.mu.Lock()
+	cn.assignor = got
+	cn.mu.Unlock()
 	return nil
 }
 
@@ -894,12 +968,10 @@ func finalBoundary(t *wire.Topic, q int) uint64 {
 
 func (cn *Consumer) rebalance(ctx context.Context, kv jetstream.KeyValue, h Handler, fail func(error)) {
 	members := cn.members(ctx, kv)
-	me := sort.SearchStrings(members, cn.opts.Member)
-	want := map[int]bool{}
-	for i, q := range cn.assignable() {
-		if i%len(members) == me {
-			want[q] = true
-		}
+	want, err := cn.wanted(ctx, kv, members, cn.assignable())
+	if err != nil {
+		fail(err)
+		return
 	}
 	// Give up what is no longer ours. (Lock order: a worker's mu before cn.mu, never the reverse:
 	// so collect the workers first, then ask them.)

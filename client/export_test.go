@@ -18,3 +18,19 @@ func KeepDrainedSetAcrossReset(o ConsumerOptions) ConsumerOptions {
 func (c *Client) ResetGroupPartially(ctx context.Context, topic, group string, to SeekTarget, keys int) (*ResetResult, error) {
 	return c.resetGroup(ctx, topic, group, to, "partial-resetter", keys)
 }
+
+// WithoutKeyRule turns off the per-key rule of fast batches on clusters (spec/protocol.md
+// §5.1.2): the control for the failover tests, which must then see keys out of order.
+func WithoutKeyRule(o ProducerOptions) ProducerOptions {
+	o.noKeyRule = true
+	return o
+}
+
+// WithServerHoles makes the producer treat every stream as clustered (batches are read back
+// before they count; the per-key rule holds unless WithoutKeyRule) and calls holes after each
+// clean PubAck of a batch that stored stream sequences first..last, before the read-back: the
+// test deletes stored records there, as nats-server 2.15.2 loses records it counted.
+func WithServerHoles(o ProducerOptions, holes func(stream string, first, last uint64)) ProducerOptions {
+	o.testVerify, o.testHoles = true, holes
+	return o
+}

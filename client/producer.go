@@ -87,6 +87,21 @@ type ProducerOptions struct {
 	Partitioner func(ctx context.Context, p wire.Partitioner) (partitioner.Partitioner, error)
 	// Hooks observe the producer (hooks.go). Default: none.
 	Hooks []Hook
+	// CloseIdle: Close stops waiting for acknowledgements once none came for this long, and
+	// fails the records still outstanding. Default 30s.
+	CloseIdle time.Duration
+
+	// noKeyRule is a test hook: batches on a cluster may hold several records of one key (the
+	// per-key rule of spec/protocol.md §5.1.2 off), for the control that shows the failover
+	// test catches what the rule prevents.
+	noKeyRule bool
+	// testVerify (test hook) makes every stream count as clustered: batches are confirmed by
+	// reading them back (a stream without cluster info is never trusted) and the per-key rule holds.
+	testVerify bool
+	// testHoles (test hook) runs after the clean PubAck of a batch that stored stream sequences
+	// first..last, before the batch is confirmed: it may delete stored records of it, as
+	// nats-server 2.15.2 loses records it counted around a raft term change.
+	testHoles func(stream string, first, last uint64)
 }
 
 // Producer produces keyed records to one topic, partitioning them on the client with the
@@ -125,7 +140,9 @@ type Producer struct {
 	buffered  int
 	rr        uint64
 	fatal     error
-	closed    bool
+	closing   bool   // Close was called
+	closed    bool   // Close stopped taking records
+	finished  uint64 // records finished (acknowledged or failed) so far
 
 	batches  sync.Map // open batch id -> *sink
 	subs     []*nats.Subscription
@@ -183,6 +200,9 @@ func (c *Client) NewProducer(ctx context.Context, topic string, opts ProducerOpt
 	if opts.StallTimeout <= 0 {
 		opts.StallTimeout = 250 * time.Millisecond
 	}
+	if opts.CloseIdle <= 0 {
+		opts.CloseIdle = 30 * time.Second
+	}
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
@@ -212,7 +232,13 @@ func (c *Client) NewProducer(ctx context.Context, topic string, opts ProducerOpt
 		return nil, fmt.Errorf("%w: subscribe to the producer's replies: %v", wire.ErrUnavailable, err)
 	}
 	_ = replies.SetPendingLimits(1<<20, 256<<20)
-	events, err := c.nc.Subscribe(wire.TopicEventSubject(topic), func(*nats.Msg) { p.requestCheck() })
+	// Topic events are hints: a refresh of the descriptor (read from the broker), coalesced; none
+	// for what JetStream relays (spec/protocol.md §8.4).
+	events, err := c.nc.Subscribe(wire.TopicEventSubject(topic), func(m *nats.Msg) {
+		if !strings.HasPrefix(m.Reply, "$JS.") {
+			p.requestCheck()
+		}
+	})
 	if err != nil {
 		_ = replies.Unsubscribe()
 		return nil, fmt.Errorf("%w: subscribe to %s: %v", wire.ErrUnavailable, wire.TopicEventSubject(topic), err)
@@ -251,7 +277,9 @@ func (p *Producer) Settled() int64 { return p.settles.Load() }
 
 // Holes returns how many records the server acknowledged in a committed fast batch without
 // storing them (a nats-server 2.15 fault after a stream leader's term change), found by the
-// producer's check on clusters and sent again: their keys may be out of order.
+// producer's check on clusters and sent again. Their keys stay in order: such a record is the
+// only one of its key in its batch, and its re-send goes ahead of that key's later records
+// (spec/protocol.md §5.1.2).
 func (p *Producer) Holes() int64 { return p.holes.Load() }
 
 // Epoch returns the epoch the producer currently produces to.
@@ -443,6 +471,7 @@ func (p *Producer) finish(pd *pending, r Result) {
 	}
 	p.mu.Lock()
 	p.buffered--
+	p.finished++
 	p.cond.Broadcast()
 	p.mu.Unlock()
 }
@@ -479,30 +508,95 @@ func (p *Producer) Flush(ctx context.Context) error {
 	return p.fatal
 }
 
-// Close flushes and stops the producer. Records still unacknowledged when ctx ends fail.
+// Close flushes and stops the producer. It waits for the records sent so far until ctx ends, or
+// until no record was acknowledged or failed for ProducerOptions.CloseIdle (the broker or the
+// cluster is gone: a producer retries for ever otherwise); the records still unacknowledged then
+// fail (their callbacks run before Close returns). Close never blocks for longer than that plus
+// closeStopLimit. A second Close, or one concurrent with the first, is a no-op.
 func (p *Producer) Close(ctx context.Context) error {
-	err := p.Flush(ctx)
 	p.mu.Lock()
-	if p.closed {
+	if p.closing {
 		p.mu.Unlock()
-		return err
+		return nil
 	}
+	p.closing = true
+	p.mu.Unlock()
+	err := p.flushUntilIdle(ctx, p.opts.CloseIdle)
+	p.mu.Lock()
 	p.closed = true
 	sinks := p.sinks
 	p.cond.Broadcast()
 	p.mu.Unlock()
 	close(p.done)
+	closedErr := fmt.Errorf("%w: producer closed before the record was acknowledged", wire.ErrUnavailable)
 	for _, s := range sinks {
-		s.abort(fmt.Errorf("%w: producer closed before the record was acknowledged", wire.ErrUnavailable))
+		s.abort(closedErr)
 	}
-	p.wg.Wait()
+	stopped := make(chan struct{})
+	go func() {
+		p.wg.Wait()
+		close(stopped)
+	}()
+	t := time.NewTimer(closeStopLimit)
+	defer t.Stop()
+	select {
+	case <-stopped:
+	case <-t.C:
+		// Not expected: every goroutine of the producer watches p.done. Say so rather than hang.
+		err = errors.Join(err, fmt.Errorf("%w: producer %s: its goroutines did not stop within %v of Close", wire.ErrInternal, p.id, closeStopLimit))
+	}
 	for _, sub := range p.subs {
 		_ = sub.Unsubscribe()
 	}
 	if p.unlisten != nil {
 		p.unlisten()
 	}
+	// Records no goroutine holds any more: handed back by sinks the control loop did not take,
+	// or held while it repartitioned.
+	for more := true; more; {
+		select {
+		case ev := <-p.events:
+			for _, pd := range ev.left {
+				p.finish(pd, Result{Err: closedErr})
+			}
+		default:
+			more = false
+		}
+	}
+	p.mu.Lock()
+	held := p.held
+	p.held = nil
+	p.mu.Unlock()
+	for _, pd := range held {
+		p.finish(pd, Result{Err: closedErr})
+	}
 	return err
+}
+
+// closeStopLimit bounds Close's wait for the producer's goroutines once it stopped them.
+const closeStopLimit = 10 * time.Second
+
+// flushUntilIdle is Flush that also gives up when no record finished for idle.
+func (p *Producer) flushUntilIdle(ctx context.Context, idle time.Duration) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	last, since := p.finished, time.Now()
+	for p.buffered > 0 {
+		if ctx.Err() != nil {
+			return fmt.Errorf("close: %d records not yet acknowledged: %w", p.buffered, ctx.Err())
+		}
+		if p.finished != last {
+			last, since = p.finished, time.Now()
+		}
+		left := idle - time.Since(since)
+		if left <= 0 {
+			return fmt.Errorf("%w: close: no record acknowledged for %v with %d outstanding (the broker or cluster is unreachable?); they fail", wire.ErrUnavailable, idle, p.buffered)
+		}
+		wctx, cancel := context.WithTimeout(ctx, left)
+		waitCond(wctx, p.cond)
+		cancel()
+	}
+	return p.fatal
 }
 
 // waitCond waits on c (whose lock is held) until signalled or ctx is done.
@@ -606,6 +700,9 @@ func (p *Producer) repartition(ctx context.Context, desc *wire.Topic) {
 				}
 			}
 		case <-p.done:
+			for _, pd := range left {
+				p.finish(pd, Result{Err: fmt.Errorf("%w: producer closed before the record was acknowledged", wire.ErrUnavailable)})
+			}
 			return
 		}
 	}

@@ -74,6 +74,8 @@ type batch struct {
 	progress  time.Time // last reply
 	checked   time.Time // last stall check
 	transient bool      // the anomaly calls for a pause before re-sending
+	// keys holds the Pctl-Key of each keyed record in recs while the per-key rule holds.
+	keys map[string]struct{}
 }
 
 func newSink(p *Producer, epoch, partition int) *sink {
@@ -147,6 +149,10 @@ func (s *sink) run() {
 		aborted, fenceDesc, connLost := s.aborted, s.fenceDesc, s.connLost
 		s.connLost = false
 		s.mu.Unlock()
+		if aborted == nil && ctx.Err() != nil {
+			// The producer stopped (Close): nothing more can be sent or learnt.
+			aborted = fmt.Errorf("%w: producer closed before the record was acknowledged", wire.ErrUnavailable)
+		}
 		if aborted != nil {
 			s.failAll(aborted)
 			s.exit(event{s: s, final: true})
@@ -253,7 +259,7 @@ func (s *sink) readFloor(ctx context.Context) error {
 				return fmt.Errorf("%w: partition stream %s does not allow fast batch publishing (allow_batched), which pctl's producer needs (spec/protocol.md §5.1); restart 'pctl serve' with this version: it updates the streams of existing topics", wire.ErrUnavailable, s.stream)
 			}
 			s.floor, s.floorKnown = info.State.LastSeq, true
-			s.verify = info.Cluster != nil && info.Cluster.Name != ""
+			s.verify = info.Cluster != nil && info.Cluster.Name != "" || s.p.opts.testVerify
 			s.noteLeader(info)
 			return nil
 		}
@@ -312,6 +318,8 @@ func (s *sink) fill() {
 	}
 	window, size := s.p.opts.MaxInFlight, s.p.opts.BatchSize
 	flow := max(1, window/4)
+	perKey := s.perKey()
+	full := false // the next record may not join this batch (the per-key rule)
 	for len(b.recs)-max(b.acked, b.flowed) < window && len(b.recs) < size {
 		s.mu.Lock()
 		if len(s.queue) == 0 {
@@ -319,8 +327,15 @@ func (s *sink) fill() {
 			break
 		}
 		pd := s.queue[0]
+		if !b.admits(pd, perKey) {
+			s.mu.Unlock()
+			full = true
+			break
+		}
 		s.queue = s.queue[1:]
-		last := len(s.queue) == 0
+		// last: no further record can join the batch now (a batch of one record is then sent
+		// as one message that is stored and commits it).
+		last := len(s.queue) == 0 || len(b.recs)+1 >= size || !b.admitsWith(pd, s.queue[0], perKey)
 		s.mu.Unlock()
 		seq := uint64(len(b.recs) + 1)
 		op := fbAppend
@@ -352,12 +367,13 @@ func (s *sink) fill() {
 			pd.floors[s.stream] = s.floor
 		}
 		b.recs = append(b.recs, pd)
+		b.addKey(pd, perKey)
 		if op == fbCommit {
 			b.commit = seq
 			return
 		}
 	}
-	if len(b.recs) > 0 && (len(b.recs) >= size || s.queued() == 0) {
+	if len(b.recs) > 0 && (len(b.recs) >= size || full || s.queued() == 0) {
 		seq := uint64(len(b.recs) + 1)
 		if err := s.p.c.nc.PublishMsg(&nats.Msg{Subject: s.subject, Reply: fbReplySubject(s.p.inbox, b.id, flow, seq, fbEOB)}); err != nil {
 			b.anomaly = "publish failed: " + err.Error()
@@ -365,6 +381,56 @@ func (s *sink) fill() {
 			return
 		}
 		b.commit = seq
+	}
+}
+
+// perKey reports whether the per-key rule holds for this sink's batches (spec/protocol.md
+// §5.1.2): on a cluster a batch never holds two records of the same key. nats-server 2.15.2 may
+// count a batch message whose raft proposal a term change dropped as persisted; the rule makes
+// such a hole the only record of its key in its batch, and its re-send (which goes first in the
+// next batch, started only after this one is confirmed) lands ahead of every later record of
+// that key. Every stream on a cluster, R1 included: a live replica change gives an R1 stream a
+// raft group, and the producer cannot know that before its batch.
+func (s *sink) perKey() bool {
+	return s.verify && !s.p.opts.noKeyRule
+}
+
+// recordKey is the key a record's order is promised under: its Pctl-Key header ("b64:..."; the
+// empty key is "b64:"), or "" for a keyless record, which has no order promise.
+func recordKey(pd *pending) string {
+	return pd.hdr.Get(wire.HeaderKey)
+}
+
+// admits reports whether pd may join the batch under the per-key rule.
+func (b *batch) admits(pd *pending, perKey bool) bool {
+	if !perKey {
+		return true
+	}
+	k := recordKey(pd)
+	if k == "" {
+		return true
+	}
+	_, dup := b.keys[k]
+	return !dup
+}
+
+// admitsWith reports whether next may join the batch once pd has joined it.
+func (b *batch) admitsWith(pd, next *pending, perKey bool) bool {
+	if !perKey {
+		return true
+	}
+	if k := recordKey(next); k != "" && k == recordKey(pd) {
+		return false
+	}
+	return b.admits(next, perKey)
+}
+
+func (b *batch) addKey(pd *pending, perKey bool) {
+	if k := recordKey(pd); perKey && k != "" {
+		if b.keys == nil {
+			b.keys = map[string]struct{}{}
+		}
+		b.keys[k] = struct{}{}
 	}
 }
 
@@ -459,6 +525,9 @@ func (s *sink) handle(ctx context.Context, r fbReply) {
 		rr := r
 		b.pubAck = &rr
 		if b.anomaly == "" && b.commit > 0 && r.ackBatch == b.id && !r.duplicate && r.count == uint64(len(b.recs)) {
+			if h := s.p.opts.testHoles; h != nil && r.streamSeq >= uint64(len(b.recs)) {
+				h(s.stream, r.streamSeq-uint64(len(b.recs))+1, r.streamSeq)
+			}
 			if s.verify {
 				found, trusted, err := s.confirm(ctx, len(b.recs), r.streamSeq)
 				if err != nil {
@@ -745,15 +814,16 @@ func (s *sink) finishStored(stored map[int]uint64) []*pending {
 }
 
 // endConfirmed ends a committed batch that confirm had to read back: records found are
-// acknowledged, the others (the server counted them but did not store them) go out again in a
-// new batch, after records sent later that it did store: their keys may be out of order.
+// acknowledged, the others (the server counted them but did not store them) go out again first
+// in the next batch. Records of the batch sent after them were stored, but none has their key
+// (the per-key rule), so each key's order holds.
 func (s *sink) endConfirmed(ctx context.Context, found map[int]uint64, streamSeq uint64) {
 	b := s.b
 	rest := s.finishStored(found)
 	if len(rest) > 0 {
 		s.holes += len(rest)
 		s.p.holes.Add(int64(len(rest)))
-		s.logf("SERVER FAULT: batch %s was committed with %d records but %d of them are not stored (nats-server counted raft proposals a leader's term change dropped); sending them again after later records: per-key order may be broken for their keys", b.id, len(b.recs), len(rest))
+		s.logf("SERVER FAULT: batch %s was committed with %d records but %d of them are not stored (nats-server counted raft proposals a leader's term change dropped); sending them again first in the next batch (each is the only record of its key in the batch, so key order holds)", b.id, len(b.recs), len(rest))
 	}
 	s.endBatch(streamSeq)
 	s.mu.Lock()
@@ -805,7 +875,7 @@ func (s *sink) confirm(ctx context.Context, k int, upTo uint64) (found map[int]u
 		return nil, false, err
 	}
 	info := st.CachedInfo()
-	if !s.noteLeader(info) {
+	if changed := s.noteLeader(info); !changed && !s.p.opts.testVerify {
 		return nil, true, nil
 	}
 	want := map[string]int{}

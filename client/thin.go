@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -152,7 +151,25 @@ type ThinOptions struct {
 	// AttemptTimeout bounds the wait for one reply before the producer re-sends (the broker or
 	// its node may have died). Default 5s, and at most Timeout.
 	AttemptTimeout time.Duration
+	// MaxBatch bounds the records of one request: records waiting to be sent go out together in
+	// a batched request (spec/protocol.md §5.2) of at most MaxBatch records and 256 KiB. 1 sends
+	// every record in a request of its own, for a broker that predates batched requests.
+	// Default 256.
+	MaxBatch int
 }
+
+// Batching of the thin producer's requests (spec/protocol.md §5.2).
+const (
+	// thinMaxBatch is ThinOptions.MaxBatch's default.
+	thinMaxBatch = 256
+	// thinBatchBytes bounds the body of a batched request (and at most half the server's
+	// max_payload).
+	thinBatchBytes = 256 << 10
+	// thinRequests is how many requests may await their replies before the producer waits for
+	// a full batch: with fewer in flight a record goes out at once (alone, when it is the only one
+	// waiting), so batches only form while the broker is busy.
+	thinRequests = 4
+)
 
 // ThinProducer sends records to the broker's produce service with many requests in flight on
 // one connection, the way a thin client in any language would with nothing but NATS, following
@@ -160,7 +177,7 @@ type ThinOptions struct {
 // replies by that subject; it sends one request to wire.ProduceSubject, and once a reply names the
 // broker that answered, pipelines the following ones to that broker's own subject
 // (wire.ProduceBrokerSubject), so that one broker stores them in order however many brokers serve
-// the topic.
+// the topic. Records that wait while the broker is busy go out together, as batched requests.
 //
 // Failures: when an attempt fails retryably — no responders (the broker is gone), no reply within
 // AttemptTimeout, or an unavailable or out_of_sequence reply — the producer stops sending new
@@ -181,16 +198,36 @@ type ThinProducer struct {
 	subject string
 	id      string
 	opts    ThinOptions
-	prefix  string // reply subjects are prefix + sequence + "." + attempt
+	prefix  string // reply subjects are prefix + request id
 	tokens  bool   // send a random Pctl-Token with every record (the same for its re-sends)
 	sub     *nats.Subscription
+	maxBody int // bytes of a batched request's body
 
-	mu      sync.Mutex
-	cond    *sync.Cond
-	seq     uint64
-	pending map[uint64]*thinPending
-	broker  string // the broker requests go to; "" while none is known
-	// sessionLast is the sequence of the request last published since the probe that found the
+	mu   sync.Mutex
+	cond *sync.Cond
+	seq  uint64 // the sequence of the last record sent
+	// q holds the records awaiting their result in sequence order: q[i] has sequence base+i, nil
+	// once it has its result (the front is trimmed).
+	q     []*thinPending
+	base  uint64
+	count int // records in q
+	// delivering counts results taken out of q whose done has not returned yet: Flush waits for
+	// them too, so that every result is delivered when it returns.
+	delivering int
+	// next is the sequence of the first record not yet sent in this session: records at or
+	// after it wait, records before it are in flight.
+	next uint64
+	// reqs are the requests awaiting a reply, by id (the reply subject's last token).
+	reqs   map[uint64]*thinRequest
+	reqID  uint64
+	buf    []byte // a batched request's body, reused
+	broker string // the broker requests go to; "" while none is known
+	// session counts retries: a request sent before the last one is superseded (its records are
+	// re-sent); its success still counts, its failure says nothing.
+	session uint64
+	// inFlight counts this session's requests awaiting a reply.
+	inFlight int
+	// sessionLast is the sequence of the record last published since the probe that found the
 	// broker (the next request's Pctl-Prev).
 	sessionLast uint64
 	probing     bool // with broker == "": one request is out to the shared subject
@@ -207,12 +244,21 @@ type ThinProducer struct {
 
 type thinPending struct {
 	seq      uint64
-	msg      *nats.Msg // the request, without its reply subject
-	deadline time.Time // Timeout after the first send
-	attempt  int       // of the attempt in flight (or last sent)
-	sentAt   time.Time // of the attempt in flight; zero: waiting to be sent
-	lastErr  error     // the last retryable failure
+	msg      *nats.Msg        // the record as a single request, without its reply subject
+	rec      wire.BatchRecord // the record in a batched request
+	size     int              // of rec's encoding
+	deadline time.Time        // Timeout after the first send
+	lastErr  error            // the last retryable failure
 	done     func(Result)
+}
+
+// thinRequest is a request awaiting its reply.
+type thinRequest struct {
+	session uint64
+	recs    []*thinPending // in body order; one for a single request
+	batch   bool           // sent as a batched request (wire.HeaderBatch)
+	subject string
+	sentAt  time.Time
 }
 
 // NewThinProducer returns a producer for the broker's produce service. It does not contact the
@@ -242,10 +288,20 @@ func (c *Client) NewThinProducer(topic string, opts ThinOptions) (*ThinProducer,
 	if opts.AttemptTimeout > opts.Timeout {
 		opts.AttemptTimeout = opts.Timeout
 	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = thinMaxBatch
+	}
+	if opts.MaxBatch > wire.MaxBatchRecords {
+		opts.MaxBatch = wire.MaxBatchRecords
+	}
 	t := &ThinProducer{c: c, topic: topic, subject: wire.ProduceSubject(topic), id: opts.ID, opts: opts, tokens: tokens,
-		prefix: c.nc.NewInbox() + ".", pending: map[uint64]*thinPending{}, stop: make(chan struct{}), pause: thinPauseMin}
+		prefix: c.nc.NewInbox() + ".", reqs: map[uint64]*thinRequest{}, base: 1, next: 1,
+		stop: make(chan struct{}), pause: thinPauseMin, maxBody: thinBatchBytes}
+	if half := int(c.nc.MaxPayload() / 2); half < t.maxBody {
+		t.maxBody = half
+	}
 	t.cond = sync.NewCond(&t.mu)
-	sub, err := c.nc.Subscribe(t.prefix+"*.*", t.onReply)
+	sub, err := c.nc.Subscribe(t.prefix+"*", t.onReply)
 	if err != nil {
 		return nil, fmt.Errorf("%w: subscribe to replies: %v", wire.ErrUnavailable, err)
 	}
@@ -285,7 +341,7 @@ func (t *ThinProducer) Broker() string {
 func (t *ThinProducer) Send(ctx context.Context, rec Record, done func(Result)) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for len(t.pending) >= t.opts.MaxInFlight && t.fatal == nil && !t.closed {
+	for t.count >= t.opts.MaxInFlight && t.fatal == nil && !t.closed {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -301,46 +357,115 @@ func (t *ThinProducer) Send(ctx context.Context, rec Record, done func(Result)) 
 	if err != nil {
 		return err
 	}
+	var token string
 	if t.tokens {
-		m.Header[wire.HeaderToken] = []string{newToken()}
+		token = newToken()
+		m.Header[wire.HeaderToken] = []string{token}
 	}
 	if max := t.c.nc.MaxPayload(); int64(m.Size()-len(m.Subject)) > max {
 		return tooLarge(m, max)
 	}
 	t.seq++
-	pd := &thinPending{seq: t.seq, msg: m, deadline: time.Now().Add(t.opts.Timeout), done: done}
-	t.pending[t.seq] = pd
-	if !t.paused && (t.broker != "" || !t.probing) {
-		t.publishLocked(pd)
-	}
+	pd := &thinPending{seq: t.seq, msg: m, deadline: time.Now().Add(t.opts.Timeout), done: done,
+		rec: wire.BatchRecord{Seq: t.seq, Token: token, NoKey: rec.NoKey, Key: rec.Key, Value: rec.Value}}
+	pd.size = wire.BatchRecordSize(pd.rec)
+	t.q = append(t.q, pd)
+	t.count++
+	// Through the queue, never around it: a record must not overtake records still waiting.
+	t.sendWaitingLocked()
 	return nil
 }
 
-// publishLocked sends an attempt of pd: to the known broker, or (as the one probe) to the shared
-// subject. A publish that fails (the connection is closed) makes the record wait for a re-send.
-func (t *ThinProducer) publishLocked(pd *thinPending) {
-	subject, header := t.subject, pd.msg.Header
-	if t.broker != "" {
-		// Pipelined to one broker: say which request came before, so that the broker can tell
-		// when one never arrived.
-		subject = wire.ProduceBrokerSubject(t.topic, t.broker)
-		header = make(nats.Header, len(pd.msg.Header)+1)
-		for k, v := range pd.msg.Header {
-			header[k] = v
+// at returns the record with sequence seq while it awaits its result, else nil.
+func (t *ThinProducer) at(seq uint64) *thinPending {
+	if seq < t.base || seq-t.base >= uint64(len(t.q)) {
+		return nil
+	}
+	return t.q[seq-t.base]
+}
+
+// sendWaitingLocked sends the records waiting to be sent, in sequence order: all of them to the
+// known broker, or the oldest ones in one request to the shared subject. While thinRequests
+// requests await their replies, it sends only full batches (the rest wait for a reply).
+func (t *ThinProducer) sendWaitingLocked() {
+	for {
+		if t.paused || t.closed || t.fatal != nil || (t.broker == "" && t.probing) {
+			return
 		}
-		header[wire.HeaderPrev] = []string{strconv.FormatUint(t.sessionLast, 10)}
+		for t.next <= t.seq && t.at(t.next) == nil {
+			t.next++ // it got its result while waiting (its Timeout passed)
+		}
+		if t.next > t.seq {
+			return
+		}
+		if t.inFlight >= thinRequests && int(t.seq-t.next+1) < t.opts.MaxBatch {
+			return
+		}
+		var recs []*thinPending
+		size := 0
+		for s := t.next; s <= t.seq && len(recs) < t.opts.MaxBatch; s++ {
+			pd := t.at(s)
+			if pd == nil {
+				continue
+			}
+			if len(recs) > 0 && size+pd.size > t.maxBody {
+				break
+			}
+			recs = append(recs, pd)
+			size += pd.size
+		}
+		t.next = recs[len(recs)-1].seq + 1
+		t.publishLocked(recs)
+	}
+}
+
+// publishLocked sends one request with recs (in sequence order): to the known broker, or (as the
+// one probe) to the shared subject. A lone record goes as a single request, several as a batched
+// one. A publish that fails (the connection is closed) makes the records wait for a re-send.
+func (t *ThinProducer) publishLocked(recs []*thinPending) {
+	subject := t.subject
+	if t.broker != "" {
+		subject = wire.ProduceBrokerSubject(t.topic, t.broker)
 	} else {
 		t.probing = true
 	}
-	t.sessionLast = pd.seq
-	pd.attempt++
-	pd.sentAt = time.Now()
-	m := &nats.Msg{Subject: subject, Data: pd.msg.Data, Header: header,
-		Reply: t.prefix + strconv.FormatUint(pd.seq, 10) + "." + strconv.Itoa(pd.attempt)}
+	m := &nats.Msg{Subject: subject}
+	batch := len(recs) > 1
+	if batch {
+		t.buf = t.buf[:0]
+		for _, pd := range recs {
+			t.buf = wire.AppendBatchRecord(t.buf, pd.rec)
+		}
+		m.Data = t.buf
+		m.Header = nats.Header{wire.HeaderProducer: {t.id}, wire.HeaderBatch: {strconv.Itoa(len(recs))}}
+	} else {
+		m.Data = recs[0].msg.Data
+		m.Header = recs[0].msg.Header
+		if t.broker != "" {
+			m.Header = make(nats.Header, len(recs[0].msg.Header)+1)
+			for k, v := range recs[0].msg.Header {
+				m.Header[k] = v
+			}
+		}
+	}
+	if t.broker != "" {
+		// Pipelined to one broker: say which request came before, so that the broker can tell
+		// when one never arrived.
+		m.Header[wire.HeaderPrev] = []string{strconv.FormatUint(t.sessionLast, 10)}
+	}
+	t.sessionLast = recs[len(recs)-1].seq
+	t.reqID++
+	id := t.reqID
+	t.reqs[id] = &thinRequest{session: t.session, recs: recs, batch: batch, subject: subject, sentAt: time.Now()}
+	t.inFlight++
+	m.Reply = t.prefix + strconv.FormatUint(id, 10)
 	// Published under t.mu, so that requests leave in sequence order.
 	if err := t.c.nc.PublishMsg(m); err != nil {
-		pd.lastErr = fmt.Errorf("%w: publish to %s: %v", wire.ErrUnavailable, subject, err)
-		t.retryLocked(pd.lastErr)
+		err = fmt.Errorf("%w: publish to %s: %v", wire.ErrUnavailable, subject, err)
+		for _, pd := range recs {
+			pd.lastErr = err
+		}
+		t.retryLocked(err)
 	}
 }
 
@@ -354,9 +479,9 @@ func (t *ThinProducer) retryLocked(cause error) {
 		return
 	}
 	t.paused, t.broker, t.probing = true, "", false
-	for _, pd := range t.pending {
-		pd.sentAt = time.Time{}
-	}
+	t.session++
+	t.inFlight = 0
+	t.next = t.base
 	pause := t.pause
 	if t.pause *= 2; t.pause > thinPauseMax {
 		t.pause = thinPauseMax
@@ -364,34 +489,13 @@ func (t *ThinProducer) retryLocked(cause error) {
 	time.AfterFunc(pause, t.resume)
 }
 
-// resume ends a pause: the oldest unacknowledged record goes out alone to the shared subject; its
-// reply names the broker the rest go to (onReply).
+// resume ends a pause: the oldest unacknowledged records go out in one request to the shared
+// subject; its reply names the broker the rest go to (onReply).
 func (t *ThinProducer) resume() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.paused = false
 	t.sendWaitingLocked()
-}
-
-// sendWaitingLocked sends the records waiting to be sent, in sequence order: all of them to the
-// known broker, or the oldest one alone to the shared subject.
-func (t *ThinProducer) sendWaitingLocked() {
-	if t.paused || t.closed || t.fatal != nil || (t.broker == "" && t.probing) {
-		return
-	}
-	var waiting []*thinPending
-	for _, pd := range t.pending {
-		if pd.sentAt.IsZero() {
-			waiting = append(waiting, pd)
-		}
-	}
-	sort.Slice(waiting, func(i, j int) bool { return waiting[i].seq < waiting[j].seq })
-	for _, pd := range waiting {
-		t.publishLocked(pd)
-		if t.paused || t.broker == "" {
-			return // the probe is out (or the publish failed)
-		}
-	}
 }
 
 // Produce sends one record and waits for its result.
@@ -408,14 +512,15 @@ func (t *ThinProducer) Produce(ctx context.Context, rec Record) (Result, error) 
 	}
 }
 
-// Flush waits until every record sent so far has its result. It returns the error that made the
+// Flush waits until every record sent so far has its result, delivered (its done function has
+// returned; so done must not call Flush or Close). It returns the error that made the
 // producer unusable (a permission refusal), if any; per-record failures are in the results.
 func (t *ThinProducer) Flush(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for len(t.pending) > 0 {
+	for t.count > 0 || t.delivering > 0 {
 		if ctx.Err() != nil {
-			return fmt.Errorf("flush: %d records not yet acknowledged: %w", len(t.pending), ctx.Err())
+			return fmt.Errorf("flush: %d records not yet acknowledged: %w", t.count, ctx.Err())
 		}
 		waitCond(ctx, t.cond)
 	}
@@ -442,79 +547,151 @@ func (t *ThinProducer) Close(ctx context.Context) error {
 	return err
 }
 
+// thinResult is a record's result with the callback to give it to, called outside t.mu.
+type thinResult struct {
+	pd *thinPending
+	r  Result
+}
+
 func (t *ThinProducer) onReply(m *nats.Msg) {
-	seqText, attemptText, ok := strings.Cut(strings.TrimPrefix(m.Subject, t.prefix), ".")
-	if !ok {
+	id, err := strconv.ParseUint(strings.TrimPrefix(m.Subject, t.prefix), 10, 64)
+	if err != nil {
 		return
-	}
-	seq, err1 := strconv.ParseUint(seqText, 10, 64)
-	attempt, err2 := strconv.Atoi(attemptText)
-	if err1 != nil || err2 != nil {
-		return
-	}
-	var r Result
-	from := m.Header.Get(wire.HeaderBroker)
-	if m.Header.Get("Status") == "503" && len(m.Data) == 0 {
-		r.Err = noProduceService(t.subject, t.c.opts.URL) // the broker the request went to is gone
-	} else if rep, err := decodeProduceReply(m); err != nil {
-		r.Err = err
-	} else {
-		r = Result{Partition: rep.Partition, Epoch: rep.Epoch, Seq: rep.Seq, Duplicate: rep.Duplicate}
-		if from == "" {
-			from = rep.Broker
-		}
 	}
 	t.mu.Lock()
-	pd, ok := t.pending[seq]
-	if !ok {
+	req := t.reqs[id]
+	if req == nil {
 		t.mu.Unlock()
-		return // settled already
+		return
 	}
-	current := attempt == pd.attempt && !pd.sentAt.IsZero()
-	probe := current && t.broker == "" && t.probing
-	if probe && r.Err == nil || probe && !retryable(r.Err) {
+	delete(t.reqs, id)
+	current := req.session == t.session
+	if current {
+		t.inFlight--
+	}
+	t.mu.Unlock()
+
+	results, from := t.decodeReply(m, req)
+
+	t.mu.Lock()
+	var retry error
+	var out []thinResult
+	for i, pd := range req.recs {
+		r := results[i]
+		switch {
+		case t.at(pd.seq) != pd:
+			// It has its result already.
+		case r.Err == nil:
+			out = append(out, t.settleLocked(pd, r))
+		case !current:
+			// A superseded attempt's failure says nothing about the record now.
+		case retryable(r.Err):
+			pd.lastErr = r.Err
+			retry = r.Err
+		default:
+			out = append(out, t.settleLocked(pd, r))
+		}
+	}
+	if current && t.broker == "" && t.probing && retry == nil {
 		// The probe's answer names the broker to pipeline to.
 		t.probing = false
 		if wire.ValidBrokerID(from) {
 			t.broker = from
 		}
 	}
-	switch {
-	case r.Err == nil:
+	if len(out) > 0 && retry == nil {
 		t.pause = thinPauseMin
-	case !current:
-		t.mu.Unlock()
-		return // a superseded attempt's failure says nothing about the record now
-	case retryable(r.Err):
-		pd.lastErr = r.Err
-		t.retryLocked(r.Err)
-		t.mu.Unlock()
-		return
 	}
-	t.mu.Unlock()
-	t.settle(pd, r)
-	t.mu.Lock()
+	if retry != nil {
+		t.retryLocked(retry)
+	}
 	t.sendWaitingLocked()
 	t.mu.Unlock()
+	t.deliver(out)
 }
 
-// settle completes one record once.
-func (t *ThinProducer) settle(pd *thinPending, r Result) {
-	t.mu.Lock()
-	if t.pending[pd.seq] != pd {
-		t.mu.Unlock()
-		return
+// decodeReply turns a reply into one result per record of req, and names the broker that sent
+// it.
+func (t *ThinProducer) decodeReply(m *nats.Msg, req *thinRequest) ([]Result, string) {
+	results := make([]Result, len(req.recs))
+	all := func(err error) []Result {
+		for i := range results {
+			results[i].Err = err
+		}
+		return results
 	}
-	delete(t.pending, pd.seq)
-	if t.broker == "" && t.probing && !pd.sentAt.IsZero() {
-		t.probing = false // the probe itself gave up
+	from := m.Header.Get(wire.HeaderBroker)
+	if m.Header.Get("Status") == "503" && len(m.Data) == 0 {
+		return all(noProduceService(req.subject, t.c.opts.URL)), from // the broker the request went to is gone
+	}
+	if !req.batch {
+		rep, err := decodeProduceReply(m)
+		if err != nil {
+			return all(err), from
+		}
+		if from == "" {
+			from = rep.Broker
+		}
+		results[0] = Result{Partition: rep.Partition, Epoch: rep.Epoch, Seq: rep.Seq, Duplicate: rep.Duplicate}
+		return results, from
+	}
+	if m.Header.Get(wire.HeaderError) != "" {
+		_, err := decodeProduceReply(m)
+		return all(err), from
+	}
+	var rep wire.ProduceBatchReply
+	if err := json.Unmarshal(m.Data, &rep); err != nil || len(rep.Results) != len(req.recs) {
+		return all(fmt.Errorf("%w: bad reply from the produce service to a batch of %d records (%d results): %v", wire.ErrInternal, len(req.recs), len(rep.Results), err)), from
+	}
+	if from == "" {
+		from = rep.Broker
+	}
+	for i, pr := range rep.Results {
+		if e := pr.Error; e != nil {
+			if e.Message == "" {
+				e.Message = "the produce service refused the record (" + e.Code + ")"
+			}
+			results[i].Err = &wire.RemoteError{Code: e.Code, Message: e.Message}
+			continue
+		}
+		results[i] = Result{Partition: pr.Partition, Epoch: pr.Epoch, Seq: pr.Seq, Duplicate: pr.Duplicate}
+	}
+	return results, from
+}
+
+// settleLocked takes pd out of the queue with its result; the caller delivers it after
+// unlocking t.mu.
+func (t *ThinProducer) settleLocked(pd *thinPending, r Result) thinResult {
+	t.q[pd.seq-t.base] = nil
+	t.count--
+	t.delivering++
+	for len(t.q) > 0 && t.q[0] == nil {
+		t.q = t.q[1:]
+		t.base++
+	}
+	if len(t.q) == 0 {
+		t.q = t.q[:0:0] // let the old array go
 	}
 	t.cond.Broadcast()
-	t.mu.Unlock()
 	r.ProducerSeq = pd.seq
-	if pd.done != nil {
-		pd.done(r)
+	return thinResult{pd, r}
+}
+
+// deliver calls the done functions of results settleLocked took out of the queue, outside
+// t.mu, in their order.
+func (t *ThinProducer) deliver(out []thinResult) {
+	if len(out) == 0 {
+		return
 	}
+	for _, o := range out {
+		if o.pd.done != nil {
+			o.pd.done(o.r)
+		}
+	}
+	t.mu.Lock()
+	t.delivering -= len(out)
+	t.cond.Broadcast()
+	t.mu.Unlock()
 }
 
 // sweep re-sends records whose attempt is overdue and fails records past their Timeout.
@@ -534,38 +711,42 @@ func (t *ThinProducer) sweep() {
 		case <-t.stop:
 			return
 		case now := <-tick.C:
-			var late []*thinPending
 			t.mu.Lock()
 			overdue := false
-			for _, pd := range t.pending {
+			for id, req := range t.reqs {
 				switch {
-				case now.After(pd.deadline):
-					late = append(late, pd)
-				case !pd.sentAt.IsZero() && now.Sub(pd.sentAt) > t.opts.AttemptTimeout:
-					pd.lastErr = fmt.Errorf("%w: the produce service did not answer %s within %v; the record may or may not be stored", wire.ErrUnavailable, t.subject, t.opts.AttemptTimeout)
+				case req.session == t.session && now.Sub(req.sentAt) > t.opts.AttemptTimeout:
+					err := fmt.Errorf("%w: the produce service did not answer %s within %v; the record may or may not be stored", wire.ErrUnavailable, req.subject, t.opts.AttemptTimeout)
+					for _, pd := range req.recs {
+						pd.lastErr = err
+					}
 					overdue = true
+				case req.session != t.session && now.Sub(req.sentAt) > t.opts.Timeout:
+					delete(t.reqs, id) // superseded long ago: its records are settled or re-sent
 				}
 			}
 			if overdue {
 				t.retryLocked(nil)
 			}
-			lastErr := t.lastErr
-			t.mu.Unlock()
-			for _, pd := range late {
+			var out []thinResult
+			for _, pd := range t.q {
+				if pd == nil || !now.After(pd.deadline) {
+					continue
+				}
 				err := pd.lastErr
 				if err == nil {
-					err = lastErr
+					err = t.lastErr
 				}
 				if err == nil {
 					err = fmt.Errorf("%w: the produce service did not answer %s", wire.ErrUnavailable, t.subject)
 				}
-				t.settle(pd, Result{Err: fmt.Errorf("%w (gave up after %v: the record may or may not be stored)", err, t.opts.Timeout)})
+				out = append(out, t.settleLocked(pd, Result{Err: fmt.Errorf("%w (gave up after %v: the record may or may not be stored)", err, t.opts.Timeout)}))
 			}
-			if len(late) > 0 {
-				t.mu.Lock()
+			if len(out) > 0 {
 				t.sendWaitingLocked()
-				t.mu.Unlock()
 			}
+			t.mu.Unlock()
+			t.deliver(out)
 		}
 	}
 }
@@ -583,14 +764,14 @@ func (t *ThinProducer) fail(err error) {
 
 func (t *ThinProducer) failPending(err error) {
 	t.mu.Lock()
-	var all []*thinPending
-	for _, pd := range t.pending {
-		all = append(all, pd)
+	var out []thinResult
+	for _, pd := range t.q {
+		if pd != nil {
+			out = append(out, t.settleLocked(pd, Result{Err: err}))
+		}
 	}
 	t.mu.Unlock()
-	for _, pd := range all {
-		t.settle(pd, Result{Err: err})
-	}
+	t.deliver(out)
 }
 
 // thinMessage builds a produce request to subject (wire.ProduceSubject of a topic the caller

@@ -8,10 +8,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"pctl.dev/pctl/broker"
@@ -107,10 +109,27 @@ func TestProduceBrokerSide(t *testing.T) {
 	}
 }
 
+// TestThinProducerPipelinedOrder: 5000 records of 50 keys sent as fast as Send takes them are
+// acknowledged once each and stored in per-key order with the producer's identity. A monitor on
+// the produce subjects checks that most went in batched requests (spec/protocol.md §5.2: records
+// wait while 4 requests are out), so the order is checked across batches.
 func TestThinProducerPipelinedOrder(t *testing.T) {
 	b := thinBroker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	var requests, batched, inBatches atomic.Int64
+	mon, err := thinConnect(t, b, broker.RoleAdmin).Conn().Subscribe(wire.ProducePrefix+".>", func(m *nats.Msg) {
+		requests.Add(1)
+		if v := m.Header.Get(wire.HeaderBatch); v != "" {
+			n, _ := strconv.Atoi(v)
+			batched.Add(1)
+			inBatches.Add(int64(n))
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = mon.SetPendingLimits(-1, -1)
 	c := thinConnect(t, b, broker.RoleProducer)
 	tp, err := c.NewThinProducer("t", client.ThinOptions{MaxInFlight: 256})
 	if err != nil {
@@ -184,6 +203,11 @@ func TestThinProducerPipelinedOrder(t *testing.T) {
 	}
 	if total != n {
 		t.Fatalf("streams hold %d records, want %d", total, n)
+	}
+	_ = mon.Unsubscribe()
+	t.Logf("%d requests, %d of them batched with %d records", requests.Load(), batched.Load(), inBatches.Load())
+	if inBatches.Load() < n/2 {
+		t.Fatalf("%d of %d records went in batched requests (%d requests); the producer does not batch", inBatches.Load(), n, requests.Load())
 	}
 }
 
@@ -357,5 +381,76 @@ func TestThinProducerNoService(t *testing.T) {
 				t.Fatalf("Flush after per-record failures: %v", err)
 			}
 		})
+	}
+}
+
+// TestThinProducerSendDuringProbeReply: records sent while the probe (the first request, to the
+// shared subject) is out wait; a record sent just as the probe's reply names the broker must not
+// overtake them. Here the record is sent from the probe's own result callback, the moment the
+// broker is known and before the waiting records go out. The old producer published it at once,
+// ahead of records 2..10: record 2 then went out with Pctl-Prev 11 (refused, bad_request) and
+// record 11 was stored before 3..10 of its partition.
+func TestThinProducerSendDuringProbeReply(t *testing.T) {
+	b := thinBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := thinConnect(t, b, broker.RoleProducer)
+	tp, err := c.NewThinProducer("t", client.ThinOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 10
+	var mu sync.Mutex
+	var failed []error
+	var sendErr error
+	done := func(r client.Result) {
+		mu.Lock()
+		defer mu.Unlock()
+		if r.Err != nil {
+			failed = append(failed, fmt.Errorf("record %d: %w", r.ProducerSeq, r.Err))
+		}
+	}
+	for i := 1; i <= n; i++ {
+		cb := done
+		if i == 1 {
+			cb = func(r client.Result) {
+				done(r)
+				// All on one key: one partition, so the stored order is the send order.
+				err := tp.Send(ctx, client.Record{Key: []byte("k"), Value: []byte(strconv.Itoa(n + 1))}, done)
+				mu.Lock()
+				sendErr = err
+				mu.Unlock()
+			}
+		}
+		if err := tp.Send(ctx, client.Record{Key: []byte("k"), Value: []byte(strconv.Itoa(i))}, cb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tp.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if sendErr != nil || len(failed) > 0 {
+		t.Fatalf("send from the callback: %v; failed records: %v", sendErr, failed)
+	}
+	mu.Unlock()
+	admin := thinConnect(t, b, broker.RoleAdmin)
+	var got []string
+	for q := 0; q < 4; q++ {
+		s, err := admin.JetStream().Stream(ctx, wire.StreamName("t", q))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for seq := uint64(1); seq <= s.CachedInfo().State.LastSeq; seq++ {
+			m, err := s.GetMsg(ctx, seq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, string(m.Data))
+		}
+	}
+	want := []string{"1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("stored %v, want %v (send order)", got, want)
 	}
 }

@@ -118,4 +118,9 @@ type GroupInfo struct {
 	Group     string   `json:"group"`
 	Members   []string `json:"members"`
 	Positions []uint64 `json:"positions"` // committed stream sequence per partition stream
+	// Assignor is the group's assignor (spec/protocol.md §6.1; "modulo" when it has no key);
+	// Assignments, for a sticky group, the summaries of its last recorded assignments, oldest
+	// first (§6.2.1), with the fractions of keys that changed member (§6.2.2).
+	Assignor    string              `json:"assignor,omitempty"`
+	Assignments []AssignmentSummary `json:"assignments,omitempty"`
 }

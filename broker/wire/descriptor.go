@@ -86,6 +86,10 @@ type Change struct {
 	Fenced     []bool      `json:"fenced,omitempty"`
 	Boundaries []uint64    `json:"boundaries,omitempty"`
 	Started    time.Time   `json:"started"`
+	// FenceToken is the random part of this change's fence markers' Nats-Msg-Id
+	// (spec/protocol.md §7): drawn when the change is planned (and again if a look-alike
+	// claimed it), recorded so that a broker resuming the change re-publishes the same markers.
+	FenceToken string `json:"fence_token,omitempty"`
 }
 
 // Current returns the current epoch.

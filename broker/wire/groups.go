@@ -13,6 +13,8 @@ import (
 //	<topic id>.<group>.p.<partition>  PartitionState, changed only by compare-and-set
 //	<topic id>.<group>.g.created      creation time (RFC 3339)
 //	<topic id>.<group>.g.reset        ResetState, changed only by compare-and-set (§6.6)
+//	<topic id>.<group>.g.assignor     AssignorState, created once before g.created (§6.1)
+//	<topic id>.<group>.g.assignment   Assignment, the sticky assignor's record (§6.2.1)
 //
 // The topic id (not its name) scopes the state, so a topic deleted and created again under the
 // same name starts with fresh positions.
@@ -29,6 +31,12 @@ func PartitionKey(topicID, group string, partition int) string {
 
 // ResetKey is the key of a group's last reset (spec/protocol.md §6.6).
 func ResetKey(topicID, group string) string { return topicID + "." + group + ".g.reset" }
+
+// AssignorKey is the key of a group's assignor (spec/protocol.md §6.1).
+func AssignorKey(topicID, group string) string { return topicID + "." + group + ".g.assignor" }
+
+// AssignmentKey is the key of a sticky group's recorded assignment (spec/protocol.md §6.2.1).
+func AssignmentKey(topicID, group string) string { return topicID + "." + group + ".g.assignment" }
 
 // GroupPrefix is the key prefix of a group's state.
 func GroupPrefix(topicID, group string) string { return topicID + "." + group + "." }
@@ -91,4 +99,59 @@ func ValidName(what, name string) error {
 		return fmt.Errorf("%w: %q: a %s is 1 to 64 characters of A-Z a-z 0-9 _ -", ErrBadRequest, name, what)
 	}
 	return nil
+}
+
+// Assignors (spec/protocol.md §6.1): the rule that maps a group's partitions to its members.
+const (
+	// AssignorModulo gives the i-th assignable partition to member i mod M (the default, and
+	// what a group without an AssignorKey uses).
+	AssignorModulo = "modulo"
+	// AssignorSticky keeps keys with the member that holds their state (§6.2.1).
+	AssignorSticky = "sticky"
+)
+
+// AssignorState is the value of AssignorKey.
+type AssignorState struct {
+	Assignor string `json:"assignor"`
+}
+
+// Assignment is a sticky group's recorded assignment (spec/protocol.md §6.2.1): Owners[j] is the
+// index in Members of the member that should read Partitions[j].
+type Assignment struct {
+	Assignor   string   `json:"assignor"`
+	Round      int64    `json:"round"`
+	Epoch      int      `json:"epoch"`
+	Members    []string `json:"members"`
+	Partitions []int    `json:"partitions"`
+	Owners     []int    `json:"owners"`
+	// Moved and MovedModulo are the fractions of the key sample that changed member from the
+	// previous record (under this assignor and under modulo, §6.2.2); nil for the first record.
+	Moved       *float64            `json:"moved,omitempty"`
+	MovedModulo *float64            `json:"moved_modulo,omitempty"`
+	At          string              `json:"at,omitempty"` // RFC 3339
+	History     []AssignmentSummary `json:"history,omitempty"`
+}
+
+// AssignmentSummary is one recorded assignment, as History keeps it.
+type AssignmentSummary struct {
+	Round       int64    `json:"round"`
+	Epoch       int      `json:"epoch"`
+	Members     int      `json:"members"`
+	Partitions  int      `json:"partitions"`
+	Moved       *float64 `json:"moved,omitempty"`
+	MovedModulo *float64 `json:"moved_modulo,omitempty"`
+	At          string   `json:"at,omitempty"`
+}
+
+// Owner returns the member the assignment gives partition q, or "".
+func (a *Assignment) Owner(q int) string {
+	if a == nil {
+		return ""
+	}
+	for j, p := range a.Partitions {
+		if p == q && j < len(a.Owners) && a.Owners[j] >= 0 && a.Owners[j] < len(a.Members) {
+			return a.Members[a.Owners[j]]
+		}
+	}
+	return ""
 }

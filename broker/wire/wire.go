@@ -151,6 +151,9 @@ var (
 	// (spec/protocol.md §5.2): re-send every unacknowledged record in order.
 	ErrOutOfSequence = errors.New("out of sequence")
 	ErrInternal      = errors.New("internal error")
+	// ErrUnsupported: the request or the group needs something this implementation does not
+	// have, for example a consumer group whose assignor it does not implement (§6.1).
+	ErrUnsupported = errors.New("unsupported")
 )
 
 // codeTable lists every code with its sentinel, most specific first. Code takes the first entry
@@ -173,6 +176,7 @@ var codeTable = []struct {
 	{"in_use", ErrInUse},
 	{"bad_request", ErrBadRequest},
 	{"unavailable", ErrUnavailable},
+	{"unsupported", ErrUnsupported},
 	{"internal", ErrInternal},
 }
 

@@ -43,7 +43,7 @@ func TestCodesRoundTrip(t *testing.T) {
 		"bad_request": ErrBadRequest, "not_found": ErrNotFound, "exists": ErrExists, "conflict": ErrConflict,
 		"in_use": ErrInUse, "plugin_rejected": ErrPluginRejected, "plugin_failed": ErrPluginFailed,
 		"fenced": ErrFenced, "change_in_progress": ErrChangeInProgress, "permission": ErrPermission,
-		"unavailable": ErrUnavailable, "out_of_sequence": ErrOutOfSequence, "internal": ErrInternal,
+		"unavailable": ErrUnavailable, "out_of_sequence": ErrOutOfSequence, "unsupported": ErrUnsupported, "internal": ErrInternal,
 	}
 	if len(codeTable) != len(want) {
 		t.Errorf("%d codes in the table, want %d", len(codeTable), len(want))

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,6 +84,13 @@ type benchConfig struct {
 	Rounds      int
 	// URL and Creds (admin) of a running broker; empty URL: an embedded broker in a temp dir.
 	URL, Creds string
+	// SyncInterval of the embedded broker (0: fsync before every acknowledgement, pctl's
+	// default).
+	SyncInterval time.Duration
+	// Variants to run (nil: all); the raw baseline always runs.
+	Variants []string
+	// Profile, if set, receives a CPU profile of the measured rounds (not the warm-up).
+	Profile io.Writer
 }
 
 // benchResult is one variant's measurement.
@@ -104,6 +113,36 @@ const (
 
 var benchVariants = []string{variantRaw, variantRawBare, variantClient, variantBroker}
 
+// benchVariantNames are the short names of --variants (and of the Go benchmark's metrics).
+var benchVariantNames = map[string]string{"raw": variantRaw, "raw-noheaders": variantRawBare, "client": variantClient, "broker": variantBroker}
+
+func benchVariantList() []string {
+	var names []string
+	for _, v := range benchVariants {
+		for n, w := range benchVariantNames {
+			if w == v {
+				names = append(names, n)
+			}
+		}
+	}
+	return names
+}
+
+// variants are the variants a configuration runs, in benchVariants' order: the raw baseline
+// and the chosen ones.
+func (cfg benchConfig) variants() []string {
+	if len(cfg.Variants) == 0 {
+		return benchVariants
+	}
+	var vs []string
+	for _, v := range benchVariants {
+		if v == benchRawVariant || slices.Contains(cfg.Variants, v) {
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
 var benchTargets = map[string]float64{variantClient: 0.9, variantBroker: 0.5}
 
 func cmdBenchProduce(e *env, args []string) int {
@@ -117,6 +156,9 @@ func cmdBenchProduce(e *env, args []string) int {
 	fs.StringVar(&cfg.Partitioner, "partitioner", "kafka-murmur2", "partitioner of the bench topic (built-in name or digest)")
 	fs.IntVar(&cfg.Rounds, "rounds", 3, "rounds; the median is reported")
 	server := fs.String("server", "", "a running broker's `URL` (default: an embedded broker in a temp dir)")
+	syncInterval := fs.String("sync-interval", "always", "the embedded broker's fsync: always (before every acknowledgement, pctl's default) or a `DURATION` such as 2m (nats-server's default; shows the CPU cost of each path instead of the disk's)")
+	only := fs.String("variants", "", "comma-separated `LIST` of variants to run besides raw (client, broker, raw-noheaders; default: all)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measured rounds to `FILE` (go tool pprof)")
 	creds := fs.String("creds", "", "with --server: admin credentials `FILE`")
 	asJSON := fs.Bool("json", false, "print the results as JSON")
 	pos, st := parse(fs, args)
@@ -132,6 +174,33 @@ func cmdBenchProduce(e *env, args []string) int {
 	case *server == "" && *creds != "":
 		return usageErr(e, cmd, "--creds goes with --server")
 	}
+	if *syncInterval != "always" {
+		d, err := time.ParseDuration(*syncInterval)
+		if err != nil || d <= 0 {
+			return usageErr(e, cmd, "--sync-interval %q: give always or a positive duration such as 2m", *syncInterval)
+		}
+		if *server != "" {
+			return usageErr(e, cmd, "--sync-interval is the embedded broker's; a running broker (--server) has its own")
+		}
+		cfg.SyncInterval = d
+	}
+	if *only != "" {
+		for _, name := range strings.Split(*only, ",") {
+			v, ok := benchVariantNames[strings.TrimSpace(name)]
+			if !ok {
+				return usageErr(e, cmd, "--variants: unknown variant %q; there are: %s", name, strings.Join(benchVariantList(), ", "))
+			}
+			cfg.Variants = append(cfg.Variants, v)
+		}
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return failErr(e, cmd, err)
+		}
+		defer f.Close()
+		cfg.Profile = f
+	}
 	if *server != "" {
 		cf := &connFlags{server: *server, creds: *creds}
 		cfg.URL, cfg.Creds = cf.resolve(e)
@@ -140,9 +209,12 @@ func cmdBenchProduce(e *env, args []string) int {
 	if cfg.URL != "" {
 		where = "broker at " + cfg.URL
 	}
+	if cfg.URL == "" && cfg.SyncInterval > 0 {
+		where += fmt.Sprintf(", fsync every %v", cfg.SyncInterval)
+	}
 	fmt.Fprintf(e.stderr, "pctl %s: %d records x %d variants x %d rounds, %d partitions, %d keys, %d-byte values, %s; %s\n",
-		cmd, cfg.Records, len(benchVariants), cfg.Rounds, cfg.Partitions, cfg.Keys, cfg.ValueSize, cfg.Partitioner, where)
-	bar := progress.New(e.stderr, e.getenv, int64(cfg.Rounds*len(benchVariants)), "bench produce", "runs")
+		cmd, cfg.Records, len(cfg.variants()), cfg.Rounds, cfg.Partitions, cfg.Keys, cfg.ValueSize, cfg.Partitioner, where)
+	bar := progress.New(e.stderr, e.getenv, int64(cfg.Rounds*len(cfg.variants())), "bench produce", "runs")
 	res, err := runProduceBench(e.ctx, cfg, func(format string, args ...any) {
 		if bar != nil {
 			bar.Printf("pctl %s: %s", cmd, fmt.Sprintf(format, args...))
@@ -206,15 +278,22 @@ func runProduceBench(ctx context.Context, cfg benchConfig, logf func(string, ...
 	// A warm-up round, not measured: the first publishes to new stream files, the first module
 	// instantiation and the heap growing would otherwise count against whichever variant runs
 	// first.
-	for _, v := range benchVariants {
+	variants := cfg.variants()
+	for _, v := range variants {
 		if _, err := pb.run(ctx, v, -1); err != nil {
 			return nil, fmt.Errorf("%s, warm-up: %w", v, err)
 		}
 	}
+	if cfg.Profile != nil {
+		if err := pprof.StartCPUProfile(cfg.Profile); err != nil {
+			return nil, err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	times := map[string][]time.Duration{}
 	for r := 0; r < cfg.Rounds; r++ {
-		for i := range benchVariants {
-			v := benchVariants[(i+r)%len(benchVariants)]
+		for i := range variants {
+			v := variants[(i+r)%len(variants)]
 			d, err := pb.run(ctx, v, r)
 			if err != nil {
 				return nil, fmt.Errorf("%s, round %d: %w", v, r+1, err)
@@ -242,7 +321,7 @@ func (pb *produceBench) results(times map[string][]time.Duration) []benchResult 
 	median := pb.median
 	var res []benchResult
 	var raw float64
-	for _, v := range benchVariants {
+	for _, v := range pb.cfg.variants() {
 		d := median(times[v])
 		r := benchResult{Variant: v, Rate: float64(pb.cfg.Records) / d.Seconds(), MBps: float64(pb.bytes) / d.Seconds() / 1e6,
 			Target: benchTargets[v], Rounds: times[v]}
@@ -273,7 +352,7 @@ func (pb *produceBench) setup(ctx context.Context) error {
 			return err
 		}
 		pb.cleanup = append(pb.cleanup, func() { os.RemoveAll(dir) })
-		b, err := broker.Start(ctx, broker.Config{DataDir: dir, Listen: "127.0.0.1:0"})
+		b, err := broker.Start(ctx, broker.Config{DataDir: dir, Listen: "127.0.0.1:0", SyncInterval: cfg.SyncInterval})
 		if err != nil {
 			return err
 		}

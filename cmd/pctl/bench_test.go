@@ -43,6 +43,16 @@ func TestBenchProduceCommand(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || len(res) != 4 || res[0].Ratio != 1 || res[2].Rate <= 0 {
 		t.Fatalf("bench --json: %v: %s", err, r)
 	}
+	// --variants runs the raw baseline and the chosen ones only; --sync-interval the embedded
+	// broker's fsync interval.
+	r = runCLI(context.Background(), nil, strings.NewReader(""), "bench", "produce", "--records", "300", "--rounds", "1", "--variants", "broker", "--sync-interval", "2m", "--json")
+	expect(t, r, exitOK)
+	res = nil
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || len(res) != 2 || res[0].Variant != variantRaw || res[1].Variant != variantBroker {
+		t.Fatalf("bench --variants broker: %v: %s", err, r)
+	}
+	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "bench", "produce", "--variants", "client,fast"), exitUsage, `unknown variant "fast"`)
+	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "bench", "produce", "--sync-interval", "soon"), exitUsage, "--sync-interval")
 	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "bench", "produce", "--records", "0"), exitUsage, "at least 1")
 	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "bench", "consume"), exitUsage, `unknown benchmark "consume"`)
 }

@@ -666,6 +666,10 @@ type groupView struct {
 	Members    []string        `json:"members"`
 	Partitions []partitionView `json:"partitions"`
 	Lag        uint64          `json:"lag"`
+	// Assignor is the group's (spec/protocol.md §6.1); Assignments the sticky group's recorded
+	// changes with the fractions of keys that changed member, and what modulo would have moved.
+	Assignor    string                   `json:"assignor"`
+	Assignments []wire.AssignmentSummary `json:"assignments,omitempty"`
 }
 
 type partitionView struct {
@@ -679,7 +683,10 @@ func cmdTopicGroups(e *env, args []string) int {
 	const cmd = "topic groups"
 	fs := newFlags(e, cmd, "topic groups TOPIC [--json] | topic groups TOPIC --group GROUP --reset earliest|latest|TIME [--json]", `
 Shows a topic's consumer groups: live members, and for each partition stream the group's committed
-position (every record up to it is drained), the stream's last sequence and the lag between them.
+position (every record up to it is drained), the stream's last sequence and the lag between them,
+and the group's assignor (spec/protocol.md §6.1). For a group with the sticky assignor it also
+shows the last recorded assignments, each with the fraction of keys that changed member and what
+the default modulo assignor would have moved.
 
 With --reset, moves consumer group GROUP as a whole (spec/protocol.md §6.6) instead: to earliest
 (every record of every epoch is delivered again), latest (only records that come next), or a
@@ -738,7 +745,10 @@ consumer or admin role. It prints the group's new generation and positions.
 	}
 	views := make([]groupView, 0, len(groups))
 	for _, g := range groups {
-		v := groupView{Group: g.Group, Members: g.Members, Partitions: []partitionView{}}
+		v := groupView{Group: g.Group, Members: g.Members, Partitions: []partitionView{}, Assignor: g.Assignor, Assignments: g.Assignments}
+		if v.Assignor == "" {
+			v.Assignor = wire.AssignorModulo
+		}
 		if v.Members == nil {
 			v.Members = []string{}
 		}
@@ -771,7 +781,10 @@ consumer or admin role. It prints the group's new generation and positions.
 		if len(v.Members) > 0 {
 			members = fmt.Sprintf("%d live member(s): %s", len(v.Members), strings.Join(v.Members, ", "))
 		}
-		fmt.Fprintf(e.stdout, "group %s: %s; lag %d\n", v.Group, members, v.Lag)
+		fmt.Fprintf(e.stdout, "group %s: %s; lag %d; assignor %s\n", v.Group, members, v.Lag, v.Assignor)
+		for _, line := range assignmentLines(v.Assignments, 5) {
+			fmt.Fprintln(e.stdout, line)
+		}
 		w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(w, "PARTITION\tPOSITION\tEND\tLAG\t")
 		for _, p := range v.Partitions {
@@ -780,6 +793,24 @@ consumer or admin role. It prints the group's new generation and positions.
 		_ = w.Flush()
 	}
 	return exitOK
+}
+
+// assignmentLines describes a sticky group's last recorded assignments (at most max, newest
+// last): when, for how many members and partitions, and the fraction of keys that changed member
+// against what modulo would have moved (spec/protocol.md §6.2.2).
+func assignmentLines(as []wire.AssignmentSummary, max int) []string {
+	if len(as) > max {
+		as = as[len(as)-max:]
+	}
+	var out []string
+	for _, a := range as {
+		moved := "first assignment"
+		if a.Moved != nil && a.MovedModulo != nil {
+			moved = fmt.Sprintf("keys that changed member %.1f%% (modulo: %.1f%%)", 100**a.Moved, 100**a.MovedModulo)
+		}
+		out = append(out, fmt.Sprintf("  assignment %d: epoch %d, %d member(s), %d partition(s): %s", a.Round, a.Epoch, a.Members, a.Partitions, moved))
+	}
+	return out
 }
 
 // resetView is what 'topic groups --reset --json' prints.

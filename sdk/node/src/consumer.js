@@ -152,6 +152,16 @@ async function ensureGroup(client, kv, desc, group, fromBeginning) {
   return true;
 }
 
+// A member joins only a group whose assignor it implements (spec/protocol.md §6.1): this SDK
+// implements modulo; a group without the key is modulo.
+async function checkAssignor(kv, tid, group, topic) {
+  const e = await kv.get(`${tid}.${group}.g.assignor`);
+  const a = e && !e.deleted ? json(e.value)?.assignor : 'modulo';
+  if (a !== 'modulo') {
+    throw new PctlError('unsupported', `group ${group} of topic ${topic} uses the assignor ${JSON.stringify(a)}, which this client does not implement (it knows modulo): use a client that implements it (pctl's Go client), or another group`);
+  }
+}
+
 // The reset positions of spec/protocol.md §6.6 for every partition stream of the descriptor.
 async function resetPositions(client, desc, target) {
   const out = [];
@@ -469,6 +479,7 @@ export class Consumer {
 
   async doStart() {
     await ensureGroup(this.client, this.kv, this.desc, this.group, this.o.fromBeginning);
+    await checkAssignor(this.kv, this.desc.id, this.group, this.desc.name);
     this.watch = new PullReader(this.client, {
       stream: `KV_${GROUPS_BUCKET}`, filter: `${this.prefix}>`, lastPerSubject: true, batch: 256,
       heartbeat: this.o.heartbeat, idleCheck: Math.max(3 * this.o.heartbeat, 3000),

@@ -326,12 +326,13 @@ def test_bad_headers_and_oversized_records_are_refused_before_sending(broker):
             with pytest.raises(pctl.BadRequest, match="outside"):
                 await p.send(b"k", b"v", timestamp=1 << 53)
             # The record limit counts the value and the whole header block, as JetStream does:
-            # compute the block by hand (spec/protocol.md §5.3) and probe both sides of the limit.
+            # compute the block by hand (spec/protocol.md §5.3; the id carries a 32-digit token,
+            # §5.1) and probe both sides of the limit.
             limit = 1 << 20
             ts = 1700000000000
 
             def block(seq: int) -> int:
-                lines = [f"Pctl-Key: b64:aw==", f"Pctl-Producer: size-1", f"Pctl-Seq: {seq}", f"Nats-Msg-Id: size-1-{seq}",
+                lines = [f"Pctl-Key: b64:aw==", f"Pctl-Producer: size-1", f"Pctl-Seq: {seq}", f"Nats-Msg-Id: size-1-{seq}-" + "0" * 32,
                          f"Pctl-Time: {ts}", "h: v"]
                 return len("NATS/1.0\r\n") + sum(len(x) + 2 for x in lines) + 2
 

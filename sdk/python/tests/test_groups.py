@@ -26,12 +26,25 @@ async def produce_through(broker, topic: str, n: int, keys: int, changes: list, 
         futs = []
         pending_changes = list(zip(at, changes))
         running = None
+        started = 0
+        newest = [0]  # the newest epoch a record was acknowledged in
+
+        def seen(f: asyncio.Future) -> None:
+            if not f.cancelled() and f.exception() is None:
+                newest[0] = max(newest[0], f.result().epoch)
+
         for i in range(0, n, chunk):
             for k, v in records[i:i + chunk]:
                 futs.append(await p.send(k, v))
-            if pending_changes and i >= pending_changes[0][0] * n and (running is None or running.done()):
+                futs[-1].add_done_callback(seen)
+            if pending_changes and i >= pending_changes[0][0] * n:
+                # Every epoch gets records: the next change waits (records sent before it stay in
+                # flight) until the previous one is done and a record was acknowledged in its epoch.
+                while running is not None and not (running.done() and newest[0] >= 1 + started):
+                    await asyncio.sleep(0.02)
                 _, args = pending_changes.pop(0)
                 running = asyncio.ensure_future(asyncio.to_thread(broker.pctl, "topic", "repartition", topic, *args))
+                started += 1
             await asyncio.sleep(pause)
         if running is not None:
             await running

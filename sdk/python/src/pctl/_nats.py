@@ -143,6 +143,34 @@ async def publish_raw(nc: Any, subject: str, data: bytes, reply: str, header_blo
         await nc._flush_pending()
 
 
+async def publish_raw_many(nc: Any, msgs: list) -> None:
+    """Publishes (subject, reply, header block, data) messages in order, with one flush: an empty
+    header block sends a message without headers (PUB). Raises before sending anything when the
+    connection is closed or, while it reconnects, its buffer cannot take them all."""
+    if nc.is_closed:
+        raise nats.errors.ConnectionClosedError
+    if nc.is_draining_pubs:
+        raise nats.errors.ConnectionDrainingError
+    from nats.protocol.command import hpub_cmd, pub_cmd
+    cmds = []
+    size = 0
+    out_bytes = 0
+    for subject, reply, block, data in msgs:
+        cmd = hpub_cmd(subject, reply, block, data) if block else pub_cmd(subject, reply, data)
+        cmds.append(cmd)
+        size += len(cmd)
+        out_bytes += len(data)
+    if not nc.is_connected:
+        if nc._max_pending_size <= 0 or size + nc._pending_data_size > nc._max_pending_size:
+            raise nats.errors.OutboundBufferLimitError
+    nc.stats["out_msgs"] += len(cmds)
+    nc.stats["out_bytes"] += out_bytes
+    for cmd in cmds:
+        await nc._send_command(cmd)
+    if nc._flush_queue is not None and nc._flush_queue.empty():
+        await nc._flush_pending()
+
+
 # --- JetStream acknowledgement subjects -----------------------------------------------------------
 
 

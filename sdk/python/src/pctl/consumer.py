@@ -258,6 +258,7 @@ class Consumer:
     async def _start(self) -> None:
         self._stop_listening = self._c._on_violation(self._on_violation)
         await self._ensure_group()
+        await self._check_assignor()
         self._watch = StreamReader(self._c, self._kv.stream, filter_subject=self._subj_prefix + ">", last_per_subject=True,
                                    heartbeat=self._hb, batch=512, max_buffer=1 << 20, logf=self._logf)
         self._tasks.append(asyncio.ensure_future(self._watch_loop()))
@@ -294,6 +295,21 @@ class Consumer:
             await self._kv.create(marker, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ").encode())
         except _nats.KVConflict:
             pass
+
+    async def _check_assignor(self) -> None:
+        """§6.1: join only a group whose assignor this SDK implements (modulo; no key: modulo)."""
+        e = await self._kv.get(self._prefix + "g.assignor")
+        a: Any = "modulo"
+        if e is not None and not e.deleted:
+            try:
+                a = json.loads(e.value).get("assignor")
+            except (ValueError, AttributeError):
+                a = e.value
+        if a != "modulo":
+            err = PctlError(f"group {self.group} of topic {self.topic} uses the assignor {a!r}, which this client does not "
+                            "implement (it knows modulo): use a client that implements it (pctl's Go client), or another group")
+            err.code = "unsupported"
+            raise err
 
     # --- public API -------------------------------------------------------------------------------------
 

@@ -34,7 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--server", default=os.environ.get("PCTL_SERVER"), help="broker URL (default $PCTL_SERVER, else nats://127.0.0.1:4222)")
     p.add_argument("--creds", default=os.environ.get("PCTL_CREDS"), help="NKey seed file: producer.nk or admin.nk (default $PCTL_CREDS)")
     p.add_argument("--topic", required=True, help="topic name")
-    p.add_argument("--producer-id", default=None, help="producer id for Pctl-Producer and Nats-Msg-Id (default: random)")
+    p.add_argument("--producer-id", default=None, help="producer id for Pctl-Producer and Nats-Msg-Id (default: random); "
+                   "given, the records' deduplication tokens are digests of their contents, so that a re-run under the "
+                   "same id stores nothing twice")
     p.add_argument("--ack-timeout", type=float, default=5.0, help="seconds before an unacknowledged publish is retried (default 5)")
     return p
 
@@ -69,7 +71,10 @@ async def _run(args: argparse.Namespace, out) -> int:
         return 2 if isinstance(e, BadRequest) else 1
     try:
         try:
-            producer = await c.producer(args.topic, producer_id=args.producer_id)
+            # An id given for an idempotent re-run: content tokens, so that the re-run's ids equal
+            # the first run's (spec/protocol.md §5.1, as `pctl produce --producer-id`).
+            producer = await c.producer(args.topic, producer_id=args.producer_id, content_tokens=bool(args.producer_id),
+                                        logf=_logf if os.environ.get("PCTL_PRODUCE_LOG") else None)
         except PctlError as e:
             print(f"produce: {e}", file=sys.stderr)
             return 2 if isinstance(e, (BadRequest, NotFound)) else 1
@@ -122,6 +127,10 @@ async def _run(args: argparse.Namespace, out) -> int:
         return 0
     finally:
         await c.close()
+
+
+def _logf(line: str) -> None:
+    print(f"produce: {line}", file=sys.stderr, flush=True)
 
 
 def _report_at(report: Callable[[int, asyncio.Future], None], pseq: int, fut: asyncio.Future) -> None:

@@ -1,31 +1,34 @@
-"""The producer: client-side partitioning and publishing with fencing (spec/protocol.md §5.1).
+"""The producer: client-side partitioning, published in JetStream fast batches (spec/protocol.md
+§5.1, §5.1.1, §5.1.2, §5.1.4), as the Go producer does (client/producer.go, client/sink.go).
 
-Data path: `send` numbers a record (Pctl-Seq), partitions it with the current epoch's module and
-queues it on the sink of its partition. A sink publishes its partition's records in order, up to
-`max_in_flight` unacknowledged, and completes their futures in order. A sink that meets a failure
-stops sending, waits for its publishes in flight, and hands every unacknowledged record to the
-control task, which re-reads the descriptor: a newer epoch means the old one was fenced, so every
-sink is stopped and drained and every unacknowledged record is re-partitioned and re-sent in its
-original order under the new epoch; the same epoch means a transient failure, so the sink retries
-the same records, in order, with the same Nats-Msg-Id."""
+Data path: `send` numbers a record (Pctl-Seq), gives it its identity (headers, and a
+Nats-Msg-Id with a random token), partitions it with the current epoch's module and queues it on
+the sink of its partition. A sink sends its partition's records in send order as a series of fast
+batches: one batch open at a time, many records in flight inside it, committed when its queue
+runs empty or the batch is full. A record is acknowledged once a flow acknowledgement or the
+batch's PubAck covers it (on a cluster: once its batch is confirmed). After any anomaly (a gap, a
+refusal, no responders, a lost connection, a timeout, a fence) the sink stops sending, settles the
+batch (learns which prefix of it is stored: its PubAck, verified against the stored message, or
+an EOB that closes it, or a search of the stream backwards), and re-sends the rest in a new batch;
+when the epoch was fenced, every sink hands its unacknowledged records back and they are
+re-partitioned and re-sent in their original send order under the new epoch."""
 
 from __future__ import annotations
 
 import asyncio
-import json
+import base64
 import secrets
 import time
 from collections import deque
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
-
-if TYPE_CHECKING:
-    from datetime import datetime
 
 import nats.errors
 
+from . import _fastbatch as fb
 from . import _nats, wire
-from .errors import BadRequest, NotFound, PctlError, PermissionDenied, PluginFailed, Unavailable
+from .errors import BadRequest, Conflict, NotFound, PctlError, PermissionDenied, PluginFailed, Unavailable
 from .record import HEADER_TIME, HeadersArg, check_headers, check_time
 
 if TYPE_CHECKING:
@@ -34,63 +37,50 @@ if TYPE_CHECKING:
 
 Data = Union[bytes, bytearray, memoryview, str]
 
+MIN_SERVER = "2.14.0"
+DEDUP_WINDOW = 120.0  # seconds: the partition streams' Duplicates window (spec/protocol.md §2)
+LEADER_SETTLED = 5.0  # seconds: a stream leader elected longer ago than this is trusted (§5.1.2)
+
 
 @dataclass(frozen=True)
 class RecordMetadata:
     """Where an acknowledged record is stored: it will be delivered to every consumer group."""
     partition: int
     epoch: int
-    seq: int  # stream sequence in the partition's stream
+    # The record's stream sequence in the partition's stream when the producer learned it, else 0
+    # ("stored, sequence not reported"): a fast batch's PubAck names its last record's only, so
+    # it is set for the last record of a batch (always for a record sent alone) and for a record
+    # found by a verification after a failure (spec/protocol.md §5.1.2).
+    seq: int
     producer_seq: int  # the record's Pctl-Seq: this producer's count, from 1, in send order
-    duplicate: bool = False  # a retry found the record already stored (no second copy was written)
-
-
-class _NoResponders(Exception):
-    """No stream is bound to the subject: fenced, or briefly unavailable."""
-
-
-class _AckTimeout(Exception):
-    """No acknowledgement within ack_timeout: the publish is ambiguous."""
-
-
-class _JSError(Exception):
-    """A JetStream error in a publish acknowledgement."""
-
-    def __init__(self, code: int, err_code: int, description: str):
-        super().__init__(f"JetStream error {err_code}: {description}")
-        self.code, self.err_code, self.description = code, err_code, description
-
-
-def _permanent(e: BaseException) -> bool:
-    """A publish error that no retry can cure: the stream refused the message itself."""
-    if isinstance(e, _JSError):
-        d = e.description.lower()
-        return e.err_code == 10054 or "maximum message size" in d or "exceeds" in d
-    return isinstance(e, nats.errors.MaxPayloadError)
+    duplicate: bool = False  # the server reported it already stored, and the stored message was checked to be it
 
 
 class _Pending:
-    __slots__ = ("seq", "key", "value", "future", "epoch", "partition", "subject", "msg_id", "block", "ambiguous", "tries",
-                 "floor")
+    __slots__ = ("seq", "key", "value", "future", "epoch", "partition", "hdrs", "block", "msg_id", "key_hdr", "sends",
+                 "floors", "failed")
 
-    def __init__(self, seq: int, key: Optional[bytes], value: bytes, future: asyncio.Future, msg_id: str, block: bytes):
+    def __init__(self, seq: int, key: Optional[bytes], value: bytes, future: asyncio.Future, hdrs: list, msg_id: str,
+                 key_hdr: Optional[str]):
         self.seq, self.key, self.value, self.future = seq, key, value, future
         self.epoch = self.partition = 0
-        self.subject = ""
-        self.msg_id = msg_id
-        self.block = block  # the record's NATS header block: its identity, the same on every re-send
-        self.ambiguous = False  # from its first lost acknowledgement until a search clears it
-        self.tries = 0
-        # The partition's last acknowledged sequence when the record was first published there:
-        # if stored, it is above this (spec/protocol.md §5.1, the ambiguous search's floor).
-        self.floor: Optional[int] = None
+        self.hdrs = hdrs  # the record's headers, in order: its identity, the same on every send
+        self.block = _nats.encode_header_block(hdrs)
+        self.msg_id, self.key_hdr = msg_id, key_hdr
+        self.sends = 0  # publishes so far, in any partition
+        # stream -> the sink's floor at the record's first send there: a copy stored there is above it
+        self.floors: dict = {}
+        self.failed: Optional[PctlError] = None  # the server refused the record for good
 
 
 class _Event:
-    __slots__ = ("sink", "left", "cause", "final")
+    """A sink's word to the control task. A final event says the sink stopped and hands back its
+    records not acknowledged (in send order); a non-final one with `fenced` says the sink found
+    its epoch fenced and waits, sending nothing, to be stopped."""
+    __slots__ = ("sink", "left", "fenced", "final")
 
-    def __init__(self, sink: "_Sink", left: list, cause: Optional[BaseException], final: bool = False):
-        self.sink, self.left, self.cause, self.final = sink, left, cause, final
+    def __init__(self, sink: "_Sink", left: list, fenced: Optional[wire.Topic], final: bool):
+        self.sink, self.left, self.fenced, self.final = sink, left, fenced, final
 
 
 async def _max_record(client: "Client", topic: str) -> int:
@@ -115,25 +105,73 @@ def _data(v: Data, what: str) -> bytes:
     raise BadRequest(f"a record's {what} is bytes or str, not {type(v).__name__}")
 
 
+def _require_fast_batches(client: "Client") -> None:
+    """spec/protocol.md §5.1: the server must run nats-server 2.14 or later (fast batches)."""
+    nc = client.nc
+    v = ""
+    srv = getattr(nc, "_current_server", None)
+    if srv is not None and getattr(srv, "server_version", None):
+        v = str(srv.server_version)
+    v = v or str((getattr(nc, "_server_info", None) or {}).get("version") or "")
+    if not fb.version_at_least(v, 2, 14):
+        raise Unavailable(f"the server at {client.server} runs nats-server {v or '(unknown version)'!r}; pctl's producer needs "
+                          f"{MIN_SERVER} or later on every node (fast batch publishing, spec/protocol.md §5.1): upgrade the NATS servers")
+
+
+def _parse_time(s: str) -> Optional[float]:
+    """Unix seconds of an RFC 3339 time as nats-server writes it (nanoseconds, Z), or None."""
+    if not s:
+        return None
+    try:
+        main, _, frac = s.rstrip("Z").partition(".")
+        tz = ""
+        for sep in ("+", "-"):
+            i = frac.find(sep) if frac else main.find(sep, 11)
+            if i >= 0:
+                if frac:
+                    frac, tz = frac[:i], frac[i:]
+                else:
+                    main, tz = main[:i], main[i:]
+                break
+        t = datetime.fromisoformat(main + (tz or "+00:00"))
+        if t.tzinfo is None:
+            t = t.replace(tzinfo=timezone.utc)
+        return t.timestamp() + (float("0." + frac) if frac else 0.0)
+    except ValueError:
+        return None
+
+
 class Producer:
     """Produces records to one topic, partitioning them on the client with the topic's own
-    WebAssembly module, so that a key lands in the same partition from every language.
+    WebAssembly module, so that a key lands in the same partition from every language, and
+    publishes them in JetStream fast batches (spec/protocol.md §5.1): one sink per partition
+    sends its records in order, one batch open at a time, many records in flight inside it.
 
     Order: records with the same key are stored in the order `send` was called, and every
-    consumer group delivers them in that order, across epoch changes (a fenced epoch makes the
-    producer re-send every unacknowledged record, in order, under the new one). A publish whose
-    acknowledgement was lost is retried with the same Nats-Msg-Id, so a retry never stores a
-    second copy.
+    consumer group delivers them in that order, across epoch changes, lost connections and
+    stream-leader changes: the server stores a contiguous prefix of each batch, and after any
+    failure the producer learns that prefix before it re-sends the rest, in order, in a new batch;
+    when the epoch changed, every unacknowledged record is re-partitioned and re-sent in the
+    original order under the new one. A re-send carries the record's original deduplication id
+    (with a random token, so no other client can claim it first): a record is never stored twice
+    within JetStream's deduplication window, and a duplicate acknowledgement counts only once the
+    stored message was checked to be this record.
 
     Use it from one asyncio event loop; records sent by different tasks are ordered by the order
     their `send` calls took effect. Create it with ``await client.producer(topic)``."""
 
-    def __init__(self, client: "Client", topic: str, producer_id: str, max_in_flight: int, max_buffered: int):
+    def __init__(self, client: "Client", topic: str, producer_id: str, max_in_flight: int, max_buffered: int,
+                 batch_size: int = 4096, content_tokens: bool = False, stall_timeout: float = 0.25,
+                 logf: Optional[Callable[[str], None]] = None):
         self._c = client
         self.topic = topic
         self.id = producer_id
         self._max_in_flight = max_in_flight
         self._max_buffered = max_buffered
+        self._batch_size = batch_size
+        self._content_tokens = content_tokens
+        self._stall = stall_timeout
+        self._logf = logf or (lambda s: None)
         self._desc: Optional[wire.Topic] = None
         self._part: Optional["Partitioner"] = None
         self._sinks: dict[int, _Sink] = {}
@@ -150,44 +188,57 @@ class Producer:
         self._idle = asyncio.Event()
         self._idle.set()
         self._events: asyncio.Queue = asyncio.Queue()
-        self._replies: dict[str, asyncio.Future] = {}
-        self._token = 0
+        self._check_wanted = False
+        self._batches: dict[str, _Sink] = {}  # open batch id -> its sink
         self._inbox = ""
+        self._prefix = ""
         self._sub: Any = None
-        self._control_task: Optional[asyncio.Task] = None
-        self._event_check: Optional[asyncio.Future] = None
+        self._control_task: Optional[asyncio.Future] = None
         self._events_sub: Any = None
-        self._stop_listening: Optional[Callable[[], None]] = None
+        self._stop_listening: list = []
         self.resent = 0  # records re-sent under a new epoch after a fence
+        self.settled = 0  # fast batches settled after an anomaly
+        # Records a committed batch claimed but the server did not store (a nats-server fault after
+        # a stream leader's term change, found by the check on clusters and re-sent): their keys
+        # may be out of order (spec/protocol.md §5.1.2).
+        self.holes = 0
         self._max_record = 0  # the partition streams' max_msg_size (spec/protocol.md §5.3); 0: unknown
 
     @classmethod
     async def create(cls, client: "Client", topic: str, *, producer_id: Optional[str] = None, max_in_flight: int = 1024,
-                     max_buffered: int = 65536) -> "Producer":
+                     max_buffered: int = 65536, batch_size: int = 4096, content_tokens: bool = False,
+                     stall_timeout: float = 0.25, logf: Optional[Callable[[str], None]] = None) -> "Producer":
         """Fetches the topic's descriptor and partitioner and returns a ready producer.
 
         `producer_id` identifies the producer in the records' Pctl-Producer header and their
-        deduplication ids `<id>-<seq>` (default: random). Sequences start at 1 for every
-        producer, so a second producer with the id of one that wrote less than 2 minutes ago
-        (JetStream's deduplication window) has its records taken for duplicates of the first's:
-        they are acknowledged with ``duplicate=True`` and not stored. Reuse an id only to have
-        one producer's retries deduplicated. `max_in_flight` bounds unacknowledged publishes per partition;
-        `max_buffered` the records sent and not yet acknowledged (`send` waits beyond it)."""
+        deduplication ids ``<id>-<seq>-<token>`` (default: random); `<token>` is 32 random hex
+        digits per record (spec/protocol.md §5.1.4), or with `content_tokens` a digest of the
+        record's key and value, so that a re-run of the same input under the same id is
+        deduplicated record by record (as ``pctl produce --producer-id``), at the price that a
+        client who knows a record in advance can predict its id. `max_in_flight` (1024) bounds,
+        per partition, the records sent beyond the last one the server confirmed; `max_buffered`
+        (65536) the records sent and not yet acknowledged (`send` waits beyond it); `batch_size`
+        (4096) the records of one fast batch; `stall_timeout` (0.25 s): records without a reply
+        for this long make the producer re-read the descriptor; `logf` receives the producer's
+        decisions after failures (settle, re-send, repartition). Raises :class:`pctl.Unavailable`
+        when the server is older than nats-server 2.14."""
         wire.valid_name("topic name", topic)
         if producer_id is None:
             producer_id = "py-" + secrets.token_hex(8)
         wire.valid_name("producer id", producer_id)
-        if max_in_flight < 1 or max_buffered < 1:
-            raise BadRequest("max_in_flight and max_buffered must be at least 1")
-        p = cls(client, topic, producer_id, max_in_flight, max_buffered)
+        if max_in_flight < 1 or max_buffered < 1 or batch_size < 1:
+            raise BadRequest("max_in_flight, max_buffered and batch_size must be at least 1")
+        _require_fast_batches(client)
+        p = cls(client, topic, producer_id, max_in_flight, max_buffered, batch_size, content_tokens, stall_timeout, logf)
         desc = await p._fetch()
         await p._install(desc)
         p._max_record = await _max_record(client, topic)
         nc = client.nc
         p._inbox = nc.new_inbox()
-        p._sub = await nc.subscribe(p._inbox + ".*", cb=p._on_reply)
+        p._prefix = p._inbox + "."
+        p._sub = await _nats.raw_subscribe(nc, p._inbox + ".>", p._on_reply)
         p._events_sub = await nc.subscribe(f"pctl.events.topic.{topic}", cb=p._on_event)
-        p._stop_listening = client._on_violation(p._on_violation)
+        p._stop_listening = [client._on_violation(p._on_violation), client._on_reconnect(p._on_conn_change)]
         p._control_task = asyncio.ensure_future(p._control())
         return p
 
@@ -215,7 +266,8 @@ class Producer:
         its future fails with :class:`pctl.BadRequest` giving its size, its parts and the limit.
         The future fails with a :class:`pctl.PctlError` when the record cannot be stored
         (:class:`pctl.PluginFailed` if the module failed on its key, :class:`pctl.BadRequest` if
-        the stream refused it)."""
+        the stream refused it, :class:`pctl.Conflict` if it was acknowledged as a duplicate of a
+        different record: another client used its deduplication id)."""
         k = None if key is None else _data(key, "key")
         v = _data(value, "value")
         if k is not None and len(k) > 65536:
@@ -232,24 +284,27 @@ class Producer:
         if self._fatal is not None:
             raise self._fatal
         seq = self._seq + 1
-        msg_id = f"{self.id}-{seq}"
-        hs = [(wire.HEADER_KEY, wire.encode_key(k))] if k is not None else []
+        token = fb.record_token(k, v) if self._content_tokens else fb.new_token()
+        msg_id = f"{self.id}-{seq}-{token}"
+        key_hdr = wire.encode_key(k) if k is not None else None
+        hs = [(wire.HEADER_KEY, key_hdr)] if key_hdr is not None else []
         hs += [(wire.HEADER_PRODUCER, self.id), (wire.HEADER_SEQ, str(seq)), (wire.HEADER_MSG_ID, msg_id), (HEADER_TIME, str(ms))]
         hs += app
-        block = _nats.encode_header_block(hs)
         limit = self._max_record
-        if limit and len(block) + len(v) > limit:
+        size = _nats.header_block_size(hs) + len(v)
+        if limit and size > limit:
+            hsize = _nats.header_block_size(hs)
             app_size = _nats.header_block_size(app) - 12 if app else 0
             # Refused alone, before sending (spec/protocol.md §5.3): the future fails, the producer goes on.
             refused: asyncio.Future = asyncio.get_running_loop().create_future()
-            refused.set_exception(BadRequest(f"record of {len(block) + len(v)} bytes (value {len(v)}, key {0 if k is None else len(k)}, "
-                             f"application headers {app_size}, headers in all {len(block)}) is larger than topic {self.topic}'s "
+            refused.set_exception(BadRequest(f"record of {size} bytes (value {len(v)}, key {0 if k is None else len(k)}, "
+                             f"application headers {app_size}, headers in all {hsize}) is larger than topic {self.topic}'s "
                              f"record limit of {limit} bytes: send a smaller value or fewer headers, or run the broker with a "
                              f"larger --max-record-bytes (spec/protocol.md §5.3)"))
             return refused
         self._seq = seq
         fut = asyncio.get_running_loop().create_future()
-        pd = _Pending(seq, k, v, fut, msg_id, block)
+        pd = _Pending(seq, k, v, fut, hs, msg_id, key_hdr)
         self._buffered += 1
         self._idle.clear()
         if self._switching:
@@ -286,24 +341,33 @@ class Producer:
             await self.flush(timeout)
         except PctlError:
             pass
+        if self._closed:
+            return
         self._closed = True
         self._space.set()
-        if self._buffered:
-            self._fail(Unavailable(f"producer {self.id} closed with {self._buffered} records unacknowledged"), fatal=False)
-        for s in list(self._sinks.values()):
-            s.close()
+        err = Unavailable(f"producer {self.id} closed with records unacknowledged")
+        held, self._held = self._held + self._unassigned, []
+        self._unassigned = []
+        for pd in held:
+            self._finish(pd, error=err)
+        sinks = list(self._sinks.values())
+        for s in sinks:
+            s.abort(err)
+        for s in sinks:
+            try:
+                await asyncio.wait_for(asyncio.shield(s.task), 5)
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                s.task.cancel()
         if self._control_task:
             self._control_task.cancel()
-        if self._stop_listening:
-            self._stop_listening()
+        for stop in self._stop_listening:
+            stop()
         for sub in (self._sub, self._events_sub):
             if sub is not None:
                 try:
                     await sub.unsubscribe()
                 except Exception:  # noqa: BLE001 - the connection may be gone
                     pass
-        if self._event_check is not None:
-            self._event_check.cancel()
 
     async def __aenter__(self) -> "Producer":
         return self
@@ -313,11 +377,12 @@ class Producer:
 
     # --- descriptor and partitioning -------------------------------------------------------------
 
-    async def _fetch(self) -> wire.Topic:
+    async def _fetch(self, timeout: Optional[float] = None) -> wire.Topic:
+        """The descriptor; NotFound when the topic was deleted and created again (a new id)."""
         deadline = time.monotonic() + self._c.timeout
         while True:
             try:
-                t = await self._c.topic(self.topic)
+                t = await self._c.topic(self.topic, timeout=timeout)
             except Unavailable as e:
                 if "being created" in str(e) and time.monotonic() < deadline:
                     await asyncio.sleep(0.05)
@@ -328,7 +393,15 @@ class Producer:
                 continue
             if t.deleting:
                 raise Unavailable(f"topic {self.topic} is being deleted")
+            if self._desc is not None and t.id and self._desc.id and t.id != self._desc.id:
+                raise NotFound(f"topic {self.topic} was deleted and created again while producing (id {self._desc.id} is now "
+                               f"{t.id}); producer {self.id} stops and sends nothing to the new topic: create a new producer to write to it")
             return t
+
+    async def _fetch_quick(self) -> wire.Topic:
+        """The descriptor within the acknowledgement timeout (a request lost with a connection
+        would otherwise wait out the client's whole request timeout)."""
+        return await self._fetch(timeout=max(self._c.ack_timeout, 0.5))
 
     async def _install(self, desc: wire.Topic) -> None:
         self._part = await self._c.partitioner(desc.current.partitioner)
@@ -336,6 +409,8 @@ class Producer:
         self._sinks = {}
 
     def _assign_unassigned(self) -> None:
+        if self._switching:
+            return  # _repartition takes them
         pds, self._unassigned = self._unassigned, []
         if pds:
             self._assign_many(pds)
@@ -371,29 +446,39 @@ class Producer:
                 part = self._part.partition(pd.key, cur.partitions)
             except PluginFailed as e:
                 raise PluginFailed(f"record {pd.seq} of producer {self.id}: {e}", plugin=e.plugin, digest=e.digest) from None
-        pd.epoch, pd.partition, pd.floor = cur.epoch, part, None
-        pd.subject = wire.data_subject(self.topic, cur.epoch, part)
+        pd.epoch, pd.partition = cur.epoch, part
         s = self._sinks.get(part)
         if s is None:
             s = self._sinks[part] = _Sink(self, cur.epoch, part)
         s.push(pd)
 
+    def _renew(self, pd: _Pending) -> None:
+        """Gives a record that is provably not stored a new deduplication id (a fresh token; the
+        producer id and sequence stay): the server may still count its old id as being stored."""
+        base = pd.msg_id.rsplit("-", 1)[0]
+        pd.msg_id = f"{base}-{fb.new_token()}"
+        pd.hdrs = [(k, pd.msg_id if k == wire.HEADER_MSG_ID else v) for k, v in pd.hdrs]
+        pd.block = _nats.encode_header_block(pd.hdrs)
+        pd.floors = {}
+
     def _finish(self, pd: _Pending, meta: Optional[RecordMetadata] = None, error: Optional[BaseException] = None) -> None:
-        if not pd.future.done():
-            if error is not None:
-                pd.future.set_exception(error)
-            else:
-                pd.future.set_result(meta)
+        if pd.future.done():
+            return
+        if error is not None:
+            pd.future.set_exception(error)
+        else:
+            pd.future.set_result(meta)
         self._buffered -= 1
         if self._buffered < self._max_buffered:
             self._space.set()
         if self._buffered == 0:
             self._idle.set()
 
-    def _fail(self, err: PctlError, fatal: bool = True) -> None:
-        """Fails every record not yet acknowledged; a fatal error also refuses later sends."""
-        if fatal and self._fatal is None:
+    def _fail(self, err: PctlError) -> None:
+        """Makes the producer unusable and fails every record not yet acknowledged."""
+        if self._fatal is None:
             self._fatal = err
+            self._logf(f"producer {self.id}: {err}")
         held, self._held = self._held + self._unassigned, []
         self._unassigned = []
         for pd in held:
@@ -402,118 +487,88 @@ class Producer:
             s.abort(err)
         self._space.set()
 
-    def _check_same_topic(self, desc: wire.Topic) -> None:
-        """A topic deleted and created again under the same name is another topic (a new id):
-        its subjects would take this producer's records (spec/protocol.md §5.1, known limits)."""
-        if self._desc is not None and desc.id and self._desc.id and desc.id != self._desc.id:
-            raise NotFound(f"topic {self.topic} was deleted and created again (id {self._desc.id} is now {desc.id}); "
-                           f"producer {self.id} stops: create a new producer to write to the new topic")
+    def _request_check(self) -> None:
+        """Asks the control task to re-read the descriptor (coalesced)."""
+        if not self._check_wanted:
+            self._check_wanted = True
+            self._events.put_nowait(None)
 
     async def _on_event(self, _msg: Any) -> None:
-        """pctl.events.topic.<topic>: the descriptor changed. Checks that the topic is still the
-        same one (epoch changes are found by the fence itself)."""
-        if self._event_check is not None and not self._event_check.done():
-            return
-        self._event_check = asyncio.ensure_future(self._recheck())
-
-    async def _recheck(self) -> None:
-        try:
-            self._check_same_topic(await self._c.topic(self.topic))
-        except NotFound as e:
-            self._fail(e if "created again" in str(e) else NotFound(f"topic {self.topic} was deleted: {e}"))
-        except PctlError:
-            pass  # unreachable for a moment: the next publish failure re-reads the descriptor
+        """pctl.events.topic.<topic>: the descriptor changed."""
+        self._request_check()
 
     def _on_violation(self, op: str, subject: str) -> None:
         prefix = f"{wire.DATA_PREFIX}.{self.topic}."
         if subject.lower().startswith(prefix.lower()):  # nats-py reports the subject in lower case
             self._fail(self._c.permission_error(prefix + subject[len(prefix):], op))
 
-    # --- publishing ------------------------------------------------------------------------------
+    def _on_conn_change(self) -> None:
+        """The connection was lost or came back: replies in flight may be lost with it."""
+        for s in list(self._sinks.values()):
+            s.conn_changed()
 
-    async def _publish(self, pd: _Pending) -> asyncio.Future:
-        self._token += 1
-        token = str(self._token)
-        fut = asyncio.get_running_loop().create_future()
-        self._replies[token] = fut
-        try:
-            await _nats.publish_raw(self._c.nc, pd.subject, pd.value, f"{self._inbox}.{token}", pd.block)
-        except BaseException:
-            self._replies.pop(token, None)
-            raise
-        fut.token = token  # type: ignore[attr-defined]
-        return fut
+    def _on_reply(self, subject: bytes, reply: bytes, data: bytes, hdr: Optional[bytes]) -> None:
+        """Routes a fast-batch reply to the sink whose batch it names (on the connection's reading
+        task). Replies to batches no longer open are dropped: their sink settled them already."""
+        parsed = fb.parse_subject(self._prefix, subject.decode("ascii", "replace"))
+        if parsed is None:
+            return
+        s = self._batches.get(parsed[0])
+        if s is None:
+            return
+        s.replies.append(fb.parse_reply(parsed[0], parsed[1], parsed[2], data, hdr))
+        s.wake.set()
 
-    def _forget(self, fut: asyncio.Future) -> None:
-        self._replies.pop(getattr(fut, "token", ""), None)
-
-    async def _on_reply(self, msg: Any) -> None:
-        fut = self._replies.pop(msg.subject[len(self._inbox) + 1:], None)
-        if fut is None or fut.done():
-            return
-        hdr = msg.headers or {}
-        status = hdr.get("Status")
-        if status == "503":
-            fut.set_exception(_NoResponders())
-            return
-        try:
-            resp = json.loads(msg.data)
-        except ValueError:
-            fut.set_exception(_JSError(0, 0, f"bad acknowledgement (status {status}): {bytes(msg.data[:80])!r}"))
-            return
-        if "error" in resp:
-            e = resp["error"] or {}
-            fut.set_exception(_JSError(int(e.get("code") or 0), int(e.get("err_code") or 0), str(e.get("description") or "")))
-            return
-        fut.set_result((int(resp.get("seq") or 0), bool(resp.get("duplicate"))))
-
-    # --- control: transient failures and fences ------------------------------------------------
+    # --- control: fences -------------------------------------------------------------------------
 
     async def _control(self) -> None:
+        """Re-reads the descriptor when asked (a topic event, a stall, no responders) and
+        repartitions when the epoch moved on (or a sink found it fenced)."""
         while True:
-            ev: _Event = await self._events.get()
-            if ev.final or ev.cause is None:
+            ev: Optional[_Event] = await self._events.get()
+            if ev is not None:
+                if not ev.final and ev.fenced is not None and ev.fenced.current.epoch > self.epoch:
+                    await self._repartition(ev.fenced)
                 continue
+            self._check_wanted = False
             try:
-                fetched = await self._fetch()
-                self._check_same_topic(fetched)
-                desc: Optional[wire.Topic] = fetched
-            except (NotFound, PermissionDenied) as e:
+                desc = await self._fetch_quick()
+            except NotFound as e:
+                self._fail(e if "created again" in str(e) else NotFound(f"topic {self.topic} was deleted: {e}"))
+                continue
+            except PermissionDenied as e:
                 self._fail(e)
-                ev.sink.abort(e)
                 continue
             except PctlError:
-                desc = None  # broker unreachable: retry in place
-            if desc is not None and desc.current.epoch > ev.sink.epoch:
-                await self._repartition(ev, desc)
-                continue
-            # Same epoch: the stream is unavailable for a moment, or an epoch change is between
-            # fencing and activation. Retry the same records, in order, on the same subject, after
-            # a pause that doubles (50 ms to 1 s) while the sink fails without any acknowledgement.
-            await asyncio.sleep(min(0.05 * (1 << min(ev.sink.failures - 1, 5)), 1.0))
-            ev.sink.resume(ev.left)
+                continue  # broker unreachable: the sinks' own timeouts settle their batches
+            if desc.current.epoch > self.epoch:
+                self._logf(f"producer {self.id}: epoch {desc.current.epoch} of topic {self.topic} is current: settling "
+                           f"partitions of epoch {self.epoch}")
+                await self._repartition(desc)
 
-    async def _repartition(self, first: _Event, desc: wire.Topic) -> None:
-        """Moves every unacknowledged record to the new epoch, in the original order."""
+    async def _repartition(self, desc: wire.Topic) -> None:
+        """Moves every unacknowledged record to the new epoch, in the original order. Every old
+        sink settles its open batch first (so nothing it sent can still be stored), then hands
+        back its records."""
         self._switching = True
-        self._held.extend(self._unassigned)  # sent, not yet partitioned: they follow the rest
-        self._unassigned = []
         old = dict(self._sinks)
-        left = list(first.left)
+        left: list = []
         waiting = set(old.values())
         for s in waiting:
-            s.request_stop()
-        # Every old sink (the failed one too: records may have reached its queue after its
-        # failure) stops once its publishes in flight are answered and hands back the rest.
+            s.fence(desc)
+        recheck = False
         while waiting:
-            ev: _Event = await self._events.get()
-            if ev.sink in waiting:
+            ev: Optional[_Event] = await self._events.get()
+            if ev is None:
+                self._check_wanted, recheck = False, True
+                continue
+            if ev.final and ev.sink in waiting:
                 left.extend(ev.left)
-                if ev.final:
-                    waiting.discard(ev.sink)
-        for s in old.values():
-            s.close()
-        left = await self._resolve_ambiguous(desc, left)
+                waiting.discard(ev.sink)
+                if ev.fenced is not None and ev.fenced.current.epoch > desc.current.epoch:
+                    desc = ev.fenced
+        left.extend(self._unassigned)  # sent, not yet partitioned: they follow the rest
+        self._unassigned = []
         try:
             await self._install(desc)
         except PctlError as e:
@@ -522,195 +577,816 @@ class Producer:
             for pd in left:
                 self._finish(pd, error=e)
             return
-        self.resent += len(left)
         left.extend(self._held)
         self._held = []
+        left = [pd for pd in left if not pd.future.done()]
         left.sort(key=lambda pd: pd.seq)
         self._switching = False
+        self.resent += len(left)
         self._assign_many(left)
+        if recheck:
+            self._request_check()
 
-    async def _resolve_ambiguous(self, desc: wire.Topic, left: list) -> list:
-        """A record whose acknowledgement was lost may be stored in its fenced partition: look for
-        its Nats-Msg-Id between the last acknowledged sequence and the partition's boundary
-        (spec/protocol.md §5.1). Found: it is acknowledged there; not found: it is re-sent."""
-        groups: dict = {}
-        for pd in left:
-            if pd.ambiguous:
-                groups.setdefault(pd.partition, []).append(pd)
-        found: dict = {}
-        for part, pds in groups.items():
-            # The floor is taken before each record's first publish, not now: with pipelining a
-            # later record's acknowledgement can be above an ambiguous record.
-            floor = min(pd.floor or 0 for pd in pds)
-            found.update(await self._find_stored(desc, pds[0].epoch, part, floor, {pd.msg_id for pd in pds}))
-        out = []
-        for pd in left:
-            if pd.ambiguous:
-                pd.ambiguous = False
-                seq = found.get(pd.msg_id)
-                if seq:
-                    self._finish(pd, RecordMetadata(pd.partition, pd.epoch, seq, pd.seq, duplicate=True))
-                    continue
-            out.append(pd)
-        return out
 
-    async def _find_stored(self, desc: wire.Topic, epoch: int, partition: int, floor: int, ids: set) -> dict:
-        """Msg id -> stream sequence of those of `ids` stored in the partition above floor,
-        up to the epoch's boundary: direct gets, newest first (an ambiguous record is among the
-        last ones), 64 at a time, each sequence read once."""
-        e = desc.epoch(epoch)
-        if e is None or not e.boundaries or partition >= len(e.boundaries):
-            return {}
-        subject = f"$JS.API.DIRECT.GET.{wire.stream_name(self.topic, partition)}"
-        nc, want, found = self._c.nc, set(ids), {}
+class _Batch:
+    """The open fast batch: recs[i] was sent with batch seq i+1."""
+    __slots__ = ("id", "recs", "keys", "acked", "flowed", "commit", "anomaly", "ended", "unknown", "never", "no_resp",
+                 "pub_ack", "progress", "checked", "transient")
 
-        async def get(seq: int):
-            try:
-                return seq, await nc.request(subject, json.dumps({"seq": seq}).encode(), timeout=self._c.timeout)
-            except (nats.errors.Error, asyncio.TimeoutError):
-                return seq, None
+    def __init__(self, now: float):
+        self.id = fb.random_hex(16)
+        self.recs: list = []
+        self.keys: set = set()  # Pctl-Key headers of its records (the per-key rule on clusters)
+        self.acked = 0  # records 1..acked are persisted and finished
+        self.flowed = 0  # records 1..flowed are persisted says a flow ack (the window's base)
+        self.commit = 0  # batch seq of the commit message once sent (n for op 2, n+1 for an EOB)
+        self.anomaly = ""  # why the batch must be settled; "" while clean
+        self.ended = False  # the server ended the batch (gap or error): a PubAck is on its way
+        self.unknown = False  # the server no longer knows the batch (refusal 10208)
+        self.never = False  # the first message was refused: nothing of the batch is stored
+        self.no_resp = False  # no responders: no stream on the subject (fenced?)
+        self.pub_ack: Optional[fb.Reply] = None
+        self.progress = self.checked = now  # last reply; last stall check
+        self.transient = False  # the anomaly calls for a pause before re-sending
 
-        seq = e.boundaries[partition]
-        while seq > floor and want:
-            batch = range(seq, max(floor, seq - 64), -1)
-            for n, m in await asyncio.gather(*(get(n) for n in batch)):
-                mid = (m.headers or {}).get(wire.HEADER_MSG_ID) if m is not None else None
-                if mid in want:
-                    want.discard(mid)
-                    found[mid] = n
-            seq -= len(batch)
-        return found
+
+class _Fatal(Exception):
+    """The sink must stop: the producer failed (or is closed)."""
 
 
 class _Sink:
-    """Publishes one partition's records of one epoch, in order, up to max_in_flight at once."""
+    """Sends one partition's records of one epoch as a series of fast batches (spec/protocol.md
+    §5.1.2): one batch open at a time, many records in flight inside it."""
 
     def __init__(self, p: Producer, epoch: int, partition: int):
         self.p, self.epoch, self.partition = p, epoch, partition
+        self.subject = wire.data_subject(p.topic, epoch, partition)
+        self.stream = wire.stream_name(p.topic, partition)
         self.queue: deque = deque()
-        self.stopping = self.closing = self.paused = False
-        self.aborted: Optional[BaseException] = None
+        self.replies: deque = deque()
         self.wake = asyncio.Event()
-        self.last_acked = 0
-        self.failures = 0  # failure events since the last acknowledgement
+        self.fence_desc: Optional[wire.Topic] = None
+        self.aborted: Optional[PctlError] = None
+        self.conn_lost = False
+        self.fenced_self: Optional[wire.Topic] = None
+        self.floor = 0
+        self.floor_known = False
+        # On a cluster nats-server 2.15.2 counts, in flow acks and PubAcks, batch messages whose
+        # raft proposals a leader's term change dropped: records finish only once their batch is
+        # confirmed (spec/protocol.md §5.1.2).
+        self.verify = False
+        self.leader = ""
+        self.leader_since = ""
+        self.replicas = 0
+        self.b: Optional[_Batch] = None
+        self.backoff = 0.0
         self.task = asyncio.ensure_future(self.run())
+
+    # --- control (any task) ---
 
     def push(self, pd: _Pending) -> None:
         self.queue.append(pd)
         self.wake.set()
 
-    def request_stop(self) -> None:
-        self.stopping = True
+    def fence(self, desc: wire.Topic) -> None:
+        self.fence_desc = desc
         self.wake.set()
 
-    def close(self) -> None:
-        self.closing = True
-        self.wake.set()
-
-    def abort(self, err: BaseException) -> None:
+    def abort(self, err: PctlError) -> None:
         if self.aborted is None:
             self.aborted = err
         self.wake.set()
 
-    def resume(self, left: list) -> None:
-        """Re-queues records (in order, ahead of newer ones) after a transient failure."""
-        self.queue.extendleft(reversed(left))
-        self.paused = False
+    def conn_changed(self) -> None:
+        self.conn_lost = True
         self.wake.set()
+
+    def logf(self, msg: str) -> None:
+        self.p._logf(f"producer {self.p.id}: partition {self.partition} of epoch {self.epoch}: {msg}")
+
+    # --- the run task ---
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        except asyncio.CancelledError:
+            self._fail_all(self.aborted or Unavailable(f"producer {self.p.id} stopped"))
+            raise
+        except BaseException as e:  # noqa: BLE001 - a bug must not lose records silently
+            err = e if isinstance(e, PctlError) else Unavailable(f"partition {self.partition}: {type(e).__name__}: {e}")
+            self.p._fail(err)
+            self._fail_all(err)
+            self._exit(_Event(self, [], None, True))
+
+    async def _run(self) -> None:
         p = self.p
-        loop = asyncio.get_running_loop()
-        inflight: deque = deque()  # (pending, future, deadline)
-        failed: list = []
-        cause: Optional[BaseException] = None
-        watched: Optional[asyncio.Future] = None
-        timeout = p._c.ack_timeout
         while True:
             if self.aborted is not None:
-                self._drain_aborted(inflight, failed)
+                self._fail_all(self.aborted)
+                self._exit(_Event(self, [], None, True))
                 return
-            if cause is None and not self.stopping and not self.paused:
-                while self.queue and len(inflight) < p._max_in_flight:
-                    pd = self.queue.popleft()
-                    pd.tries += 1
-                    if pd.floor is None:
-                        pd.floor = self.last_acked
+            fence_desc, conn_lost = self.fence_desc, self.conn_lost
+            self.conn_lost = False
+            if self.fenced_self is not None and fence_desc is None:
+                await self._sleep(None)  # fenced: wait for the control task to stop the sink
+                continue
+            b = self.b
+            if b is not None:
+                if conn_lost and not b.anomaly and (len(b.recs) > b.acked or b.commit):
+                    b.anomaly = "the connection was lost with records in flight"
+                if fence_desc is not None and not b.anomaly:
+                    b.anomaly = f"epoch {fence_desc.current.epoch} is current"
+                if b.anomaly:
                     try:
-                        fut = await p._publish(pd)
-                    except Exception as e:  # noqa: BLE001 - connection closed, payload too large...
-                        if _permanent(e):
-                            p._finish(pd, error=BadRequest(f"record {pd.seq} cannot be published: {e}"))
-                            continue
-                        cause = e
-                        failed.append(pd)
-                        break
-                    # A retry of an ambiguous publish waits longer each time (up to 64 times
-                    # ack_timeout): an ack timeout below the broker's answer time must not
-                    # make the producer retry forever.
-                    inflight.append((pd, fut, loop.time() + timeout * (1 << min(pd.tries - 1, 6))))
-            while inflight and inflight[0][1].done():
-                pd, fut, _ = inflight.popleft()
-                err = fut.exception()
-                if err is None:
-                    seq, dup = fut.result()
-                    self.last_acked = seq
-                    self.failures = 0
-                    p._finish(pd, RecordMetadata(self.partition, self.epoch, seq, pd.seq, dup))
-                elif _permanent(err):
-                    p._finish(pd, error=BadRequest(f"record {pd.seq} refused by partition {self.partition}: {err}"))
-                else:
-                    failed.append(pd)
-                    cause = cause or err
-            if inflight:
-                pd, fut, deadline = inflight[0]
-                now = loop.time()
-                if now >= deadline:
-                    inflight.popleft()
-                    p._forget(fut)
-                    fut.cancel()
-                    pd.ambiguous = True
-                    failed.append(pd)
-                    cause = cause or _AckTimeout()
+                        fenced = await self._settle(fence_desc)
+                    except _Fatal:
+                        continue  # aborted now: the top of the loop fails the records
+                    except PctlError as e:
+                        if self.aborted is None:
+                            p._fail(e)
+                        continue
+                    if fenced is not None and fence_desc is None:
+                        self.fenced_self = fenced
+                        p._events.put_nowait(_Event(self, [], fenced, False))
                     continue
-                self.wake.clear()
-                if watched is not fut:
-                    fut.add_done_callback(self._on_done)
-                    watched = fut
-                h = loop.call_later(deadline - now, self.wake.set)
-                await self.wake.wait()
-                h.cancel()
-                continue
-            if cause is not None or (self.stopping and not failed):
-                # Settled: hand everything unacknowledged to the control task.
-                left = failed + list(self.queue)
-                self.queue.clear()
-                if self.stopping:
-                    p._events.put_nowait(_Event(self, left, None, final=True))
-                    return
-                self.paused = True
-                self.failures += 1
-                p._events.put_nowait(_Event(self, left, cause))
-                failed, cause = [], None
-                continue
-            if self.closing:
+            elif fence_desc is not None:
+                self._exit(_Event(self, self._take_queue(), fence_desc, True))
                 return
-            # Nothing in flight: wait for records to send (unless paused: a paused sink waits for
-            # the control task to resume or stop it), an abort, a stop or a close.
-            self.wake.clear()
-            if (self.queue and not self.paused) or self.aborted is not None or self.stopping or self.closing:
+            if self.b is None and not self.floor_known and self.queue:
+                try:
+                    await self._read_floor()
+                except _Fatal:
+                    continue
+                except PctlError as e:
+                    if self.aborted is None:
+                        p._fail(e)
+                    continue
+            await self._fill()
+            await self._wait()
+
+    def _exit(self, ev: _Event) -> None:
+        if self.b is not None:
+            self.p._batches.pop(self.b.id, None)
+        if self.p._closed:
+            for pd in ev.left:
+                self.p._finish(pd, error=Unavailable(f"producer {self.p.id} closed before the record was acknowledged"))
+            return
+        self.p._events.put_nowait(ev)
+
+    def _take_queue(self) -> list:
+        """Every record not acknowledged, the open batch's first, in order."""
+        left = []
+        if self.b is not None:
+            left = self.b.recs[self.b.acked:]
+            self.p._batches.pop(self.b.id, None)
+            self.b = None
+        left.extend(self.queue)
+        self.queue.clear()
+        return left
+
+    def _fail_all(self, err: BaseException) -> None:
+        for pd in self._take_queue():
+            self.p._finish(pd, error=err)
+
+    def _check_abort(self) -> None:
+        if self.aborted is not None:
+            raise _Fatal()
+
+    async def _sleep(self, timeout: Optional[float]) -> None:
+        """Waits for a wake-up (a reply, a record, a control flag) or `timeout` seconds."""
+        if not self.wake.is_set():
+            if timeout is None:
+                await self.wake.wait()
+            else:
+                h = asyncio.get_running_loop().call_later(max(timeout, 0.001), self.wake.set)
+                try:
+                    await self.wake.wait()
+                finally:
+                    h.cancel()
+        self.wake.clear()
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleeps, but wakes up early for an abort."""
+        deadline = time.monotonic() + seconds
+        while self.aborted is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            await self._sleep(left)
+        raise _Fatal()
+
+    @staticmethod
+    def _backoff(attempt: int) -> float:
+        """50 ms doubling up to 1 s."""
+        return min(0.05 * (1 << min(attempt, 5)), 1.0)
+
+    async def _stream_info(self) -> dict:
+        """The stream's info (answered by its leader); retries transient failures."""
+        for attempt in range(1 << 30):
+            self._check_abort()
+            try:
+                return await _nats.js_request(self.p._c, f"$JS.API.STREAM.INFO.{self.stream}", {},
+                                              timeout=max(self.p._c.ack_timeout, 0.5))
+            except _nats.JSError as e:
+                if e.err_code == fb.ERR_STREAM_NOT_FOUND:
+                    raise NotFound(f"partition stream {self.stream} of topic {self.p.topic} does not exist") from None
+                why: Any = e
+            except PermissionDenied:
+                raise
+            except PctlError as e:
+                why = e
+            if attempt % 10 == 9:
+                self.logf(f"reading stream {self.stream}: {why}; retrying")
+            await self._pause(self._backoff(attempt))
+        raise AssertionError("unreachable")
+
+    async def _read_floor(self) -> None:
+        """The stream's last sequence before the sink's first batch (its floor), and the check
+        that the stream takes fast batches."""
+        try:
+            info = await self._stream_info()
+        except NotFound:
+            await self.p._fetch()  # a re-created topic says so
+            raise
+        cfg = info.get("config") or {}
+        level = (cfg.get("metadata") or {}).get("_nats.level")
+        if not cfg.get("allow_batched") or (level is not None and str(level).isdigit() and int(level) < 4):
+            raise Unavailable(f"partition stream {self.stream} does not allow fast batch publishing (allow_batched "
+                              f"{bool(cfg.get('allow_batched'))}, JetStream API level {level or 'unknown'}; needs 4), which pctl's "
+                              f"producer needs (spec/protocol.md §5.1): run nats-server 2.14+ and restart 'pctl serve' with "
+                              f"this version: it updates the streams of existing topics")
+        self.floor, self.floor_known = int((info.get("state") or {}).get("last_seq") or 0), True
+        cl = info.get("cluster") or {}
+        self.verify = bool(cl.get("name"))
+        self._note_leader(info)
+
+    def _note_leader(self, info: dict) -> bool:
+        """Records the stream's leader, its election time and its replicas; reports whether any
+        changed since the last note, or the election is recent (spec/protocol.md §5.1.2)."""
+        cl = info.get("cluster") or {}
+        if not cl:
+            return True
+        leader, since = str(cl.get("leader") or ""), str(cl.get("leader_since") or "")
+        replicas = int((info.get("config") or {}).get("num_replicas") or 0)
+        changed = leader != self.leader or since != self.leader_since or replicas != self.replicas
+        self.leader, self.leader_since, self.replicas = leader, since, replicas
+        if not leader:
+            return True
+        t = _parse_time(since)
+        return changed or t is None or time.time() - t <= LEADER_SETTLED
+
+    async def _fill(self) -> None:
+        """Opens a batch if there is none and records wait, sends records while the window
+        allows, and commits when the queue ran empty or the batch is full (or, on a cluster with
+        replicas, when the next record's key is in the batch already)."""
+        p = self.p
+        nc = p._c.nc
+        if self.b is None:
+            if not self.queue or not nc.is_connected:
+                return
+            self.b = _Batch(time.monotonic())
+            p._batches[self.b.id] = self
+        b = self.b
+        if b.anomaly or b.commit:
+            return
+        window, size = p._max_in_flight, p._batch_size
+        flow = max(1, window // 4)
+        one_key = self.verify and self.replicas > 1
+        msgs = []
+        split = False
+        while self.queue and len(b.recs) - max(b.acked, b.flowed) < window and len(b.recs) < size:
+            pd = self.queue[0]
+            if pd.failed is not None or pd.future.done():
+                self.queue.popleft()
+                if pd.failed is not None:
+                    p._finish(pd, error=pd.failed)
                 continue
-            await self.wake.wait()
+            if one_key and pd.key_hdr is not None and pd.key_hdr in b.keys:
+                split = True  # the per-key rule: commit, the next batch starts once this one is confirmed
+                break
+            self.queue.popleft()
+            seq = len(b.recs) + 1
+            op = fb.OP_APPEND
+            if seq == 1:
+                op = fb.OP_COMMIT if not self.queue else fb.OP_START  # a batch of one record: one message
+            msgs.append((self.subject, fb.reply_subject(p._inbox, b.id, flow, seq, op), pd.block, pd.value))
+            pd.sends += 1
+            if self.stream not in pd.floors:
+                pd.floors[self.stream] = self.floor
+            b.recs.append(pd)
+            if one_key and pd.key_hdr is not None:
+                b.keys.add(pd.key_hdr)
+            if op == fb.OP_COMMIT:
+                b.commit = seq
+                break
+        if not b.commit and b.recs and (len(b.recs) >= size or not self.queue or split):
+            seq = len(b.recs) + 1
+            msgs.append((self.subject, fb.reply_subject(p._inbox, b.id, flow, seq, fb.OP_EOB), b"", b""))
+            b.commit = seq
+        if not msgs:
+            return
+        try:
+            await _nats.publish_raw_many(nc, msgs)
+        except (nats.errors.Error, OSError) as e:
+            # Not sent (connection closed or its buffer full): settle; what the server got is found out there.
+            b.anomaly = f"publish failed: {type(e).__name__} {e}".strip()
+            b.transient = True
 
-    def _on_done(self, _fut: asyncio.Future) -> None:
-        self.wake.set()
+    async def _wait(self) -> None:
+        """Waits until something happens, handles the replies, checks the timers."""
+        b = self.b
+        if b is None or b.anomaly:
+            if b is None:
+                await self._sleep(None)
+            return
+        ack_timeout, stall = self.p._c.ack_timeout, self.p._stall
+        if not self.replies:
+            now = time.monotonic()
+            nxt = min(b.checked + stall, b.progress + ack_timeout)
+            await self._sleep(nxt - now)
+        while self.replies and self.b is b and not b.anomaly:
+            await self._handle(self.replies.popleft())
+        if self.b is not b or b.anomaly:
+            return
+        now = time.monotonic()
+        if now - b.progress >= ack_timeout:
+            b.anomaly = f"no reply within {ack_timeout:g}s"
+        elif now - b.checked >= stall:
+            b.checked = now
+            self.p._request_check()  # a fenced subject on a cluster may answer nothing
 
-    def _drain_aborted(self, inflight: deque, failed: list) -> None:
-        err = self.aborted
-        for pd, fut, _ in inflight:
-            self.p._forget(fut)
-            self.p._finish(pd, error=err)
-        for pd in failed:
-            self.p._finish(pd, error=err)
-        while self.queue:
-            self.p._finish(self.queue.popleft(), error=err)
+    async def _handle(self, r: fb.Reply) -> None:
+        """Applies one reply to the open batch."""
+        b = self.b
+        if b is None or r.batch != b.id:
+            return
+        b.progress = b.checked = time.monotonic()
+        k = r.kind
+        if k == fb.FLOW_ACK:
+            if r.ack_seq > len(b.recs):
+                b.anomaly = f"flow acknowledgement of batch seq {r.ack_seq}, only {len(b.recs)} sent"
+                return
+            b.flowed = max(b.flowed, r.ack_seq)
+            if not self.verify:
+                self._ack_up_to(r.ack_seq)
+        elif k == fb.GAP:
+            b.ended = True
+            b.anomaly = b.anomaly or f"gap: the server expected batch seq {r.gap_expected}, got {r.gap_got}"
+        elif k == fb.FLOW_ERR:
+            b.ended = True
+            self._refused(r)
+            b.anomaly = b.anomaly or f"batch seq {r.gap_got} refused: {r.err_text} ({r.err_code})"
+        elif k == fb.REFUSAL:
+            self._refused(r)
+            b.anomaly = b.anomaly or f"batch seq {r.seq} refused: {r.err_text} ({r.err_code})"
+        elif k == fb.NO_RESPONDERS:
+            b.no_resp = True
+            b.anomaly = b.anomaly or f"no stream answers {self.subject}"
+            self.p._request_check()
+        elif k == fb.PUBACK:
+            b.pub_ack = r
+            if not b.anomaly and b.commit and r.ack_batch == b.id and not r.duplicate and r.count == len(b.recs):
+                if self.verify:
+                    try:
+                        found, trusted = await self._confirm(len(b.recs), r.stream_seq)
+                    except _Fatal:
+                        return
+                    except PctlError as e:
+                        b.anomaly = f"cannot confirm the batch on the cluster: {e}"
+                        return  # settle takes it up (the PubAck is kept)
+                    if not trusted:
+                        self._end_confirmed(found, r.stream_seq)
+                        return
+                self._committed(r)
+                return
+            b.anomaly = b.anomaly or (f"PubAck of {r.count} records (batch {r.ack_batch!r}, duplicate {r.duplicate}), "
+                                      f"{len(b.recs)} sent, commit sent: {bool(b.commit)}")
+        else:
+            b.anomaly = b.anomaly or f"unexpected reply: {r.err_text}"
+
+    def _refused(self, r: fb.Reply) -> None:
+        """Records what a refusal says about one message of the batch."""
+        b = self.b
+        assert b is not None
+        seq = r.gap_got if r.kind == fb.FLOW_ERR else r.seq
+        code = r.err_code
+        if code == fb.ERR_TOO_LARGE:
+            if 1 <= seq <= len(b.recs):
+                pd = b.recs[seq - 1]
+                pd.failed = BadRequest(f"record {pd.seq} refused by partition {self.partition}: {r.err_text} (JetStream error "
+                                       f"{code}); a record must fit the stream's maximum message size")
+        elif code == fb.ERR_UNKNOWN_BATCH:
+            b.unknown = True
+        elif code in (fb.ERR_BATCH_DISABLED, fb.ERR_BAD_PATTERN, fb.ERR_BAD_BATCH_ID):
+            self.p._fail(Unavailable(f"partition stream {self.stream} refused a fast batch: {r.err_text} (JetStream error {code}); "
+                                     f"pctl's producer needs nats-server 2.14+ and streams with allow_batched (restart "
+                                     f"'pctl serve' to update them)"))
+        else:
+            b.transient = True  # 10211, 10071 and anything else: retried with back-off
+        if seq == 1 and r.kind == fb.REFUSAL and code != fb.ERR_UNKNOWN_BATCH:
+            b.never = True  # the batch never started: nothing of it is stored
+
+    def _meta(self, seq: int = 0, duplicate: bool = False, pd: Optional[_Pending] = None) -> RecordMetadata:
+        return RecordMetadata(self.partition, self.epoch, seq, pd.seq if pd else 0, duplicate)
+
+    def _ack_up_to(self, n: int) -> None:
+        """Finishes the records of batch seqs acked+1..n: the server persisted them."""
+        b = self.b
+        assert b is not None
+        while b.acked < n:
+            pd = b.recs[b.acked]
+            b.acked += 1
+            if pd.failed is None:
+                self.p._finish(pd, RecordMetadata(self.partition, self.epoch, 0, pd.seq))
+
+    def _committed(self, r: fb.Reply) -> None:
+        """Finishes a batch whose PubAck was clean."""
+        b = self.b
+        assert b is not None
+        n = len(b.recs)
+        if b.acked < n - 1:
+            self._ack_up_to(n - 1)
+        if b.acked < n:
+            last = b.recs[n - 1]
+            seq = r.stream_seq if last.sends == 1 and r.stream_seq > 0 else 0  # its first send: the PubAck names it
+            self.p._finish(last, RecordMetadata(self.partition, self.epoch, seq, last.seq))
+            b.acked = n
+        self._end_batch(r.stream_seq)
+        self.backoff = 0.0
+
+    def _end_batch(self, stream_seq: int) -> None:
+        assert self.b is not None
+        if stream_seq > self.floor:
+            self.floor = stream_seq
+        self.p._batches.pop(self.b.id, None)
+        self.b = None
+
+    def _finish_stored(self, stored: dict) -> list:
+        """Finishes the open batch's records not yet finished: those in `stored` (index -> stream
+        sequence, 0 if unknown) are acknowledged, refused ones fail, and the others are returned,
+        in order, to be sent again."""
+        b = self.b
+        assert b is not None
+        rest = []
+        for i in range(b.acked, len(b.recs)):
+            pd = b.recs[i]
+            if pd.failed is not None:
+                self.p._finish(pd, error=pd.failed)
+            elif i in stored:
+                self.p._finish(pd, RecordMetadata(self.partition, self.epoch, stored[i], pd.seq))
+            else:
+                rest.append(pd)
+        b.acked = len(b.recs)
+        return rest
+
+    def _end_confirmed(self, found: dict, stream_seq: int) -> None:
+        """Ends a committed batch that the confirm step had to read back: records found are
+        acknowledged, the others (counted by the server but not stored) go out again in a new
+        batch, after records sent later that it did store: their keys may be out of order."""
+        b = self.b
+        assert b is not None
+        rest = self._finish_stored(found)
+        if rest:
+            self.p.holes += len(rest)
+            self.logf(f"SERVER FAULT: batch {b.id} was committed with {len(b.recs)} records but {len(rest)} of them are not "
+                      f"stored (nats-server counted raft proposals a leader's term change dropped); sending them again after "
+                      f"later records: per-key order may be broken for their keys")
+        self._end_batch(stream_seq)
+        self.queue.extendleft(reversed(rest))
+
+    def _low_floor(self, lo: int, hi: int) -> int:
+        """The lowest stream sequence above which a copy of the open batch's records lo..hi-1 can
+        be stored: the sink's floor, or lower for records sent to this stream before."""
+        assert self.b is not None
+        low = self.floor
+        for pd in self.b.recs[lo:hi]:
+            f = pd.floors.get(self.stream)
+            if f is not None and f < low:
+                low = f
+        return low
+
+    async def _get(self, seq: int) -> Optional[fb.StoredMsg]:
+        """Message `seq` of the stream, read from its leader ($JS.API.STREAM.MSG.GET; a direct get
+        may come from a replica that lags), None when there is none; retries transient failures."""
+        nc = self.p._c.nc
+        body = b'{"seq":%d}' % seq
+        for attempt in range(1 << 30):
+            self._check_abort()
+            try:
+                m = await nc.request(f"$JS.API.STREAM.MSG.GET.{self.stream}", body, timeout=max(self.p._c.ack_timeout, 0.5))
+                got = fb.parse_msg_get(m.data)
+                if got is None or isinstance(got, fb.StoredMsg):
+                    return got
+                if got[0] == fb.ERR_STREAM_NOT_FOUND:
+                    raise NotFound(f"partition stream {self.stream} is gone")
+                why: Any = f"{got[1]} ({got[0]})"
+            except (nats.errors.Error, asyncio.TimeoutError) as e:
+                why = e
+            if attempt % 10 == 9:
+                self.logf(f"reading message {seq} of {self.stream}: {why}; retrying")
+            await self._pause(self._backoff(attempt))
+        raise AssertionError("unreachable")
+
+    async def _read_range(self, first: int, last: int, f: Callable[[int, fb.StoredMsg], None], backwards: bool = False,
+                          stop: Optional[Callable[[], bool]] = None) -> None:
+        """Reads messages first..last from the stream leader, 64 at a time, calling f for each
+        that exists (in ascending order, or descending with `backwards`) until `stop` says so."""
+        window = 64
+        if not backwards:
+            lo = first
+            while lo <= last:
+                hi = min(last, lo + window - 1)
+                msgs = await asyncio.gather(*(self._get(s) for s in range(lo, hi + 1)))
+                for i, m in enumerate(msgs):
+                    if m is not None:
+                        f(lo + i, m)
+                lo = hi + 1
+            return
+        hi = last
+        while hi >= first:
+            lo = max(first, hi - window + 1)
+            msgs = await asyncio.gather(*(self._get(s) for s in range(lo, hi + 1)))
+            for i in range(len(msgs) - 1, -1, -1):
+                if msgs[i] is not None:
+                    f(lo + i, msgs[i])
+                    if stop is not None and stop():
+                        return
+            hi = lo - 1
+
+    def _is(self, m: fb.StoredMsg, pd: _Pending) -> bool:
+        return fb.same_record(m, self.p.id, str(pd.seq), pd.msg_id, pd.key_hdr, pd.value)
+
+    async def _confirm(self, k: int, up_to: int) -> tuple:
+        """On a cluster, checks records acked..k-1 of the open batch that the server counted as
+        persisted (spec/protocol.md §5.1.2). When the stream's leader and its election time are
+        those noted before the batch, and the election is older than 5 s, the count is trusted:
+        ({}, True). Otherwise the stream is read back from the lowest floor of the batch's records
+        and every record of the batch looked for: (index -> stream sequence of those found, False).
+        Records not found get a new deduplication id before they are sent again."""
+        b = self.b
+        assert b is not None
+        info = await self._stream_info()
+        if not self._note_leader(info):
+            return {}, True
+        want = {b.recs[i].msg_id: i for i in range(b.acked, len(b.recs))}
+        found: dict = {}
+
+        def look(seq: int, m: fb.StoredMsg) -> None:
+            i = want.get(m.get(wire.HEADER_MSG_ID))
+            if i is not None and self._is(m, b.recs[i]):
+                found[i] = seq
+
+        top = max(int((info.get("state") or {}).get("last_seq") or 0), up_to)
+        low = self._low_floor(b.acked, len(b.recs))
+        await self._read_range(low + 1, top, look)
+        if self.p._content_tokens and low > 0 and any(i not in found for i in range(b.acked, len(b.recs))):
+            # A content token's id may have been stored by an earlier run, as long ago as the
+            # deduplication window reaches.
+            since = await self._seq_at(time.time() - DEDUP_WINDOW - 10)
+            if since <= low:
+                await self._read_range(since, low, look)
+        for i in range(b.acked, len(b.recs)):
+            if i not in found:
+                self.p._renew(b.recs[i])
+        if len(found) < k - b.acked:
+            self.logf(f"read back {low + 1}..{top} after a leader change: {len(found)} of {len(b.recs) - b.acked} records of "
+                      f"batch {b.id} found ({k - b.acked} counted by the server)")
+        return found, False
+
+    async def _seq_at(self, t: float) -> int:
+        """The sequence of the stream's first message stored at or after unix time t (a huge
+        number when there is none)."""
+        ts = datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        try:
+            m = await self.p._c.nc.request(f"$JS.API.DIRECT.GET.{self.stream}", b'{"start_time":"%s"}' % ts.encode(),
+                                          timeout=max(self.p._c.ack_timeout, 0.5))
+        except (nats.errors.Error, asyncio.TimeoutError) as e:
+            raise Unavailable(f"direct get of {self.stream} at {ts}: {e}") from None
+        hdr = m.headers or {}
+        if hdr.get("Status"):
+            return 1 << 62
+        try:
+            return int(hdr.get("Nats-Sequence") or "")
+        except ValueError:
+            raise Unavailable(f"direct get of {self.stream} at {ts}: no sequence in the answer") from None
+
+    # --- settling ---
+
+    async def _settle(self, fence_desc: Optional[wire.Topic]) -> Optional[wire.Topic]:
+        """Learns which prefix of the open batch is stored, finishes it, and queues the rest again
+        (same epoch) or returns the descriptor that fenced the partition (the rest stays for
+        _take_queue). The batch is closed when this returns: nothing more of it can be stored."""
+        b = self.b
+        assert b is not None
+        self.p.settled += 1
+        self.logf(f"settling batch {b.id} ({len(b.recs)} records sent, {b.acked} acknowledged): {b.anomaly}")
+        desc = [fence_desc]
+        fenced = [fence_desc if fence_desc is not None and fence_desc.current.epoch > self.epoch else None]
+        n = b.acked
+        exact: dict = {}
+        if not b.never:
+            n = max(n, await self._learn(desc, fenced, exact))
+        stored = {i: exact.get(i, 0) for i in range(b.acked, n)}
+        if self.verify and n > b.acked:
+            for attempt in range(1 << 30):
+                try:
+                    found, trusted = await self._confirm(n, b.pub_ack.stream_seq if b.pub_ack else 0)
+                    if not trusted:
+                        stored = found
+                    break
+                except NotFound:
+                    raise
+                except PctlError as e:
+                    self.logf(f"confirming batch {b.id}: {e}; retrying")
+                    await self._pause(self._backoff(attempt))
+        rest = self._finish_stored(stored)
+        transient = b.transient
+        self.p._batches.pop(b.id, None)
+        self.b = None
+        self.logf(f"batch {b.id}: {len(b.recs) - len(rest)} of {len(b.recs)} records stored; {len(rest)} to send again")
+        self.queue.extendleft(reversed(rest))
+        if fenced[0] is not None:
+            return fenced[0]
+        if transient:
+            self.backoff = min(max(2 * self.backoff, 0.05), 1.0)
+            await self._pause(self.backoff)
+        return None
+
+    async def _learn(self, desc: list, fenced: list, exact: dict) -> int:
+        """How many records of the open batch are persisted: from its PubAck, by closing the batch
+        with an EOB, or by reading the partition back."""
+        b = self.b
+        assert b is not None
+        p = self.p
+        waited = search = False
+        attempt = -1
+        while True:
+            attempt += 1
+            self._check_abort()
+            fd = self.fence_desc
+            if fd is not None and (desc[0] is None or fd.current.epoch > desc[0].current.epoch):
+                desc[0] = fd  # the control task knows a newer descriptor
+            if b.pub_ack is not None:
+                ok, k, at = await self._check_pub_ack(b.pub_ack)
+                if ok:
+                    if at >= 0:
+                        exact[at] = b.pub_ack.stream_seq
+                    if b.pub_ack.stream_seq > self.floor and k > b.acked:
+                        self.floor = b.pub_ack.stream_seq
+                    return k
+                b.pub_ack, search = None, True  # not provably about these records: read the partition back
+            if b.ended and not waited:
+                waited = True  # the server ended the batch (a gap or an error): its PubAck is on its way
+                await self._await(lambda: b.pub_ack is not None)
+                continue
+            if search or b.unknown:
+                k, at = await self._search(fenced[0])
+                if k > b.acked and at > 0:
+                    exact[k - 1] = at
+                    self.floor = max(self.floor, at)
+                return k
+            # Close the batch ourselves: an EOB above everything sent, on the stream's current
+            # subject (after a fence the batch lives on under the stream's new subject).
+            await self._wait_connected()
+            if b.no_resp or attempt > 0:
+                try:
+                    desc[0] = await p._fetch_quick()
+                except (NotFound, PermissionDenied):
+                    raise
+                except PctlError as e:
+                    self.logf(f"reading the descriptor: {e}; closing the batch on {self.subject}")
+            subject = self.subject
+            d = desc[0]
+            if d is not None and d.current.epoch > self.epoch:
+                fenced[0] = d
+                cur = d.current
+                subject = wire.data_subject(p.topic, cur.epoch, self.partition)
+                if self.partition >= cur.partitions:
+                    # Shrunk away: the retired subject takes no publishes (not even an EOB), and
+                    # nothing more of the batch can be stored: read the partition back.
+                    search = True
+                    continue
+            elif d is not None and d.change is not None and b.no_resp:
+                # Fenced but the new epoch is not active yet: wait for it before closing.
+                if attempt % 20 == 0:
+                    self.logf(f"epoch change to {d.change.get('to')} in progress ({d.change.get('state')}); waiting for it")
+                await self._pause(min(self._backoff(attempt), 0.1))
+                continue
+            b.no_resp = False
+            try:
+                await _nats.publish_raw_many(p._c.nc, [(subject, fb.reply_subject(p._inbox, b.id, 1, len(b.recs) + 1, fb.OP_EOB), b"", b"")])
+            except (nats.errors.Error, OSError) as e:
+                self.logf(f"closing batch {b.id}: {e}")
+            await self._await(lambda: b.pub_ack is not None or b.unknown or b.no_resp)
+            if b.pub_ack is None and not b.unknown:
+                await self._pause(self._backoff(attempt))
+
+    async def _wait_connected(self) -> None:
+        nc = self.p._c.nc
+        while not nc.is_connected:
+            if nc.is_closed:
+                raise Unavailable("the connection is closed")
+            await self._pause(0.02)
+
+    async def _await(self, cond: Callable[[], bool]) -> None:
+        """Handles replies (as while settling) until cond holds or the acknowledgement timeout passes."""
+        deadline = time.monotonic() + self.p._c.ack_timeout
+        while not cond():
+            while self.replies:
+                self._handle_settling(self.replies.popleft())
+            if cond():
+                return
+            self._check_abort()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            await self._sleep(left)
+
+    def _handle_settling(self, r: fb.Reply) -> None:
+        """A reply while the batch is settled: flow acks still confirm persisted records; a
+        PubAck, refusal or no responders say how the batch ended."""
+        b = self.b
+        if b is None or r.batch != b.id:
+            return
+        k = r.kind
+        if k == fb.FLOW_ACK:
+            if r.ack_seq <= len(b.recs) and not self.verify:
+                self._ack_up_to(r.ack_seq)
+        elif k == fb.GAP:
+            b.ended = True
+        elif k in (fb.FLOW_ERR, fb.REFUSAL):
+            self._refused(r)
+            if k == fb.FLOW_ERR:
+                b.ended = True
+        elif k == fb.NO_RESPONDERS:
+            if r.op == fb.OP_EOB:
+                b.no_resp = True  # only our EOB's: the records' own 503s are old news by now
+        elif k == fb.PUBACK:
+            b.pub_ack = r
+
+    async def _check_pub_ack(self, r: fb.Reply) -> tuple:
+        """What a PubAck of a batch that had an anomaly proves: (True, k, at) when records 1..k are
+        persisted (at: the index of the record found at the PubAck's stream sequence, -1 none);
+        (False, 0, -1) when it is not provably about this producer's records."""
+        b = self.b
+        assert b is not None
+        n = len(b.recs)
+        if r.ack_batch != b.id or r.count > n or r.count < b.acked:
+            return False, 0, -1
+        k = r.count
+        if r.duplicate:
+            # A batch of one record whose id was stored already: it counts only if the stored
+            # message is this record.
+            if n != 1 or k != 1:
+                return False, 0, -1
+            m = await self._get(r.stream_seq)
+            pd = b.recs[0]
+            if m is not None and self._is(m, pd):
+                self.p._finish(pd, RecordMetadata(self.partition, self.epoch, r.stream_seq, pd.seq, True))
+                b.acked = 1
+                return True, 1, -1
+            pd.failed = Conflict(f"record {pd.seq} (id {pd.msg_id}) was acknowledged as a duplicate of stream sequence "
+                                 f"{r.stream_seq} of partition {self.partition}, which holds a different record: it is NOT "
+                                 f"stored; another client published with this record's deduplication id")
+            return True, 1, -1
+        if k == 0 or k == b.acked:
+            return True, k, -1
+        if r.stream_seq == 0:
+            return False, 0, -1  # stored nothing new: cannot be checked
+        m = await self._get(r.stream_seq)
+        for i in range(k - 1, -1, -1):
+            if m is not None and self._is(m, b.recs[i]):
+                return True, k, i
+            if self.verify:
+                break  # on a cluster only the last counted record proves the count
+        self.logf(f"the PubAck of batch {b.id} names stream sequence {r.stream_seq}, which holds none of its records")
+        return False, 0, -1
+
+    async def _search(self, fenced: Optional[wire.Topic]) -> tuple:
+        """Reads the partition back from its top (the epoch's boundary when fenced) down to the
+        lowest floor of the batch's records: (how many records of the batch are stored, the
+        stream sequence of the last of them); the batch stores a prefix of what was sent."""
+        b = self.b
+        assert b is not None
+        top = 0
+        if fenced is not None:
+            e = fenced.epoch(self.epoch)
+            if e is not None and e.boundaries and self.partition < len(e.boundaries):
+                top = e.boundaries[self.partition]
+        if top == 0:
+            top = int(((await self._stream_info()).get("state") or {}).get("last_seq") or 0)
+        want = {b.recs[i].msg_id: i for i in range(b.acked, len(b.recs))}
+        hit: list = []
+
+        def look(seq: int, m: fb.StoredMsg) -> None:
+            j = want.get(m.get(wire.HEADER_MSG_ID))
+            if j is not None and not hit and self._is(m, b.recs[j]):
+                hit.append((j, seq))
+
+        low = self._low_floor(b.acked, len(b.recs))
+        await self._read_range(low + 1, top, look, backwards=True, stop=lambda: bool(hit))
+        if hit:
+            j, seq = hit[0]
+            self.logf(f"search: record {j + 1} of batch {b.id} is stored at {seq}")
+            return j + 1, seq
+        return b.acked, 0

@@ -271,6 +271,7 @@ public final class Consumer implements AutoCloseable {
             }
         });
         ensureGroup();
+        checkAssignor();
         watch = new StreamReader(c, raw, GroupKv.STREAM, 1, subjPrefix + ">", false, true, 512, 1 << 20, o.heartbeat(), this::log);
         watchThread = new Thread(this::watchLoop, "pctl-consumer-" + member + "-watch");
         watchThread.setDaemon(true);
@@ -324,6 +325,23 @@ public final class Consumer implements AutoCloseable {
             kv.create(marker, GroupKv.utf8(JsApi.now()));
         } catch (GroupKv.Conflict e) {
             // another member was first
+        }
+    }
+
+    /** §6.1: join only a group whose assignor this SDK implements (modulo; no key: modulo). */
+    private void checkAssignor() {
+        GroupKv.Entry e = kv.get(prefix + "g.assignor");
+        Object a = "modulo";
+        if (e != null && !e.deleted()) {
+            try {
+                a = ((Map<?, ?>) dev.pctl.internal.Json.parse(new String(e.value(), StandardCharsets.UTF_8))).get("assignor");
+            } catch (RuntimeException | dev.pctl.internal.Json.JsonException x) {
+                a = new String(e.value(), StandardCharsets.UTF_8);
+            }
+        }
+        if (!"modulo".equals(a)) {
+            throw new PctlException(ErrorCode.INTERNAL, "unsupported", "group " + group + " of topic " + topic + " uses the assignor " + a
+                    + ", which this client does not implement (it knows modulo): use a client that implements it (pctl's Go client), or another group", null, null);
         }
     }
 

@@ -1,0 +1,137 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"pctl.dev/pctl/broker/wire"
+)
+
+// maxAssignmentRecord keeps a sticky record under the group bucket's value limit (64 KiB,
+// spec/protocol.md §8.5) with room for the bucket's own overhead.
+const maxAssignmentRecord = 60 << 10
+
+// HookAssignment is called on the member that wrote a sticky group's new assignment record
+// (spec/protocol.md §6.2.1), as the group's leader, with the record (not to be kept or changed):
+// its Moved and MovedModulo say which fraction of keys changed member.
+type HookAssignment interface {
+	OnAssignment(topic, group string, a *wire.Assignment)
+}
+
+// wanted returns the partitions this member should read (spec/protocol.md §6.2): by modulo, or by
+// the sticky record, which the leader (the first live member) rewrites when it no longer matches
+// the group. It fails only for what no retry mends (a record too large for the group bucket).
+func (cn *Consumer) wanted(ctx context.Context, kv jetstream.KeyValue, members []string, parts []int) (map[int]bool, error) {
+	want := map[int]bool{}
+	cn.mu.Lock()
+	assignor, desc := cn.assignor, cn.desc
+	cn.mu.Unlock()
+	if assignor != wire.AssignorSticky {
+		me := sort.SearchStrings(members, cn.opts.Member)
+		for i, q := range parts {
+			if i%len(members) == me {
+				want[q] = true
+			}
+		}
+		return want, nil
+	}
+	rec, rev, err := cn.readAssignment(ctx, kv)
+	if err != nil {
+		cn.opts.Logf("member %s: read the group's assignment: %v (keeping the last one)", cn.opts.Member, err)
+		cn.mu.Lock()
+		rec, rev = cn.record, cn.recordRev
+		cn.mu.Unlock()
+	}
+	epoch := desc.Current().Epoch
+	if err == nil && len(members) > 0 && members[0] == cn.opts.Member && needsAssignment(rec, members, parts, epoch) {
+		next, nrev, werr := cn.writeAssignment(ctx, kv, rec, rev, members, parts, desc)
+		switch {
+		case errors.Is(werr, wire.ErrBadRequest):
+			return nil, werr
+		case werr != nil:
+			cn.opts.Logf("member %s: write the group's assignment: %v (the next rebalance retries)", cn.opts.Member, werr)
+		default:
+			rec, rev = next, nrev
+		}
+	}
+	cn.mu.Lock()
+	cn.record, cn.recordRev = rec, rev
+	cn.mu.Unlock()
+	if rec == nil {
+		return want, nil // the leader has not written the first record yet
+	}
+	assignable := map[int]bool{}
+	for _, q := range parts {
+		assignable[q] = true
+	}
+	for j, q := range rec.Partitions {
+		if j < len(rec.Owners) && rec.Owners[j] >= 0 && rec.Owners[j] < len(rec.Members) &&
+			rec.Members[rec.Owners[j]] == cn.opts.Member && assignable[q] {
+			want[q] = true
+		}
+	}
+	return want, nil
+}
+
+// readAssignment reads the group's sticky record (nil, 0 when there is none yet).
+func (cn *Consumer) readAssignment(ctx context.Context, kv jetstream.KeyValue) (*wire.Assignment, uint64, error) {
+	ctx, cancel := cn.op(ctx)
+	defer cancel()
+	e, err := kv.Get(ctx, wire.AssignmentKey(cn.topicID, cn.opts.Group))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	var a wire.Assignment
+	if err := json.Unmarshal(e.Value(), &a); err != nil {
+		return nil, 0, fmt.Errorf("%w: the assignment record of group %s is not JSON: %v", wire.ErrInternal, cn.opts.Group, err)
+	}
+	return &a, e.Revision(), nil
+}
+
+// writeAssignment computes the next sticky record from rec and writes it by compare-and-set on
+// rev (create when rec is nil).
+func (cn *Consumer) writeAssignment(ctx context.Context, kv jetstream.KeyValue, rec *wire.Assignment, rev uint64, members []string, parts []int, desc *wire.Topic) (*wire.Assignment, uint64, error) {
+	next, err := NextAssignment(rec, members, parts, desc.Current().Epoch, cn.c.TopicPlacer(ctx, desc), time.Now())
+	if err != nil {
+		return nil, 0, err
+	}
+	body, _ := json.Marshal(next)
+	if len(body) > maxAssignmentRecord {
+		return nil, 0, fmt.Errorf("%w: group %s: the sticky assignment of %d partitions over %d members takes %d bytes, more than the group bucket holds (%d): use the modulo assignor for this topic",
+			wire.ErrBadRequest, cn.opts.Group, len(parts), len(members), len(body), maxAssignmentRecord)
+	}
+	octx, cancel := cn.op(context.WithoutCancel(ctx))
+	defer cancel()
+	key := wire.AssignmentKey(cn.topicID, cn.opts.Group)
+	var nrev uint64
+	if rec == nil {
+		nrev, err = kv.Create(octx, key, body)
+	} else {
+		nrev, err = kv.Update(octx, key, body, rev)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	cn.mu.Lock()
+	cn.stats.Assignments++
+	if next.Moved != nil {
+		cn.stats.Moved, cn.stats.MovedModulo = *next.Moved, *next.MovedModulo
+	}
+	cn.mu.Unlock()
+	cn.opts.Logf("member %s: wrote assignment round %d (epoch %d, %d members, %d partitions)", cn.opts.Member, next.Round, next.Epoch, len(members), len(parts))
+	for _, h := range cn.opts.Hooks {
+		if h, ok := h.(HookAssignment); ok {
+			h.OnAssignment(cn.topic, cn.opts.Group, next)
+		}
+	}
+	return next, nrev, nil
+}
