@@ -174,9 +174,9 @@ var codeTable = []struct {
 	{"exists", ErrExists},
 	{"conflict", ErrConflict},
 	{"in_use", ErrInUse},
+	{"unsupported", ErrUnsupported},
 	{"bad_request", ErrBadRequest},
 	{"unavailable", ErrUnavailable},
-	{"unsupported", ErrUnsupported},
 	{"internal", ErrInternal},
 }
 
