@@ -104,6 +104,7 @@ func TestHarnessFailsBrokenClients(t *testing.T) {
 		{"reorders a key", prod, append([]string{broken, "reorder"}, cons...), "baseline", "per-key order violations", "lost"},
 		{"misplaces records", prod, append([]string{broken, "misplace"}, cons...), "baseline", "placement (consumer)", "verify"},
 		{"duplicates without a crash", prod, append([]string{broken, "duplicate"}, cons...), "baseline", "duplicates and no crash", "lost"},
+		{"reports a storage order that breaks a key's", append([]string{broken, "early-seq"}, prod...), cons, "baseline", "order (producer)", "verify"},
 		{"leaves out producer results", append([]string{broken, "no-result"}, prod...), cons, "baseline", "producer: no result for", "placement"},
 	}
 	for _, tc := range cases {
@@ -197,7 +198,21 @@ func implementations(t *testing.T) []implementation {
 // knownFailing are rows an implementation fails today because of a bug in the client, named
 // here; CI does not run them (PCTL_CLIENTCONF_ALL=1 runs every row). A row leaves this list
 // when the bug is fixed.
-var knownFailing = map[string]map[string]string{}
+var knownFailing = map[string]map[string]string{
+	"go": {
+		// client.Producer (pctl produce): after the connection comes back (a broker restart, or
+		// a cut with nothing in flight), the records sent next are never acknowledged nor settled
+		// (no "no reply within 5s" in --verbose) and pctl produce gives up after --timeout.
+		// Reproduced with sdk/node/consume as the consumer: the Go producer's fault.
+		"broker-restart": "Go producer: records sent after a reconnect are never acknowledged (3 of 3 seeds)",
+		"conn-cuts":      "Go producer: records sent after a reconnect are never acknowledged (2 of 4 runs)",
+	},
+	"java": {
+		// Storage order, read from the producer's own results: seed 1, key k00 of partition 2,
+		// pseq 101 stored at seq 33 and pseq 76 (sent 25 records earlier) at seq 50.
+		"conn-cuts": "Java producer: after a connection cut a record is stored after later records of its key (3 of 3 seeds)",
+	},
+}
 
 var (
 	setupMu   sync.Mutex

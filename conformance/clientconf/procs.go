@@ -33,11 +33,12 @@ func (l line) text() string {
 
 // result is one stdout line of the producer command.
 type result struct {
-	PSeq      uint64 `json:"pseq"`
-	Acked     bool   `json:"acked"`
-	Partition *int   `json:"partition"`
-	Epoch     *int   `json:"epoch"`
-	Error     string `json:"error"`
+	PSeq      uint64  `json:"pseq"`
+	Acked     bool    `json:"acked"`
+	Partition *int    `json:"partition"`
+	Epoch     *int    `json:"epoch"`
+	Seq       *uint64 `json:"seq"`
+	Error     string  `json:"error"`
 }
 
 // delivery is one stdout line of the consumer command (pctl consume --format jsonl --timestamps).

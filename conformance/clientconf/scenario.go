@@ -557,6 +557,41 @@ func (r *run) check() (row Row) {
 		}
 	}
 
+	// 2b. Storage order, as the producer reports it: records of one key stored in one partition
+	// of one epoch have increasing sequence numbers in send order. (Says whether an order
+	// violation below is the producer's: it stored them out of order.)
+	type slot struct {
+		key         string
+		epoch, part int
+	}
+	type stored struct {
+		pseq, seq uint64
+	}
+	byKey := map[slot][]stored{}
+	for p, x := range res {
+		if !x.Acked || x.Partition == nil || x.Epoch == nil || x.Seq == nil || p < 1 || p > uint64(len(r.prod.sent)) || r.prod.sent[p-1].noKey {
+			continue
+		}
+		k := slot{r.prod.sent[p-1].key, *x.Epoch, *x.Partition}
+		byKey[k] = append(byKey[k], stored{p, *x.Seq})
+	}
+	inversions, iex := 0, []string{}
+	for k, ss := range byKey {
+		sort.Slice(ss, func(i, j int) bool { return ss[i].pseq < ss[j].pseq })
+		for i := 1; i < len(ss); i++ {
+			if ss[i].seq <= ss[i-1].seq {
+				inversions++
+				if len(iex) < 3 {
+					iex = append(iex, fmt.Sprintf("key %q, partition %d of epoch %d: pseq %d stored at seq %d, before pseq %d at seq %d", k.key, k.part, k.epoch, ss[i].pseq, ss[i].seq, ss[i-1].pseq, ss[i-1].seq))
+				}
+			}
+		}
+	}
+	if inversions > 0 {
+		sort.Strings(iex)
+		r.failf("order (producer): %d records stored before a record of their key sent earlier, by the producer's own results: %s", inversions, strings.Join(iex, "; "))
+	}
+
 	// 3. client/verify.
 	sent := make([]verify.Sent, 0, len(r.prod.sent))
 	for i, l := range r.prod.sent {

@@ -13,6 +13,8 @@
 //	misplace   a keyed delivery claims partition+1 of its epoch (placement broken)
 //	duplicate  every 10th delivery is printed twice (a duplicate without a crash)
 //	no-result  the producer's result of every 7th record is not printed
+//	early-seq  the producer's result of every 6th record claims it was stored at seq 1 (before
+//	           the records of its key sent before it)
 //
 // SIGTERM and SIGINT are passed on to CMD; the exit status is CMD's.
 package main
@@ -92,6 +94,11 @@ func main() {
 			if ts, ok := m["ts"].(json.Number); ok && keyed && n%6 == 0 {
 				v, _ := ts.Int64()
 				m["ts"] = v - 10e9
+				line, _ = json.Marshal(m)
+			}
+		case "early-seq":
+			if _, ok := m["seq"].(json.Number); ok && n%6 == 0 {
+				m["seq"] = 1
 				line, _ = json.Marshal(m)
 			}
 		case "no-result":
