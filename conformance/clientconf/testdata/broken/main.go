@@ -13,8 +13,8 @@
 //	misplace   a keyed delivery claims partition+1 of its epoch (placement broken)
 //	duplicate  every 10th delivery is printed twice (a duplicate without a crash)
 //	no-result  the producer's result of every 7th record is not printed
-//	early-seq  the producer's result of every 6th record claims it was stored at seq 1 (before
-//	           the records of its key sent before it)
+//	early-seq  the producer's results claim sequence numbers that decrease in line order (each
+//	           record stored before the records of its key sent before it)
 //
 // SIGTERM and SIGINT are passed on to CMD; the exit status is CMD's.
 package main
@@ -97,8 +97,9 @@ func main() {
 				line, _ = json.Marshal(m)
 			}
 		case "early-seq":
-			if _, ok := m["seq"].(json.Number); ok && n%6 == 0 {
-				m["seq"] = 1
+			if p, ok := m["pseq"].(json.Number); ok && m["acked"] == true {
+				v, _ := p.Int64()
+				m["seq"] = 1_000_000 - v
 				line, _ = json.Marshal(m)
 			}
 		case "no-result":
