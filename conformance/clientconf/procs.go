@@ -87,7 +87,7 @@ func startProc(what string, argv []string, env []string, dir string, stdin bool)
 	p := &proc{what: what, exited: make(chan struct{})}
 	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p.cmd.SysProcAttr = procAttr()
 	p.errPath = filepath.Join(dir, strings.ReplaceAll(what, " ", "-")+".stderr")
 	var err error
 	if p.errf, err = os.Create(p.errPath); err != nil {

@@ -38,6 +38,7 @@ func main() {
 	mode := os.Args[1]
 	cmd := exec.Command(os.Args[2], os.Args[3:]...)
 	cmd.Stdin, cmd.Stderr = os.Stdin, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with this wrapper (the tests run on Linux)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "broken:", err)
