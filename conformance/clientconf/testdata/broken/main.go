@@ -7,7 +7,7 @@
 // runs CMD ARGS (the harness's flags come last, as for any client) and copies its standard output,
 // one JSON line at a time, changed by MODE:
 //
-//	drop       every 5th delivery is not printed (the record was acknowledged: lost)
+//	drop       every 20th delivery is not printed (the record was acknowledged: lost)
 //	reorder    every 6th keyed delivery is stamped 10s early, as if delivered before the
 //	           records of its key sent before it (per-key order broken)
 //	misplace   a keyed delivery claims partition+1 of its epoch (placement broken)
@@ -76,7 +76,7 @@ func main() {
 		_, keyed := m["key"]
 		switch mode {
 		case "drop":
-			if n%5 == 0 {
+			if n%20 == 0 {
 				continue
 			}
 		case "duplicate":
