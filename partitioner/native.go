@@ -3,6 +3,7 @@ package partitioner
 import (
 	"fmt"
 	"strings"
+	"sync"
 
 	"pctl.dev/pctl/partitioner/builtin"
 	"pctl.dev/pctl/plugins"
@@ -68,4 +69,34 @@ func (p *native) Ancestry(fromN, toN, child int32) ([]Range, error) {
 		out[i] = Range{Lo: r.Lo, Hi: r.Hi}
 	}
 	return out, nil
+}
+
+// builtinDigests maps each embedded built-in module's digest to the built-in's name.
+var builtinDigests = sync.OnceValue(func() map[string]string {
+	m := map[string]string{}
+	for _, name := range plugins.BuiltinNames() {
+		if wasm, ok := plugins.Builtin(name); ok {
+			m[runtime.Digest(wasm)] = name
+		}
+	}
+	return m
+})
+
+// NativeFor returns the Go implementation of the built-in whose embedded module has exactly this
+// digest, for a partitioner without config: the native fast path of spec/builtins.md. It
+// returns false for any other digest (an upload that claims compatible:<builtin> included) and
+// whenever config is not empty.
+func NativeFor(digest string, config []byte) (Partitioner, bool) {
+	if len(config) > 0 {
+		return nil, false
+	}
+	name, ok := builtinDigests()[digest]
+	if !ok {
+		return nil, false
+	}
+	p, err := Native(name)
+	if err != nil {
+		return nil, false
+	}
+	return p, true
 }

@@ -25,6 +25,7 @@ func cmdBenchEpoch(e *env, args []string) int {
 	const cmd = "bench epoch"
 	fs := newFlags(e, cmd, "bench epoch [--records N] [--rate R] [--window D] [--json]", benchEpochHelp)
 	records := fs.Int("records", 200000, "records for the throughput part")
+	rounds := fs.Int("rounds", 3, "reads of each kind (gated, ungated) in the throughput part, alternating, after a warm-up read; medians are reported")
 	rate := fs.Int("rate", 5000, "records per second offered in the delay part")
 	window := fs.Duration("window", 2*time.Second, "traffic before and after the change in the delay part")
 	members := fs.Int("members", 2, "consumer-group members")
@@ -35,15 +36,15 @@ func cmdBenchEpoch(e *env, args []string) int {
 	if st >= 0 {
 		return st
 	}
-	if len(pos) > 0 || *records < 100 || *rate < 10 || *window < 100*time.Millisecond || *members < 1 {
-		return usageErr(e, cmd, "give --records >= 100, --rate >= 10, --window >= 100ms, --members >= 1 and no arguments")
+	if len(pos) > 0 || *records < 100 || *rate < 10 || *window < 100*time.Millisecond || *members < 1 || *rounds < 1 {
+		return usageErr(e, cmd, "give --records >= 100, --rounds >= 1, --rate >= 10, --window >= 100ms, --members >= 1 and no arguments")
 	}
 	dir, err := os.MkdirTemp("", "pctl-bench-epoch-")
 	if err != nil {
 		return failErr(e, cmd, err)
 	}
 	defer os.RemoveAll(dir)
-	res, err := scenario.BenchEpoch(e.ctx, scenario.BenchConfig{DataDir: dir, Records: *records, Rate: *rate, Window: *window, Members: *members, Handler: *handler, ConsumerDelay: *cdelay})
+	res, err := scenario.BenchEpoch(e.ctx, scenario.BenchConfig{DataDir: dir, Records: *records, Rounds: *rounds, Rate: *rate, Window: *window, Members: *members, Handler: *handler, ConsumerDelay: *cdelay})
 	if err != nil {
 		return failErr(e, cmd, err)
 	}
@@ -54,7 +55,7 @@ func cmdBenchEpoch(e *env, args []string) int {
 		return exitOK
 	}
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000) }
-	fmt.Fprintf(e.stdout, "consumer throughput (%d records, 2 epoch changes, %d members)\n", res.ThroughputRecords, *members)
+	fmt.Fprintf(e.stdout, "consumer throughput (%d records, 2 epoch changes, %d members; medians of %d reads each, alternating, after a warm-up)\n", res.ThroughputRecords, *members, res.Rounds)
 	fmt.Fprintf(e.stdout, "  gating on   %10.0f records/s\n", res.GatedRate)
 	fmt.Fprintf(e.stdout, "  gating off  %10.0f records/s   (gated/ungated = %.2f)\n", res.UngatedRate, res.GatedRate/res.UngatedRate)
 	fmt.Fprintf(e.stdout, "delivery delay at an epoch change (%d records/s offered, %v each side; group starts %v late, %v per record)\n", *rate, *window, *cdelay, *handler)

@@ -7,10 +7,10 @@ import (
 	"testing"
 )
 
-// BenchmarkProduce measures, in one run on one embedded broker, raw JetStream async publishing
+// BenchmarkProduce measures, in one run on one embedded broker, raw JetStream async publishing and fast batches
 // (with pctl's headers, and without), pctl's client-side producer and the broker-side produce
 // service with pipelined thin-client requests, and reports each one's records/s and its ratio
-// to raw JetStream with headers (targets: client-side >= 0.9, broker-side >= 0.5). Each
+// to raw JetStream with headers and to raw fast batches (targets: client-side >= 1.5, broker-side >= 0.8). Each
 // iteration is one round of every variant with 20000 records; run it with -benchtime Nx.
 //
 //	go test ./cmd/pctl -run '^$' -bench Produce -benchtime 5x
@@ -20,7 +20,10 @@ func BenchmarkProduce(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	metric := map[string]string{variantRaw: "raw", variantRawBare: "raw-noheaders", variantClient: "client", variantBroker: "broker"}
+	metric := map[string]string{}
+	for short, v := range benchVariantNames {
+		metric[v] = short
+	}
 	for _, r := range res {
 		b.ReportMetric(r.Rate, metric[r.Variant]+"-rec/s")
 		if r.Variant != variantRaw {
@@ -33,14 +36,14 @@ func BenchmarkProduce(b *testing.B) {
 
 func TestBenchProduceCommand(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a broker and produces 4 x 2 x 1000 records")
+		t.Skip("starts a broker and produces 6 x 2 x 1000 records")
 	}
 	r := runCLI(context.Background(), nil, strings.NewReader(""), "bench", "produce", "--records", "1000", "--rounds", "1", "--partitions", "3", "--keys", "50")
-	expect(t, r, exitOK, "raw JetStream (pctl headers)", "raw JetStream (no headers)", "client-side producer", "broker-side (thin, pipelined)", "VS RAW", ">= 0.90x", ">= 0.50x")
+	expect(t, r, exitOK, "raw JetStream (pctl headers)", "raw JetStream (no headers)", "client-side producer", "broker-side (thin, pipelined)", "raw JetStream fast batches", "client-side, native built-in", "VS RAW BATCH", ">= 1.50x", ">= 0.80x")
 	r = runCLI(context.Background(), nil, strings.NewReader(""), "bench", "produce", "--records", "500", "--rounds", "1", "--json")
 	expect(t, r, exitOK)
 	var res []benchResult
-	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || len(res) != 4 || res[0].Ratio != 1 || res[2].Rate <= 0 {
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || len(res) != 6 || res[0].Ratio != 1 || res[1].RatioBatch != 1 || res[3].Rate <= 0 || res[4].Variant != variantNative {
 		t.Fatalf("bench --json: %v: %s", err, r)
 	}
 	// --variants runs the raw baseline and the chosen ones only; --sync-interval the embedded
@@ -54,5 +57,6 @@ func TestBenchProduceCommand(t *testing.T) {
 	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "bench", "produce", "--variants", "client,fast"), exitUsage, `unknown variant "fast"`)
 	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "bench", "produce", "--sync-interval", "soon"), exitUsage, "--sync-interval")
 	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "bench", "produce", "--records", "0"), exitUsage, "at least 1")
+	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "bench", "epoch", "--rounds", "0"), exitUsage, "--rounds >= 1")
 	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "bench", "consume"), exitUsage, `unknown benchmark "consume"`)
 }
