@@ -52,7 +52,9 @@ type Broker struct {
 	loopStop  context.CancelFunc
 	loopWG    sync.WaitGroup
 	observing sync.Map // "topic/epoch" -> true while this process scans for observed ancestry
-	ps        produceService
+	// backfilling: "topic/epoch" -> true while this process runs that backfill (backfill.go)
+	backfilling sync.Map
+	ps          produceService
 
 	dirLock *dirlock.Lock // one broker per data directory (internal/dirlock)
 	started time.Time
@@ -344,18 +346,19 @@ type handler func(ctx context.Context, m *nats.Msg) (any, error)
 
 func (b *Broker) subscribe() error {
 	routes := map[string]handler{
-		wire.APITopicGet:    b.apiTopicGet,
-		wire.APITopicList:   b.apiTopicList,
-		wire.APIPluginGet:   b.apiPluginGet,
-		wire.APIPluginInfo:  b.apiPluginInfo,
-		wire.APIPluginList:  b.apiPluginList,
-		wire.APIGroupList:   b.apiGroupList,
-		wire.AdminPluginPut: b.apiPluginUpload,
-		wire.AdminPluginDel: b.apiPluginDelete,
-		wire.AdminTopicNew:  b.apiTopicCreate,
-		wire.AdminTopicDel:  b.apiTopicDelete,
-		wire.AdminTopicEdit: b.apiTopicRepartition,
-		wire.AdminTopicSet:  b.apiTopicSet,
+		wire.APITopicGet:      b.apiTopicGet,
+		wire.APITopicList:     b.apiTopicList,
+		wire.APIPluginGet:     b.apiPluginGet,
+		wire.APIPluginInfo:    b.apiPluginInfo,
+		wire.APIPluginList:    b.apiPluginList,
+		wire.APIGroupList:     b.apiGroupList,
+		wire.AdminPluginPut:   b.apiPluginUpload,
+		wire.AdminPluginDel:   b.apiPluginDelete,
+		wire.AdminTopicNew:    b.apiTopicCreate,
+		wire.AdminTopicDel:    b.apiTopicDelete,
+		wire.AdminTopicEdit:   b.apiTopicRepartition,
+		wire.AdminTopicSet:    b.apiTopicSet,
+		wire.AdminTopicRetire: b.apiTopicRetire,
 	}
 	b.credsRoutes(routes) // creds.go
 	for subj, h := range routes {
@@ -402,7 +405,9 @@ func (b *Broker) serve(m *nats.Msg, h handler) {
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Minute)
 	defer cancel()
 	start := time.Now()
+	stopKeepalive := keepalive(m)
 	v, err := h(ctx, m)
+	stopKeepalive() // the last keep-alive is out before the answer (one connection, in order)
 	if op, ok := strings.CutPrefix(m.Subject, wire.AdminPrefix+"."); ok {
 		b.hookAdmin(op, time.Since(start), err) // hooks.go
 	}
@@ -428,6 +433,43 @@ func (b *Broker) serve(m *nats.Msg, h handler) {
 		return
 	}
 	_ = m.Respond(body)
+}
+
+// KeepaliveInterval is how often a broker sends keep-alives while it works on a request that
+// asked for them (spec/protocol.md §3).
+const KeepaliveInterval = time.Second
+
+// keepalive answers a request that carries Pctl-Keepalive with a keep-alive at once and then
+// every KeepaliveInterval, until the returned stop is called: a client then tells a broker that
+// works on its request (an epoch change can take minutes) from one that died with it.
+func keepalive(m *nats.Msg) (stop func()) {
+	if m.Reply == "" || m.Header == nil || m.Header.Get(wire.HeaderKeepalive) == "" {
+		return func() {}
+	}
+	send := func() {
+		ka := nats.NewMsg(m.Reply)
+		ka.Header.Set(wire.HeaderKeepalive, "1")
+		_ = m.RespondMsg(ka)
+	}
+	send()
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(KeepaliveInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				send()
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-exited
+	}
 }
 
 type rawReply struct {

@@ -65,7 +65,11 @@ type Config struct {
 	// StepHook, if set, runs after each recorded step of an epoch change (state "planned" when a
 	// request has planned it, then "created", "fenced", "active"). Returning an error stops the
 	// change there, as if the broker had died: fault-injection tests use it, and this or another
-	// broker finishes the change later (its retry loop, or Start).
+	// broker finishes the change later (its retry loop, or Start). A backfill (spec/protocol.md
+	// §10.3) calls it with "backfill-start" before its first copy, "backfill-copy" after each
+	// copy is decided (stored or refused) and before its progress is recorded, "backfilling"
+	// after each recorded progress, "backfill-final" when every copy is decided but the end is
+	// not recorded, and "backfilled" after the end; an error stops the backfill there unrecorded.
 	StepHook func(topic, state string) error
 
 	natsLogs bool // set by withDefaults: route the embedded server's log to Logger

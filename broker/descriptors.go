@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -68,7 +67,8 @@ func (f *descriptorFloors) raise(name string, rev uint64) {
 type kvEntry struct {
 	value   []byte
 	rev     uint64
-	deleted bool // a delete or purge marker
+	deleted bool        // a delete or purge marker
+	hdr     nats.Header // the message's headers, if any
 }
 
 // leaderGet reads the latest entry of a key of the topics bucket from its stream's leader.
@@ -122,6 +122,7 @@ func (b *Broker) leaderLast(ctx context.Context, stream, subject string) (kvEntr
 	if len(resp.Message.Hdrs) > 0 {
 		h, err := nats.DecodeHeadersMsg(resp.Message.Hdrs)
 		if err == nil {
+			e.hdr = h
 			switch h.Get("KV-Operation") {
 			case "DEL", "PURGE":
 				e.deleted = true
@@ -211,6 +212,16 @@ func topicNotFound(name string) error {
 // putTopic replaces a descriptor by compare-and-set on rev; a concurrent change makes it fail
 // with ErrConflict.
 func (b *Broker) putTopic(ctx context.Context, t *wire.Topic, rev uint64) (uint64, error) {
+	nrev, err := b.putTopicQuiet(ctx, t, rev)
+	if err == nil {
+		b.announce(t.Name)
+	}
+	return nrev, err
+}
+
+// putTopicQuiet is putTopic without the event: for writes that concern no producer or consumer
+// (a backfill's progress, spec/protocol.md §10.3).
+func (b *Broker) putTopicQuiet(ctx context.Context, t *wire.Topic, rev uint64) (uint64, error) {
 	body, err := json.Marshal(t)
 	if err != nil {
 		return 0, err
@@ -225,7 +236,6 @@ func (b *Broker) putTopic(ctx context.Context, t *wire.Topic, rev uint64) (uint6
 		return 0, fmt.Errorf("%w: write topic %s: %v", wire.ErrUnavailable, t.Name, err)
 	}
 	b.floors.raise(t.Name, nrev)
-	b.announce(t.Name)
 	return nrev, nil
 }
 
@@ -263,12 +273,14 @@ func (b *Broker) deleteTopicKey(ctx context.Context, name string, rev uint64) er
 	return nil
 }
 
+// isWrongLastSequence says whether a KV write failed its compare-and-set: by JetStream's codes
+// (10071; 10164 on a replicated stream) or nats.go's sentinels, never by a message's words.
 func isWrongLastSequence(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
 		return true
 	}
-	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || strings.Contains(err.Error(), "wrong last sequence")
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
 }
 
 // announce tells clients that a topic's descriptor changed (best effort; clients also refresh

@@ -56,6 +56,13 @@ func (b *Broker) apiTopicRepartition(ctx context.Context, m *nats.Msg) (any, err
 				wire.ErrChangeInProgress, t.Name, t.Reconfig.Replicas, t.Reconfig.Started.Format(time.RFC3339), t.Name)
 		case t.Creating || t.Deleting:
 			return nil, fmt.Errorf("%w: topic %s is being created or deleted", wire.ErrConflict, t.Name)
+		case t.Backfilling() != nil:
+			bf := t.Backfilling()
+			return nil, fmt.Errorf("%w: topic %s is still backfilling epoch %d (%s); the next epoch change starts from a complete epoch: wait for it ('pctl topic describe %s')",
+				wire.ErrChangeInProgress, t.Name, bf.Epoch, backfillText(t, bf), t.Name)
+		case t.Retiring != nil:
+			return nil, fmt.Errorf("%w: topic %s is retiring epochs up to %d; wait for it to finish ('pctl topic describe %s')",
+				wire.ErrChangeInProgress, t.Name, t.Retiring.Through, t.Name)
 		}
 		cur = t.Current()
 		n = req.Partitions
@@ -141,7 +148,7 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 				if q < cur.Partitions {
 					return nil // fenced and moved to the new subject in the next step
 				}
-				subj := wire.DataSubject(t.Name, ch.To, q)
+				subj := wire.StreamSubject(t.Name, ch.To, q, t.Compact != nil)
 				if err := b.ensureStream(ctx, t, q, subj, ch.To); err != nil {
 					return err
 				}
@@ -159,9 +166,9 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 				continue
 			}
 			err = b.forPartitions(ctx, cur.Partitions, func(q int) error {
-				subj := wire.RetiredSubject(t.Name, q)
+				subj := wire.StreamRetiredSubject(t.Name, q, t.Compact != nil)
 				if q < ch.Partitions {
-					subj = wire.DataSubject(t.Name, ch.To, q)
+					subj = wire.StreamSubject(t.Name, ch.To, q, t.Compact != nil)
 				}
 				// Moving the stream off the old subject is the fence: from now on JetStream
 				// refuses old-epoch publishes to it. But publishes the stream accepted just
@@ -198,7 +205,13 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 		case stateFenced:
 			anc := b.declaredAncestry(ctx, cur, ch)
 			cur.Boundaries = ch.Boundaries
-			t.Epochs = append(t.Epochs, wire.Epoch{Epoch: ch.To, Partitioner: ch.Partition, Partitions: ch.Partitions, Started: time.Now().UTC(), Ancestry: anc})
+			next := wire.Epoch{Epoch: ch.To, Partitioner: ch.Partition, Partitions: ch.Partitions, Started: time.Now().UTC(), Ancestry: anc}
+			if t.Backfills() {
+				// The copying of the ended epoch's records starts with the activation
+				// (spec/protocol.md §10.3): recorded in the same write, so it is never lost.
+				next.Backfill = &wire.Backfill{State: wire.BackfillRunning, Started: next.Started, Done: make([]uint64, cur.Partitions)}
+			}
+			t.Epochs = append(t.Epochs, next)
 			t.Change = nil
 			if _, err := b.putTopic(ctx, t, rev); err != nil {
 				if errors.Is(err, wire.ErrConflict) {
@@ -216,6 +229,9 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 			}
 			if anc.Source == "pending" {
 				b.observeInBackground(name, ch.To)
+			}
+			if next.Backfill != nil {
+				b.backfillInBackground(name, ch.To)
 			}
 			return nil
 		default:
@@ -361,11 +377,12 @@ func fenceToken() string {
 }
 
 // fenceMarker publishes partition q's fence marker for change ch and returns its stream sequence
-// (spec/protocol.md §7). A duplicate acknowledgement counts only when the message stored at its
+// (spec/protocol.md §7), given the subject the stream was just bound to. A duplicate acknowledgement counts only when the message stored at its
 // sequence is this marker: on the marker's subject (the stream's new one, where nothing could
 // be published before the move), with its headers and no data. Anything else is a look-alike
 // that claimed the id (errFenceClaimed): its sequence says nothing about the fence.
 func (b *Broker) fenceMarker(ctx context.Context, t *wire.Topic, ch *wire.Change, q int, subject string) (uint64, error) {
+	subject = wire.MarkerSubject(subject, ch.To) // on a compacted topic: <binding>.f<to> (§10.1)
 	stream := wire.StreamName(t.Name, q)
 	id := fmt.Sprintf("pctl-fence-%s-%d-%d-%s", t.ID, ch.To, q, ch.FenceToken)
 	m := nats.NewMsg(subject)

@@ -44,6 +44,20 @@ type HookAdmin interface {
 	OnAdmin(op string, took time.Duration, err error)
 }
 
+// HookBackfill is called after a backfill's progress is recorded (spec/protocol.md §10.3) and
+// when it ends: done of partitions old partitions are complete.
+type HookBackfill interface {
+	OnBackfill(topic string, epoch int, copied, newer int64, done, partitions int, finished bool)
+}
+
+func (b *Broker) hookBackfill(topic string, epoch int, bf *wire.Backfill, done int) {
+	for _, h := range b.cfg.Hooks {
+		if h, ok := h.(HookBackfill); ok {
+			h.OnBackfill(topic, epoch, bf.Copied, bf.Newer, done, len(bf.Done), bf.State == wire.BackfillDone)
+		}
+	}
+}
+
 func (b *Broker) hookEpochStep(topic string, to int, step string, took time.Duration, err error) {
 	for _, h := range b.cfg.Hooks {
 		if h, ok := h.(HookEpochStep); ok {

@@ -163,6 +163,7 @@ func (b *Broker) produce(m *nats.Msg) {
 		}
 		rec.Key, rec.NoKey = key, false
 	}
+	rec.Tombstone = m.Header.Get(wire.HeaderTombstone) != "" // spec/protocol.md §10.2
 	if rec.Origin != nil {
 		var prev *uint64
 		if v := m.Header.Get(wire.HeaderPrev); v != "" {

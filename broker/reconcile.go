@@ -71,6 +71,10 @@ func unfinished(t *wire.Topic) string {
 		return fmt.Sprintf("change to epoch %d (state %s)", t.Change.To, t.Change.State)
 	case t.Reconfig != nil:
 		return fmt.Sprintf("change to R%d, placement tags %v", t.Reconfig.Replicas, t.Reconfig.PlacementTags)
+	case t.Retiring != nil:
+		return fmt.Sprintf("retirement of epochs up to %d", t.Retiring.Through)
+	case t.Backfilling() != nil:
+		return fmt.Sprintf("backfill into epoch %d", t.Backfilling().Epoch)
 	}
 	for _, e := range t.Epochs {
 		if e.Ancestry != nil && e.Ancestry.Source == "pending" {
@@ -102,6 +106,12 @@ func (b *Broker) finishLocked(ctx context.Context, name string) error {
 		return b.runChangeLocked(ctx, name)
 	case t.Reconfig != nil:
 		return b.finishReconfigLocked(ctx, name)
+	case t.Retiring != nil:
+		return b.finishRetireLocked(ctx, name)
+	case t.Backfilling() != nil:
+		// Runs in the background (a backfill takes longer than a retry round); its recorded
+		// progress changes the descriptor's revision, so the loop leaves it alone meanwhile.
+		b.finishBackfillWork(t)
 	}
 	for _, e := range t.Epochs {
 		if e.Ancestry != nil && e.Ancestry.Source == "pending" {
@@ -174,9 +184,9 @@ func (b *Broker) enableBatches(ctx context.Context, name string) error {
 	}
 	cur := t.Current()
 	return b.forPartitions(ctx, t.MaxPartitions(), func(q int) error {
-		subject := wire.RetiredSubject(t.Name, q)
+		subject := wire.StreamRetiredSubject(t.Name, q, t.Compact != nil)
 		if q < cur.Partitions {
-			subject = wire.DataSubject(t.Name, cur.Epoch, q)
+			subject = wire.StreamSubject(t.Name, cur.Epoch, q, t.Compact != nil)
 		}
 		return b.allowBatches(ctx, wire.StreamName(t.Name, q), subject)
 	})
@@ -349,6 +359,9 @@ func (b *Broker) retryTopic(ctx context.Context, name string, states map[string]
 	}
 	if now.Before(st.next) {
 		return
+	}
+	if b.drivingBackfill(name) {
+		return // this broker is backfilling it right now
 	}
 	mu := b.locks.get(name)
 	if !mu.TryLock() {

@@ -78,13 +78,33 @@ func (b *Broker) apiTopicCreate(ctx context.Context, m *nats.Msg) (any, error) {
 	if err := validPlacement(replicas, req.PlacementTags); err != nil {
 		return nil, err
 	}
+	var compact *wire.Compaction
+	switch {
+	case req.Compact && req.Backfill:
+		return nil, fmt.Errorf("%w: --backfill is for plain topics; a compacted topic always backfills at epoch changes", wire.ErrBadRequest)
+	case req.Backfill:
+		// spec/protocol.md §10.3: a plain topic's records share one subject per partition, so
+		// JetStream cannot check a copy against the newer records of its key alone.
+		return nil, fmt.Errorf("%w: backfill of a plain topic is not supported: its copies cannot be ordered against producers' newer records of their keys (a plain partition has one subject for all keys); create a compacted topic (--compact), whose every key is carried into each new epoch", wire.ErrBadRequest)
+	case req.Compact:
+		d := req.DeleteRetentionMS
+		if d == 0 {
+			d = wire.DefaultDeleteRetentionMS
+		}
+		if d < 1000 {
+			return nil, fmt.Errorf("%w: --delete-retention %v: a tombstone is kept at least 1s (JetStream's smallest message TTL)", wire.ErrBadRequest, time.Duration(d)*time.Millisecond)
+		}
+		compact = &wire.Compaction{DeleteRetentionMS: d}
+	case req.DeleteRetentionMS != 0:
+		return nil, fmt.Errorf("%w: --delete-retention is for compacted topics (--compact)", wire.ErrBadRequest)
+	}
 	p, err := b.resolvePartitioner(ctx, req.Partitioner, req.Config)
 	if err != nil {
 		return nil, err
 	}
 	t := &wire.Topic{Name: req.Topic, ID: nuid.Next(), Created: time.Now().UTC(), Creating: true,
 		Epochs:   []wire.Epoch{{Epoch: 1, Partitioner: p, Partitions: req.Partitions, Started: time.Now().UTC()}},
-		Replicas: replicas, PlacementTags: req.PlacementTags}
+		Replicas: replicas, PlacementTags: req.PlacementTags, Compact: compact, Backfill: req.Backfill}
 	rev, err := b.createTopicKey(ctx, t)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
@@ -129,7 +149,7 @@ func (b *Broker) apiTopicCreate(ctx context.Context, m *nats.Msg) (any, error) {
 func (b *Broker) finishCreate(ctx context.Context, t *wire.Topic, rev uint64) error {
 	cur := t.Current()
 	err := b.forPartitions(ctx, cur.Partitions, func(q int) error {
-		return b.ensureStream(ctx, t, q, wire.DataSubject(t.Name, cur.Epoch, q), cur.Epoch)
+		return b.ensureStream(ctx, t, q, wire.StreamSubject(t.Name, cur.Epoch, q, t.Compact != nil), cur.Epoch)
 	})
 	if err != nil {
 		return err
@@ -193,7 +213,7 @@ func (b *Broker) forPartitions(ctx context.Context, n int, f func(q int) error) 
 func (b *Broker) ensureStream(ctx context.Context, t *wire.Topic, q int, subject string, epoch int) error {
 	ctx, cancel := opContext(ctx)
 	defer cancel()
-	_, err := b.js.CreateStream(ctx, jetstream.StreamConfig{
+	cfg := jetstream.StreamConfig{
 		Name:        wire.StreamName(t.Name, q),
 		Description: fmt.Sprintf("pctl topic %s partition %d", t.Name, q),
 		Subjects:    []string{subject},
@@ -207,7 +227,14 @@ func (b *Broker) ensureStream(ctx context.Context, t *wire.Topic, q int, subject
 		Metadata:    map[string]string{metaBindingEpoch: strconv.Itoa(epoch)},
 		// Producers send fast batches (spec/protocol.md §5.1.1).
 		AllowBatchPublish: true,
-	})
+	}
+	if t.Compact != nil {
+		// One message per subject (a subject per key: spec/protocol.md §10.1), and TTLs for
+		// tombstones.
+		cfg.MaxMsgsPerSubject = 1
+		cfg.AllowMsgTTL = true
+	}
+	_, err := b.js.CreateStream(ctx, cfg)
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		return b.allowBatches(ctx, wire.StreamName(t.Name, q), subject)
 	}

@@ -62,6 +62,17 @@ func (c *Client) SetTopic(ctx context.Context, req wire.SetTopicRequest) (*wire.
 	return &r.Topic, nil
 }
 
+// RetireEpochs deletes the records of a topic's epochs up to through (0: every ended epoch) once
+// backfills have carried their keys forward and every consumer group is past them (admin role;
+// spec/protocol.md §10.7), and returns the descriptor.
+func (c *Client) RetireEpochs(ctx context.Context, topic string, through int) (*wire.Topic, error) {
+	var r wire.TopicReply
+	if _, err := c.request(ctx, wire.AdminTopicRetire, wire.RetireRequest{Topic: topic, Through: through}, &r); err != nil {
+		return nil, err
+	}
+	return &r.Topic, nil
+}
+
 // Groups lists a topic's consumer groups and their committed positions.
 func (c *Client) Groups(ctx context.Context, topic string) ([]wire.GroupInfo, error) {
 	var r wire.GroupListReply

@@ -303,7 +303,16 @@ func (c *Client) request(ctx context.Context, subject string, req any, out any) 
 	}
 	done := make(chan result, 1)
 	go func() {
-		m, err := c.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Data: body})
+		var m *nats.Msg
+		var err error
+		switch {
+		case strings.HasPrefix(subject, wire.AdminPrefix+"."):
+			m, err = c.requestKeepalive(ctx, subject, body, adminTakeWait) // admin work can take minutes
+		case strings.HasPrefix(subject, wire.APIPrefix+"."):
+			m, err = c.requestRead(ctx, subject, body)
+		default:
+			m, err = c.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Data: body})
+		}
 		done <- result{m, err}
 	}()
 	var res result
@@ -318,6 +327,12 @@ func (c *Client) request(ctx context.Context, subject string, req any, out any) 
 		case <-viol:
 			return nil, permissionError(subject)
 		case <-time.After(20 * time.Millisecond):
+		}
+		if errors.Is(res.err, errNotTaken) {
+			return nil, fmt.Errorf("%w: no broker took %s within %v (not even a keep-alive: the broker it reached may have died); whether the request took effect is unknown: look before asking again", wire.ErrUnavailable, subject, adminTakeWait)
+		}
+		if errors.Is(res.err, errBrokerGone) {
+			return nil, fmt.Errorf("%w: the broker that took %s stopped answering (no keep-alive for %v: it died or lost its connection); whether the request took effect is unknown: look before asking again", wire.ErrUnavailable, subject, keepaliveSilence)
 		}
 		if errors.Is(res.err, nats.ErrNoResponders) {
 			return nil, fmt.Errorf("%w: no broker answers %s; is 'pctl serve' running and connected to %s?", wire.ErrUnavailable, subject, c.opts.URL)
@@ -346,4 +361,83 @@ func (c *Client) request(ctx context.Context, subject string, req any, out any) 
 		}
 	}
 	return m, nil
+}
+
+// keepaliveSilence: once a broker sent a keep-alive for a request, this long without another (or
+// the answer) means it is gone (spec/protocol.md §3: brokers send one every second).
+const keepaliveSilence = 5 * time.Second
+
+var errBrokerGone = errors.New("the broker stopped sending keep-alives")
+
+// errNotTaken: no broker answered a request, not even with a keep-alive, within readTakeWait.
+var errNotTaken = errors.New("no broker took the request")
+
+// readTakeWait is how long a read waits for its first keep-alive before it is sent again: a
+// request routed to a broker whose connection was dying is lost without a trace.
+const readTakeWait = 5 * time.Second
+
+// adminTakeWait is how long an admin request waits for its first keep-alive (a broker sends one
+// as soon as it takes the request) before it fails: it is not sent again, since it changes state.
+const adminTakeWait = 10 * time.Second
+
+// requestRead sends a read (pctl.api.*: idempotent) with keep-alives, and sends it again, until
+// ctx ends, when no broker took it or the broker that took it is gone: a member or a producer
+// must not fail because one broker died or lost its node with its request.
+func (c *Client) requestRead(ctx context.Context, subject string, body []byte) (*nats.Msg, error) {
+	for {
+		m, err := c.requestKeepalive(ctx, subject, body, readTakeWait)
+		if (errors.Is(err, errBrokerGone) || errors.Is(err, errNotTaken)) && ctx.Err() == nil {
+			continue
+		}
+		return m, err
+	}
+}
+
+// requestKeepalive sends a request asking for keep-alives (spec/protocol.md §3) and returns the
+// answer. After a first keep-alive, a silence of keepaliveSilence fails it with errBrokerGone: the
+// broker that took it died, and no answer will come. Before the first, it waits until ctx ends
+// (a broker that sends no keep-alives, an older one, is waited for as a plain request is), or for
+// takeWait if it is not 0 (then errNotTaken).
+func (c *Client) requestKeepalive(ctx context.Context, subject string, body []byte, takeWait time.Duration) (*nats.Msg, error) {
+	inbox := c.nc.NewInbox()
+	sub, err := c.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	req := nats.NewMsg(subject)
+	req.Reply, req.Data = inbox, body
+	req.Header.Set(wire.HeaderKeepalive, "1")
+	if err := c.nc.PublishMsg(req); err != nil {
+		return nil, err
+	}
+	alive := false
+	for {
+		wctx, cancel := ctx, context.CancelFunc(func() {})
+		switch {
+		case alive:
+			wctx, cancel = context.WithTimeout(ctx, keepaliveSilence)
+		case takeWait > 0:
+			wctx, cancel = context.WithTimeout(ctx, takeWait)
+		}
+		m, err := sub.NextMsgWithContext(wctx)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil && alive:
+			return nil, errBrokerGone
+		case err != nil && ctx.Err() == nil && takeWait > 0:
+			return nil, errNotTaken
+		case err != nil:
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		case m.Header.Get("Status") == "503" && len(m.Data) == 0:
+			return nil, nats.ErrNoResponders
+		case m.Header.Get(wire.HeaderKeepalive) != "" && len(m.Data) == 0 && m.Header.Get(wire.HeaderError) == "":
+			alive = true
+		default:
+			return m, nil
+		}
+	}
 }

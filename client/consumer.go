@@ -44,6 +44,62 @@ type Message struct {
 	// Misplaced is set on a record that is not where the topic's partitioner puts it (delivered
 	// only with ConsumerOptions.Misplaced = MisplacedDeliver): no order is promised for it.
 	Misplaced *Misplacement
+	// Tombstone marks a record that deletes its key (spec/protocol.md §10.2); Value is then
+	// not a value.
+	Tombstone bool
+	// Backfill, on a backfilled copy (spec/protocol.md §10.4), names the record it copies. A
+	// group delivers a copy only when it cannot have delivered the original: it started at the
+	// current epoch, or the original's epoch was retired.
+	Backfill *CopyOrigin
+}
+
+// CopyOrigin names the stored record a backfilled copy copies.
+type CopyOrigin struct {
+	Epoch     int
+	Partition int
+	Seq       uint64
+}
+
+// Start is where a new consumer group starts reading (spec/protocol.md §6.1, §10.5).
+type Start int
+
+const (
+	// StartDefault: StartBeginning with FromBeginning; on a compacted topic StartCurrentEpoch
+	// when no backfill runs (StartBeginning while one does); else StartNow.
+	StartDefault Start = iota
+	// StartNow starts after the records present when the group is created.
+	StartNow
+	// StartBeginning starts at the first record of every partition, in every epoch (gated).
+	StartBeginning
+	// StartCurrentEpoch reads the current epoch alone: its first record in every partition on,
+	// no gates, and every backfilled copy in it delivered (every key's latest record once the
+	// backfill has ended).
+	StartCurrentEpoch
+)
+
+// String returns the start's name, as the CLI spells it (--from).
+func (s Start) String() string {
+	switch s {
+	case StartDefault:
+		return "default"
+	case StartNow:
+		return "now"
+	case StartBeginning:
+		return "beginning"
+	case StartCurrentEpoch:
+		return "current-epoch"
+	}
+	return "Start(" + strconv.Itoa(int(s)) + ")"
+}
+
+// ParseStart parses "now", "beginning", "current-epoch" or "default".
+func ParseStart(s string) (Start, error) {
+	for _, v := range []Start{StartDefault, StartNow, StartBeginning, StartCurrentEpoch} {
+		if v.String() == s {
+			return v, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: start %q: give now, beginning or current-epoch", wire.ErrBadRequest, s)
 }
 
 // Misplacement says why a stored record is not in its key's partition (spec/protocol.md §6.8).
@@ -146,6 +202,9 @@ type ConsumerOptions struct {
 	// partition; otherwise it starts after the records present when it is created. Partitions
 	// created later (epoch changes) are always read from their first record.
 	FromBeginning bool
+	// Start says where a group that does not exist yet starts (default: StartDefault). It
+	// overrides FromBeginning when set.
+	Start Start
 	// Heartbeat is how often the member announces itself and rebalances. Default 1s.
 	Heartbeat time.Duration
 	// SessionTimeout: a member silent for this long is gone, and its partitions' leases expire.
@@ -174,6 +233,11 @@ type ConsumerOptions struct {
 	// delivers the first record of a key that moved to it from Parent.
 	OnKeysRevoked  func(KeyChange)
 	OnKeysAssigned func(KeyChange)
+	// State, if set, hands per-key state over between members (state.go): a key's state is
+	// loaded before the member delivers the key's first record (after its epoch gate), and
+	// flushed before another member can deliver one (before the partition's release, and after
+	// OnKeysRevoked for keys that leave). See StateHandler.
+	State StateHandler
 	// Logf receives the member's decisions (acquire, release, lease lost). Default: none.
 	Logf func(format string, args ...any)
 	// Hooks observe the member (hooks.go): records consumed, gate waits, lease changes.
@@ -220,12 +284,21 @@ type Consumer struct {
 	resetKick chan struct{}
 	seeking   int // Seek calls in progress: nothing is delivered
 	states    map[int]keyState
+	// startEpoch is the epoch a group that reads the current epoch alone started at (its
+	// g.start key, spec/protocol.md §10.5); 0 for other groups.
+	startEpoch int
 
 	// The group's assignor (§6.1) and, for sticky groups, the last assignment record read or
 	// written (§6.2.1) with its revision.
 	assignor  string
 	record    *wire.Assignment
 	recordRev uint64
+
+	// State handovers (state.go): stateMu serialises them; home maps every key whose state this
+	// member holds to the partition it holds it for (under mu). fail stops Run with an error.
+	stateMu sync.Mutex
+	home    map[string]int
+	fail    func(error)
 
 	stats ConsumerStats
 }
@@ -296,6 +369,18 @@ func (c *Client) NewConsumer(ctx context.Context, topic string, opts ConsumerOpt
 		revoked: map[[2]int]bool{}, assigned: map[[3]int]bool{}, states: map[int]keyState{}, resetKick: make(chan struct{}, 1)}
 	cn.cond = sync.NewCond(&cn.mu)
 	cn.stats.Moved, cn.stats.MovedModulo = -1, -1
+	cn.home = map[string]int{}
+	if opts.State != nil {
+		// The state handover runs after the application's keys-revoked callback (which may still
+		// write the state).
+		userRevoked := opts.OnKeysRevoked
+		cn.opts.OnKeysRevoked = func(kc KeyChange) {
+			if userRevoked != nil {
+				userRevoked(kc)
+			}
+			cn.stateKeysRevoked(context.Background(), kc)
+		}
+	}
 	return cn, nil
 }
 
@@ -395,6 +480,9 @@ func (cn *Consumer) Run(ctx context.Context, h Handler) error {
 	if err := cn.ensureGroup(runCtx, kv); err != nil {
 		return refusal(err)
 	}
+	// The descriptor read after the group's keys exist (spec/protocol.md §10.4): a retirement
+	// that did not see this group is shown in it.
+	cn.refresh(runCtx)
 	// The group's generation (spec/protocol.md §6.6) before the first assignment; the watch
 	// brings later resets.
 	if err := cn.readReset(runCtx, kv); err != nil {
@@ -441,6 +529,9 @@ func (cn *Consumer) Run(ctx context.Context, h Handler) error {
 		werrMu.Unlock()
 		cancel(err)
 	}
+	cn.mu.Lock()
+	cn.fail = fail
+	cn.mu.Unlock()
 	// Commits and lease renewals run on their own clock, so that a slow rebalance (listing
 	// members, refreshing the descriptor) never lets a lease lapse.
 	commitDone := make(chan struct{})
@@ -683,6 +774,9 @@ func (cn *Consumer) applyReset(ctx context.Context, kv jetstream.KeyValue) {
 		}
 	}
 	sort.Ints(owned)
+	if err := cn.stateFlushAll(ctx, append([]int(nil), owned...)); err != nil {
+		cn.failState(err)
+	}
 	if len(owned) > 0 && cn.opts.OnRevoked != nil {
 		cn.opts.OnRevoked(owned)
 	}
@@ -799,25 +893,57 @@ func (cn *Consumer) lastSequences(ctx context.Context, ws []*worker) map[int]uin
 }
 
 // ensureGroup creates the group's state on first use: every existing partition's starting
-// position (its last sequence, unless FromBeginning), then the group marker. Whoever comes first
-// wins each key; a partition created later has no state and is read from its first record.
+// position (its last sequence, 0 from the beginning, the start of the current epoch), then the
+// group marker. Whoever comes first wins each key; a partition created later has no state and is
+// read from its first record. It reads the group's g.start (spec/protocol.md §10.5).
 func (cn *Consumer) ensureGroup(ctx context.Context, kv jetstream.KeyValue) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	marker := wire.GroupPrefix(cn.topicID, cn.opts.Group) + "g.created"
 	if _, err := kv.Get(ctx, marker); err == nil {
+		if err := cn.readStart(ctx, kv); err != nil {
+			return err
+		}
 		return cn.joinAssignor(ctx, kv)
 	}
-	for q := 0; q < cn.desc.MaxPartitions(); q++ {
-		start := uint64(0)
-		if !cn.opts.FromBeginning {
+	cn.mu.Lock()
+	desc := cn.desc
+	cn.mu.Unlock()
+	start := cn.opts.Start
+	if start == StartDefault {
+		switch {
+		case cn.opts.FromBeginning:
+			start = StartBeginning
+		case desc.Compact != nil && desc.Backfilling() == nil:
+			start = StartCurrentEpoch
+		case desc.Compact != nil:
+			start = StartBeginning
+		default:
+			start = StartNow
+		}
+	}
+	if start == StartCurrentEpoch {
+		if bf := desc.Backfilling(); bf != nil {
+			cn.opts.Logf("member %s: group %s starts at the current epoch %d while its backfill runs: keys not yet copied arrive as their copies do", cn.opts.Member, cn.opts.Group, bf.Epoch)
+		}
+		body, _ := json.Marshal(wire.GroupStart{From: "current-epoch", Epoch: desc.Current().Epoch})
+		if _, err := kv.Create(ctx, wire.StartKey(cn.topicID, cn.opts.Group), body); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("%w: create group %s: %v", wire.ErrUnavailable, cn.opts.Group, err)
+		}
+	}
+	for q := 0; q < desc.MaxPartitions(); q++ {
+		var pos uint64
+		switch start {
+		case StartNow:
 			s, err := cn.c.js.Stream(ctx, wire.StreamName(cn.topic, q))
 			if err != nil {
 				return fmt.Errorf("%w: partition %d: %v", wire.ErrUnavailable, q, err)
 			}
-			start = s.CachedInfo().State.LastSeq
+			pos = s.CachedInfo().State.LastSeq
+		case StartCurrentEpoch:
+			pos = desc.CurrentEpochStart(q)
 		}
-		body, _ := json.Marshal(wire.PartitionState{Position: start})
+		body, _ := json.Marshal(wire.PartitionState{Position: pos})
 		if _, err := kv.Create(ctx, wire.PartitionKey(cn.topicID, cn.opts.Group, q), body); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 			return fmt.Errorf("%w: create group %s: %v", wire.ErrUnavailable, cn.opts.Group, err)
 		}
@@ -833,7 +959,32 @@ func (cn *Consumer) ensureGroup(ctx context.Context, kv jetstream.KeyValue) erro
 	if _, err := kv.Create(ctx, marker, []byte(time.Now().UTC().Format(time.RFC3339))); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("%w: create group %s: %v", wire.ErrUnavailable, cn.opts.Group, err)
 	}
+	if err := cn.readStart(ctx, kv); err != nil {
+		return err
+	}
 	return cn.joinAssignor(ctx, kv)
+}
+
+// readStart reads the group's g.start key: the epoch it started reading the current epoch at.
+func (cn *Consumer) readStart(ctx context.Context, kv jetstream.KeyValue) error {
+	e, err := kv.Get(ctx, wire.StartKey(cn.topicID, cn.opts.Group))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		if IsPermission(err) {
+			return err
+		}
+		return fmt.Errorf("%w: consumer group %s: read its start: %v", wire.ErrUnavailable, cn.opts.Group, err)
+	}
+	var st wire.GroupStart
+	if json.Unmarshal(e.Value(), &st) != nil || st.Epoch < 1 {
+		return fmt.Errorf("%w: consumer group %s: its start key holds %.80q", wire.ErrInternal, cn.opts.Group, e.Value())
+	}
+	cn.mu.Lock()
+	cn.startEpoch = st.Epoch
+	cn.mu.Unlock()
+	return nil
 }
 
 // joinAssignor reads the group's assignor (spec/protocol.md §6.1) and refuses to join a group
@@ -995,6 +1146,12 @@ func (cn *Consumer) rebalance(ctx context.Context, kv jetstream.KeyValue, h Hand
 			// the release (spec/protocol.md §6.5): a retired partition drained to its final
 			// boundary is read by no one after this.
 			w.passBoundaries(ctx, w.position())
+			if err := cn.statePartition(ctx, w.partition); err != nil {
+				if ctx.Err() == nil {
+					fail(err) // not released: its lease expires, the next owner loads what is durable
+				}
+				return
+			}
 			cn.release(ctx, kv, w)
 		}
 	})
@@ -1211,6 +1368,10 @@ func (cn *Consumer) shutdown(kv jetstream.KeyValue) {
 	parallel(ws, func(w *worker) {
 		w.stop()
 		if !w.lost() {
+			if err := cn.statePartition(ctx, w.partition); err != nil {
+				cn.opts.Logf("member %s: %v (partition %d not released: its lease expires)", cn.opts.Member, err, w.partition)
+				return
+			}
 			cn.release(ctx, kv, w)
 		}
 	})
@@ -1527,9 +1688,39 @@ func (w *worker) deliver(ctx context.Context, msg jetstream.Msg, h Handler, fail
 		}
 	}
 
+	m.Tombstone = hdr.Get(wire.HeaderTombstone) != ""
+	if o := hdr.Get(wire.HeaderBackfill); o != "" && m.Misplaced == nil {
+		// A backfilled copy (spec/protocol.md §10.4): delivered only when the group cannot
+		// have delivered its origin, else passed like a fence marker.
+		if oe, oq, os, err := wire.ParseOrigin(o); err == nil && oe < m.Epoch {
+			m.Backfill = &CopyOrigin{Epoch: oe, Partition: oq, Seq: os}
+			cn.mu.Lock()
+			deliver := (cn.startEpoch > 0 && oe < cn.startEpoch) || cn.desc.OriginRetired(oe)
+			cn.mu.Unlock()
+			if !deliver {
+				if !w.holdLease(ctx) {
+					return false
+				}
+				w.mu.Lock()
+				w.delivered = m.Seq
+				w.mu.Unlock()
+				w.passBoundaries(ctx, m.Seq)
+				return true
+			}
+		}
+	}
 	if (!cn.opts.DisableGating || cn.opts.OnKeysAssigned != nil) && !m.NoKey && m.Misplaced == nil {
 		if err := w.gate(ctx, m); err != nil {
 			if ctx.Err() == nil && !errors.Is(err, errStale) {
+				fail(err)
+			}
+			return false
+		}
+	}
+	if cn.opts.State != nil && !m.NoKey && m.Misplaced == nil {
+		// The key's state, after its gate: every older record of it is committed (state.go).
+		if err := cn.stateEnsure(ctx, w.partition, m.Key); err != nil {
+			if ctx.Err() == nil {
 				fail(err)
 			}
 			return false
@@ -1562,7 +1753,7 @@ func (w *worker) deliver(ctx context.Context, msg jetstream.Msg, h Handler, fail
 // partitioner cannot be run (the member stops: it cannot tell).
 func (w *worker) placement(ctx context.Context, m *Message, subject string, hdr nats.Header) (*Misplacement, error) {
 	cn := w.cn
-	_, e, q, err := wire.ParseDataSubject(subject)
+	_, e, q, token, err := wire.SplitRecordSubject(subject)
 	if err == nil {
 		m.Epoch = e
 	}
@@ -1580,6 +1771,15 @@ func (w *worker) placement(ctx context.Context, m *Message, subject string, hdr 
 	}
 	if q != w.partition {
 		return &Misplacement{Expected: -1, Reason: fmt.Sprintf("its subject %q names partition %d", subject, q)}, nil
+	}
+	cn.mu.Lock()
+	compact := cn.desc.Compact != nil
+	cn.mu.Unlock()
+	switch {
+	case compact && token != wire.KeyToken(k):
+		return &Misplacement{Expected: -1, Reason: fmt.Sprintf("its subject %.80q does not end with its key's token (a compacted topic's record subject names its key, spec/protocol.md §10.1)", subject)}, nil
+	case !compact && token != "":
+		return &Misplacement{Expected: -1, Reason: fmt.Sprintf("its subject %.80q has a key token, but the topic is not compacted", subject)}, nil
 	}
 	for {
 		cn.mu.Lock()

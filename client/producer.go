@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sort"
@@ -25,6 +27,10 @@ type Record struct {
 	// NoKey marks a keyless record: the producer spreads keyless records over the partitions and
 	// promises no order for them. An empty Key without NoKey is the empty key, which is a key.
 	NoKey bool
+	// Tombstone marks a record that deletes its key (spec/protocol.md §10.2): it has no Value.
+	// On a compacted topic it removes the key's value at once and is itself removed after the
+	// topic's delete retention.
+	Tombstone bool
 	// Origin, when set, is the identity the record carries instead of this producer's: the
 	// broker's produce service passes on its thin clients' producer id and sequence, so that
 	// their retries are deduplicated and their order can be checked.
@@ -342,6 +348,9 @@ func (p *Producer) Send(ctx context.Context, rec Record, done func(Result)) erro
 	if rec.NoKey && len(rec.Key) > 0 {
 		return fmt.Errorf("%w: a keyless record (NoKey) has no Key", wire.ErrBadRequest)
 	}
+	if err := p.checkCompaction(rec); err != nil {
+		return err
+	}
 	if len(rec.Key) > 65536 {
 		return fmt.Errorf("%w: key of %d bytes; keys are at most 65536 bytes", wire.ErrBadRequest, len(rec.Key))
 	}
@@ -403,7 +412,9 @@ func (p *Producer) Produce(ctx context.Context, rec Record) (Result, error) {
 func (p *Producer) assignLocked(pd *pending) error {
 	cur := p.desc.Current()
 	var part int
-	if pd.rec.NoKey {
+	if pd.rec.NoKey && pd.rec.Origin != nil {
+		part = keylessPartition(pd.rec, cur.Partitions)
+	} else if pd.rec.NoKey {
 		part = int(p.rr % uint64(cur.Partitions))
 		p.rr++
 	} else {
@@ -425,12 +436,29 @@ func (p *Producer) assignLocked(pd *pending) error {
 	return nil
 }
 
+// keylessPartition places a keyless record that carries a thin client's identity where every
+// retry of it will go, at any broker (spec/protocol.md §5.2, "Keyless records of the produce
+// service"): spread round-robin, a retry of a record stored after all would be stored again in
+// another partition, out of reach of JetStream's deduplication.
+func keylessPartition(rec Record, partitions int) int {
+	o := rec.Origin
+	token := o.Token
+	if token == "" {
+		token = RecordToken(rec.Key, rec.NoKey, rec.Value)
+	}
+	h := sha256.New()
+	h.Write([]byte("pctl-keyless-v1\x00"))
+	h.Write([]byte(o.Producer + "-" + strconv.FormatUint(o.Seq, 10) + "-" + token))
+	return int(binary.BigEndian.Uint64(h.Sum(nil)[:8]) % uint64(partitions))
+}
+
 // identity is a record's headers, fixed for all its sends (spec/protocol.md §5.1 step 3).
 func (p *Producer) identity(pd *pending) nats.Header {
 	h := nats.Header{}
 	if !pd.rec.NoKey {
 		h.Set(wire.HeaderKey, wire.EncodeKey(pd.rec.Key))
 	}
+	setTombstone(h, pd.rec.Tombstone, p.desc.Compact)
 	id, n, token := p.id, pd.seq, ""
 	if o := pd.rec.Origin; o != nil {
 		id, n, token = o.Producer, o.Seq, o.Token
@@ -746,4 +774,37 @@ func descEpoch(t *wire.Topic) string {
 		s += fmt.Sprintf(", changing to %d (%s)", t.Change.To, t.Change.State)
 	}
 	return s
+}
+
+// checkCompaction refuses what a tombstone or a compacted topic cannot carry (spec/protocol.md
+// §10): a keyless record on a compacted topic, a keyless tombstone, a tombstone with a value.
+func (p *Producer) checkCompaction(rec Record) error {
+	p.mu.Lock()
+	compact := p.desc.Compact != nil
+	p.mu.Unlock()
+	return checkCompaction(p.topic, compact, rec)
+}
+
+func checkCompaction(topic string, compact bool, rec Record) error {
+	switch {
+	case compact && rec.NoKey:
+		return fmt.Errorf("%w: topic %s is compacted: every record needs a key (a keyless record cannot be compacted)", wire.ErrBadRequest, topic)
+	case rec.Tombstone && rec.NoKey:
+		return fmt.Errorf("%w: a tombstone deletes a key: it needs one", wire.ErrBadRequest)
+	case rec.Tombstone && len(rec.Value) > 0:
+		return fmt.Errorf("%w: a tombstone has no value (%d bytes given)", wire.ErrBadRequest, len(rec.Value))
+	}
+	return nil
+}
+
+// setTombstone marks a tombstone's message: on a compacted topic with its delete retention as
+// JetStream's message TTL.
+func setTombstone(h nats.Header, tombstone bool, compact *wire.Compaction) {
+	if !tombstone {
+		return
+	}
+	h.Set(wire.HeaderTombstone, "true")
+	if compact != nil {
+		h.Set(wire.HeaderTTL, strconv.FormatInt(max(compact.DeleteRetentionMS/1000, 1), 10))
+	}
 }

@@ -17,7 +17,9 @@ import (
 // cluster a fast batch holds at most one record of a key): in one run on a 3-node cluster of
 // nats-server processes, the records per second of one producer sending to one R3 partition
 // records of a single key (one record per batch round trip) and records of 10,000 keys (batches
-// of hundreds), and their ratio. Each b.N iteration is one round of both, alternating the order.
+// of hundreds), and their ratio; and, for what the rule costs a hot key, the single key again
+// from a producer with the rule off (the old behaviour, an internal test hook). Each b.N
+// iteration is one round of each, in rotating order.
 //
 //	go test -run '^$' -bench HotKeyOnCluster -benchtime 3x ./client/
 func BenchmarkHotKeyOnCluster(b *testing.B) {
@@ -42,8 +44,13 @@ func BenchmarkHotKeyOnCluster(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer p.Close(ctx)
+	off, err := cl.NewProducer(ctx, topic, client.WithoutKeyRule(client.ProducerOptions{}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer off.Close(ctx)
 	value := make([]byte, 100)
-	round := func(n, nkeys int) float64 {
+	round := func(p *client.Producer, n, nkeys int) float64 {
 		start := time.Now()
 		for i := 0; i < n; i++ {
 			if err := p.Send(ctx, client.Record{Key: []byte(fmt.Sprint("key-", i%nkeys)), Value: value}, nil); err != nil {
@@ -55,24 +62,27 @@ func BenchmarkHotKeyOnCluster(b *testing.B) {
 		}
 		return float64(n) / time.Since(start).Seconds()
 	}
-	round(2000, keys) // warm up: streams' leaders known, connections open
-	var hot, many []float64
+	round(p, 2000, keys) // warm up: streams' leaders known, connections open
+	round(off, 2000, keys)
+	var hot, many, hotOff []float64
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if i%2 == 0 {
-			hot = append(hot, round(hotRecords, 1))
-			many = append(many, round(manyRecords, keys))
-		} else {
-			many = append(many, round(manyRecords, keys))
-			hot = append(hot, round(hotRecords, 1))
+		runs := []func(){
+			func() { hot = append(hot, round(p, hotRecords, 1)) },
+			func() { many = append(many, round(p, manyRecords, keys)) },
+			func() { hotOff = append(hotOff, round(off, manyRecords, 1)) },
+		}
+		for j := range runs {
+			runs[(i+j)%len(runs)]()
 		}
 	}
 	b.StopTimer()
-	h, m := median(hot), median(many)
+	h, m, ho := median(hot), median(many), median(hotOff)
 	b.ReportMetric(h, "hot-key-rec/s")
 	b.ReportMetric(m, "many-keys-rec/s")
 	b.ReportMetric(h/m, "hot/many")
-	b.Logf("one hot key: %.0f records/s; %d keys: %.0f records/s; ratio %.3f (R3, 3 nodes, one partition)", h, keys, m, h/m)
+	b.ReportMetric(h/ho, "hot/hot-rule-off")
+	b.Logf("one hot key: %.0f records/s; %d keys: %.0f records/s; ratio %.3f; one hot key with the rule off: %.0f records/s (rule on/off %.3f) (R3, 3 nodes, one partition)", h, keys, m, h/m, ho, h/ho)
 }
 
 func median(xs []float64) float64 {

@@ -26,8 +26,9 @@ type sink struct {
 	p         *Producer
 	epoch     int
 	partition int
-	subject   string
+	subject   string // where the batch's EOB goes (wire.BatchEndSubject)
 	stream    string
+	compact   bool // a compacted topic: each record goes to its key's subject (spec §10.1)
 
 	mu        sync.Mutex
 	queue     []*pending
@@ -79,8 +80,9 @@ type batch struct {
 }
 
 func newSink(p *Producer, epoch, partition int) *sink {
-	return &sink{p: p, epoch: epoch, partition: partition,
-		subject: wire.DataSubject(p.topic, epoch, partition), stream: wire.StreamName(p.topic, partition),
+	compact := p.desc.Compact != nil
+	return &sink{p: p, epoch: epoch, partition: partition, compact: compact,
+		subject: wire.BatchEndSubject(p.topic, epoch, partition, compact), stream: wire.StreamName(p.topic, partition),
 		wake: make(chan struct{}, 1), replies: make(chan fbReply, 2*p.opts.MaxInFlight+256), done: make(chan struct{})}
 }
 
@@ -345,7 +347,7 @@ func (s *sink) fill() {
 				op = fbCommit // a batch of one record: stored and committed by one message
 			}
 		}
-		m := &nats.Msg{Subject: s.subject, Reply: fbReplySubject(s.p.inbox, b.id, flow, seq, op), Header: pd.hdr, Data: pd.rec.Value}
+		m := &nats.Msg{Subject: wire.RecordSubject(s.p.topic, s.epoch, s.partition, s.compact, pd.rec.Key), Reply: fbReplySubject(s.p.inbox, b.id, flow, seq, op), Header: pd.hdr, Data: pd.rec.Value}
 		if err := s.p.c.nc.PublishMsg(m); err != nil {
 			if errors.Is(err, nats.ErrMaxPayload) {
 				s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: fmt.Errorf("%w: record %d cannot be published: %v", wire.ErrBadRequest, pd.seq, err)})
@@ -762,7 +764,7 @@ func (s *sink) learn(ctx context.Context, desc, fenced **wire.Topic, exact map[i
 		if d := *desc; d != nil && d.Current().Epoch > s.epoch {
 			*fenced = d
 			cur := d.Current()
-			subject = wire.DataSubject(s.p.topic, cur.Epoch, s.partition)
+			subject = wire.BatchEndSubject(s.p.topic, cur.Epoch, s.partition, s.compact)
 			if s.partition >= cur.Partitions {
 				// Shrunk away: the retired subject takes no publishes (not even an EOB), and
 				// nothing more of the batch can be stored: read the partition back.
@@ -916,6 +918,13 @@ func (s *sink) confirm(ctx context.Context, k int, upTo uint64) (found map[int]u
 				return nil, false, err
 			}
 		}
+	}
+	if s.compact {
+		keys := make([][]byte, len(b.recs))
+		for i := b.acked; i < len(b.recs); i++ {
+			keys[i] = b.recs[i].rec.Key
+		}
+		supersededInBatch(keys, b.acked, found)
 	}
 	for i := b.acked; i < len(b.recs); i++ {
 		if _, ok := found[i]; !ok {

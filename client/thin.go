@@ -422,8 +422,17 @@ func (t *ThinProducer) sendWaitingLocked() {
 			if len(recs) > 0 && size+pd.size > t.maxBody {
 				break
 			}
+			// A batched request's body has no tombstone flag: a tombstone goes alone, as a
+			// single request (its Pctl-Tombstone header), in its place in the sequence.
+			tomb := pd.msg.Header[wire.HeaderTombstone] != nil
+			if tomb && len(recs) > 0 {
+				break
+			}
 			recs = append(recs, pd)
 			size += pd.size
+			if tomb {
+				break
+			}
 		}
 		t.next = recs[len(recs)-1].seq + 1
 		t.publishLocked(recs)
@@ -814,6 +823,12 @@ func thinMessage(subject string, rec Record, id string, seq uint64) (*nats.Msg, 
 	if id != "" {
 		h[wire.HeaderProducer] = []string{id}
 		h[wire.HeaderSeq] = []string{strconv.FormatUint(seq, 10)}
+	}
+	if rec.Tombstone {
+		if err := checkCompaction("", false, rec); err != nil {
+			return nil, err
+		}
+		h[wire.HeaderTombstone] = []string{"true"}
 	}
 	return &nats.Msg{Subject: subject, Data: rec.Value, Header: h}, nil
 }

@@ -14,7 +14,16 @@ const (
 	AdminTopicDel  = AdminPrefix + ".topic.delete"
 	AdminTopicEdit = AdminPrefix + ".topic.repartition"
 	AdminTopicSet  = AdminPrefix + ".topic.set" // SetTopicRequest -> TopicReply
+	// AdminTopicRetire deletes old epochs' records (spec/protocol.md §10.7): RetireRequest ->
+	// TopicReply.
+	AdminTopicRetire = AdminPrefix + ".topic.retire"
 )
+
+// RetireRequest deletes the records of epochs <= Through (0: every ended epoch).
+type RetireRequest struct {
+	Topic   string `json:"topic"`
+	Through int    `json:"through,omitempty"`
+}
 
 // TopicRequest names a topic.
 type TopicRequest struct {
@@ -51,7 +60,17 @@ type CreateTopicRequest struct {
 	Replicas int `json:"replicas,omitempty"`
 	// PlacementTags place every partition stream on servers with all these tags.
 	PlacementTags []string `json:"placement_tags,omitempty"`
+	// Compact makes a compacted topic (spec/protocol.md §10); DeleteRetentionMS is how long its
+	// tombstones are kept (0: DefaultDeleteRetentionMS).
+	Compact           bool  `json:"compact,omitempty"`
+	DeleteRetentionMS int64 `json:"delete_retention_ms,omitempty"`
+	// Backfill makes a plain topic backfill at epoch changes (copy its history).
+	Backfill bool `json:"backfill,omitempty"`
 }
+
+// DefaultDeleteRetentionMS is a compacted topic's default tombstone retention (24 h, Kafka's
+// delete.retention.ms).
+const DefaultDeleteRetentionMS = 24 * 60 * 60 * 1000
 
 // SetTopicRequest changes a live topic's replicas and/or placement tags: every partition stream
 // is updated (JetStream moves or adds replicas while records flow). Zero Replicas keeps them;
@@ -123,4 +142,16 @@ type GroupInfo struct {
 	// first (§6.2.1), with the fractions of keys that changed member (§6.2.2).
 	Assignor    string              `json:"assignor,omitempty"`
 	Assignments []AssignmentSummary `json:"assignments,omitempty"`
+}
+
+// BackfillEvent is a backfill's progress, published on BackfillSubject (best effort).
+type BackfillEvent struct {
+	Topic          string `json:"topic"`
+	Epoch          int    `json:"epoch"`
+	DonePartitions int    `json:"done_partitions"`
+	Partitions     int    `json:"partitions"`
+	Copied         int64  `json:"copied"`
+	Newer          int64  `json:"newer"`
+	Expired        int64  `json:"expired"`
+	State          string `json:"state"`
 }

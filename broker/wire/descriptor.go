@@ -26,6 +26,101 @@ type Topic struct {
 	PlacementTags []string `json:"placement_tags,omitempty"`
 	// Reconfig is a change of Replicas or PlacementTags in progress (spec/protocol.md §7.1).
 	Reconfig *Reconfig `json:"reconfig,omitempty"`
+	// Compact makes the topic compacted (spec/protocol.md §10): a subject per key, the last
+	// record of every key kept, tombstones. Fixed at creation.
+	Compact *Compaction `json:"compact,omitempty"`
+	// Backfill makes a plain topic backfill at epoch changes (a compacted one always does).
+	Backfill bool `json:"backfill,omitempty"`
+	// Retiring is a retirement of old epochs' records in progress (spec/protocol.md §10.7).
+	Retiring *Retiring `json:"retiring,omitempty"`
+}
+
+// Compaction configures a compacted topic.
+type Compaction struct {
+	// DeleteRetentionMS is how long a tombstone is kept (then its key is gone).
+	DeleteRetentionMS int64 `json:"delete_retention_ms"`
+}
+
+// Retiring is a retirement of epochs <= Through in progress.
+type Retiring struct {
+	Through int       `json:"through"`
+	Started time.Time `json:"started"`
+	// Checked: every group was past the epochs' boundaries; the records are being deleted.
+	Checked bool `json:"checked,omitempty"`
+}
+
+// Backfill is the copying of the previous epoch's records into an epoch (spec/protocol.md §10.3).
+type Backfill struct {
+	State   string     `json:"state"` // BackfillRunning or BackfillDone
+	Started time.Time  `json:"started"`
+	Ended   *time.Time `json:"ended,omitempty"`
+	// Done[q]: every record of the previous epoch's partition q up to this stream sequence has
+	// been handled.
+	Done []uint64 `json:"done"`
+	// Copied counts copies stored; Newer copies refused because the key already had a newer
+	// record (or the copy) in the new partition; Expired tombstones past their retention.
+	Copied  int64 `json:"copied"`
+	Newer   int64 `json:"newer"`
+	Expired int64 `json:"expired"`
+}
+
+// Backfill states.
+const (
+	BackfillRunning = "running"
+	BackfillDone    = "done"
+)
+
+// Backfills reports whether the topic backfills at epoch changes.
+func (t *Topic) Backfills() bool { return t.Compact != nil || t.Backfill }
+
+// Backfilling returns the epoch whose backfill runs, or nil.
+func (t *Topic) Backfilling() *Epoch {
+	for i := range t.Epochs {
+		if b := t.Epochs[i].Backfill; b != nil && b.State == BackfillRunning {
+			return &t.Epochs[i]
+		}
+	}
+	return nil
+}
+
+// EpochStart returns the first stream sequence of partition stream q that can hold a record of
+// epoch e: one past the fence marker of the last earlier epoch that fenced q (1 if none).
+func (t *Topic) EpochStart(e, q int) uint64 {
+	start := uint64(1)
+	for _, x := range t.Epochs {
+		if x.Epoch >= e {
+			break
+		}
+		if q < len(x.Boundaries) {
+			start = x.Boundaries[q] + 2
+		}
+	}
+	return start
+}
+
+// CurrentEpochStart is the position at which a group that reads the current epoch alone starts
+// in stream q (spec/protocol.md §10.5): the sequence of the last fence marker q has, 0 if none.
+func (t *Topic) CurrentEpochStart(q int) uint64 {
+	var pos uint64
+	for _, x := range t.Epochs {
+		if q < len(x.Boundaries) && x.Boundaries[q]+1 > pos {
+			pos = x.Boundaries[q] + 1
+		}
+	}
+	return pos
+}
+
+// OriginRetired reports whether epoch e's records are retired or being retired (a backfilled
+// copy of one of them is then delivered: spec/protocol.md §10.4).
+func (t *Topic) OriginRetired(e int) bool {
+	if t.Retiring != nil && e <= t.Retiring.Through {
+		return true
+	}
+	if len(t.Epochs) > 0 && e < t.Epochs[0].Epoch {
+		return true
+	}
+	ep := t.Epoch(e)
+	return ep != nil && ep.Retired
 }
 
 // Reconfig is a change of a topic's replicas or placement in progress: every partition stream is
@@ -48,6 +143,11 @@ type Epoch struct {
 	Boundaries []uint64 `json:"boundaries,omitempty"`
 	// Ancestry of this epoch's partitions from the previous epoch's (nil for epoch 1).
 	Ancestry *Ancestry `json:"ancestry,omitempty"`
+	// Backfill is the copying of the previous epoch's records into this one (topics that
+	// backfill; spec/protocol.md §10.3).
+	Backfill *Backfill `json:"backfill,omitempty"`
+	// Retired: this epoch's records were deleted (spec/protocol.md §10.7).
+	Retired bool `json:"retired,omitempty"`
 }
 
 // Partitioner names an epoch's partition function.

@@ -32,6 +32,16 @@ func PartitionKey(topicID, group string, partition int) string {
 // ResetKey is the key of a group's last reset (spec/protocol.md §6.6).
 func ResetKey(topicID, group string) string { return topicID + "." + group + ".g.reset" }
 
+// StartKey is the key of a group's start (spec/protocol.md §10.5): written by the creator of a
+// group that reads the current epoch alone.
+func StartKey(topicID, group string) string { return topicID + "." + group + ".g.start" }
+
+// GroupStart is a group's start: From "current-epoch" at Epoch.
+type GroupStart struct {
+	From  string `json:"from"`
+	Epoch int    `json:"epoch"`
+}
+
 // AssignorKey is the key of a group's assignor (spec/protocol.md §6.1).
 func AssignorKey(topicID, group string) string { return topicID + "." + group + ".g.assignor" }
 

@@ -5,6 +5,7 @@
 package wire
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -52,6 +53,9 @@ const (
 	HeaderMsgID = "Nats-Msg-Id"
 	// HeaderError carries an API error code on a reply that failed (with a JSON body).
 	HeaderError = "Pctl-Error"
+	// HeaderKeepalive on an API request asks the broker that takes it for keep-alives until its
+	// answer; on a reply it marks a keep-alive, which is not the answer (spec/protocol.md §3).
+	HeaderKeepalive = "Pctl-Keepalive"
 	// HeaderBroker names, on every reply of the produce service, the broker that answered: a
 	// pipelining thin client sends its next requests to ProduceBrokerSubject(topic, that id).
 	HeaderBroker = "Pctl-Broker"
@@ -62,7 +66,122 @@ const (
 	// HeaderFence marks a fence marker: not a record, but the message the broker stores in a
 	// partition stream when it fences it (its value: the new epoch). Consumers skip it.
 	HeaderFence = "Pctl-Fence"
+	// HeaderTombstone marks a tombstone: a record that deletes its key (spec/protocol.md §10.2).
+	HeaderTombstone = "Pctl-Tombstone"
+	// HeaderBackfill marks a backfilled copy and names its origin: "<epoch>/<partition>/<seq>"
+	// (spec/protocol.md §10.3).
+	HeaderBackfill = "Pctl-Backfill"
+	// HeaderTTL is JetStream's per-message TTL (seconds), set on a compacted topic's tombstones.
+	HeaderTTL = "Nats-TTL"
+	// HeaderExpectedLastSubjectSeq is JetStream's check of the last sequence of a subject.
+	HeaderExpectedLastSubjectSeq = "Nats-Expected-Last-Subject-Sequence"
 )
+
+// MaxDirectKeyToken is the longest key encoded directly in a key token (spec/protocol.md §10.1);
+// longer keys are encoded by their SHA-256.
+const MaxDirectKeyToken = 128
+
+// KeyToken is a compacted topic's subject token for a key: "k" + base64url (no padding) of a key
+// of at most MaxDirectKeyToken bytes, else "h" + base64url of its SHA-256.
+func KeyToken(key []byte) string {
+	if len(key) <= MaxDirectKeyToken {
+		return "k" + base64.RawURLEncoding.EncodeToString(key)
+	}
+	sum := sha256.Sum256(key)
+	return "h" + base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// RecordSubject is the subject of a record of (topic, epoch, partition): with the key's token on a
+// compacted topic.
+func RecordSubject(topic string, epoch, partition int, compact bool, key []byte) string {
+	s := DataSubject(topic, epoch, partition)
+	if compact {
+		s += "." + KeyToken(key)
+	}
+	return s
+}
+
+// BatchEndSubject is where a producer publishes the end-of-batch (EOB) commit of a fast batch to
+// partition `partition` of epoch `epoch`: the partition subject, or on a compacted topic (whose
+// streams take only six-token subjects) that subject with the token "end", which no key token
+// ("k…", "h…") or fence marker ("f…") is. An EOB is never stored (spec/protocol.md §5.1.1).
+func BatchEndSubject(topic string, epoch, partition int, compact bool) string {
+	s := DataSubject(topic, epoch, partition)
+	if compact {
+		s += ".end"
+	}
+	return s
+}
+
+// StreamSubject is the subject a partition stream is bound to for an epoch (a pattern with one
+// wildcard token on a compacted topic).
+func StreamSubject(topic string, epoch, partition int, compact bool) string {
+	return bindSubject(DataSubject(topic, epoch, partition), compact)
+}
+
+// StreamRetiredSubject is the subject a partition stream shrunk away is bound to.
+func StreamRetiredSubject(topic string, partition int, compact bool) string {
+	return bindSubject(RetiredSubject(topic, partition), compact)
+}
+
+func bindSubject(s string, compact bool) string {
+	if compact {
+		return s + ".*"
+	}
+	return s
+}
+
+// MarkerSubject is where a fence marker for the change to epoch `to` is published, given the
+// subject the stream was just bound to.
+func MarkerSubject(bound string, to int) string {
+	if p, ok := strings.CutSuffix(bound, ".*"); ok {
+		return p + ".f" + strconv.Itoa(to)
+	}
+	return bound
+}
+
+// SplitRecordSubject splits pctl.data.<topic>.<epoch>.<partition>[.<key token>]; token is ""
+// for a five-token subject.
+func SplitRecordSubject(s string) (topic string, epoch, partition int, token string, err error) {
+	parts := strings.Split(s, ".")
+	if (len(parts) != 5 && len(parts) != 6) || parts[0]+"."+parts[1] != DataPrefix {
+		return "", 0, 0, "", fmt.Errorf("not a pctl record subject: %q", s)
+	}
+	e, err1 := strconv.Atoi(parts[3])
+	p, err2 := strconv.Atoi(parts[4])
+	if err1 != nil || err2 != nil {
+		return "", 0, 0, "", fmt.Errorf("not a pctl record subject: %q", s)
+	}
+	if len(parts) == 6 {
+		token = parts[5]
+		if token == "" {
+			return "", 0, 0, "", fmt.Errorf("not a pctl record subject: %q", s)
+		}
+	}
+	return parts[2], e, p, token, nil
+}
+
+// FormatOrigin is the HeaderBackfill value of a copy of the record at (epoch, partition, seq).
+func FormatOrigin(epoch, partition int, seq uint64) string {
+	return strconv.Itoa(epoch) + "/" + strconv.Itoa(partition) + "/" + strconv.FormatUint(seq, 10)
+}
+
+// ParseOrigin parses a HeaderBackfill value.
+func ParseOrigin(v string) (epoch, partition int, seq uint64, err error) {
+	parts := strings.Split(v, "/")
+	if len(parts) == 3 {
+		e, err1 := strconv.Atoi(parts[0])
+		p, err2 := strconv.Atoi(parts[1])
+		s, err3 := strconv.ParseUint(parts[2], 10, 64)
+		if err1 == nil && err2 == nil && err3 == nil && e > 0 && p >= 0 {
+			return e, p, s, nil
+		}
+	}
+	return 0, 0, 0, fmt.Errorf("%s header %q is not <epoch>/<partition>/<sequence>", HeaderBackfill, v)
+}
+
+// BackfillSubject is where the broker publishes a topic's backfill progress (JSON, best effort).
+func BackfillSubject(topic string) string { return EventsPrefix + ".backfill." + topic }
 
 var topicRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
@@ -86,10 +205,11 @@ func RetiredSubject(topic string, partition int) string {
 	return DataPrefix + "." + topic + ".retired." + strconv.Itoa(partition)
 }
 
-// ParseDataSubject splits pctl.data.<topic>.<epoch>.<partition>.
+// ParseDataSubject splits pctl.data.<topic>.<epoch>.<partition>, also with a compacted topic's
+// key token (or a stream binding's wildcard) as a sixth token, which it ignores.
 func ParseDataSubject(s string) (topic string, epoch, partition int, err error) {
 	parts := strings.Split(s, ".")
-	if len(parts) != 5 || parts[0]+"."+parts[1] != DataPrefix {
+	if (len(parts) != 5 && len(parts) != 6) || parts[0]+"."+parts[1] != DataPrefix {
 		return "", 0, 0, fmt.Errorf("not a pctl record subject: %q", s)
 	}
 	e, err1 := strconv.Atoi(parts[3])
@@ -156,28 +276,45 @@ var (
 	ErrUnsupported = errors.New("unsupported")
 )
 
-var codes = map[string]error{
-	"bad_request":        ErrBadRequest,
-	"not_found":          ErrNotFound,
-	"exists":             ErrExists,
-	"conflict":           ErrConflict,
-	"in_use":             ErrInUse,
-	"plugin_rejected":    ErrPluginRejected,
-	"plugin_failed":      ErrPluginFailed,
-	"fenced":             ErrFenced,
-	"change_in_progress": ErrChangeInProgress,
-	"permission":         ErrPermission,
-	"unavailable":        ErrUnavailable,
-	"out_of_sequence":    ErrOutOfSequence,
-	"internal":           ErrInternal,
-	"unsupported":        ErrUnsupported,
+// codeTable lists every code with its sentinel, most specific first. Code takes the first entry
+// an error wraps, so an error that wraps two sentinels (errors.Join, or a fence reported as a bad
+// request) gets the same code every time: a fence before a generic refusal, a refusal before
+// unavailable, internal last.
+var codeTable = []struct {
+	code string
+	err  error
+}{
+	{"fenced", ErrFenced},
+	{"change_in_progress", ErrChangeInProgress},
+	{"out_of_sequence", ErrOutOfSequence},
+	{"plugin_rejected", ErrPluginRejected},
+	{"plugin_failed", ErrPluginFailed},
+	{"permission", ErrPermission},
+	{"not_found", ErrNotFound},
+	{"exists", ErrExists},
+	{"conflict", ErrConflict},
+	{"in_use", ErrInUse},
+	{"unsupported", ErrUnsupported},
+	{"bad_request", ErrBadRequest},
+	{"unavailable", ErrUnavailable},
+	{"internal", ErrInternal},
 }
 
-// Code returns the wire code of an error (the first sentinel it wraps), "internal" otherwise.
+// codes maps a code back to its sentinel (RemoteError.Unwrap).
+var codes = func() map[string]error {
+	m := make(map[string]error, len(codeTable))
+	for _, c := range codeTable {
+		m[c.code] = c.err
+	}
+	return m
+}()
+
+// Code returns the wire code of an error: that of the first sentinel of the table above that it
+// wraps (deterministic when it wraps several), "internal" when it wraps none.
 func Code(err error) string {
-	for c, s := range codes {
-		if errors.Is(err, s) {
-			return c
+	for _, c := range codeTable {
+		if errors.Is(err, c.err) {
+			return c.code
 		}
 	}
 	return "internal"

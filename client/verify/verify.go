@@ -69,6 +69,13 @@ type Options struct {
 	// NoDuplicates makes any duplicate delivery a failure: for runs that injected no crash
 	// (duplicates are promised only after one). Default false: duplicates are counted only.
 	NoDuplicates bool
+	// Compacted checks a compacted topic (spec/protocol.md §10), whose log keeps only the latest
+	// record of each key: an acknowledged record that was not delivered is not lost when a later
+	// record of the same producer and key was delivered (compacted away, counted as Compacted),
+	// and the order rule is that a (producer, key)'s first deliveries come in increasing
+	// sequence. Records of one key written by several producers have no order the checker
+	// knows: give each key one producer.
+	Compacted bool
 }
 
 // The failure kinds of Report.Failures and Result.Failures.
@@ -96,6 +103,7 @@ type Report struct {
 	Unacked    int    `json:"unacked"`    // deliveries of a record sent but not acknowledged (allowed)
 	Unexpected int    `json:"unexpected"` // deliveries of a record no sent log contains
 	Unlogged   int    `json:"unlogged"`   // Options.PartialLogs: deliveries from producers no log names
+	Compacted  int    `json:"compacted"`  // Options.Compacted: acknowledged, superseded by a later record of the key that was delivered
 	// Failures lists the failure kinds (the Fail constants) found; empty when the group is OK.
 	Failures []string `json:"failures"`
 	Examples []string `json:"examples,omitempty"`
@@ -275,6 +283,7 @@ func (idx *sentIndex) checkGroup(group string, delivered []Delivered, opts Optio
 	seen := map[id]bool{}
 	next := map[stream]int{} // index in seqs of the next acknowledged record expected first
 	overtaken := map[id]bool{}
+	maxFirst := map[stream]uint64{} // Compacted: the highest sequence delivered per (producer, key)
 	for _, d := range ds {
 		i := id{d.Producer, d.PSeq}
 		s, ok := idx.acked[i]
@@ -307,6 +316,15 @@ func (idx *sentIndex) checkGroup(group string, delivered []Delivered, opts Optio
 			continue // keyless: no order promised; overtaken: counted when a later record overtook it
 		}
 		k := stream{d.Producer, string(s.Key)}
+		if opts.Compacted {
+			if d.PSeq < maxFirst[k] {
+				r.Violations++
+				example("key %q of producer %s: record %d delivered after record %d", s.Key, d.Producer, d.PSeq, maxFirst[k])
+				continue
+			}
+			maxFirst[k] = d.PSeq
+			continue
+		}
 		list, n := idx.seqs[k], next[k]
 		if n < len(list) && list[n] == d.PSeq {
 			next[k] = n + 1
@@ -326,6 +344,10 @@ func (idx *sentIndex) checkGroup(group string, delivered []Delivered, opts Optio
 	var lost []Sent
 	for i, s := range idx.acked {
 		if !seen[i] {
+			if opts.Compacted && !s.NoKey && maxFirst[stream{s.Producer, string(s.Key)}] > s.PSeq {
+				r.Compacted++
+				continue
+			}
 			lost = append(lost, s)
 		}
 	}

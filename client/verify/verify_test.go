@@ -97,6 +97,19 @@ func TestCheck(t *testing.T) {
 			deliveries: all(), resultFail: []string{FailReusedSeq}},
 		{name: "expected group without deliveries (was not reported)", deliveries: nil, opts: Options{Groups: []string{"g"}},
 			want: counts{lost: 5}, failures: []string{FailLost}},
+		// Compacted topics: a record may be skipped when a later one of its key and producer
+		// was delivered; the latest is never optional; first deliveries only go forward.
+		{name: "compacted: an overwritten record may be skipped", opts: Options{Compacted: true},
+			deliveries: []Delivered{d(1, 3, "a"), d(2, 2, "b"), keyless(3, 5), fromQ(4)}},
+		{name: "compacted: the latest record of a key is lost if not delivered", opts: Options{Compacted: true},
+			deliveries: []Delivered{d(1, 1, "a"), d(2, 2, "b"), keyless(3, 5), fromQ(4)},
+			want:       counts{lost: 1}, failures: []string{FailLost}},
+		{name: "compacted: going back is a violation", opts: Options{Compacted: true},
+			deliveries: []Delivered{d(1, 3, "a"), d(2, 1, "a"), d(3, 2, "b"), keyless(4, 5), fromQ(5)},
+			want:       counts{violations: 1}, failures: []string{FailOrder}},
+		{name: "compacted: another producer's later record does not excuse a loss", opts: Options{Compacted: true},
+			deliveries: []Delivered{d(1, 2, "b"), keyless(2, 5), fromQ(3)},
+			want:       counts{lost: 2}, failures: []string{FailLost}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

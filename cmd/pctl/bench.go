@@ -67,7 +67,7 @@ func cmdBench(e *env, args []string) int {
 		if len(args) > 0 {
 			w = e.stdout
 		}
-		fmt.Fprintln(w, "Usage: pctl bench produce|epoch|sync [flags]\n\nSubcommands:\n  produce      produce throughput: raw JetStream vs client-side vs broker-side\n  epoch        epoch gating: consumer throughput gated vs not, delivery delay at a change vs pausing producers\n  sync         the cost of fsync before acknowledging: produce throughput with sync_interval always vs 2m")
+		fmt.Fprintln(w, "Usage: pctl bench produce|epoch|sync|backfill [flags]\n\nSubcommands:\n  produce      produce throughput: raw JetStream vs client-side vs broker-side\n  epoch        epoch gating: consumer throughput gated vs not, delivery delay at a change vs pausing producers\n  sync         the cost of fsync before acknowledging: produce throughput with sync_interval always vs 2m\n  backfill     what a backfill costs: change time, keys/s, a live group's delay, against the same change without")
 		if len(args) == 0 {
 			return exitUsage
 		}
@@ -80,8 +80,10 @@ func cmdBench(e *env, args []string) int {
 		return cmdBenchEpoch(e, args[1:])
 	case "sync":
 		return cmdBenchSync(e, args[1:])
+	case "backfill":
+		return cmdBenchBackfill(e, args[1:])
 	}
-	return usageErr(e, "bench", "unknown benchmark %q; there are: produce, epoch, sync", args[0])
+	return usageErr(e, "bench", "unknown benchmark %q; there are: produce, epoch, sync, backfill", args[0])
 }
 
 // benchConfig sizes a produce benchmark.

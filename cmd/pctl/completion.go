@@ -22,8 +22,9 @@ var subcommandSets = map[string]map[string]command{
 		"config": {name: "config", run: cmdNATSServerConfig},
 	},
 	"bench": {
-		"produce": {name: "produce", run: cmdBenchProduce},
-		"epoch":   {name: "epoch", run: cmdBenchEpoch},
+		"produce":  {name: "produce", run: cmdBenchProduce},
+		"epoch":    {name: "epoch", run: cmdBenchEpoch},
+		"backfill": {name: "backfill", run: cmdBenchBackfill},
 	},
 }
 

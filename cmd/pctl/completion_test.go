@@ -78,7 +78,7 @@ func TestBashCompletion(t *testing.T) {
 		want  []string
 	}{
 		{[]string{"pctl", "con"}, []string{"conformance", "consume"}},
-		{[]string{"pctl", "topic", "re"}, []string{"repartition"}},
+		{[]string{"pctl", "topic", "re"}, []string{"repartition", "retire"}},
 		{[]string{"pctl", "topic", "create", "--parti"}, []string{"--partitioner", "--partitions"}},
 		{[]string{"pctl", "bench", "produce", "--rou"}, []string{"--rounds"}},
 		{[]string{"pctl", "plugin", "export", "-"}, []string{"--help", "-o"}},

@@ -47,6 +47,9 @@ that is "-" is printed as hex:2d); the empty key is an empty field.
                            has none): what 'pctl verify' matches against the producers' logs
   ts                       with --timestamps: when it was delivered, unix nanoseconds
   misplaced, expected_partition, misplaced_reason   with --misplaced deliver (below)
+  tombstone                true on a tombstone: it deletes its key (its value is not a value)
+  backfill                 on a backfilled copy: "<epoch>/<partition>/<seq>" of the record it
+                           copies (spec/protocol.md §10.4)
   headers, time, stored    with --headers (below)
 
 --misplaced says what to do with a record stored in a partition its key does not map to under
@@ -56,6 +59,8 @@ naming it; deliver: print it, flagged (jsonl: "misplaced": true, "expected_parti
 when the key or epoch is unusable) and "misplaced_reason"; text: a sixth field
 "misplaced:<expected partition or ->"), in its stream's order, no order promised for its key;
 skip: do not print it, go past it. Every misplaced record is also reported on standard error.
+In the text format a tombstone (it deletes its key) has an empty value and a further field
+"tombstone"; a backfilled copy a further field "backfill:<epoch>/<partition>/<seq>".
 
 --headers (jsonl) adds the record's application headers, "headers": {"name": ["value", ...]}
 (absent when it has none), its timestamp "time" (unix milliseconds: the producer's time when it
@@ -63,7 +68,10 @@ gave one, else when the record was stored) and "stored" (when it was stored, uni
 
 --from-beginning starts a group that does not exist yet at the first record of every partition
 (default: after the records present when the group is created). An existing group always goes on
-from its committed positions.
+from its committed positions. --from now|beginning|current-epoch says it in full: current-epoch
+reads only the current epoch's partitions (spec/protocol.md §10.5): on a topic that backfills,
+once the backfill has ended, that is every key's latest record; it is the default for a new group
+on a compacted topic when no backfill runs.
 
 --reset-to moves the whole group before this member joins it (spec/protocol.md §6.6): earliest
 (every record of every epoch again), latest (only what comes next), or a time, RFC 3339
@@ -79,16 +87,18 @@ unreachable or failed.
 
 func cmdConsume(e *env, args []string) int {
 	const cmd = "consume"
-	fs := newFlags(e, cmd, "consume TOPIC --group GROUP [--format text|jsonl] [--headers] [--from-beginning] [--reset-to earliest|latest|TIME] [--max N] [--idle-exit DURATION] [--misplaced stop|deliver|skip]", consumeHelp)
+	fs := newFlags(e, cmd, "consume TOPIC --group GROUP [--format text|jsonl] [--headers] [--from-beginning | --from now|beginning|current-epoch] [--reset-to earliest|latest|TIME] [--max N] [--idle-exit DURATION] [--misplaced stop|deliver|skip]", consumeHelp)
 	cf := addConnFlags(fs)
 	group := fs.String("group", "", "consumer group `NAME` (required)")
 	format := fs.String("format", "text", "output `FORMAT`: text or jsonl")
 	fromBeginning := fs.Bool("from-beginning", false, "a new group starts at the first record of every partition")
+	from := fs.String("from", "", "where a new group starts: now, beginning or current-epoch (default: now; current-epoch on a compacted topic)")
 	maxN := fs.Int("max", 0, "exit after `N` records (0: no limit)")
 	idle := fs.Duration("idle-exit", 0, "exit after `DURATION` without a new record (0: never)")
 	member := fs.String("member", "", "member `ID` in the group (default: random)")
 	stamps := fs.Bool("timestamps", false, "jsonl: add \"ts\", the delivery time in unix nanoseconds (lets 'pctl verify' order several members' outputs)")
 	heartbeat := fs.Duration("heartbeat", time.Second, "how often the member announces itself and rebalances; stopping takes up to this `DURATION`")
+	assignor := fs.String("assignor", "", "a new group's `ASSIGNOR`: modulo (default) or sticky (keeps keys on their member, spec/protocol.md §6.2.1); an existing group keeps its own")
 	misplaced := fs.String("misplaced", "stop", "what to do with a record outside its key's partition: stop, deliver (flagged) or `skip`")
 	headers := fs.Bool("headers", false, "jsonl: add the record's application headers, \"headers\", and its timestamps, \"time\" and \"stored\" (unix milliseconds)")
 	resetTo := fs.String("reset-to", "", "move the whole group first: earliest, latest, or a `TIME` (RFC 3339, or a duration ago such as 10m)")
@@ -113,6 +123,16 @@ func cmdConsume(e *env, args []string) int {
 		return usageErr(e, cmd, "--idle-exit %v: give a positive duration such as 5s", *idle)
 	case *headers && *format != "jsonl":
 		return usageErr(e, cmd, "--headers needs --format jsonl (the text format has no room for them)")
+	}
+	var startAt client.Start
+	if *from != "" {
+		var err error
+		if startAt, err = client.ParseStart(*from); err != nil || startAt == client.StartDefault {
+			return usageErr(e, cmd, "--from %q: give now, beginning or current-epoch", *from)
+		}
+		if *fromBeginning {
+			return usageErr(e, cmd, "--from-beginning and --from exclude each other (--from-beginning is --from beginning)")
+		}
 	}
 	var target client.SeekTarget
 	if *resetTo != "" {
@@ -159,8 +179,8 @@ func cmdConsume(e *env, args []string) int {
 	}
 	watch := newConsumeWatch(e) // progress on a terminal (consume_watch.go)
 	defer watch.finish()
-	cn, err := c.NewConsumer(e.ctx, topic, client.ConsumerOptions{Group: *group, Member: *member, FromBeginning: *fromBeginning,
-		Heartbeat: *heartbeat, OnAssigned: onAssigned, Misplaced: policy, OnMisplaced: onMisplaced, Hooks: []client.Hook{watch}})
+	cn, err := c.NewConsumer(e.ctx, topic, client.ConsumerOptions{Group: *group, Member: *member, FromBeginning: *fromBeginning, Start: startAt,
+		Assignor: *assignor, Heartbeat: *heartbeat, OnAssigned: onAssigned, Misplaced: policy, OnMisplaced: onMisplaced, Hooks: []client.Hook{watch}})
 	if err != nil {
 		return exitFor(e, cmd, err)
 	}
@@ -347,6 +367,13 @@ func appendTextRecord(b []byte, m *client.Message) []byte {
 			b = append(b, '-')
 		}
 	}
+	if m.Tombstone {
+		b = append(b, "\ttombstone"...)
+	}
+	if o := m.Backfill; o != nil {
+		b = append(b, "\tbackfill:"...)
+		b = append(b, wire.FormatOrigin(o.Epoch, o.Partition, o.Seq)...)
+	}
 	return append(b, '\n')
 }
 
@@ -391,6 +418,10 @@ type jsonRecord struct {
 	Misplaced         bool   `json:"misplaced,omitempty"`
 	ExpectedPartition *int   `json:"expected_partition,omitempty"`
 	MisplacedReason   string `json:"misplaced_reason,omitempty"`
+	// Tombstone marks a record that deletes its key; Backfill names the record a backfilled
+	// copy copies (spec/protocol.md §10).
+	Tombstone bool   `json:"tombstone,omitempty"`
+	Backfill  string `json:"backfill,omitempty"`
 	// With --headers: the application headers and the timestamps (unix milliseconds).
 	Headers map[string][]string `json:"headers,omitempty"`
 	Time    *int64              `json:"time,omitempty"`
@@ -412,6 +443,10 @@ func appendJSONRecord(b []byte, topic string, m *client.Message, stamp, headers 
 			x := mp.Expected
 			jr.ExpectedPartition = &x
 		}
+	}
+	jr.Tombstone = m.Tombstone
+	if o := m.Backfill; o != nil {
+		jr.Backfill = wire.FormatOrigin(o.Epoch, o.Partition, o.Seq)
 	}
 	str := func(v []byte) (*string, *string) {
 		if utf8.Valid(v) {

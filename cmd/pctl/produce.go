@@ -37,6 +37,11 @@ keyless record (the producer spreads keyless records over the partitions and pro
 for them); an empty key before the tab is the empty key, which is a key like any other. With
 --hex the key and the value are hex-encoded, so any bytes can be given.
 
+--tombstones reads keys instead, one per line (the whole line is the key; hex with --hex), and
+sends a tombstone for each: a record that deletes its key (spec/protocol.md §10.2; on a
+compacted topic the key's value is gone at once and the tombstone after the topic's delete
+retention). On a compacted topic every record needs a key: a line without a tab is refused.
+
 Records with the same key are stored, and delivered to every consumer group, in line order,
 across epoch changes.
 
@@ -101,6 +106,7 @@ func cmdProduce(e *env, args []string) int {
 	id := fs.String("producer-id", "", "producer `ID` for deduplication (default: random)")
 	logPath := fs.String("log", "", "write one JSON line per record's fate to `FILE` (input for 'pctl verify --sent')")
 	timeout := fs.Duration("timeout", 60*time.Second, "how long a record may go unacknowledged, retries included, before it fails; and how long produce waits without any acknowledgement before it gives up")
+	tombstones := fs.Bool("tombstones", false, "every line is a key (hex with --hex): send a tombstone that deletes it")
 	verbose := fs.Bool("verbose", false, "log retries, fences and re-sends under a new epoch on standard error")
 	pos, st := parse(fs, args)
 	if st >= 0 {
@@ -168,7 +174,11 @@ func cmdProduce(e *env, args []string) int {
 	lines := make(chan inputLine, 1024)
 	stop := make(chan struct{})
 	defer close(stop)
-	go readRecords(e.stdin, *hexIn, lines, stop)
+	parseLine := parseRecord
+	if *tombstones {
+		parseLine = parseTombstone
+	}
+	go readRecords(e.stdin, *hexIn, parseLine, lines, stop)
 	sendCtx := w.start(e.ctx) // cancelled on SIGINT or when nothing is acknowledged for --timeout
 
 	maxPayload := c.Conn().MaxPayload()
@@ -270,7 +280,7 @@ loop:
 }
 
 // readRecords parses standard input into lines until EOF, a bad line or stop.
-func readRecords(r io.Reader, hexIn bool, out chan<- inputLine, stop <-chan struct{}) {
+func readRecords(r io.Reader, hexIn bool, parseRecord func([]byte, bool) (client.Record, error), out chan<- inputLine, stop <-chan struct{}) {
 	defer close(out)
 	br := bufio.NewReaderSize(r, 1<<20)
 	send := func(in inputLine) bool {
@@ -327,6 +337,21 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 			return append(line, chunk...), err
 		}
 	}
+}
+
+// parseTombstone parses one line of --tombstones: a key (the whole line; hex with --hex).
+func parseTombstone(line []byte, hexIn bool) (client.Record, error) {
+	key := append([]byte{}, line...)
+	if hexIn {
+		var err error
+		if key, err = decodeHex(line); err != nil {
+			return client.Record{}, fmt.Errorf("key is not hex: %v", err)
+		}
+	}
+	if len(key) > runtime.MaxKeyBytes {
+		return client.Record{}, fmt.Errorf("key of %d bytes; keys are at most %d bytes", len(key), runtime.MaxKeyBytes)
+	}
+	return client.Record{Key: key, Tombstone: true}, nil
 }
 
 // parseRecord parses one line: "key<TAB>value", or a keyless "value".

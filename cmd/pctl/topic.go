@@ -29,6 +29,7 @@ func init() {
 	topicSubs["expand"] = command{name: "expand", summary: "grow a topic's partition count (a repartition)", run: cmdTopicExpand}
 	topicSubs["set"] = command{name: "set", summary: "change a live topic's replicas or placement tags", run: cmdTopicSet}
 	topicSubs["groups"] = command{name: "groups", summary: "show a topic's consumer groups: members, positions, lag", run: cmdTopicGroups}
+	topicSubs["retire"] = command{name: "retire", summary: "delete old epochs' records once backfill carried every key forward", run: cmdTopicRetire}
 }
 
 func cmdTopic(e *env, args []string) int {
@@ -85,7 +86,7 @@ func writeJSON(e *env, cmd string, v any) int {
 
 func cmdTopicCreate(e *env, args []string) int {
 	const cmd = "topic create"
-	fs := newFlags(e, cmd, "topic create TOPIC --partitions N --partitioner NAME|DIGEST [--config K=V ...] [--replicas R] [--placement-tags T,...] [--json]", `
+	fs := newFlags(e, cmd, "topic create TOPIC --partitions N --partitioner NAME|DIGEST [--config K=V ...] [--replicas R] [--placement-tags T,...] [--compact [--delete-retention D] | --backfill] [--json]", `
 Creates a topic with epoch 1: N partition streams and a partitioner: a built-in name (see 'pctl
 plugin list'), or an uploaded plugin's name or digest ('pctl plugin list --remote'; a unique prefix
 of at least 6 hex digits will do; a name two uploaded plugins share is refused with their
@@ -96,8 +97,9 @@ the broker's --replicas, 1 unless set); partitions added later by an epoch chang
 --placement-tags puts the streams only on servers that have all the given tags (nats-server's
 server_tags; a tag starting with ! excludes servers that have it). Both are in the descriptor
 ('pctl topic describe') and can be changed later with 'pctl topic set'.
-`+connHelp)
+`+compactCreateHelp+connHelp)
 	cf := addConnFlags(fs)
+	cfl := addCompactFlags(fs) // topic_compact.go
 	partitions := fs.String("partitions", "", "number of partitions (required)")
 	plugin := fs.String("partitioner", "", "built-in name, uploaded plugin's name or digest (required)")
 	var config multiFlag
@@ -127,6 +129,10 @@ server_tags; a tag starting with ! excludes servers that have it). Both are in t
 	if st >= 0 {
 		return st
 	}
+	compactReq, st := cfl.request(e, cmd, fs)
+	if st >= 0 {
+		return st
+	}
 	cfg, err := partitioner.EncodeConfig(config)
 	if err != nil {
 		return usageErr(e, cmd, "--config: %v", err)
@@ -140,7 +146,9 @@ server_tags; a tag starting with ! excludes servers that have it). Both are in t
 	if err != nil {
 		return exitFor(e, cmd, err)
 	}
-	t, err := c.CreateTopic(e.ctx, wire.CreateTopicRequest{Topic: name, Partitions: n, Partitioner: ref, Config: cfg, Replicas: *replicas, PlacementTags: tagList})
+	req := wire.CreateTopicRequest{Topic: name, Partitions: n, Partitioner: ref, Config: cfg, Replicas: *replicas, PlacementTags: tagList}
+	req.Compact, req.DeleteRetentionMS, req.Backfill = compactReq.Compact, compactReq.DeleteRetentionMS, compactReq.Backfill
+	t, err := c.CreateTopic(e.ctx, req)
 	if err != nil {
 		return exitFor(e, cmd, err)
 	}
@@ -148,7 +156,7 @@ server_tags; a tag starting with ! excludes servers that have it). Both are in t
 		return writeJSON(e, cmd, t)
 	}
 	cur := t.Current()
-	fmt.Fprintf(e.stdout, "created topic %s: epoch %d, %d partitions, partitioner %s, %s\n", t.Name, cur.Epoch, cur.Partitions, partitionerText(cur.Partitioner), replicasText(t))
+	fmt.Fprintf(e.stdout, "created topic %s: epoch %d, %d partitions, partitioner %s, %s%s\n", t.Name, cur.Epoch, cur.Partitions, partitionerText(cur.Partitioner), replicasText(t), compactionSuffix(t))
 	return exitOK
 }
 
@@ -301,6 +309,7 @@ func describeTopic(out io.Writer, t *wire.Topic, rev uint64) {
 	fmt.Fprintf(w, "revision\t%d\n", rev)
 	fmt.Fprintf(w, "current epoch\t%d: %d partitions, %s\n", cur.Epoch, cur.Partitions, partitionerText(cur.Partitioner))
 	fmt.Fprintf(w, "replication\t%s\n", replicasText(t))
+	describeCompaction(w, t) // topic_compact.go
 	if rc := t.Reconfig; rc != nil {
 		tags := "none"
 		if len(rc.PlacementTags) > 0 {
@@ -350,6 +359,7 @@ func describeTopic(out io.Writer, t *wire.Topic, rev uint64) {
 		} else if i > 0 {
 			fmt.Fprintf(w, "  ancestry\tnone recorded\n")
 		}
+		describeEpochBackfill(w, t, ep) // topic_compact.go
 		_ = w.Flush()
 	}
 }
