@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sort"
@@ -410,7 +412,9 @@ func (p *Producer) Produce(ctx context.Context, rec Record) (Result, error) {
 func (p *Producer) assignLocked(pd *pending) error {
 	cur := p.desc.Current()
 	var part int
-	if pd.rec.NoKey {
+	if pd.rec.NoKey && pd.rec.Origin != nil {
+		part = keylessPartition(pd.rec, cur.Partitions)
+	} else if pd.rec.NoKey {
 		part = int(p.rr % uint64(cur.Partitions))
 		p.rr++
 	} else {
@@ -430,6 +434,22 @@ func (p *Producer) assignLocked(pd *pending) error {
 	}
 	s.push(pd)
 	return nil
+}
+
+// keylessPartition places a keyless record that carries a thin client's identity where every
+// retry of it will go, at any broker (spec/protocol.md §5.2, "Keyless records of the produce
+// service"): spread round-robin, a retry of a record stored after all would be stored again in
+// another partition, out of reach of JetStream's deduplication.
+func keylessPartition(rec Record, partitions int) int {
+	o := rec.Origin
+	token := o.Token
+	if token == "" {
+		token = RecordToken(rec.Key, rec.NoKey, rec.Value)
+	}
+	h := sha256.New()
+	h.Write([]byte("pctl-keyless-v1\x00"))
+	h.Write([]byte(o.Producer + "-" + strconv.FormatUint(o.Seq, 10) + "-" + token))
+	return int(binary.BigEndian.Uint64(h.Sum(nil)[:8]) % uint64(partitions))
 }
 
 // identity is a record's headers, fixed for all its sends (spec/protocol.md §5.1 step 3).

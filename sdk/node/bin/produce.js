@@ -4,7 +4,9 @@
 //
 // stdin: "key<TAB>value" lines (UTF-8); everything after the first tab is the value; a line
 // without a tab is a keyless record whose value is the line; the final newline is not part of
-// the record. Every record is sent with the SDK's producer (per-producer order).
+// the record. Every record is sent with the SDK's producer (per-key order). With --producer-id the
+// records carry content tokens (as 'pctl produce --producer-id' does): a re-run of the same input
+// under the same id stores nothing twice within the streams' 2-minute deduplication window.
 // stdout: one JSON line per record when its fate is known:
 //   {"pseq": n, "acked": true, "partition": p, "epoch": e, "seq": s}
 //   {"pseq": n, "acked": false, "error": "<code>: <message>"}
@@ -87,7 +89,10 @@ async function main(argv) {
   let producer;
   try {
     client = await connect({ server: a.server || undefined, creds: a.creds || undefined, name: 'pctl-node-produce' });
-    producer = await client.producer(a.topic, { id: a.producerId || undefined });
+    // PCTL_PRODUCE_LOG=1: the producer's decisions after failures (settle, re-send, repartition)
+    // on stderr, as the cross-language failover test asks for.
+    const onLog = process.env.PCTL_PRODUCE_LOG === '1' ? (l) => process.stderr.write(`produce: ${l}\n`) : undefined;
+    producer = await client.producer(a.topic, { id: a.producerId || undefined, contentTokens: !!a.producerId, onLog });
   } catch (e) {
     process.stderr.write(`produce: ${e.message}\n`);
     await client?.close();

@@ -50,7 +50,8 @@ export function readSeed(path) {
 
 /**
  * Connects to a broker. Options (all optional):
- * - `server`: URL; default $PCTL_SERVER, else nats://127.0.0.1:4222.
+ * - `server`: URL, or several comma-separated (a cluster's nodes); default $PCTL_SERVER, else
+ *   nats://127.0.0.1:4222.
  * - `creds`: NKey seed file path; default $PCTL_CREDS; none: connect without credentials.
  * - `name`: connection name shown by the server; default "pctl-node".
  * - `timeout`: milliseconds for each broker API request; default 30000.
@@ -75,7 +76,7 @@ export async function connect(opts = {}) {
     sharedInbox: !!opts.sharedInbox,
   };
   const nopts = {
-    servers: o.server,
+    servers: o.server.split(',').map((u) => u.trim()).filter(Boolean), // a cluster: every node's URL, comma-separated
     name: o.name,
     maxReconnectAttempts: -1,
     reconnectTimeWait: o.reconnectWait,
@@ -152,16 +153,17 @@ export class Client {
    * Sends a broker API request (spec/protocol.md §3): `body` is an object (JSON) or bytes. Returns
    * the reply message. A failed request throws the PctlError of its code.
    */
-  async requestMsg(subject, body) {
+  async requestMsg(subject, body, { timeout } = {}) {
     const data = body instanceof Uint8Array ? body : encoder.encode(JSON.stringify(body ?? {}));
+    timeout ||= this.opts.timeout;
     let m;
     try {
-      m = await this.nc.request(subject, data, { timeout: this.opts.timeout });
+      m = await this.nc.request(subject, data, { timeout });
     } catch (e) {
       const v = violationOf(e);
       if (v) throw permissionError(v.subject || subject, e);
       if (isNoResponders(e)) throw new UnavailableError(`no broker answers ${subject}; is 'pctl serve' running and connected to ${this.opts.server}?`, { cause: e });
-      if (isTimeout(e)) throw new UnavailableError(`the broker did not answer ${subject} within ${this.opts.timeout}ms`, { cause: e });
+      if (isTimeout(e)) throw new UnavailableError(`the broker did not answer ${subject} within ${timeout}ms`, { cause: e });
       throw new UnavailableError(`${subject}: ${e.message}`, { cause: e });
     }
     const code = m.headers?.get('Pctl-Error');
@@ -178,8 +180,8 @@ export class Client {
   }
 
   /** A broker API request with a JSON reply. */
-  async request(subject, body) {
-    const m = await this.requestMsg(subject, body);
+  async request(subject, body, opts) {
+    const m = await this.requestMsg(subject, body, opts);
     try {
       return JSON.parse(decoder.decode(m.data));
     } catch (e) {
@@ -189,10 +191,10 @@ export class Client {
 
   /**
    * A topic's descriptor (spec/protocol.md §4) and its KV revision: {topic, revision}. Throws
-   * NotFoundError for an unknown topic.
+   * NotFoundError for an unknown topic. `timeout` (milliseconds) overrides the client's.
    */
-  async topic(name) {
-    return this.request('pctl.api.topic.get', { topic: name });
+  async topic(name, { timeout } = {}) {
+    return this.request('pctl.api.topic.get', { topic: name }, { timeout });
   }
 
   /**

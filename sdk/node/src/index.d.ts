@@ -128,7 +128,7 @@ export class Client {
   /** Resets a group to the beginning, the end or a time, with or without members running. */
   resetGroup(topic: string, group: string, target: SeekTarget, opts?: { by?: string }): Promise<Reset>;
   /** A topic's descriptor and its KV revision. */
-  topic(name: string): Promise<{ topic: TopicDescriptor; revision: number }>;
+  topic(name: string, opts?: { timeout?: number }): Promise<{ topic: TopicDescriptor; revision: number }>;
   /** A plugin's module bytes by digest or built-in name, verified against its SHA-256. */
   module(ref: string): Promise<Uint8Array>;
   /** The partitioner of an epoch (module fetched, verified and cached). */
@@ -146,12 +146,26 @@ export class Client {
 export interface ProducerOptions {
   /** Producer id, [A-Za-z0-9_-]{1,64}. Default random: an id is one producer instance's. */
   id?: string;
-  /** Unacknowledged publishes per partition. Default 1024. */
+  /** Records in flight per partition beyond the last one the server confirmed persisted. Default 1024. */
   maxInFlight?: number;
   /** Unsettled records before ready() waits. Default 65536. */
   maxBuffered?: number;
+  /** Most records in one fast batch before it is committed (it is also committed whenever the partition's queue runs empty). Default 4096. */
+  batchSize?: number;
+  /** Milliseconds without a reply after which the producer re-reads the descriptor (a fenced subject on a cluster may answer nothing). Default 250. */
+  stallTimeout?: number;
+  /**
+   * Deduplication tokens from each record's key and value instead of random (spec/protocol.md
+   * §5.1.4): a re-run of the same input under the same `id` stores nothing twice, but a record's
+   * id is predictable to whoever knows its key and value. Default false.
+   */
+  contentTokens?: boolean;
+  /** Receives the producer's decisions after failures (settle, re-send, repartition). */
+  onLog?: (line: string) => void;
 }
-export const PRODUCER_DEFAULTS: Readonly<{ maxInFlight: number; maxBuffered: number }>;
+export const PRODUCER_DEFAULTS: Readonly<{ maxInFlight: number; maxBuffered: number; batchSize: number; stallTimeout: number }>;
+/** The oldest nats-server the producer works with ('2.14.0': fast batches). */
+export const MIN_SERVER_VERSION: string;
 
 /** Application headers: {name: value or values}, a Map, or [name, value] pairs (spec/protocol.md §5.3). */
 export type RecordHeaders = Record<string, string | string[]> | Map<string, string | string[]> | Array<[string, string]>;
@@ -170,8 +184,12 @@ export interface ProduceResult {
   pseq: number;
   partition: number;
   epoch: number;
-  /** Stream sequence. */
+  /**
+   * Stream sequence when the producer learned it, else 0 ("stored, sequence not reported"): a
+   * fast batch's PubAck names its last record's only (spec/protocol.md §5.1.2).
+   */
   seq: number;
+  /** The server said the record was stored already, and the stored message was checked to be this record. */
   duplicate: boolean;
 }
 
@@ -183,8 +201,12 @@ export class Producer {
   readonly epoch: number;
   /** Records re-sent under a new epoch after a fence. */
   readonly resent: number;
-  /** Records whose lost acknowledgement was found in a fenced partition. */
+  /** Records of settled batches found stored (their acknowledgement was lost). */
   readonly recovered: number;
+  /** Fast batches settled after an anomaly (a gap, a refusal, a lost connection, a timeout, a fence). */
+  readonly settled: number;
+  /** Records a cluster counted in a committed batch but did not store (a nats-server fault), sent again. */
+  readonly holes: number;
   /** The partition streams' max_msg_size (0: none). */
   readonly maxRecord: number;
   /** Sends a record; resolves when the broker acknowledged it. Never blocks. */

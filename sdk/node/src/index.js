@@ -7,7 +7,7 @@
 // spec/protocol.md and spec/abi-v1.md are the contracts this package implements.
 
 export { connect, Client, DEFAULTS, readSeed } from './client.js';
-export { Producer, PRODUCER_DEFAULTS } from './producer.js';
+export { Producer, PRODUCER_DEFAULTS, MIN_SERVER_VERSION } from './producer.js';
 export { Consumer, Message, MisplacedError, CONSUMER_DEFAULTS, resetGroup, parseTarget } from './consumer.js';
 export { TIME_HEADER, MAX_HEADER_BYTES, DEFAULT_MAX_RECORD_BYTES } from './records.js';
 export { Partitioner, partition, configBytes, builtinNames } from './partitioner.js';

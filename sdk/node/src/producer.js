@@ -1,29 +1,35 @@
 // The client-side-partitioning producer of spec/protocol.md §5.1: partition with the epoch's
-// module, publish to pctl.data.<topic>.<epoch>.<partition> with the record headers, pipeline with
-// per-partition order, and survive epoch changes (fencing) and lost acknowledgements without
-// losing, reordering or duplicating a record.
+// module, give each record its identity (Pctl-Key, Pctl-Producer, Pctl-Seq, Nats-Msg-Id with a
+// random token), and publish it in JetStream fast batches (§5.1.1) so that records with the same
+// key are stored in send order across connection losses, stream-leader changes and epoch changes,
+// and nothing acknowledged is lost.
 //
-// Structure (like the Go client's client/producer.go): one Sink per partition of the current
-// epoch publishes that partition's records in order with up to maxInFlight unacknowledged; a
-// sink whose publish fails pauses and hands itself to the control loop, which re-reads the
-// descriptor and either retries the sink's records in place (same epoch) or repartitions every
-// unacknowledged record of every sink under the new epoch, in the original send order
-// (the epoch was fenced). Everything runs on the event loop: no locks.
+// Structure (the Go client's client/producer.go and client/sink.go): one Sink per partition of
+// the current epoch (sink.js) sends that partition's records in order, one fast batch open at a
+// time; every reply arrives on one subscription (<inbox>.>) and is routed to its sink by batch id.
+// The producer re-reads the descriptor on a topic event, a stall (250 ms without a reply) or no
+// responders; when the epoch moved on, every sink settles its open batch and hands back its
+// records, which are re-partitioned and re-sent in their original send order under the new epoch.
+// Everything runs on the event loop: no locks.
 
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import { keyBytes } from './partitioner.js';
-import { violationOf } from './natserrors.js';
-import { AckPublisher, AckTimeoutError, StreamError } from './publisher.js';
-import { BadRequestError, ConflictError, PctlError, UnavailableError, permissionError } from './errors.js';
+import { parseReplySubject, parseReply, newToken, recordToken, versionAtLeast } from './fastbatch.js';
+import { Sink } from './sink.js';
+import { BadRequestError, NotFoundError, PctlError, UnavailableError, permissionError } from './errors.js';
 import { headerPairs, timeHeader, headerBlockBytes, TIME_HEADER, DEFAULT_MAX_RECORD_BYTES } from './records.js';
-import { streamInfo } from './jsapi.js';
+import { streamInfo, directGet } from './jsapi.js';
 
 const NAME_RE = /^[A-Za-z0-9_-]{1,64}$/;
 const encoder = new TextEncoder();
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const current = (desc) => desc.epochs[desc.epochs.length - 1];
+
+/** The oldest nats-server the producer works with (fast batches, spec/protocol.md §5.1). */
+export const MIN_SERVER_VERSION = '2.14.0';
 
 /** Defaults of Producer options. */
-export const PRODUCER_DEFAULTS = Object.freeze({ maxInFlight: 1024, maxBuffered: 65536 });
+export const PRODUCER_DEFAULTS = Object.freeze({ maxInFlight: 1024, maxBuffered: 65536, batchSize: 4096, stallTimeout: 250 });
 
 function valueBytes(v) {
   if (v === undefined || v === null) return new Uint8Array(0);
@@ -40,22 +46,19 @@ function randomId() {
   return Array.from(b, (x) => a[x % a.length]).join('');
 }
 
-// A publish error that no retry can fix: the stream refused the message itself (too large).
-function permanent(err) {
-  if (err instanceof StreamError) return err.code === 10054 || /maximum message size|exceeds/i.test(err.message);
-  return /max_payload|payload size/i.test(String(err?.message));
-}
-
 /**
  * A producer of one topic. Make it with `client.producer(topic, opts)`.
  *
  * `send(record)` returns a promise of the record's Result, `{pseq, partition, epoch, seq,
  * duplicate}`, once the broker acknowledged it (it is stored and will be delivered to every
- * consumer group), or rejects with a PctlError whose `code` says why (spec/protocol.md §3).
+ * consumer group), or rejects with a PctlError whose `code` says why (spec/protocol.md §3). `seq`
+ * is the record's stream sequence when the producer learned it, else 0 ("stored, sequence not
+ * reported"): a fast batch's PubAck names the stream sequence of its last record only.
  *
  * Order: records with the same key are stored, and delivered to every consumer group, in the
- * order send() was called, across epoch changes. Keyless records (key null or undefined) are
- * spread round-robin and promise no order; an empty key ('') is a key like any other.
+ * order send() was called, across epoch changes, lost connections and stream-leader changes.
+ * Keyless records (key null or undefined) are spread round-robin and promise no order; an empty
+ * key ('') is a key like any other.
  */
 export class Producer {
   /** @private use client.producer(). */
@@ -67,14 +70,15 @@ export class Producer {
     if (typeof id !== 'string' || !NAME_RE.test(id)) {
       throw new BadRequestError(`bad producer id ${JSON.stringify(id)}: a producer id is 1 to 64 characters of A-Z a-z 0-9 _ - (spec/protocol.md §2)`);
     }
+    const version = client.nc.info?.version ?? '';
+    if (!versionAtLeast(version, 2, 14)) {
+      throw new UnavailableError(`the server at ${client.opts.server} runs nats-server ${JSON.stringify(version)}; pctl's producer needs nats-server ${MIN_SERVER_VERSION} or later on every node (fast batch publishing, spec/protocol.md §5.1): upgrade the NATS servers`);
+    }
     const p = new Producer(client, topic, id, opts);
     const desc = await p.fetch();
     await p.install(desc);
     p.maxRecord = await maxRecordBytes(client, topic);
-    p.pub = new AckPublisher(client.nc, client.opts.ackTimeout);
-    p.stopViolation = client.onViolation((subject, v) => {
-      if (subject.startsWith(`pctl.data.${topic}.`)) p.fail(permissionError(subject, v));
-    });
+    p.start();
     return p;
   }
 
@@ -84,9 +88,16 @@ export class Producer {
     this.id = id;
     this.maxInFlight = opts.maxInFlight > 0 ? opts.maxInFlight : PRODUCER_DEFAULTS.maxInFlight;
     this.maxBuffered = opts.maxBuffered > 0 ? opts.maxBuffered : PRODUCER_DEFAULTS.maxBuffered;
+    this.batchSize = opts.batchSize > 0 ? opts.batchSize : PRODUCER_DEFAULTS.batchSize;
+    this.stallTimeout = opts.stallTimeout > 0 ? opts.stallTimeout : PRODUCER_DEFAULTS.stallTimeout;
+    this.contentTokens = !!opts.contentTokens;
+    this.onLog = typeof opts.onLog === 'function' ? opts.onLog : null;
+    this.ackTimeout = client.opts.ackTimeout;
+    this.inbox = client.inbox();
     this.desc = null;
     this.part = null;
     this.sinks = new Map();
+    this.batches = new Map(); // open batch id -> Sink
     this.held = []; // records sent while repartitioning
     this.switching = false;
     this.seq = 0;
@@ -94,24 +105,57 @@ export class Producer {
     this.rr = 0;
     this.fatal = null;
     this.closed = false;
-    this.events = [];
-    this.controlling = false;
+    this.connected = true;
+    this.disconnects = 0;
     this.waiters = []; // {ready: bool, resolve}
-    this.resent = 0; // records re-sent under a new epoch
-    this.recovered = 0; // records whose lost acknowledgement was found in a fenced partition
+    this.checkWanted = false;
+    this.fencedDesc = null;
+    this.controlling = false;
+    this.timer = null;
+    this.resent = 0; // records re-sent under a new epoch after a fence
+    this.recovered = 0; // records of settled batches found stored (their acknowledgement was lost)
+    this.settled = 0; // fast batches settled after an anomaly
+    this.holes = 0; // records a committed batch claimed but a cluster did not store (re-sent)
   }
+
+  // Subscribes to the replies and the topic's events and watches the connection.
+  start() {
+    const nc = this.client.nc;
+    this.replySub = nc.subscribe(`${this.inbox}.>`, { callback: (err, m) => { if (!err) this.onReply(m); } });
+    // An event is a hint to re-read the descriptor; one with a $JS. reply subject comes from a
+    // push consumer someone aimed at the subject, not from a broker (spec/protocol.md §8.4).
+    this.eventSub = nc.subscribe(`pctl.events.topic.${this.topic}`, { callback: (err, m) => { if (!err && !m.reply?.startsWith('$JS.')) this.requestCheck(); } });
+    this.stopViolation = this.client.onViolation((subject, v) => {
+      if (subject.startsWith(`pctl.data.${this.topic}.`)) this.fail(permissionError(subject, v));
+    });
+    this.stopStatus = this.client.onStatus((s) => {
+      if (s.type === 'disconnect') this.connChanged(false);
+      else if (s.type === 'reconnect') this.connChanged(true);
+    });
+    nc.closed().then(() => {
+      if (!this.closed && this.unsettled > 0) this.fail(new UnavailableError(`the connection to ${this.client.opts.server} is closed with ${this.unsettled} records of topic ${this.topic} not acknowledged; close producers before their client`));
+    });
+  }
+
+  connChanged(connected) {
+    this.connected = connected;
+    if (!connected) this.disconnects++;
+    for (const s of this.sinks.values()) s.connChanged(connected);
+  }
+
+  log(msg) { this.onLog?.(`producer ${this.id}: ${msg}`); }
 
   /** The epoch records are produced to now. */
   get epoch() { return this.current().epoch; }
 
-  current() { return this.desc.epochs[this.desc.epochs.length - 1]; }
+  current() { return current(this.desc); }
 
-  async fetch() {
+  /** The topic's descriptor; throws NotFoundError when the topic was deleted (and re-created). */
+  async fetch({ timeout } = {}) {
     for (let i = 0; ; i++) {
+      let topic;
       try {
-        const { topic } = await this.client.topic(this.topic);
-        if (topic.deleting) throw new UnavailableError(`topic ${this.topic} is being deleted`);
-        return topic;
+        ({ topic } = await this.client.topic(this.topic, { timeout }));
       } catch (e) {
         // A topic being created answers "unavailable ... being created": wait for it (20 s).
         if (e?.code === 'unavailable' && /being created/.test(e.message) && i < 400) {
@@ -120,11 +164,16 @@ export class Producer {
         }
         throw e;
       }
+      if (topic.deleting) throw new UnavailableError(`topic ${this.topic} is being deleted`);
+      if (this.desc && this.desc.id && topic.id !== this.desc.id) {
+        throw new NotFoundError(`topic ${this.topic} was deleted and created again while producing (id ${this.desc.id}, now ${topic.id}); records not yet acknowledged are not sent to the new topic`);
+      }
+      return topic;
     }
   }
 
   async install(desc) {
-    const cur = desc.epochs[desc.epochs.length - 1];
+    const cur = current(desc);
     this.part = await this.client.partitioner(cur.partitioner);
     this.desc = desc;
     this.sinks = new Map();
@@ -160,7 +209,7 @@ export class Producer {
       return Promise.reject(e);
     }
     this.seq = pseq;
-    const pd = { pseq, key, value, epoch: 0, partition: -1, ambiguous: false, tries: 0, headers: hdrs.pairs, time };
+    const pd = this.pending(pseq, key, value, hdrs.pairs, time);
     const promise = new Promise((resolve, reject) => { pd.resolve = resolve; pd.reject = reject; });
     this.unsettled++;
     if (this.switching) {
@@ -169,10 +218,53 @@ export class Producer {
       try {
         this.assign(pd);
       } catch (e) {
-        this.settle(pd, null, e);
+        this.finish(pd, null, e);
       }
     }
     return promise;
+  }
+
+  // A record's identity, fixed for all its sends (spec/protocol.md §5.1 step 3); its message
+  // headers are made at its first send (headersOf).
+  pending(pseq, key, value, headers, time) {
+    const seqText = String(pseq);
+    const token = this.contentTokens ? recordToken(key, value) : newToken();
+    return {
+      pseq, key, value, headers, time,
+      producer: this.id,
+      seqText,
+      msgId: `${this.id}-${seqText}-${token}`,
+      keyHdr: key === null ? null : `b64:${Buffer.from(key.buffer, key.byteOffset, key.length).toString('base64')}`,
+      hdr: null,
+      epoch: 0,
+      partition: -1,
+      sends: 0, // publishes so far, in any partition
+      floors: null, // stream -> its sink's floor at the record's first send there
+      failed: null, // set when the server refused the record for good
+      settled: false,
+    };
+  }
+
+  // The record's message headers (spec/protocol.md §5.1 and §5.3), made once.
+  headersOf(pd) {
+    if (pd.hdr) return pd.hdr;
+    const h = natsHeaders();
+    if (pd.headers) for (const [k, v] of pd.headers) h.append(k, v);
+    if (pd.time !== null && pd.time !== undefined) h.set(TIME_HEADER, pd.time);
+    if (pd.keyHdr !== null) h.set('Pctl-Key', pd.keyHdr);
+    h.set('Pctl-Producer', pd.producer);
+    h.set('Pctl-Seq', pd.seqText);
+    h.set('Nats-Msg-Id', pd.msgId);
+    pd.hdr = h;
+    return h;
+  }
+
+  // Gives a record that is provably not stored a new deduplication id (a fresh token; the
+  // producer id and sequence stay): the server may still count its old id as being stored.
+  renew(pd) {
+    pd.msgId = `${pd.producer}-${pd.seqText}-${newToken()}`;
+    pd.hdr = null;
+    pd.floors = null;
   }
 
   // Partitions a record under the current epoch and queues it on its partition's sink. part, when
@@ -189,15 +281,9 @@ export class Producer {
     }
     pd.epoch = cur.epoch;
     pd.partition = part;
-    pd.ambiguous = false; // a new partition and epoch (resolveAmbiguous ran before a repartition)
-    pd.floor = undefined;
-    pd.subject = `pctl.data.${this.topic}.${cur.epoch}.${part}`;
     let s = this.sinks.get(part);
     if (!s) {
       s = new Sink(this, cur.epoch, part);
-      // Everything stored under this epoch is above the previous epoch's boundary.
-      const prev = this.desc.epochs[this.desc.epochs.length - 2];
-      s.lastAcked = prev?.boundaries?.[part] ?? 0;
       this.sinks.set(part, s);
     }
     s.push(pd);
@@ -220,7 +306,7 @@ export class Producer {
         if (pd.key === null) this.assign(pd);
         else this.assign(pd, parts ? parts[j++] : undefined);
       } catch (e) {
-        this.settle(pd, null, e);
+        this.finish(pd, null, e);
       }
     }
   }
@@ -230,7 +316,7 @@ export class Producer {
   // it (JetStream would answer 10054) or the server could not carry it (max_payload).
   checkSize(pseq, key, value, hdrs, time) {
     const seq = String(pseq);
-    let lines = Buffer.byteLength(this.id) * 2 + seq.length * 2 + 'Pctl-Producer: \r\n'.length + 'Pctl-Seq: \r\n'.length + 'Nats-Msg-Id: -\r\n'.length;
+    let lines = Buffer.byteLength(this.id) * 2 + seq.length * 2 + 'Pctl-Producer: \r\n'.length + 'Pctl-Seq: \r\n'.length + 'Nats-Msg-Id: --\r\n'.length + 32;
     if (key) lines += 'Pctl-Key: b64:\r\n'.length + 4 * Math.ceil(key.length / 3);
     if (time !== null) lines += `${TIME_HEADER}: \r\n`.length + time.length;
     lines += hdrs.bytes;
@@ -243,25 +329,14 @@ export class Producer {
     }
   }
 
-  // Message headers of spec/protocol.md §5.1 and §5.3.
-  message(pd) {
-    const h = natsHeaders();
-    if (pd.headers) for (const [k, v] of pd.headers) h.append(k, v);
-    if (pd.time !== null && pd.time !== undefined) h.set(TIME_HEADER, pd.time);
-    if (pd.key !== null) h.set('Pctl-Key', `b64:${Buffer.from(pd.key.buffer, pd.key.byteOffset, pd.key.length).toString('base64')}`);
-    const seq = String(pd.pseq);
-    h.set('Pctl-Producer', this.id);
-    h.set('Pctl-Seq', seq);
-    h.set('Nats-Msg-Id', `${this.id}-${seq}`);
-    return h;
-  }
-
-  settle(pd, result, err) {
+  // Settles one record: result {partition, epoch, seq, duplicate}, or err.
+  finish(pd, result, err) {
     if (pd.settled) return;
     pd.settled = true;
     pd.key = null; // free memory early; the record's fate is known
     pd.value = null;
     pd.headers = null;
+    pd.hdr = null;
     this.unsettled--;
     if (err) pd.reject(err);
     else pd.resolve({ pseq: pd.pseq, ...result });
@@ -297,61 +372,102 @@ export class Producer {
     try {
       await this.flush();
     } finally {
-      this.closed = true;
-      this.stopViolation?.();
-      this.pub.close();
+      if (!this.closed) {
+        this.closed = true;
+        const err = new UnavailableError('producer closed before the record was acknowledged');
+        for (const s of this.sinks.values()) s.abort(err);
+        for (const pd of this.held) this.finish(pd, null, err);
+        this.held = [];
+        this.stopViolation?.();
+        this.stopStatus?.();
+        if (this.timer !== null) clearInterval(this.timer);
+        this.timer = null;
+        try {
+          this.replySub?.unsubscribe();
+          this.eventSub?.unsubscribe();
+        } catch {
+          // the connection is closed already
+        }
+      }
     }
   }
 
   // Makes the producer unusable and fails every record not yet acknowledged.
   fail(err) {
-    if (!this.fatal) this.fatal = err;
+    if (!this.fatal) {
+      this.fatal = err;
+      this.log(err.message);
+    }
     const held = this.held;
     this.held = [];
-    for (const pd of held) this.settle(pd, null, err);
+    for (const pd of held) this.finish(pd, null, err);
     for (const s of this.sinks.values()) s.abort(err);
     this.wake();
   }
 
-  // A sink paused after a failure: the control loop decides what to do.
-  control(sink) {
-    this.events.push(sink);
-    if (!this.controlling) this.runControl();
+  // Routes a fast-batch reply to the sink whose batch it names. Replies to batches no longer open
+  // are dropped (the sink settled them already).
+  onReply(m) {
+    const f = parseReplySubject(this.inbox, m.subject);
+    if (!f) return;
+    const s = this.batches.get(f.batch);
+    if (!s) return;
+    s.reply(parseReply(m, f.batch, f.seq, f.op));
   }
 
+  // Starts the sweep of open batches (acknowledgement timeout, stall check) if it is not running.
+  watch() {
+    if (this.timer !== null || this.closed) return;
+    const every = Math.max(1, Math.min(50, this.ackTimeout, Math.floor(this.stallTimeout / 2)));
+    this.timer = setInterval(() => {
+      if (this.batches.size === 0) {
+        clearInterval(this.timer);
+        this.timer = null;
+        return;
+      }
+      const now = Date.now();
+      for (const s of new Set(this.batches.values())) s.tick(now);
+    }, every);
+    this.timer.unref?.();
+  }
+
+  /** Asks the producer to re-read the descriptor (coalesced). */
+  requestCheck() {
+    this.checkWanted = true;
+    this.runControl();
+  }
+
+  // A sink found its epoch fenced by desc (it waits, sending nothing, until it is stopped).
+  sinkFenced(desc) {
+    if (!this.fencedDesc || current(desc).epoch > current(this.fencedDesc).epoch) this.fencedDesc = desc;
+    this.runControl();
+  }
+
+  // Re-reads the descriptor when asked and repartitions when the epoch moved on. One at a time.
   async runControl() {
+    if (this.controlling) return;
     this.controlling = true;
     try {
-      while (this.events.length > 0) {
-        const s = this.events.shift();
-        if (s.closed || s.aborted || !s.paused || this.fatal) continue;
-        if (this.client.nc.isClosed()) {
-          this.fail(new UnavailableError(`the connection to ${this.client.opts.server} is closed with ${this.unsettled} records of topic ${this.topic} not acknowledged; close producers before their client`));
-          continue;
-        }
-        let desc = null;
-        try {
-          desc = await this.fetch();
-        } catch (e) {
-          if (e?.code === 'not_found' || e?.code === 'permission') {
-            this.fail(e);
-            continue;
+      while (!this.closed && !this.fatal && (this.checkWanted || this.fencedDesc)) {
+        let desc = this.fencedDesc;
+        this.fencedDesc = null;
+        if (this.checkWanted) {
+          this.checkWanted = false;
+          try {
+            const d = await this.fetch({ timeout: this.ackTimeout });
+            if (!desc || current(d).epoch > current(desc).epoch) desc = d;
+          } catch (e) {
+            if (e?.code === 'not_found' || e?.code === 'permission') {
+              this.fail(e);
+              break;
+            }
+            // The broker is unreachable for now: the sinks' own timeouts settle their batches.
           }
-          // The broker is unreachable for now: retry in place below.
         }
-        if (desc && desc.id !== this.desc.id) {
-          this.fail(new ConflictError(`topic ${this.topic} was deleted and created again while records were in flight (id ${this.desc.id} is now ${desc.id}); the records not acknowledged are not sent to the new topic`));
-          continue;
-        }
-        if (desc && desc.epochs[desc.epochs.length - 1].epoch > s.epoch) {
+        if (desc && current(desc).epoch > this.epoch) {
+          this.log(`epoch ${current(desc).epoch} of topic ${this.topic} is current: settling partitions of epoch ${this.epoch}`);
           await this.repartition(desc);
-          continue;
         }
-        // Same epoch: the stream is briefly unavailable, or an epoch change is between fencing
-        // and activation. Retry the same records, in order, on the same subject, same msg ids.
-        await sleep(s.backoff);
-        s.backoff = Math.min(s.backoff * 2, 1000);
-        if (!s.closed && !s.aborted) s.resume();
       }
     } catch (e) {
       this.fail(e instanceof PctlError ? e : new PctlError('internal', `producer control loop: ${e?.message ?? e}`, { cause: e }));
@@ -360,109 +476,54 @@ export class Producer {
     }
   }
 
-  // The epoch was fenced: wait for every publish in flight, take every record not acknowledged
-  // (in any partition), and re-send them in their original order under the new epoch, before any
-  // record sent later (spec/protocol.md §5.1).
+  // Moves every unacknowledged record to the new epoch, in the original send order. Every old
+  // sink settles its open batch first (so nothing it sent can still be stored), then hands back
+  // its records; they are re-sent before any record sent later (spec/protocol.md §5.1.2).
   async repartition(desc) {
     this.switching = true;
-    const old = this.sinks;
-    for (const s of old.values()) s.stopping = true;
-    await Promise.all([...old.values()].map((s) => s.idle()));
+    const old = [...this.sinks.values()];
+    const evs = await Promise.all(old.map((s) => s.fence(desc)));
     let left = [];
-    for (const s of old.values()) {
-      left.push(...s.takeLeft());
-      s.closed = true;
+    for (const ev of evs) {
+      left.push(...ev.left);
+      if (ev.fenced && current(ev.fenced).epoch > current(desc).epoch) desc = ev.fenced;
     }
-    if (this.fatal) {
-      for (const pd of left) this.settle(pd, null, this.fatal);
+    if (this.fatal || this.closed) {
       this.switching = false;
-      return;
-    }
-    try {
-      left = await this.resolveAmbiguous(desc, left);
-    } catch (e) {
-      // Re-sending a record that may be stored would store it twice: fail them all instead.
-      this.switching = false;
-      for (const pd of left) this.settle(pd, null, e);
-      this.fail(e);
+      const err = this.fatal ?? new UnavailableError('producer closed before the record was acknowledged');
+      for (const pd of left.concat(this.held)) this.finish(pd, null, err);
+      this.held = [];
       return;
     }
     try {
       await this.install(desc);
     } catch (e) {
       this.switching = false;
-      for (const pd of left) this.settle(pd, null, e);
+      for (const pd of left) this.finish(pd, null, e);
       this.fail(e);
       return;
     }
     left.push(...this.held);
     this.held = [];
+    left = left.filter((pd) => !pd.settled);
     left.sort((a, b) => a.pseq - b.pseq);
     this.resent += left.length;
     this.switching = false;
     this.assignMany(left);
   }
 
-  // A record whose acknowledgement was lost may be stored in the fenced partition: look for its
-  // msg id there, above the last sequence acknowledged before its first publish to it (a record
-  // published later cannot be stored before one acknowledged earlier) and up to the epoch's
-  // boundary, with JetStream direct gets; one scan per partition. Found: the record is
-  // acknowledged there; not found: it is re-sent under the new epoch.
-  async resolveAmbiguous(desc, left) {
-    const byPart = new Map();
-    for (const pd of left) {
-      if (pd.ambiguous) byPart.set(pd.partition, [...(byPart.get(pd.partition) ?? []), pd]);
-    }
-    if (byPart.size === 0) return left;
-    const found = new Set();
-    for (const [q, pds] of byPart) {
-      const e = desc.epochs.find((x) => x.epoch === pds[0].epoch);
-      const boundary = e?.boundaries?.[q] ?? 0;
-      const want = new Map(pds.map((pd) => [`${this.id}-${pd.pseq}`, pd]));
-      const from = Math.min(...pds.map((pd) => pd.floor ?? 0)) + 1;
-      for await (const [seq, id] of this.scan(q, from, boundary)) {
-        const pd = want.get(id);
-        if (!pd || pd.floor >= seq) continue;
-        want.delete(id);
-        found.add(pd);
-        this.recovered++;
-        this.settle(pd, { partition: q, epoch: pd.epoch, seq, duplicate: true });
-        if (want.size === 0) break;
-      }
-    }
-    return left.filter((pd) => !found.has(pd));
-  }
-
   /** Test hook and building block: the sequence of this producer's record pseq in partition q of
-   * a fenced epoch (0: not stored there), searched from sequence `from`. */
+   * a fenced epoch (0: not stored there), searched from sequence `from` up to the epoch's
+   * boundary by its Pctl-Producer and Pctl-Seq headers. */
   async findStored(desc, pd, from = 1) {
     const e = desc.epochs.find((x) => x.epoch === pd.epoch);
-    const id = `${this.id}-${pd.pseq}`;
-    for await (const [seq, mid] of this.scan(pd.partition, from, e?.boundaries?.[pd.partition] ?? 0)) {
-      if (mid === id) return seq;
+    const to = e?.boundaries?.[pd.partition] ?? 0;
+    const stream = `PCTL_${this.topic}_${pd.partition}`;
+    for (let seq = Math.max(from ?? 1, 1); seq <= to; seq++) {
+      const m = await directGet(this.client.nc, stream, { seq }, { timeout: this.client.opts.timeout });
+      if (m && m.headers.get('Pctl-Producer') === this.id && m.headers.get('Pctl-Seq') === String(pd.pseq)) return seq;
     }
     return 0;
-  }
-
-  // Yields [seq, Nats-Msg-Id] of partition q's stream for from <= seq <= to (direct gets).
-  async* scan(q, from, to) {
-    const subject = `$JS.API.DIRECT.GET.PCTL_${this.topic}_${q}`;
-    for (let seq = Math.max(from, 1); seq <= to; seq++) {
-      for (let attempt = 0; ; attempt++) {
-        try {
-          const m = await this.client.nc.request(subject, encoder.encode(JSON.stringify({ seq })), { timeout: this.client.opts.timeout });
-          if (m.headers?.code === 0 || m.headers?.code === undefined || m.headers?.code === 200) {
-            yield [seq, m.headers?.get('Nats-Msg-Id') ?? ''];
-          }
-          break; // a stored message, or a deleted sequence (404)
-        } catch (err) {
-          if (violationOf(err) || attempt >= 5) {
-            throw new UnavailableError(`cannot read partition ${q} of ${this.topic} at sequence ${seq} to find out whether records whose acknowledgement was lost are stored there: ${err.message}`, { cause: err });
-          }
-          await sleep(100 * (attempt + 1));
-        }
-      }
-    }
   }
 }
 
@@ -475,134 +536,5 @@ async function maxRecordBytes(client, topic) {
     return Number.isInteger(m) && m > 0 ? m : 0;
   } catch {
     return DEFAULT_MAX_RECORD_BYTES;
-  }
-}
-
-/** One partition's records of one epoch, published in order with up to maxInFlight in flight. */
-class Sink {
-  constructor(producer, epoch, partition) {
-    this.p = producer;
-    this.epoch = epoch;
-    this.partition = partition;
-    this.queue = []; // not yet published, in order
-    this.inflight = 0;
-    this.flying = new Set(); // the records of inflight
-    this.failed = []; // failed this round: to retry or repartition
-    this.cause = null;
-    this.paused = false; // waiting for the control loop
-    this.stopping = false; // a repartition takes its records
-    this.closed = false;
-    this.aborted = null;
-    this.lastAcked = 0;
-    this.idlers = [];
-    this.backoff = 50;
-  }
-
-  push(pd) {
-    this.queue.push(pd);
-    this.pump();
-  }
-
-  pump() {
-    const max = this.p.maxInFlight;
-    while (!this.paused && !this.stopping && !this.closed && !this.aborted && this.cause === null && this.inflight < max && this.queue.length > 0) {
-      this.publish(this.queue.shift());
-    }
-    this.check();
-  }
-
-  publish(pd) {
-    pd.tries++;
-    if (pd.floor === undefined) pd.floor = this.lastAcked;
-    this.inflight++;
-    this.flying.add(pd);
-    this.p.pub.publish(pd.subject, pd.value, this.p.message(pd), (err, ack) => {
-      this.flying.delete(pd);
-      if (err) this.onErr(pd, err);
-      else this.onAck(pd, ack);
-    });
-  }
-
-  onAck(pd, ack) {
-    this.inflight--;
-    if (ack.seq > this.lastAcked) this.lastAcked = ack.seq;
-    this.backoff = 50;
-    this.p.settle(pd, { partition: this.partition, epoch: this.epoch, seq: ack.seq, duplicate: !!ack.duplicate });
-    this.pump();
-  }
-
-  onErr(pd, err) {
-    this.inflight--;
-    if (pd.settled) return this.check();
-    const v = violationOf(err);
-    if (v) {
-      this.p.fail(permissionError(v.subject || pd.subject, err));
-      this.p.settle(pd, null, this.p.fatal);
-      return this.check();
-    }
-    if (permanent(err)) {
-      this.p.settle(pd, null, new BadRequestError(`record ${pd.pseq} refused by partition ${this.partition}: ${err.message}`, { cause: err }));
-      return this.pump();
-    }
-    if (this.aborted) {
-      this.p.settle(pd, null, this.aborted);
-      return this.check();
-    }
-    // Sticky: once an attempt's answer was lost the record may be stored here, whatever later
-    // attempts say (a later "no responders" says nothing about the earlier attempt).
-    if (err instanceof AckTimeoutError) pd.ambiguous = true;
-    this.failed.push(pd);
-    if (this.cause === null) this.cause = err;
-    this.check();
-  }
-
-  // Once nothing is in flight: a stopping sink is idle; a failed one hands itself to control.
-  check() {
-    if (this.inflight > 0) return;
-    if (this.stopping) {
-      const w = this.idlers;
-      this.idlers = [];
-      for (const r of w) r();
-      return;
-    }
-    if (this.cause !== null && !this.paused && !this.closed && !this.aborted) {
-      this.paused = true;
-      this.p.control(this);
-    }
-  }
-
-  idle() {
-    if (this.inflight === 0) return Promise.resolve();
-    return new Promise((r) => this.idlers.push(r));
-  }
-
-  // Everything not acknowledged, in send order (for a repartition).
-  takeLeft() {
-    const left = this.failed.concat(this.queue);
-    this.failed = [];
-    this.queue = [];
-    return left.sort((a, b) => a.pseq - b.pseq);
-  }
-
-  // Retry after a transient failure: the failed records first, in order, then the rest.
-  resume() {
-    this.queue = this.failed.sort((a, b) => a.pseq - b.pseq).concat(this.queue);
-    this.failed = [];
-    this.cause = null;
-    this.paused = false;
-    this.pump();
-  }
-
-  abort(err) {
-    if (this.aborted) return;
-    this.aborted = err;
-    const left = this.failed.concat(this.queue);
-    this.failed = [];
-    this.queue = [];
-    for (const pd of left) this.p.settle(pd, null, err);
-    // Records in flight fail now: the producer is unusable, and a refused publish (permission)
-    // gets no answer at all. Their answers, if any come, are ignored.
-    for (const pd of this.flying) this.p.settle(pd, null, err);
-    this.check();
   }
 }

@@ -215,19 +215,20 @@ describe('consumer against a real broker', { skip, timeout: 900_000 }, () => {
     assert.equal(limit, 1 << 20);
     const id = p.id;
     const seq = String(p.seq + 1);
-    const hdrLines = `Pctl-Key: b64:${Buffer.from('big').toString('base64')}\r\nPctl-Producer: ${id}\r\nPctl-Seq: ${seq}\r\nNats-Msg-Id: ${id}-${seq}\r\ntag: z\r\n`;
+    const token = '0'.repeat(32); // every id carries a 32-hex-digit token (spec/protocol.md §5.1.4)
+    const hdrLines = `Pctl-Key: b64:${Buffer.from('big').toString('base64')}\r\nPctl-Producer: ${id}\r\nPctl-Seq: ${seq}\r\nNats-Msg-Id: ${id}-${seq}-${token}\r\ntag: z\r\n`;
     const fits = limit - (10 + Buffer.byteLength(hdrLines) + 2);
     const ok = await p.send({ key: 'big', value: new Uint8Array(fits), headers: { tag: 'z' } });
     assert.ok(ok.seq > 0);
     const seq2 = String(p.seq + 1);
-    const over = limit - (10 + Buffer.byteLength(hdrLines.replaceAll(`-${seq}\r\n`, `-${seq2}\r\n`).replace(`Seq: ${seq}`, `Seq: ${seq2}`)) + 2) + 1;
+    const over = limit - (10 + Buffer.byteLength(hdrLines.replaceAll(`-${seq}-`, `-${seq2}-`).replace(`Seq: ${seq}`, `Seq: ${seq2}`)) + 2) + 1;
     await assert.rejects(p.send({ key: 'big', value: new Uint8Array(over), headers: { tag: 'z' } }),
       (e) => e instanceof BadRequestError && new RegExp(`of ${limit + 1} bytes .*max_msg_size`).test(e.message));
     const raw = natsHeaders();
     raw.set('Pctl-Key', `b64:${Buffer.from('big').toString('base64')}`);
     raw.set('Pctl-Producer', id);
     raw.set('Pctl-Seq', seq2);
-    raw.set('Nats-Msg-Id', `${id}-${seq2}`);
+    raw.set('Nats-Msg-Id', `${id}-${seq2}-${token}`);
     raw.set('tag', 'z');
     const admin = await connect({ server: broker.url, creds: broker.creds.admin });
     const refused = await admin.nc.request(`pctl.data.hdr.1.${ok.partition}`, new Uint8Array(over), { headers: raw, timeout: 5000 });
@@ -516,7 +517,7 @@ describe('consumer against a real broker', { skip, timeout: 900_000 }, () => {
     const sp = await connect({ server: broker.url, creds: prodPath });
     const p2 = await sp.producer('scoped');
     const rs = await Promise.all(Array.from({ length: 20 }, (_, i) => p2.send({ key: `k${i}`, value: 'v', headers: { h: 'x' } })));
-    assert.ok(rs.every((x) => x.seq > 0 && x.epoch === 2));
+    assert.ok(rs.every((x) => x.epoch === 2 && x.seq >= 0));
     await p2.close();
     const p3 = await sp.producer('other').catch((e) => e);
     if (!(p3 instanceof Error)) await assert.rejects(p3.send({ key: 'a', value: 'v' }), (e) => e.code === 'permission');

@@ -79,7 +79,7 @@ class Client:
                       timeout: float = 30.0, connect_timeout: float = 10.0, ack_timeout: float = 5.0,
                       shared_inbox: bool = False) -> "Client":
         """Connects to the broker at `server` (default ``$PCTL_SERVER``, else
-        nats://127.0.0.1:4222) with the NKey seed file `creds` (default ``$PCTL_CREDS``; empty: no
+        nats://127.0.0.1:4222; several URLs of one NATS cluster comma-separated) with the NKey seed file `creds` (default ``$PCTL_CREDS``; empty: no
         credentials): admin.nk, producer.nk or consumer.nk from the broker's data directory.
 
         `timeout` bounds each broker API request; `ack_timeout` the wait for a publish's
@@ -113,7 +113,8 @@ class Client:
                     f()
 
         nc = nats.aio.client.Client()
-        opts: dict[str, Any] = dict(servers=[server], name=name, error_cb=on_error, allow_reconnect=True,
+        servers = [u.strip() for u in server.split(",") if u.strip()]  # a cluster's URLs, comma-separated
+        opts: dict[str, Any] = dict(servers=servers, name=name, error_cb=on_error, allow_reconnect=True,
                                     max_reconnect_attempts=-1, reconnect_time_wait=0.25, connect_timeout=2,
                                     reconnected_cb=on_reconnect, disconnected_cb=on_reconnect)
         if creds:

@@ -119,6 +119,10 @@ async def _run(args: argparse.Namespace, out) -> int:
             fatal = fatal or e
         await asyncio.sleep(0)  # let the last callbacks run
         out.flush()
+        if os.environ.get("PCTL_PRODUCE_LOG"):
+            _logf(f"producer {producer.id}: {pseq} records, {producer.settled} batches settled, {producer.confirmed_by_reading} "
+                  f"batches read back on a cluster, {producer.key_splits} batches ended early for a key already in them, "
+                  f"{producer.holes} holes re-sent, {producer.resent} re-sent after a fence")
         if fatal is not None:
             print(f"produce: {fatal}", file=sys.stderr)
         if failed or fatal is not None:

@@ -198,6 +198,8 @@ class Producer:
         self._stop_listening: list = []
         self.resent = 0  # records re-sent under a new epoch after a fence
         self.settled = 0  # fast batches settled after an anomaly
+        self.confirmed_by_reading = 0  # batches read back on a cluster after a leader change (spec/protocol.md §5.1.2)
+        self.key_splits = 0  # batches committed early on a replicated stream: the next record's key was in them
         # Records a committed batch claimed but the server did not store (a nats-server fault after
         # a stream leader's term change, found by the check on clusters and re-sent): their keys
         # may be out of order (spec/protocol.md §5.1.2).
@@ -231,6 +233,11 @@ class Producer:
         _require_fast_batches(client)
         p = cls(client, topic, producer_id, max_in_flight, max_buffered, batch_size, content_tokens, stall_timeout, logf)
         desc = await p._fetch()
+        if desc.raw.get("compact"):
+            err = PctlError(f"topic {topic} is a compacted topic (spec/protocol.md §10.1: records go to key subjects); the "
+                             f"Python SDK's producer does not produce to compacted topics yet: use the Go client or 'pctl produce'")
+            err.code = "unsupported"
+            raise err
         await p._install(desc)
         p._max_record = await _max_record(client, topic)
         nc = client.nc
@@ -851,7 +858,9 @@ class _Sink:
             return
         window, size = p._max_in_flight, p._batch_size
         flow = max(1, window // 4)
-        one_key = self.verify and self.replicas > 1
+        # The per-key rule (spec/protocol.md §5.1.2): on a cluster (every stream, R1 included: a
+        # live replica change gives it a raft group) a batch never holds two records of one key.
+        one_key = self.verify
         msgs = []
         split = False
         while self.queue and len(b.recs) - max(b.acked, b.flowed) < window and len(b.recs) < size:
@@ -862,13 +871,18 @@ class _Sink:
                     p._finish(pd, error=pd.failed)
                 continue
             if one_key and pd.key_hdr is not None and pd.key_hdr in b.keys:
-                split = True  # the per-key rule: commit, the next batch starts once this one is confirmed
+                split = True  # commit; the next batch starts once this one is confirmed
+                p.key_splits += 1
                 break
             self.queue.popleft()
             seq = len(b.recs) + 1
             op = fb.OP_APPEND
             if seq == 1:
-                op = fb.OP_COMMIT if not self.queue else fb.OP_START  # a batch of one record: one message
+                # A batch of one record (nothing else can join it now) is one message that is
+                # stored and commits it.
+                nxt = self.queue[0] if self.queue else None
+                alone = nxt is None or size == 1 or (one_key and nxt.key_hdr is not None and nxt.key_hdr == pd.key_hdr)
+                op = fb.OP_COMMIT if alone else fb.OP_START
             msgs.append((self.subject, fb.reply_subject(p._inbox, b.id, flow, seq, op), pd.block, pd.value))
             pd.sends += 1
             if self.stream not in pd.floors:
@@ -1107,8 +1121,9 @@ class _Sink:
             lo = max(first, hi - window + 1)
             msgs = await asyncio.gather(*(self._get(s) for s in range(lo, hi + 1)))
             for i in range(len(msgs) - 1, -1, -1):
-                if msgs[i] is not None:
-                    f(lo + i, msgs[i])
+                m = msgs[i]
+                if m is not None:
+                    f(lo + i, m)
                     if stop is not None and stop():
                         return
             hi = lo - 1
@@ -1128,6 +1143,7 @@ class _Sink:
         info = await self._stream_info()
         if not self._note_leader(info):
             return {}, True
+        self.p.confirmed_by_reading += 1
         want = {b.recs[i].msg_id: i for i in range(b.acked, len(b.recs))}
         found: dict = {}
 

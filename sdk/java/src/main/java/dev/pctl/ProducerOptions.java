@@ -1,6 +1,7 @@
 package dev.pctl;
 
 import io.nats.client.NUID;
+import java.time.Duration;
 import java.util.regex.Pattern;
 
 /**
@@ -13,11 +14,15 @@ public final class ProducerOptions {
     private final String id;
     private final int maxInFlight;
     private final int maxBuffered;
+    private final int batchSize;
+    private final Duration stallTimeout;
 
     private ProducerOptions(Builder b) {
         this.id = b.id == null ? NUID.nextGlobal() : b.id;
         this.maxInFlight = b.maxInFlight;
         this.maxBuffered = b.maxBuffered;
+        this.batchSize = b.batchSize;
+        this.stallTimeout = b.stallTimeout;
     }
 
     /** A builder with every setting at its default. */
@@ -35,7 +40,7 @@ public final class ProducerOptions {
         return id;
     }
 
-    /** Most unacknowledged publishes per partition. */
+    /** Most records of a partition sent beyond the last one the server confirmed persisted. */
     public int maxInFlight() {
         return maxInFlight;
     }
@@ -45,20 +50,31 @@ public final class ProducerOptions {
         return maxBuffered;
     }
 
+    /** Most records in one fast batch. */
+    public int batchSize() {
+        return batchSize;
+    }
+
+    /** How long records of a partition may see no reply before the producer re-reads the descriptor. */
+    public Duration stallTimeout() {
+        return stallTimeout;
+    }
+
     /** Builds {@link ProducerOptions}. */
     public static final class Builder {
         private String id;
         private int maxInFlight = 1024;
         private int maxBuffered = 65536;
+        private int batchSize = 4096;
+        private Duration stallTimeout = Duration.ofMillis(250);
 
         private Builder() {}
 
         /**
          * The producer id, in every record's {@code Pctl-Producer} header and deduplication id
-         * ({@code Nats-Msg-Id: <id>-<seq>}): 1 to 64 of {@code A-Z a-z 0-9 _ -}. Records are
-         * deduplicated by (id, sequence) for two minutes, so reusing an id for the same input
-         * after a failure stores nothing twice; never reuse one for different input within two
-         * minutes. Default: random.
+         * ({@code Nats-Msg-Id: <id>-<seq>-<token>}, the token random for each record:
+         * spec/protocol.md §5.1.4): 1 to 64 of {@code A-Z a-z 0-9 _ -}. An id must belong to one
+         * producer at a time. Default: random.
          */
         public Builder id(String id) {
             if (id != null && !ID.matcher(id).matches()) {
@@ -68,7 +84,11 @@ public final class ProducerOptions {
             return this;
         }
 
-        /** Most unacknowledged publishes per partition (pipelining). Default 1024. */
+        /**
+         * Most records of a partition in flight beyond the last one the server confirmed
+         * persisted (pipelining inside a fast batch; the server acknowledges every quarter of it).
+         * Default 1024.
+         */
         public Builder maxInFlight(int n) {
             if (n < 1) {
                 throw new IllegalArgumentException("maxInFlight must be at least 1");
@@ -83,6 +103,31 @@ public final class ProducerOptions {
                 throw new IllegalArgumentException("maxBuffered must be at least 1");
             }
             this.maxBuffered = n;
+            return this;
+        }
+
+        /**
+         * Most records in one fast batch before the producer commits it (it also commits whenever
+         * its queue for the partition runs empty). Default 4096.
+         */
+        public Builder batchSize(int n) {
+            if (n < 1) {
+                throw new IllegalArgumentException("batchSize must be at least 1");
+            }
+            this.batchSize = n;
+            return this;
+        }
+
+        /**
+         * When records of a partition see no reply for this long, the producer re-reads the topic's
+         * descriptor (a fenced subject on a cluster may answer nothing). After the client's
+         * acknowledgement timeout without a reply the producer settles the batch. Default 250 ms.
+         */
+        public Builder stallTimeout(Duration d) {
+            if (d == null || d.isNegative() || d.isZero()) {
+                throw new IllegalArgumentException("stallTimeout must be positive");
+            }
+            this.stallTimeout = d;
             return this;
         }
 

@@ -150,13 +150,6 @@ public final class ProducerRecord {
         }
         for (int i = 0; i < value.length(); i++) {
             char ch = value.charAt(i);
-            if (ch > 0x7e) {
-                // spec/protocol.md §5.3 allows UTF-8, but jnats (the NATS client under this SDK)
-                // sends and parses printable ASCII only: refuse here, clearly, before sending.
-                throw new BadRequestException("header " + name + ": value \"" + abbrev(value) + "\" has the character U+"
-                        + String.format("%04X", (int) ch) + "; the Java SDK sends header values of printable ASCII only (jnats refuses others): "
-                        + "encode the value (percent-encoding or base64, say)");
-            }
             if (ch < 0x20 || ch == 0x7f) {
                 throw new BadRequestException("header " + name + ": value \"" + abbrev(value)
                         + "\" has a control character, which NATS headers cannot carry (encode binary data, e.g. as base64)");

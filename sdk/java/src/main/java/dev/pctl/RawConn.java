@@ -82,6 +82,8 @@ final class RawConn implements AutoCloseable {
     private final Map<Integer, Sub> subs = new ConcurrentHashMap<>();
     private final AtomicInteger sids = new AtomicInteger();
     private final List<Runnable> reconnectListeners = new CopyOnWriteArrayList<>();
+    private final List<Runnable> disconnectListeners = new CopyOnWriteArrayList<>();
+    private boolean connectedNow; // reader thread only
     private final Map<String, CompletableFuture<Msg>> replies = new ConcurrentHashMap<>();
     private final AtomicLong replyIds = new AtomicLong();
     private final String replyPrefix;
@@ -92,6 +94,8 @@ final class RawConn implements AutoCloseable {
     private volatile long lastPong = System.nanoTime();
     private final Thread readerThread;
     private final Thread pinger;
+    private final Thread flusher;
+    private boolean dirty; // guarded by writeLock: written, not flushed
     private final CompletableFuture<Void> firstConnect = new CompletableFuture<>();
 
     private record Sub(String subject, Consumer<Msg> handler) {}
@@ -113,6 +117,8 @@ final class RawConn implements AutoCloseable {
         readerThread.setDaemon(true);
         pinger = new Thread(this::pingLoop, "pctl-raw-conn-ping");
         pinger.setDaemon(true);
+        flusher = new Thread(this::flushLoop, "pctl-raw-conn-flush");
+        flusher.setDaemon(true);
         readerThread.start();
         try {
             firstConnect.get(Math.max(5000, client.options().requestTimeout().toMillis()), TimeUnit.MILLISECONDS);
@@ -132,6 +138,7 @@ final class RawConn implements AutoCloseable {
             throw new UnavailableException("interrupted while connecting", e);
         }
         pinger.start();
+        flusher.start();
         subscribe(replyPrefix + "*", m -> {
             CompletableFuture<Msg> f = replies.remove(m.subject());
             if (f != null) {
@@ -192,6 +199,92 @@ final class RawConn implements AutoCloseable {
             write(line.getBytes(StandardCharsets.UTF_8), payload);
         } catch (IOException e) {
             throw new UnavailableException("publish to " + subject + ": not connected (" + e.getMessage() + ")", e);
+        }
+    }
+
+    /**
+     * Publishes without flushing at once (the flusher thread flushes soon: the publishes of a
+     * burst share one flush). {@code headers} is a header block or null (then a plain PUB). Throws
+     * {@link IOException} when not connected: the message was not written. A message written
+     * before a lost connection is never written again (jnats would re-send what it buffered, after
+     * later messages of the new connection could be stored: spec/protocol.md §5.1.2 needs to know
+     * that what was lost stays lost).
+     */
+    void publishDeferred(String subject, String reply, byte[] headers, byte[] data) throws IOException {
+        String line = headers == null
+                ? "PUB " + subject + " " + reply + " " + data.length + "\r\n"
+                : "HPUB " + subject + " " + reply + " " + headers.length + " " + (headers.length + data.length) + "\r\n";
+        writeDeferred(line.getBytes(StandardCharsets.UTF_8), headers == null ? new byte[0] : headers, data);
+    }
+
+    /** True while a connection is up (publishes can be written). */
+    boolean connected() {
+        return out != null && !closed;
+    }
+
+    /** Calls l (on the reader thread: do not block) whenever a connection is lost; returns how to stop. */
+    Runnable onDisconnect(Runnable l) {
+        disconnectListeners.add(l);
+        return () -> disconnectListeners.remove(l);
+    }
+
+    /** Writes without flushing at once: the flusher thread flushes soon (writes in a burst share one flush). */
+    private void writeDeferred(byte[] line, byte[] a, byte[] b) throws IOException {
+        synchronized (writeLock) {
+            OutputStream o = out;
+            if (o == null || closed) {
+                throw new IOException("not connected");
+            }
+            try {
+                o.write(line);
+                o.write(a);
+                o.write(b);
+                o.write(CRLF);
+            } catch (IOException e) {
+                Socket s = socket;
+                if (s != null) {
+                    try {
+                        s.close();
+                    } catch (IOException ignored) {
+                        // closing
+                    }
+                }
+                throw e;
+            }
+            if (!dirty) {
+                dirty = true;
+                writeLock.notifyAll();
+            }
+        }
+    }
+
+    private void flushLoop() {
+        while (!closed) {
+            synchronized (writeLock) {
+                while (!dirty && !closed) {
+                    try {
+                        writeLock.wait(1000);
+                    } catch (InterruptedException e) {
+                        return;
+                    }
+                }
+                dirty = false;
+                OutputStream o = out;
+                if (o != null) {
+                    try {
+                        o.flush();
+                    } catch (IOException e) {
+                        Socket s = socket;
+                        if (s != null) {
+                            try {
+                                s.close();
+                            } catch (IOException ignored) {
+                                // the reader reconnects
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 
@@ -270,6 +363,7 @@ final class RawConn implements AutoCloseable {
         }
         readerThread.interrupt();
         pinger.interrupt();
+        flusher.interrupt();
     }
 
     // ---- connection and reading ----------------------------------------------------------------
@@ -368,6 +462,7 @@ final class RawConn implements AutoCloseable {
                     out = o;
                 }
                 lastPong = System.nanoTime();
+                connectedNow = true;
                 backoff = 100;
                 if (!connectedOnce) {
                     connectedOnce = true;
@@ -396,6 +491,17 @@ final class RawConn implements AutoCloseable {
                 synchronized (writeLock) {
                     out = null;
                     socket = null;
+                    dirty = false;
+                }
+                if (connectedNow) {
+                    connectedNow = false;
+                    for (Runnable l : disconnectListeners) {
+                        try {
+                            l.run();
+                        } catch (RuntimeException e) {
+                            // a listener's problem
+                        }
+                    }
                 }
                 if (s != null) {
                     try {

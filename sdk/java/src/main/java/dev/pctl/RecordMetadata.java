@@ -9,7 +9,8 @@ package dev.pctl;
  * @param producerSeq the record's sequence number in its producer (its {@code Pctl-Seq}: 1, 2, ... in send order)
  * @param partition the partition (stream) it is stored in
  * @param epoch the epoch it was produced under
- * @param sequence its sequence in the partition's stream (-1: not stored)
+ * @param sequence its sequence in the partition's stream when the producer learned it (a fast batch's PubAck
+ *     names only its last message's), 0 for "stored, sequence not reported", -1 for not stored
  * @param duplicate true when a retry found it already stored (no second copy was written)
  */
 public record RecordMetadata(long producerSeq, int partition, int epoch, long sequence, boolean duplicate) {}

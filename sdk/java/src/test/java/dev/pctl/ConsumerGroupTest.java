@@ -71,6 +71,14 @@ class ConsumerGroupTest {
      * topic repartition arguments) while records are in flight, after the fraction of n in at.
      */
     private static Sent produceThrough(String topic, int n, int keys, List<String[]> changes, double[] at, int chunk) throws Exception {
+        return produceThrough(topic, n, keys, changes, at, chunk, false);
+    }
+
+    /**
+     * As above; with slowTail the last quarter goes in chunks a tenth the size (the same pauses), so
+     * that records still flow for seconds after the rest (a member that joins late gets some).
+     */
+    private static Sent produceThrough(String topic, int n, int keys, List<String[]> changes, double[] at, int chunk, boolean slowTail) throws Exception {
         String pid = "prod-" + topic;
         List<ProducerRecord> recs = new ArrayList<>();
         for (int i = 0; i < n; i++) {
@@ -80,15 +88,19 @@ class ConsumerGroupTest {
         CompletableFuture<Void> running = CompletableFuture.completedFuture(null);
         int next = 0;
         try (PctlClient c = PctlClient.connect(broker.options(broker.producer)); Producer p = c.producer(topic, ProducerOptions.builder().id(pid).build())) {
-            for (int i = 0; i < n; i += chunk) {
-                for (int j = i; j < Math.min(n, i + chunk); j++) {
+            for (int i = 0, step = chunk; i < n; i += step) {
+                step = slowTail && i >= 0.75 * n ? Math.max(1, chunk / 10) : chunk;
+                for (int j = i; j < Math.min(n, i + step); j++) {
                     fs.add(p.send(recs.get(j)));
                 }
                 if (next < changes.size() && i >= at[next] * n) {
-                    // Records keep flowing while a change runs, but every change finishes before
-                    // the next one's point, so that every epoch gets records however slow the
-                    // machine is.
+                    // Records keep flowing while a change runs, but every change finishes, and
+                    // the producer has caught up with it (every record sent so far acknowledged),
+                    // before the next one's point, so that every epoch gets records however slow
+                    // the machine is (the producer settles every partition's open batch at a
+                    // fence: an epoch that lasts less than that gets none).
                     running.join();
+                    p.flush();
                     String[] args = changes.get(next++);
                     running = CompletableFuture.runAsync(() -> repartition(topic, args));
                 }
@@ -187,7 +199,7 @@ class ConsumerGroupTest {
             Groups.waitOwners(broker, topic, group, 4, 3, Duration.ofSeconds(60));
             CompletableFuture<Sent> prod = CompletableFuture.supplyAsync(() -> {
                 try {
-                    return produceThrough(topic, 8000, 100, List.<String[]>of(new String[] {"--partitions", "6"}), new double[] {0.6}, 150);
+                    return produceThrough(topic, 8000, 100, List.<String[]>of(new String[] {"--partitions", "6"}), new double[] {0.6}, 150, true);
                 } catch (Exception e) {
                     throw new IllegalStateException(e);
                 }

@@ -22,7 +22,9 @@ final class CutProxy implements AutoCloseable {
     private final int port;
     private final List<Socket> open = new CopyOnWriteArrayList<>();
     private final List<Socket> fromServer = new CopyOnWriteArrayList<>();
+    private final List<Socket> fromClient = new CopyOnWriteArrayList<>();
     private volatile boolean holdReplies;
+    private volatile boolean holdRequests;
     final AtomicInteger cuts = new AtomicInteger();
     final String url;
 
@@ -48,6 +50,7 @@ final class CutProxy implements AutoCloseable {
                 open.add(in);
                 open.add(out);
                 fromServer.add(out);
+                fromClient.add(in);
                 pump(in, out);
                 pump(out, in);
             } catch (IOException e) {
@@ -62,8 +65,8 @@ final class CutProxy implements AutoCloseable {
             try (InputStream i = from.getInputStream(); OutputStream o = to.getOutputStream()) {
                 int n;
                 while (true) {
-                    while (holdReplies && fromServer.contains(from)) {
-                        Thread.sleep(5); // the server's bytes wait in the socket (nothing is lost yet)
+                    while (holdReplies && fromServer.contains(from) || holdRequests && fromClient.contains(from)) {
+                        Thread.sleep(5); // the bytes wait in the socket (nothing is lost yet)
                     }
                     if ((n = i.read(buf)) < 0) {
                         break;
@@ -74,6 +77,7 @@ final class CutProxy implements AutoCloseable {
                 // cut
             } finally {
                 fromServer.remove(from);
+                fromClient.remove(from);
                 closeQuietly(from);
                 closeQuietly(to);
                 open.remove(from);
@@ -93,10 +97,20 @@ final class CutProxy implements AutoCloseable {
         holdReplies = on;
     }
 
+    /**
+     * Holds back everything clients send (their writes succeed into the socket buffers, and reach
+     * no server) until {@link #cut} drops the connections with what they held, or {@code
+     * holdRequests(false)}.
+     */
+    void holdRequests(boolean on) {
+        holdRequests = on;
+    }
+
     /** Cuts every connection through the proxy now; clients reconnect through it. */
     void cut() {
         cuts.incrementAndGet();
         holdReplies = false;
+        holdRequests = false;
         for (Socket s : open) {
             closeQuietly(s);
         }

@@ -143,7 +143,9 @@ class ProducerBrokerTest {
             RecordMetadata md = bySeq.get(pseq);
             assertEquals("placement-1", r.get("producer"));
             assertEquals((long) md.partition(), num(r, "partition"));
-            assertEquals(md.sequence(), num(r, "seq"));
+            if (md.sequence() > 0) {
+                assertEquals(md.sequence(), num(r, "seq"), "a reported stream sequence is where the record is");
+            }
             assertEquals(new String(rec.value(), StandardCharsets.UTF_8), r.get("value"));
             if (rec.hasKey()) {
                 assertEquals(new String(rec.key(), StandardCharsets.UTF_8), r.get("key"), "Pctl-Key carries the key (b64:, the empty key as b64:)");
@@ -228,17 +230,18 @@ class ProducerBrokerTest {
 
     @Test
     void lostAcknowledgementsStoreNothingTwice() throws Exception {
-        // An acknowledgement timeout of 1 ms makes most publishes ambiguous (spec/protocol.md
-        // §5.1): they are retried with the same Nats-Msg-Id, and JetStream answers a retry of a
-        // stored record with its original sequence. Halfway through, the topic grows: ambiguous
-        // records of the fenced epoch are looked up in their old partition (direct get up to the
-        // boundary) and reported there if found, re-sent under the new epoch if not.
+        // An acknowledgement timeout of 1 ms makes most batches time out (spec/protocol.md
+        // §5.1.2): the producer settles each (closes it with an EOB, or reads the partition back)
+        // and re-sends the rest with the same Nats-Msg-Id; a re-sent record that was stored after
+        // all is skipped as a duplicate. Halfway through, the topic grows: batches of the fenced
+        // epoch are settled in their old partition (up to the boundary) and the rest re-sent
+        // under the new epoch.
         createTopic("lossy", 2);
         ClientOptions o = ClientOptions.builder().server(broker.url).creds(broker.producer).ackTimeout(Duration.ofMillis(1)).build();
         int total = 300;
         List<CompletableFuture<RecordMetadata>> fs = new ArrayList<>();
         long resent;
-        long found;
+        long settled;
         try (PctlClient c = PctlClient.connect(o); Producer p = c.producer("lossy", ProducerOptions.builder().id("lossy-1").build())) {
             for (int i = 0; i < total; i++) {
                 fs.add(p.send(ProducerRecord.keyed("key-" + (i % 7), Integer.toString(i))));
@@ -248,14 +251,15 @@ class ProducerBrokerTest {
             }
             p.flush();
             resent = p.resent();
-            found = p.foundAfterFence();
+            settled = p.settled();
         }
         int duplicates = 0;
         for (CompletableFuture<RecordMetadata> f : fs) {
             duplicates += f.join().duplicate() ? 1 : 0;
         }
-        System.out.printf("lostAcknowledgementsStoreNothingTwice: %d of %d acknowledged as duplicates of a stored copy (%d of them found in the fenced partition), %d re-sent after the fence%n",
-                duplicates, total, found, resent);
+        System.out.printf("lostAcknowledgementsStoreNothingTwice: %d of %d acknowledged as duplicates of a stored copy, %d batches settled, %d re-sent after the fence%n",
+                duplicates, total, settled, resent);
+        assertTrue(settled > 0, "the 1 ms acknowledgement timeout made the producer settle batches");
         List<Map<String, Object>> got = consume("lossy", "g-lossy");
         assertEquals(total, got.size(), "every record stored exactly once");
         Map<String, Long> last = new HashMap<>();
@@ -298,7 +302,8 @@ class ProducerBrokerTest {
             ExecutionException e = assertThrows(ExecutionException.class, big::get);
             BadRequestException bad = (BadRequestException) e.getCause();
             assertTrue(bad.getMessage().contains("record 2"), bad.getMessage());
-            assertEquals(1, before.join().sequence());
+            // Stream sequences 1 and 2 (0: stored in one fast batch with the next, not reported).
+            assertTrue(before.join().sequence() == 1 || before.join().sequence() == 0, "before: " + before.join());
             assertEquals(2, after.join().sequence());
         }
     }
@@ -310,8 +315,20 @@ class ProducerBrokerTest {
             Producer p = c.producer("doomed");
             p.send(ProducerRecord.keyed("k", "1")).join();
             broker.pctlOk(null, "topic", "delete", "doomed");
-            ExecutionException e = assertThrows(ExecutionException.class, () -> p.send(ProducerRecord.keyed("k", "2")).get(60, TimeUnit.SECONDS));
-            NotFoundException nf = (NotFoundException) e.getCause();
+            // The topic event makes the producer re-read the descriptor: it may have failed before
+            // this send (which then throws at once) or fail the record it took.
+            CompletableFuture<RecordMetadata> f = null;
+            NotFoundException nf = null;
+            try {
+                f = p.send(ProducerRecord.keyed("k", "2"));
+            } catch (NotFoundException e) {
+                nf = e;
+            }
+            if (f != null) {
+                CompletableFuture<RecordMetadata> ff = f;
+                ExecutionException e = assertThrows(ExecutionException.class, () -> ff.get(60, TimeUnit.SECONDS));
+                nf = (NotFoundException) e.getCause();
+            }
             assertTrue(nf.getMessage().contains("doomed"), nf.getMessage());
             assertThrows(NotFoundException.class, p::close, "the producer failed for good");
         }
@@ -402,7 +419,7 @@ class ProducerBrokerTest {
             assertEquals(Boolean.TRUE, r.get("acked"), l);
             assertEquals(1L, r.get("epoch"));
             assertNotNull(r.get("partition"));
-            assertTrue((Long) r.get("seq") >= 1);
+            assertTrue((Long) r.get("seq") >= 0, "a stream sequence, or 0: stored, not reported (spec/protocol.md §5.1.2)");
             seen[((Long) r.get("pseq")).intValue()] = true;
         }
         for (int i = 1; i <= 5; i++) {

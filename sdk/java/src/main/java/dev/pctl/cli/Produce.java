@@ -41,7 +41,8 @@ import java.util.concurrent.atomic.AtomicLong;
  *   {"pseq": 2, "acked": false, "partition": null, "epoch": null, "seq": null, "error": "..."}
  * </pre>
  *
- * <p>where {@code pseq} is the record's {@code Pctl-Seq} (1-based, in input order). Exit status 0
+ * <p>where {@code pseq} is the record's {@code Pctl-Seq} (1-based, in input order) and {@code seq}
+ * its stream sequence, 0 when the producer did not learn it (spec/protocol.md §5.1.2). Exit status 0
  * when every record was acknowledged; 1 when one failed or the broker could not be used; 2 for bad
  * flags or an unknown topic. A summary goes to standard error. {@code --server} and {@code
  * --creds} default to {@code $PCTL_SERVER} and {@code $PCTL_CREDS}; {@code --producer-id} to a
@@ -58,6 +59,26 @@ public final class Produce {
 
     public static void main(String[] args) {
         PrintStream err = new PrintStream(new FileOutputStream(FileDescriptor.err), true, StandardCharsets.UTF_8);
+        if ("1".equals(System.getenv("PCTL_PRODUCE_LOG"))) {
+            // The producer's decisions after failures (settling, re-sends, repartitions) on stderr.
+            java.util.logging.Logger l = java.util.logging.Logger.getLogger("dev.pctl");
+            java.util.logging.Handler h = new java.util.logging.StreamHandler(err, new java.util.logging.SimpleFormatter() {
+                @Override
+                public String format(java.util.logging.LogRecord r) {
+                    return java.time.Instant.ofEpochMilli(r.getMillis()) + " " + formatMessage(r) + System.lineSeparator();
+                }
+            }) {
+                @Override
+                public synchronized void publish(java.util.logging.LogRecord r) {
+                    super.publish(r);
+                    flush();
+                }
+            };
+            h.setLevel(java.util.logging.Level.FINE);
+            l.setLevel(java.util.logging.Level.FINE);
+            l.setUseParentHandlers(false);
+            l.addHandler(h);
+        }
         int st = run(args, new FileInputStream(FileDescriptor.in), new FileOutputStream(FileDescriptor.out), err);
         err.flush();
         System.exit(st);
