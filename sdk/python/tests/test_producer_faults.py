@@ -20,6 +20,7 @@ from typing import Optional
 import nats
 
 import pctl
+import pctl._fastbatch
 
 
 class CutProxy:
@@ -230,3 +231,35 @@ def test_epoch_change_under_load_keeps_per_key_storage_order(broker):
     assert {e for _, _, e, *_ in stored} == {1, 2}, "the run spans the epoch change"
     problems = storage_problems(stored, p.id, acked)
     assert not problems, f"{len(problems)} problems: {problems[:5]}"
+
+
+def test_a_look_alike_under_a_records_id_is_a_conflict_not_a_success(broker):
+    # spec/protocol.md §5.1.4: a client that can predict a record's id (here: a content token,
+    # the digest of key and value) stores another message under it first. The producer's record
+    # is then answered as a duplicate; the producer reads the stored message, finds it is not
+    # this record, and fails it with Conflict instead of counting it stored.
+    topic = broker.create_topic(1)
+    key, value = b"victim-key", b"the real value"
+    token = pctl._fastbatch.record_token(key, value)  # the digest of §5.2, as `RecordToken` in Go
+
+    async def go():
+        nc = await nats.connect(broker.url, nkeys_seed=broker.producer)
+        try:
+            ack = await nc.request(f"pctl.data.{topic}.1.0", b"a look-alike",
+                                   headers={"Nats-Msg-Id": f"victim-1-{token}", "Pctl-Producer": "victim", "Pctl-Seq": "1",
+                                            "Pctl-Key": pctl.wire.encode_key(key)}, timeout=10)
+            assert b'"seq":1' in ack.data, ack.data
+        finally:
+            await nc.close()
+        async with await pctl.connect(broker.url, broker.producer) as c:
+            p = await c.producer(topic, producer_id="victim", content_tokens=True)
+            try:
+                return await p.produce(key, value)
+            except pctl.PctlError as e:
+                return e
+            finally:
+                await p.close()
+
+    got = asyncio.run(go())
+    assert isinstance(got, pctl.Conflict), f"the record counted as stored: {got!r}"
+    assert "duplicate" in str(got) and "NOT stored" in str(got)
