@@ -34,7 +34,7 @@ type stored struct {
 }
 
 // readStreams reads every message of every partition stream of the topic, in stream order.
-func readStreams(t *testing.T, ctx context.Context, c *client.Client, topic string) []stored {
+func readStreams(t testing.TB, ctx context.Context, c *client.Client, topic string) []stored {
 	t.Helper()
 	desc, _, err := c.Topic(ctx, topic)
 	if err != nil {
@@ -50,16 +50,30 @@ func readStreams(t *testing.T, ctx context.Context, c *client.Client, topic stri
 		if st.Msgs == 0 {
 			continue
 		}
-		cons, err := c.JetStream().OrderedConsumer(ctx, wire.StreamName(topic, q), jetstream.OrderedConsumerConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		// An ordered consumer from the next sequence, made again after a failure (a stream
+		// leader that just changed answers "no responders" for a moment).
+		var cons jetstream.Consumer
+		next, failures := uint64(1), 0
 		for left := st.Msgs; left > 0; left-- {
-			m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
-			if err != nil {
-				t.Fatalf("stream %s: %v (%d messages left of %d)", wire.StreamName(topic, q), err, left, st.Msgs)
+			var m jetstream.Msg
+			for {
+				if cons == nil {
+					cons, err = c.JetStream().OrderedConsumer(ctx, wire.StreamName(topic, q), jetstream.OrderedConsumerConfig{
+						DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: next})
+				}
+				if err == nil {
+					if m, err = cons.Next(jetstream.FetchMaxWait(10 * time.Second)); err == nil {
+						break
+					}
+				}
+				cons = nil
+				if failures++; failures > 50 {
+					t.Fatalf("stream %s: %v (%d messages left of %d)", wire.StreamName(topic, q), err, left, st.Msgs)
+				}
+				time.Sleep(100 * time.Millisecond)
 			}
 			md, _ := m.Metadata()
+			next = md.Sequence.Stream + 1
 			h := m.Headers()
 			r := stored{partition: q, seq: md.Sequence.Stream, subject: m.Subject(), value: string(m.Data()), producer: h.Get(wire.HeaderProducer),
 				tombstone: h.Get(wire.HeaderTombstone) != "", fence: h.Get(wire.HeaderFence) != "", origin: h.Get(wire.HeaderBackfill), ttl: h.Get(wire.HeaderTTL)}
@@ -174,7 +188,7 @@ func readCurrentEpoch(t *testing.T, ctx context.Context, c *client.Client, topic
 
 // checkLatest requires that the deliveries hold exactly one record per key, the key's latest
 // acknowledged record (a tombstone for a deleted key, while its tombstone is retained).
-func checkLatest(t *testing.T, what string, got []*client.Message, want map[string]latestRec) {
+func checkLatest(t testing.TB, what string, got []*client.Message, want map[string]latestRec) {
 	t.Helper()
 	seen := map[string]bool{}
 	bad := 0
@@ -213,7 +227,7 @@ func checkLatest(t *testing.T, what string, got []*client.Message, want map[stri
 // current epoch's subjects exactly one record per key, the key's latest, in the partition the
 // native partitioner (not the product's WASM path) gives it; a subject token matching the key;
 // and, with retired, nothing but fence markers in older epochs.
-func checkStoredState(t *testing.T, ctx context.Context, c *client.Client, topic string, want map[string]latestRec, native partitioner.Partitioner, retired bool) {
+func checkStoredState(t testing.TB, ctx context.Context, c *client.Client, topic string, want map[string]latestRec, native partitioner.Partitioner, retired bool) {
 	t.Helper()
 	desc, _, err := c.Topic(ctx, topic)
 	if err != nil {
