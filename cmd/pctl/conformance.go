@@ -10,7 +10,7 @@ import (
 )
 
 func init() {
-	register(command{name: "conformance", summary: "check a plugin against ABI v1 (exports, imports, range, determinism, limits, ancestry, compatibility); 'conformance client': a client against the broker, with faults", run: cmdConformance})
+	register(command{name: "conformance", summary: "check a plugin against ABI v1: exports, imports, range, determinism, limits, ancestry, compatibility ('conformance client': a client, with faults)", run: cmdConformance})
 }
 
 const conformanceHelp = `
