@@ -67,6 +67,11 @@ type GroupStatus struct {
 	Lag        uint64           `json:"lag"`
 	Gated      int64            `json:"gated"`        // records held at the gate, summed over live members
 	GateWait   time.Duration    `json:"gate_wait_ns"` // their total wait
+	// Assignor is the group's (spec/protocol.md §6.1; "" read as modulo); Assignment, for a
+	// sticky group, its last recorded assignment's summary (§6.2.1), with the fraction of keys
+	// that changed member (§6.2.2).
+	Assignor   string                  `json:"assignor,omitempty"`
+	Assignment *wire.AssignmentSummary `json:"assignment,omitempty"`
 }
 
 // MemberStatus is one live member.
@@ -220,7 +225,19 @@ loop:
 					gp.Owner = ps.Owner
 				}
 			case "g":
-				get(g)
+				gs := get(g)
+				switch name {
+				case "assignor":
+					var st wire.AssignorState
+					if json.Unmarshal(e.Value(), &st) == nil {
+						gs.Assignor = st.Assignor
+					}
+				case "assignment":
+					var a wire.Assignment
+					if json.Unmarshal(e.Value(), &a) == nil && len(a.History) > 0 {
+						gs.Assignment = &a.History[len(a.History)-1]
+					}
+				}
 			}
 		}
 	}

@@ -233,6 +233,11 @@ type ConsumerOptions struct {
 	// delivers the first record of a key that moved to it from Parent.
 	OnKeysRevoked  func(KeyChange)
 	OnKeysAssigned func(KeyChange)
+	// State, if set, hands per-key state over between members (state.go): a key's state is
+	// loaded before the member delivers the key's first record (after its epoch gate), and
+	// flushed before another member can deliver one (before the partition's release, and after
+	// OnKeysRevoked for keys that leave). See StateHandler.
+	State StateHandler
 	// Logf receives the member's decisions (acquire, release, lease lost). Default: none.
 	Logf func(format string, args ...any)
 	// Hooks observe the member (hooks.go): records consumed, gate waits, lease changes.
@@ -288,6 +293,12 @@ type Consumer struct {
 	assignor  string
 	record    *wire.Assignment
 	recordRev uint64
+
+	// State handovers (state.go): stateMu serialises them; home maps every key whose state this
+	// member holds to the partition it holds it for (under mu). fail stops Run with an error.
+	stateMu sync.Mutex
+	home    map[string]int
+	fail    func(error)
 
 	stats ConsumerStats
 }
@@ -358,6 +369,18 @@ func (c *Client) NewConsumer(ctx context.Context, topic string, opts ConsumerOpt
 		revoked: map[[2]int]bool{}, assigned: map[[3]int]bool{}, states: map[int]keyState{}, resetKick: make(chan struct{}, 1)}
 	cn.cond = sync.NewCond(&cn.mu)
 	cn.stats.Moved, cn.stats.MovedModulo = -1, -1
+	cn.home = map[string]int{}
+	if opts.State != nil {
+		// The state handover runs after the application's keys-revoked callback (which may still
+		// write the state).
+		userRevoked := opts.OnKeysRevoked
+		cn.opts.OnKeysRevoked = func(kc KeyChange) {
+			if userRevoked != nil {
+				userRevoked(kc)
+			}
+			cn.stateKeysRevoked(context.Background(), kc)
+		}
+	}
 	return cn, nil
 }
 
@@ -506,6 +529,9 @@ func (cn *Consumer) Run(ctx context.Context, h Handler) error {
 		werrMu.Unlock()
 		cancel(err)
 	}
+	cn.mu.Lock()
+	cn.fail = fail
+	cn.mu.Unlock()
 	// Commits and lease renewals run on their own clock, so that a slow rebalance (listing
 	// members, refreshing the descriptor) never lets a lease lapse.
 	commitDone := make(chan struct{})
@@ -748,6 +774,9 @@ func (cn *Consumer) applyReset(ctx context.Context, kv jetstream.KeyValue) {
 		}
 	}
 	sort.Ints(owned)
+	if err := cn.stateFlushAll(ctx, append([]int(nil), owned...)); err != nil {
+		cn.failState(err)
+	}
 	if len(owned) > 0 && cn.opts.OnRevoked != nil {
 		cn.opts.OnRevoked(owned)
 	}
@@ -1117,6 +1146,12 @@ func (cn *Consumer) rebalance(ctx context.Context, kv jetstream.KeyValue, h Hand
 			// the release (spec/protocol.md §6.5): a retired partition drained to its final
 			// boundary is read by no one after this.
 			w.passBoundaries(ctx, w.position())
+			if err := cn.statePartition(ctx, w.partition); err != nil {
+				if ctx.Err() == nil {
+					fail(err) // not released: its lease expires, the next owner loads what is durable
+				}
+				return
+			}
 			cn.release(ctx, kv, w)
 		}
 	})
@@ -1333,6 +1368,10 @@ func (cn *Consumer) shutdown(kv jetstream.KeyValue) {
 	parallel(ws, func(w *worker) {
 		w.stop()
 		if !w.lost() {
+			if err := cn.statePartition(ctx, w.partition); err != nil {
+				cn.opts.Logf("member %s: %v (partition %d not released: its lease expires)", cn.opts.Member, err, w.partition)
+				return
+			}
 			cn.release(ctx, kv, w)
 		}
 	})
@@ -1673,6 +1712,15 @@ func (w *worker) deliver(ctx context.Context, msg jetstream.Msg, h Handler, fail
 	if (!cn.opts.DisableGating || cn.opts.OnKeysAssigned != nil) && !m.NoKey && m.Misplaced == nil {
 		if err := w.gate(ctx, m); err != nil {
 			if ctx.Err() == nil && !errors.Is(err, errStale) {
+				fail(err)
+			}
+			return false
+		}
+	}
+	if cn.opts.State != nil && !m.NoKey && m.Misplaced == nil {
+		// The key's state, after its gate: every older record of it is committed (state.go).
+		if err := cn.stateEnsure(ctx, w.partition, m.Key); err != nil {
+			if ctx.Err() == nil {
 				fail(err)
 			}
 			return false

@@ -47,6 +47,9 @@ Examples:
 const maxConformanceKeys = 10_000_000
 
 func cmdConformance(e *env, args []string) int {
+	if len(args) > 0 && args[0] == "client" {
+		return cmdConformanceClient(e, args[1:]) // conformance_client.go (a plugin file named client: ./client)
+	}
 	fs := newFlags(e, "conformance", "conformance NAME|sha256:DIGEST|FILE.wasm [--json] [--keys N] [--seed S] [--config K=V ...]", conformanceHelp)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	keys := fs.Int("keys", conformance.DefaultKeys, "random keys per check, besides the fixed ones (the interpreter gets a thirtieth)")

@@ -98,6 +98,7 @@ func cmdConsume(e *env, args []string) int {
 	member := fs.String("member", "", "member `ID` in the group (default: random)")
 	stamps := fs.Bool("timestamps", false, "jsonl: add \"ts\", the delivery time in unix nanoseconds (lets 'pctl verify' order several members' outputs)")
 	heartbeat := fs.Duration("heartbeat", time.Second, "how often the member announces itself and rebalances; stopping takes up to this `DURATION`")
+	assignor := fs.String("assignor", "", "a new group's `ASSIGNOR`: modulo (default) or sticky (keeps keys on their member, spec/protocol.md §6.2.1); an existing group keeps its own")
 	misplaced := fs.String("misplaced", "stop", "what to do with a record outside its key's partition: stop, deliver (flagged) or `skip`")
 	headers := fs.Bool("headers", false, "jsonl: add the record's application headers, \"headers\", and its timestamps, \"time\" and \"stored\" (unix milliseconds)")
 	resetTo := fs.String("reset-to", "", "move the whole group first: earliest, latest, or a `TIME` (RFC 3339, or a duration ago such as 10m)")
@@ -179,7 +180,7 @@ func cmdConsume(e *env, args []string) int {
 	watch := newConsumeWatch(e) // progress on a terminal (consume_watch.go)
 	defer watch.finish()
 	cn, err := c.NewConsumer(e.ctx, topic, client.ConsumerOptions{Group: *group, Member: *member, FromBeginning: *fromBeginning, Start: startAt,
-		Heartbeat: *heartbeat, OnAssigned: onAssigned, Misplaced: policy, OnMisplaced: onMisplaced, Hooks: []client.Hook{watch}})
+		Assignor: *assignor, Heartbeat: *heartbeat, OnAssigned: onAssigned, Misplaced: policy, OnMisplaced: onMisplaced, Hooks: []client.Hook{watch}})
 	if err != nil {
 		return exitFor(e, cmd, err)
 	}

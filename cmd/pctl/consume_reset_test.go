@@ -198,3 +198,26 @@ func TestGroupResetsWithScopedCredential(t *testing.T) {
 	expect(t, r, exitOK, "5 records", "generation 2")
 	expect(t, cons.run("", "topic", "groups", "orders", "--group", "audit", "--reset", "earliest"), exitFailure, "may not")
 }
+
+// TestTopicGroupsShowsAssignor: 'pctl consume --assignor sticky' creates a sticky group, 'pctl
+// topic groups' names each group's assignor and the sticky group's recorded assignments, and a
+// member asking an existing sticky group for modulo is refused (exit status of a conflict).
+func TestTopicGroupsShowsAssignor(t *testing.T) {
+	b := testBroker(t)
+	admin := cliFor(t, b, broker.RoleAdmin)
+	expect(t, admin.run("", "topic", "create", "t", "--partitions", "4", "--partitioner", "linear-murmur2"), exitOK)
+	cons := cliFor(t, b, broker.RoleConsumer)
+	expect(t, cons.run("", "consume", "t", "--group", "s", "--assignor", "sticky", "--heartbeat", "100ms", "--idle-exit", "700ms"), exitOK)
+	expect(t, cons.run("", "consume", "t", "--group", "plain", "--heartbeat", "100ms", "--idle-exit", "300ms"), exitOK)
+	r := cons.run("", "topic", "groups", "t")
+	expect(t, r, exitOK, "assignor sticky", "assignor modulo", "assignment 1: epoch 1, 1 member(s), 4 partition(s): first assignment")
+	r = cons.run("", "topic", "groups", "t", "--json")
+	var views []groupView
+	if err := json.Unmarshal([]byte(r.stdout), &views); err != nil || len(views) != 2 || views[1].Assignor != "sticky" || len(views[1].Assignments) != 1 {
+		t.Fatalf("--json: %v %+v", err, views)
+	}
+	r = cons.run("", "consume", "t", "--group", "s", "--assignor", "modulo", "--idle-exit", "300ms")
+	if r.code == exitOK || !strings.Contains(r.stderr, `uses the assignor "sticky"`) {
+		t.Fatalf("asking a sticky group for modulo: exit %d, stderr %s", r.code, r.stderr)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -41,10 +42,18 @@ after restarting, and producers and consumers must ride it out).
 replicas and two brokers ('pctl serve --nats'). In the middle of the epoch changes it kills -9
 the node leading a partition stream (and starts it again), and kills -9 a broker (and starts it
 again); every change must still complete and the checker must still find nothing wrong.
+
+--stateful runs the stateful scale-out instead (examples/stateful): a processor that keeps a
+running total per key in a local store and a changelog topic, in a consumer group with the sticky
+assignor, goes from 2 to 4 members, its input and changelog topics from 4 to 8 partitions (linear
+hashing), then both swap to jump, and a member crashes, while records flow; then every member is
+stopped and fresh ones restore from the changelog (the baseline). It checks every key's total
+against the input and prints the longest per-key pause of each phase. --keys sets the keys (40
+unless given).
 `
 
 func cmdDemo(e *env, args []string) int {
-	fs := newFlags(e, "demo", "demo [--records N] [--keys K] [--seed S] [--faults | --cluster] [--json] [--verbose] [--data DIR]", demoHelp)
+	fs := newFlags(e, "demo", "demo [--records N] [--keys K] [--seed S] [--faults | --cluster | --stateful] [--json] [--verbose] [--data DIR]", demoHelp)
 	records := fs.Int("records", 2000, "records per producer")
 	keys := fs.Int("keys", 200, "distinct keys")
 	seed := fs.Int64("seed", 1, "random seed (the run is otherwise the same)")
@@ -54,6 +63,7 @@ func cmdDemo(e *env, args []string) int {
 	data := fs.String("data", "", "keep the broker's data in `DIR` (default: a temporary directory, removed)")
 	cluster := fs.Bool("cluster", false, "run on a 3-node NATS cluster of processes with 2 brokers, killing a node and a broker mid-change")
 	duration := fs.Duration("duration", 12*time.Second, "with --cluster: how long the producers send (the changes and faults are spread over it)")
+	stateful := fs.Bool("stateful", false, "run the stateful scale-out instead (issue 15): running totals with a changelog, 2 -> 4 members, 4 -> 8 partitions, a swap and a crash")
 	pos, st := parse(fs, args)
 	if st >= 0 {
 		return st
@@ -63,6 +73,18 @@ func cmdDemo(e *env, args []string) int {
 	}
 	if *records < 1 || *keys < 1 {
 		return usageErr(e, "demo", "--records and --keys must be at least 1")
+	}
+	if *stateful {
+		if *faults || *cluster {
+			return usageErr(e, "demo", "--stateful is a run of its own: drop --faults and --cluster")
+		}
+		k := 40 // unless given: the other demo's default is for more traffic
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "keys" {
+				k = *keys
+			}
+		})
+		return statefulDemo(e, k, *seed, *asJSON, *verbose, *data)
 	}
 	if *cluster {
 		if *faults {

@@ -36,6 +36,8 @@ var (
 	descPartPos     = prometheus.NewDesc("pctl_group_partition_position", "A group's committed position (stream sequence) in one partition (per-partition metrics only).", []string{"topic", "group", "partition"}, nil)
 	descGated       = prometheus.NewDesc("pctl_group_gate_waits", "Records the group's live members held at the epoch gate since they started (from their heartbeats; drops when a member leaves).", []string{"topic", "group"}, nil)
 	descGateWait    = prometheus.NewDesc("pctl_group_gate_wait_seconds", "Total time records of the group's live members waited at the epoch gate since they started (from their heartbeats).", []string{"topic", "group"}, nil)
+	descMoved       = prometheus.NewDesc("pctl_group_keys_moved_ratio", "Fraction of keys that changed member at a sticky group's last recorded assignment (spec/protocol.md §6.2.2), under the sticky assignor and under what modulo would have moved.", []string{"topic", "group", "assignor"}, nil)
+	descAssignments = prometheus.NewDesc("pctl_group_assignments_total", "Assignments a sticky group has recorded (its record's round).", []string{"topic", "group"}, nil)
 	descLeases      = prometheus.NewDesc("pctl_group_lease_changes_total", "Partition owner changes of a group seen between scrapes (acquired, released or taken over).", []string{"topic", "group"}, nil)
 	descPlugins     = prometheus.NewDesc("pctl_plugins", "Plugins the broker knows, built-in or uploaded.", []string{"builtin"}, nil)
 	descPluginInUse = prometheus.NewDesc("pctl_plugin_topics", "Topics using a plugin in some epoch.", []string{"plugin", "digest"}, nil)
@@ -130,6 +132,13 @@ func (c *stateCollector) topic(ch chan<- prometheus.Metric, ts *broker.TopicStat
 			}
 		}
 		ch <- prometheus.MustNewConstMetric(descLeases, prometheus.CounterValue, m.leaseChanges(t.ID, name, g), name, g.Group)
+		if a := g.Assignment; a != nil {
+			ch <- prometheus.MustNewConstMetric(descAssignments, prometheus.CounterValue, float64(a.Round), name, g.Group)
+			if a.Moved != nil && a.MovedModulo != nil {
+				ch <- prometheus.MustNewConstMetric(descMoved, prometheus.GaugeValue, *a.Moved, name, g.Group, wire.AssignorSticky)
+				ch <- prometheus.MustNewConstMetric(descMoved, prometheus.GaugeValue, *a.MovedModulo, name, g.Group, wire.AssignorModulo)
+			}
+		}
 	}
 }
 

@@ -36,6 +36,7 @@ import (
 var failoverRows = []string{
 	"go",
 	"python",
+	"node",
 	"java",
 }
 

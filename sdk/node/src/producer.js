@@ -122,7 +122,9 @@ export class Producer {
   start() {
     const nc = this.client.nc;
     this.replySub = nc.subscribe(`${this.inbox}.>`, { callback: (err, m) => { if (!err) this.onReply(m); } });
-    this.eventSub = nc.subscribe(`pctl.events.topic.${this.topic}`, { callback: () => this.requestCheck() });
+    // An event is a hint to re-read the descriptor; one with a $JS. reply subject comes from a
+    // push consumer someone aimed at the subject, not from a broker (spec/protocol.md §8.4).
+    this.eventSub = nc.subscribe(`pctl.events.topic.${this.topic}`, { callback: (err, m) => { if (!err && !m.reply?.startsWith('$JS.')) this.requestCheck(); } });
     this.stopViolation = this.client.onViolation((subject, v) => {
       if (subject.startsWith(`pctl.data.${this.topic}.`)) this.fail(permissionError(subject, v));
     });

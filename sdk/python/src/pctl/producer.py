@@ -160,6 +160,10 @@ class Producer:
     Use it from one asyncio event loop; records sent by different tasks are ordered by the order
     their `send` calls took effect. Create it with ``await client.producer(topic)``."""
 
+    # The per-key rule on clusters (spec/protocol.md §5.1.2). Only tests turn it off, to show
+    # what it prevents.
+    _key_rule = True
+
     def __init__(self, client: "Client", topic: str, producer_id: str, max_in_flight: int, max_buffered: int,
                  batch_size: int = 4096, content_tokens: bool = False, stall_timeout: float = 0.25,
                  logf: Optional[Callable[[str], None]] = None):
@@ -860,7 +864,7 @@ class _Sink:
         flow = max(1, window // 4)
         # The per-key rule (spec/protocol.md §5.1.2): on a cluster (every stream, R1 included: a
         # live replica change gives it a raft group) a batch never holds two records of one key.
-        one_key = self.verify
+        one_key = self.verify and p._key_rule
         msgs = []
         split = False
         while self.queue and len(b.recs) - max(b.acked, b.flowed) < window and len(b.recs) < size:

@@ -1,0 +1,527 @@
+package stateful
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"pctl.dev/pctl/broker"
+	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/client"
+)
+
+// ScaleOutConfig configures RunScaleOut. Zero values mean defaults.
+type ScaleOutConfig struct {
+	// Keys is the number of distinct input keys (default 40); Interval the time between two
+	// input records (default 2.5 ms).
+	Keys     int
+	Interval time.Duration
+	// Phase is how long each phase runs after its action (default 1.5 s).
+	Phase time.Duration
+	// NoHandover runs the members without the state handover (each starts the keys it gets
+	// from zero) and stops after the first phase: the checker must then find wrong totals.
+	NoHandover bool
+	// Seed makes the amounts (default 15).
+	Seed int64
+	// Logf receives progress and the members' decisions (default: none).
+	Logf       func(format string, args ...any)
+	MemberLogf func(format string, args ...any)
+}
+
+// Phase is one phase of the scale-out and the longest per-key pause that ended in it.
+type Phase struct {
+	Name    string        `json:"name"`
+	Longest time.Duration `json:"longest_pause_ns"`
+	Key     string        `json:"key"`
+}
+
+// ScaleOutReport is what RunScaleOut found.
+type ScaleOutReport struct {
+	Records int `json:"records"` // input records, all acknowledged
+	Keys    int `json:"keys"`
+	// Wrong counts keys whose total or count in the changelog differs from the sums computed
+	// directly from the input topic's streams; Examples describes the first few.
+	Wrong    int      `json:"wrong_keys"`
+	Examples []string `json:"examples,omitempty"`
+	Phases   []Phase  `json:"phases"`
+	// ScaleOut is the longest per-key pause over the phases that change members and topics
+	// (not the crash), Baseline over stopping every member and restoring fresh ones from the
+	// changelog; Ratio = ScaleOut / Baseline.
+	ScaleOut, Baseline time.Duration
+	Ratio              float64 `json:"ratio"`
+	Stats              Stats   `json:"stats"` // summed over every member
+	// MemberErrors are errors members stopped with (other than the crashed one's).
+	MemberErrors []string `json:"member_errors,omitempty"`
+}
+
+// RunScaleOut is issue 15's proof, on a running broker b (it creates topics "in" and "cl"): the
+// running-total processor goes from 2 to 4 members (sticky assignor), its input and changelog
+// topics from 4 to 8 partitions (linear hashing, input first), both swap their function (to
+// jump), and a member crashes (its connections close without a release). Records flow
+// throughout. Then, as a baseline in the same run, every member is stopped and fresh ones restore
+// the state from the changelog. The report compares every key's total with the input's and gives
+// the longest per-key pause of each phase.
+func RunScaleOut(ctx context.Context, b *broker.Broker, cfg ScaleOutConfig) (*ScaleOutReport, error) {
+	if cfg.Keys <= 0 {
+		cfg.Keys = 40
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = 2500 * time.Microsecond
+	}
+	if cfg.Phase <= 0 {
+		cfg.Phase = 1500 * time.Millisecond
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = 15
+	}
+	logf := cfg.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var clients []*client.Client
+	defer func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}()
+	connect := func(role string) (*client.Client, error) {
+		c, err := client.Connect(ctx, client.Options{URL: b.ClientURL(), Creds: b.CredsPath(role)})
+		if err == nil {
+			clients = append(clients, c)
+		}
+		return c, err
+	}
+	admin, err := connect(broker.RoleAdmin)
+	if err != nil {
+		return nil, err
+	}
+	for _, topic := range []string{"in", "cl"} {
+		if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: topic, Partitions: 4, Partitioner: "linear-murmur2"}); err != nil {
+			return nil, err
+		}
+	}
+	rep := &ScaleOutReport{Keys: cfg.Keys}
+	pz := &pauses{times: map[string][]time.Time{}}
+
+	type member struct {
+		name       string
+		cons, prod *client.Client
+		proc       *Processor
+		stop       context.CancelFunc
+		done       chan error
+	}
+	var mu sync.Mutex
+	var members []*member
+	start := func(name string) (*member, error) {
+		m := &member{name: name, done: make(chan error, 1)}
+		var err error
+		if m.cons, err = connect(broker.RoleConsumer); err != nil {
+			return nil, err
+		}
+		if m.prod, err = connect(broker.RoleProducer); err != nil {
+			return nil, err
+		}
+		p, err := m.prod.NewProducer(ctx, "cl", client.ProducerOptions{ID: "cl-" + name})
+		if err != nil {
+			return nil, err
+		}
+		m.proc = New(m.cons, "cl", p)
+		m.proc.OnApply = pz.apply
+		var state client.StateHandler
+		if !cfg.NoHandover {
+			state = m.proc
+		}
+		cn, err := m.cons.NewConsumer(ctx, "in", client.ConsumerOptions{Group: "totals", Member: name, Assignor: wire.AssignorSticky, FromBeginning: true,
+			Heartbeat: 200 * time.Millisecond, SessionTimeout: 2 * time.Second, State: state, Logf: cfg.MemberLogf})
+		if err != nil {
+			return nil, err
+		}
+		rctx, stop := context.WithCancel(ctx)
+		m.stop = stop
+		go func() { m.done <- cn.Run(rctx, m.proc.Handle) }()
+		mu.Lock()
+		members = append(members, m)
+		mu.Unlock()
+		return m, nil
+	}
+	startAll := func(names ...string) error {
+		for _, n := range names {
+			if _, err := start(n); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+
+	// The input: keys k0.., random amounts, every record acknowledged.
+	pc, err := connect(broker.RoleProducer)
+	if err != nil {
+		return nil, err
+	}
+	prodIn, err := pc.NewProducer(ctx, "in", client.ProducerOptions{ID: "input"})
+	if err != nil {
+		return nil, err
+	}
+	var sentMu sync.Mutex
+	sent, failed := 0, 0
+	pctx, stopInput := context.WithCancel(ctx)
+	defer stopInput()
+	inputDone := make(chan struct{})
+	go func() {
+		defer close(inputDone)
+		r := rand.New(rand.NewSource(cfg.Seed))
+		tick := time.NewTicker(cfg.Interval)
+		defer tick.Stop()
+		for i := 0; pctx.Err() == nil; i++ {
+			<-tick.C
+			key := []byte(fmt.Sprint("k", i%cfg.Keys))
+			v := []byte(strconv.Itoa(1 + r.Intn(100)))
+			if err := prodIn.Send(pctx, client.Record{Key: key, Value: v}, func(res client.Result) {
+				if res.Err != nil {
+					sentMu.Lock()
+					failed++
+					sentMu.Unlock()
+				}
+			}); err != nil {
+				return
+			}
+			sentMu.Lock()
+			sent++
+			sentMu.Unlock()
+		}
+	}()
+	finishInput := func() error {
+		stopInput()
+		<-inputDone
+		if err := prodIn.Flush(ctx); err != nil {
+			return err
+		}
+		sentMu.Lock()
+		defer sentMu.Unlock()
+		if failed > 0 {
+			return fmt.Errorf("%d of %d input records were not acknowledged", failed, sent)
+		}
+		rep.Records = sent
+		return nil
+	}
+
+	if err := startAll("m1", "m2"); err != nil {
+		return nil, err
+	}
+	crashed := members[1]
+	time.Sleep(2 * time.Second)
+	type window struct {
+		name     string
+		from, to time.Time
+	}
+	var windows []window
+	phase := func(name string, f func() error) error {
+		logf("%s", name)
+		w := window{name: name, from: time.Now()}
+		if err := f(); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		time.Sleep(cfg.Phase)
+		w.to = time.Now()
+		windows = append(windows, w)
+		return nil
+	}
+	repartition := func(topic string, n int, fn string) func() error {
+		return func() error {
+			_, err := admin.Repartition(ctx, wire.RepartitionRequest{Topic: topic, Partitions: n, Partitioner: fn})
+			return err
+		}
+	}
+	if err := phase("2 -> 4 members", func() error { return startAll("m3", "m4") }); err != nil {
+		return nil, err
+	}
+	if !cfg.NoHandover {
+		steps := []struct {
+			name string
+			f    func() error
+		}{
+			{"input 4 -> 8 partitions", repartition("in", 8, "")},
+			{"changelog 4 -> 8 partitions", repartition("cl", 8, "")},
+			{"input and changelog swap to jump", func() error {
+				if err := repartition("in", 8, "jump")(); err != nil {
+					return err
+				}
+				return repartition("cl", 8, "jump")()
+			}},
+		}
+		for _, s := range steps {
+			if err := phase(s.name, s.f); err != nil {
+				return nil, err
+			}
+		}
+		rep.ScaleOut, _ = pz.longest(windows[0].from, windows[len(windows)-1].to)
+		if err := phase("member m2 crashes", func() error {
+			crashed.cons.Close()
+			crashed.prod.Close()
+			time.Sleep(3 * time.Second) // its leases expire (session timeout 2 s)
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+		// Baseline: stop every member, start fresh ones that restore from the changelog.
+		w := window{name: "stop-and-restore (baseline)", from: time.Now()}
+		logf("%s", w.name)
+		mu.Lock()
+		running := append([]*member(nil), members...)
+		mu.Unlock()
+		var wg sync.WaitGroup
+		var errMu sync.Mutex
+		for _, m := range running {
+			if m == crashed {
+				continue
+			}
+			wg.Add(1)
+			go func(m *member) {
+				defer wg.Done()
+				m.stop()
+				if err := <-m.done; err != nil {
+					errMu.Lock()
+					rep.MemberErrors = append(rep.MemberErrors, fmt.Sprintf("%s: %v", m.name, err))
+					errMu.Unlock()
+				}
+			}(m)
+		}
+		wg.Wait()
+		if err := startAll("r1", "r2", "r3", "r4"); err != nil {
+			return nil, err
+		}
+		time.Sleep(2 * cfg.Phase)
+		w.to = time.Now()
+		windows = append(windows, w)
+		rep.Baseline, _ = pz.longest(w.from, w.to)
+		if rep.Baseline > 0 {
+			rep.Ratio = float64(rep.ScaleOut) / float64(rep.Baseline)
+		}
+	}
+	if err := finishInput(); err != nil {
+		return nil, err
+	}
+	if err := drained(ctx, admin, "in", "totals"); err != nil {
+		return nil, err
+	}
+	for _, w := range windows {
+		d, k := pz.longest(w.from, w.to)
+		rep.Phases = append(rep.Phases, Phase{Name: w.name, Longest: d, Key: k})
+	}
+	want, err := inputTotals(ctx, admin, "in")
+	if err != nil {
+		return nil, err
+	}
+	n := 0
+	for _, st := range want {
+		n += int(st.Count)
+	}
+	if n != rep.Records {
+		return nil, fmt.Errorf("the input streams hold %d records, the producer had %d acknowledged", n, rep.Records)
+	}
+	got, err := changelogTotals(ctx, admin, "cl")
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for k := range want {
+		keys = append(keys, k)
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		w, g := want[k], got[k]
+		if g.Total != w.Total || g.Count != w.Count {
+			rep.Wrong++
+			if len(rep.Examples) < 5 {
+				rep.Examples = append(rep.Examples, fmt.Sprintf("key %s: total %d from %d records, want %d from %d (the input's)", k, g.Total, g.Count, w.Total, w.Count))
+			}
+		}
+	}
+	mu.Lock()
+	for _, m := range members {
+		s := m.proc.Stats()
+		rep.Stats.Applied += s.Applied
+		rep.Stats.Duplicates += s.Duplicates
+		rep.Stats.Loads += s.Loads
+		rep.Stats.LoadedKeys += s.LoadedKeys
+		rep.Stats.Flushes += s.Flushes
+		rep.Stats.ChangelogRead += s.ChangelogRead
+		rep.Stats.LoadTime += s.LoadTime
+	}
+	mu.Unlock()
+	return rep, nil
+}
+
+// pauses records every key's apply times, to find the longest gap between two applies.
+type pauses struct {
+	mu    sync.Mutex
+	times map[string][]time.Time
+}
+
+func (p *pauses) apply(key string, at time.Time) {
+	p.mu.Lock()
+	p.times[key] = append(p.times[key], at)
+	p.mu.Unlock()
+}
+
+// longest is the longest gap between consecutive applies of one key that ends in [from, to].
+func (p *pauses) longest(from, to time.Time) (time.Duration, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var max time.Duration
+	var who string
+	for k, ts := range p.times {
+		for i := 1; i < len(ts); i++ {
+			if ts[i].Before(from) || ts[i].After(to) {
+				continue
+			}
+			if d := ts[i].Sub(ts[i-1]); d > max {
+				max, who = d, k
+			}
+		}
+	}
+	return max, who
+}
+
+// inputTotals sums every keyed record of a topic's streams, read directly.
+func inputTotals(ctx context.Context, c *client.Client, topic string) (map[string]State, error) {
+	out := map[string]State{}
+	err := readRecords(ctx, c, topic, func(key string, data []byte) error {
+		v, err := strconv.ParseInt(string(data), 10, 64)
+		if err != nil {
+			return fmt.Errorf("input record of %s: %q", key, data)
+		}
+		st := out[key]
+		st.Total += v
+		st.Count++
+		out[key] = st
+		return nil
+	})
+	return out, err
+}
+
+// changelogTotals is every key's highest-count state in a changelog, read directly (the checker
+// does not use the processor's own reader).
+func changelogTotals(ctx context.Context, c *client.Client, topic string) (map[string]State, error) {
+	out := map[string]State{}
+	err := readRecords(ctx, c, topic, func(key string, data []byte) error {
+		var st State
+		if err := json.Unmarshal(data, &st); err != nil {
+			return fmt.Errorf("changelog record of %s: %q", key, data)
+		}
+		if st.Count > out[key].Count {
+			out[key] = st
+		}
+		return nil
+	})
+	return out, err
+}
+
+// readRecords calls f for every keyed record of every stream of a topic.
+func readRecords(ctx context.Context, c *client.Client, topic string, f func(key string, data []byte) error) error {
+	desc, _, err := c.Topic(ctx, topic)
+	if err != nil {
+		return err
+	}
+	for q := 0; q < desc.MaxPartitions(); q++ {
+		s, err := c.JetStream().Stream(ctx, wire.StreamName(topic, q))
+		if err != nil {
+			return err
+		}
+		last := s.CachedInfo().State.LastSeq
+		if last == 0 {
+			continue
+		}
+		cons, err := c.JetStream().OrderedConsumer(ctx, wire.StreamName(topic, q), jetstream.OrderedConsumerConfig{})
+		if err != nil {
+			return err
+		}
+		it, err := cons.Messages()
+		if err != nil {
+			return err
+		}
+		for {
+			m, err := it.Next()
+			if err != nil {
+				it.Stop()
+				return fmt.Errorf("%s: %w", wire.StreamName(topic, q), err)
+			}
+			md, err := m.Metadata()
+			if err != nil {
+				it.Stop()
+				return err
+			}
+			if kh := m.Headers().Get(wire.HeaderKey); kh != "" {
+				key, err := wire.DecodeKey(kh)
+				if err == nil {
+					err = f(string(key), m.Data())
+				}
+				if err != nil {
+					it.Stop()
+					return err
+				}
+			}
+			if md.Sequence.Stream >= last {
+				break
+			}
+		}
+		it.Stop()
+	}
+	return nil
+}
+
+// drained waits until the group has committed every record of the topic (fence markers aside).
+func drained(ctx context.Context, c *client.Client, topic, group string) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		desc, _, err := c.Topic(ctx, topic)
+		if err != nil {
+			return err
+		}
+		groups, err := c.Groups(ctx, topic)
+		if err != nil {
+			return err
+		}
+		lag := uint64(0)
+		for _, g := range groups {
+			if g.Group != group {
+				continue
+			}
+			for q := 0; q < desc.MaxPartitions(); q++ {
+				s, err := c.JetStream().Stream(ctx, wire.StreamName(topic, q))
+				if err != nil {
+					return err
+				}
+				last := s.CachedInfo().State.LastSeq
+				var pos uint64
+				if q < len(g.Positions) {
+					pos = g.Positions[q]
+				}
+				if last > pos {
+					lag += last - pos - uint64(desc.FenceMarkers(q, pos, last))
+				}
+			}
+		}
+		if lag == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("group %s still %d records behind on %s after 60 s", group, lag, topic)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
