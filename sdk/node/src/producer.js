@@ -92,6 +92,11 @@ export class Producer {
     this.stallTimeout = opts.stallTimeout > 0 ? opts.stallTimeout : PRODUCER_DEFAULTS.stallTimeout;
     this.contentTokens = !!opts.contentTokens;
     this.onLog = typeof opts.onLog === 'function' ? opts.onLog : null;
+    // Test hooks (tests/holes.test.js), not part of the API: verify makes a single server's
+    // streams count as clustered (every batch confirmed by reading it back), holes(stream, first,
+    // last) runs after a clean PubAck before the confirmation (the test deletes stored records
+    // there, as nats-server's fault loses them), noKeyRule switches the per-key rule off.
+    this.test = opts._test ?? {};
     this.ackTimeout = client.opts.ackTimeout;
     this.inbox = client.inbox();
     this.desc = null;

@@ -61,11 +61,11 @@ class _Pending:
                  "floors", "failed")
 
     def __init__(self, seq: int, key: Optional[bytes], value: bytes, future: asyncio.Future, hdrs: list, msg_id: str,
-                 key_hdr: Optional[str]):
+                 key_hdr: Optional[str], block: bytes):
         self.seq, self.key, self.value, self.future = seq, key, value, future
         self.epoch = self.partition = 0
         self.hdrs = hdrs  # the record's headers, in order: its identity, the same on every send
-        self.block = _nats.encode_header_block(hdrs)
+        self.block = block  # hdrs as a NATS header block
         self.msg_id, self.key_hdr = msg_id, key_hdr
         self.sends = 0  # publishes so far, in any partition
         # stream -> the sink's floor at the record's first send there: a copy stored there is above it
@@ -301,10 +301,11 @@ class Producer:
         hs = [(wire.HEADER_KEY, key_hdr)] if key_hdr is not None else []
         hs += [(wire.HEADER_PRODUCER, self.id), (wire.HEADER_SEQ, str(seq)), (wire.HEADER_MSG_ID, msg_id), (HEADER_TIME, str(ms))]
         hs += app
+        block = _nats.encode_header_block(hs)
         limit = self._max_record
-        size = _nats.header_block_size(hs) + len(v)
+        size = len(block) + len(v)
         if limit and size > limit:
-            hsize = _nats.header_block_size(hs)
+            hsize = len(block)
             app_size = _nats.header_block_size(app) - 12 if app else 0
             # Refused alone, before sending (spec/protocol.md §5.3): the future fails, the producer goes on.
             refused: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -315,7 +316,7 @@ class Producer:
             return refused
         self._seq = seq
         fut = asyncio.get_running_loop().create_future()
-        pd = _Pending(seq, k, v, fut, hs, msg_id, key_hdr)
+        pd = _Pending(seq, k, v, fut, hs, msg_id, key_hdr, block)
         self._buffered += 1
         self._idle.clear()
         if self._switching:
