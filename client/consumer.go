@@ -247,6 +247,9 @@ type ConsumerOptions struct {
 	// keepDrained is a test hook: the member keeps its drained-epochs cache across a reset
 	// (Pulsar's bug), to show that the order checks catch it.
 	keepDrained bool
+	// testOpenDelay is a test hook: every reader after a worker's first is opened this much
+	// later (a server so loaded that making a consumer takes this long).
+	testOpenDelay time.Duration
 }
 
 // Handler processes one record. Returning nil acknowledges it; an error stops the member (the
@@ -835,6 +838,17 @@ func (cn *Consumer) noteCommit(rev uint64) {
 // holds records past the member's position, whatever the cause (a pull request lost with a node,
 // a consumer deleted, a connection that froze): a member that owns a partition reads its new
 // records within about readerStall plus the time to create a consumer.
+//
+// A kick names the reader it was meant for, and is taken only while the worker still waits for
+// that reader at the position and since the moment the watchdog saw: the check reads the streams
+// over the network, and meanwhile the worker may have opened a new reader, or received a record.
+// The time a worker spends opening a reader is not the reader's silence (an open that fails is
+// logged and retried by the worker itself). Before both rules, under heavy load (a consumer
+// create taking longer than readerStall) a kick sent while the worker opened the next reader
+// killed that reader at once, and so on for ever at one position (issue 10: "the watchdog's
+// restart does not help"). A reader replaced again at the same position gets twice as long
+// before the next check (up to readerStallMax): on a server that slow, every new reader needs
+// more than readerStall for its first record.
 func (cn *Consumer) watchdog(ctx context.Context) {
 	t := time.NewTicker(readerStall / 4)
 	defer t.Stop()
@@ -846,9 +860,11 @@ func (cn *Consumer) watchdog(ctx context.Context) {
 		}
 		cn.mu.Lock()
 		var stalled []*worker
+		var seen []readerStallSeen
 		for _, w := range cn.owned {
-			if w.stalled(readerStall) {
+			if s, ok := w.stalled(); ok {
 				stalled = append(stalled, w)
+				seen = append(seen, s)
 			}
 		}
 		cn.mu.Unlock()
@@ -856,15 +872,81 @@ func (cn *Consumer) watchdog(ctx context.Context) {
 			continue
 		}
 		last := cn.lastSequences(ctx, stalled)
-		for _, w := range stalled {
-			if l, ok := last[w.partition]; ok && l > w.position() {
-				cn.opts.Logf("member %s: partition %d: the reader handed nothing over for %v while the stream holds records up to %d past position %d; reading again",
-					cn.opts.Member, w.partition, readerStall, l, w.position())
-				w.setWaiting(true, true)
-				w.kickReader()
+		for i, w := range stalled {
+			s := seen[i]
+			l, ok := last[w.partition]
+			if !ok || l <= s.pos {
+				continue
 			}
+			again, ok := w.kickIf(s)
+			if !ok {
+				continue // it received something, or has another reader, meanwhile
+			}
+			if again == 1 {
+				cn.opts.Logf("member %s: partition %d: the reader handed nothing over for %v while the stream holds records up to %d past position %d; reading again",
+					cn.opts.Member, w.partition, s.waited.Round(time.Millisecond), l, s.pos)
+				continue
+			}
+			cn.opts.Logf("member %s: partition %d: the reader handed nothing over for %v while the stream holds records up to %d past position %d; reading again (the %s reader at this position: %s; the next one gets %v)",
+				cn.opts.Member, w.partition, s.waited.Round(time.Millisecond), l, s.pos, ordinal(again), cn.readerReport(ctx, s.cons, s.pos), stallLimit(again))
 		}
 	}
+}
+
+// readerStallSeen is what the watchdog saw of a silent reader: which one (n, and its consumer),
+// waited for since when and how long, at which position, after how many replacements there.
+type readerStallSeen struct {
+	n      uint64
+	cons   jetstream.Consumer
+	since  time.Time
+	waited time.Duration
+	pos    uint64
+}
+
+// readerStallMax caps the silence a reader is allowed after replacements at one position.
+const readerStallMax = 32 * time.Second
+
+// stallLimit is how long the reader made after restarts replacements at one position may stay
+// silent: readerStall, doubled for each replacement after the first.
+func stallLimit(restarts int) time.Duration {
+	d := readerStall
+	for i := 1; i < restarts && d < readerStallMax; i++ {
+		d *= 2
+	}
+	return min(d, readerStallMax)
+}
+
+func ordinal(n int) string {
+	switch {
+	case n%100 >= 11 && n%100 <= 13:
+		return strconv.Itoa(n) + "th"
+	case n%10 == 1:
+		return strconv.Itoa(n) + "st"
+	case n%10 == 2:
+		return strconv.Itoa(n) + "nd"
+	case n%10 == 3:
+		return strconv.Itoa(n) + "rd"
+	}
+	return strconv.Itoa(n) + "th"
+}
+
+// readerReport says, for the log, what the server says of a silent reader's consumer: what it
+// delivered, what it has pending and how many pull requests wait, so that a position that
+// repeats says why (no pull request waiting: a lost pull; records pending and pulls waiting: a
+// server too slow to deliver; nothing pending: the records past the position are not on the
+// consumer's subjects, or were deleted).
+func (cn *Consumer) readerReport(ctx context.Context, cons jetstream.Consumer, pos uint64) string {
+	if cons == nil {
+		return "no consumer to ask"
+	}
+	ctx, cancel := cn.op(ctx)
+	defer cancel()
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Sprintf("its consumer does not answer (%v)", err)
+	}
+	return fmt.Sprintf("its consumer %s starts at %d, delivered up to stream sequence %d, has %d pending and %d pull requests waiting",
+		info.Name, info.Config.OptStartSeq, info.Delivered.Stream, info.NumPending, info.NumWaiting)
 }
 
 // lastSequences returns the last stream sequence of the given workers' partitions (those it could
@@ -1414,18 +1496,27 @@ type worker struct {
 	leaseUntil time.Time
 	waiting    bool      // the worker waits for its reader (see stalled)
 	waitSince  time.Time // since when
-	cancel     context.CancelFunc
-	done       chan struct{}
+	// waitingReader: the worker has a reader open (not opening one).
+	waitingReader bool
+	cancel        context.CancelFunc
+	done          chan struct{}
 
 	// commitSem lets one compare-and-set on the partition's state run at a time (each needs the
 	// revision the previous one produced); it is not held by anything else.
 	commitSem chan struct{}
-	kick      chan struct{} // the watchdog asks for a new reader
+	// The reader the worker waits for: readerN numbers them (0: none open), readerCons is its
+	// consumer (for the watchdog's report); restarts counts the readers replaced in a row at
+	// position restartAt. kick carries the number of the reader the watchdog replaces.
+	readerN    uint64
+	readerCons jetstream.Consumer
+	restarts   int
+	restartAt  uint64
+	kick       chan uint64
 }
 
 func newWorker(cn *Consumer, q int, pos, rev uint64) *worker {
 	return &worker{cn: cn, partition: q, delivered: pos, committed: pos, rev: rev, done: make(chan struct{}),
-		commitSem: make(chan struct{}, 1), kick: make(chan struct{}, 1)}
+		commitSem: make(chan struct{}, 1), kick: make(chan uint64, 1)}
 }
 
 func (w *worker) lost() bool {
@@ -1533,9 +1624,21 @@ func (w *worker) run(parent context.Context, h Handler, fail func(error)) {
 	tick := time.NewTicker(cn.opts.Heartbeat)
 	defer tick.Stop()
 	var backoff time.Duration
+	opened := false
 	for {
 		if rd == nil {
+			// Opening is not waiting for a reader: the watchdog leaves the worker alone (an open
+			// that fails is logged and retried here).
+			w.setReader(0, nil)
 			from := w.position() + 1
+			if opened && cn.opts.testOpenDelay > 0 {
+				// Test hook: a server so loaded that making a consumer takes this long.
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(cn.opts.testOpenDelay):
+				}
+			}
 			r, err := openReader(ctx, cn.c.js, cn.topic, w.partition, from)
 			if err != nil {
 				if ctx.Err() != nil {
@@ -1552,8 +1655,8 @@ func (w *worker) run(parent context.Context, h Handler, fail func(error)) {
 				}
 				continue
 			}
-			rd, backoff = r, 0
-			w.setWaiting(true, true)
+			rd, backoff, opened = r, 0, true
+			w.setReader(w.nextReader(), r.cons)
 		}
 		select {
 		case <-ctx.Done():
@@ -1565,7 +1668,10 @@ func (w *worker) run(parent context.Context, h Handler, fail func(error)) {
 			cn.opts.Logf("member %s: partition %d: reader stopped: %v; reading again from %d", cn.opts.Member, w.partition, err, w.position()+1)
 			rd.close()
 			rd = nil
-		case <-w.kick:
+		case n := <-w.kick:
+			if n != w.currentReader() {
+				continue // meant for a reader already replaced
+			}
 			// The watchdog found the reader silent while the stream has records past our
 			// position: whatever happened to its pull requests, read again from there.
 			rd.close()
@@ -1585,6 +1691,41 @@ func (w *worker) run(parent context.Context, h Handler, fail func(error)) {
 	}
 }
 
+// nextReader returns the number of the worker's next reader.
+func (w *worker) nextReader() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.readerN + 1
+}
+
+// currentReader returns the number of the reader the worker waits for (0: none).
+func (w *worker) currentReader() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.waitingReader {
+		return 0
+	}
+	return w.readerN
+}
+
+// setReader records the reader the worker now waits for (n > 0, from now on), or that it has
+// none (n == 0: it is opening one). A kick still queued for an older reader is dropped.
+func (w *worker) setReader(n uint64, cons jetstream.Consumer) {
+	w.mu.Lock()
+	if n > 0 {
+		w.readerN = n
+	}
+	w.waitingReader = n > 0
+	w.readerCons = cons
+	w.waiting = n > 0
+	w.waitSince = time.Now()
+	w.mu.Unlock()
+	select {
+	case <-w.kick:
+	default:
+	}
+}
+
 // setWaiting records whether the worker is waiting for its reader (and, with reset, that the wait
 // starts now): the watchdog only looks at readers the worker waits for.
 func (w *worker) setWaiting(waiting, reset bool) {
@@ -1596,19 +1737,45 @@ func (w *worker) setWaiting(waiting, reset bool) {
 	w.mu.Unlock()
 }
 
-// stalled reports whether the worker has been waiting for its reader for at least d.
-func (w *worker) stalled(d time.Duration) bool {
+// stalled reports whether the worker has waited for its reader for longer than that reader may
+// stay silent (stallLimit), and what the watchdog saw then.
+func (w *worker) stalled() (readerStallSeen, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.waiting && !w.isLost && time.Since(w.waitSince) >= d
+	if !w.waiting || !w.waitingReader || w.isLost {
+		return readerStallSeen{}, false
+	}
+	restarts := 0
+	if w.restartAt == w.delivered {
+		restarts = w.restarts
+	}
+	waited := time.Since(w.waitSince)
+	if waited < stallLimit(restarts+1) {
+		return readerStallSeen{}, false
+	}
+	return readerStallSeen{n: w.readerN, cons: w.readerCons, since: w.waitSince, waited: waited, pos: w.delivered}, true
 }
 
-// kickReader asks the worker to replace its reader (never blocks).
-func (w *worker) kickReader() {
+// kickIf asks the worker to replace the reader the watchdog saw silent, if the worker still
+// waits for that reader at that position since then (never blocks). It returns how many readers
+// in a row have now been replaced at this position.
+func (w *worker) kickIf(s readerStallSeen) (int, bool) {
+	w.mu.Lock()
+	if !w.waiting || !w.waitingReader || w.isLost || w.readerN != s.n || !w.waitSince.Equal(s.since) || w.delivered != s.pos {
+		w.mu.Unlock()
+		return 0, false
+	}
+	if w.restartAt != s.pos {
+		w.restartAt, w.restarts = s.pos, 0
+	}
+	w.restarts++
+	n := w.restarts
+	w.mu.Unlock()
 	select {
-	case w.kick <- struct{}{}:
+	case w.kick <- s.n:
 	default:
 	}
+	return n, true
 }
 
 // deliver handles one message from the reader: a fence marker moves the position; a record is

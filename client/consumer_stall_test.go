@@ -345,3 +345,85 @@ func TestMemberWatchesAgainAfterReconnect(t *testing.T) {
 	send(20)
 	waitFor(t, 30*time.Second, "records stored after the restart are delivered", all)
 }
+
+// TestReaderReplacedOnASlowServerReadsAgain: on a server so loaded that making a consumer takes
+// longer than the watchdog's stall limit (staged: every reader after a worker's first opens
+// ReaderStall+2s late), a reader replaced by the watchdog must still get to read. Issue 10 (chaos
+// seed 1, load average ~30): the watchdog counted the open as the new reader's silence and kicked
+// again meanwhile; the kick, queued, killed the new reader as soon as it was made, and so on for
+// ever, the log repeating "reading again" at one position while the stream grew.
+func TestReaderReplacedOnASlowServerReadsAgain(t *testing.T) {
+	b := thinBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin := thinConnect(t, b, broker.RoleAdmin)
+	prod := thinConnect(t, b, broker.RoleProducer)
+	p, err := prod.NewProducer(ctx, "t", client.ProducerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked := map[uint64]bool{}
+	var amu sync.Mutex
+	send := func(n int) {
+		for i := 0; i < n; i++ {
+			r, err := p.Produce(ctx, client.Record{Key: []byte(fmt.Sprintf("k%d", i)), Value: []byte("v")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			amu.Lock()
+			acked[r.ProducerSeq] = true
+			amu.Unlock()
+		}
+	}
+	send(40)
+	cons := thinConnect(t, b, broker.RoleConsumer)
+	var lmu sync.Mutex
+	var lines []string
+	opts := client.ConsumerOptions{Group: "g", FromBeginning: true, Heartbeat: 200 * time.Millisecond, Logf: func(f string, a ...any) {
+		lmu.Lock()
+		lines = append(lines, fmt.Sprintf(f, a...))
+		lmu.Unlock()
+		t.Logf(f, a...)
+	}}
+	cn, err := cons.NewConsumer(ctx, "t", client.SlowReaderRestarts(opts, client.ReaderStall+2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &deliveryLog{seqs: map[uint64]bool{}}
+	rctx, rcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- cn.Run(rctx, log.handle) }()
+	defer func() {
+		rcancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	all := func() bool { amu.Lock(); defer amu.Unlock(); return len(log.missing(acked)) == 0 }
+	waitFor(t, 30*time.Second, "the first records are delivered", all)
+	// Silence every reader (a paused consumer still answers heartbeats: only the watchdog sees).
+	js := admin.JetStream()
+	paused := 0
+	for q := 0; q < 4; q++ {
+		s, err := js.Stream(ctx, wire.StreamName("t", q))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for ci := range s.ListConsumers(ctx).Info() {
+			if _, err := js.PauseConsumer(ctx, wire.StreamName("t", q), ci.Name, time.Now().Add(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			paused++
+		}
+	}
+	if paused != 4 {
+		t.Fatalf("paused %d readers, want 4 (one per partition)", paused)
+	}
+	send(40)
+	waitFor(t, 60*time.Second, "records stored after the readers were silenced are delivered by the readers that replace them", all, func() string {
+		amu.Lock()
+		defer amu.Unlock()
+		return fmt.Sprintf("%d undelivered; %d readers replaced", len(log.missing(acked)), cn.Stats().ReaderRestarts)
+	})
+	t.Logf("%d readers replaced", cn.Stats().ReaderRestarts)
+}

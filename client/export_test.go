@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"time"
 )
 
 // Test hooks (compiled only into this package's tests).
@@ -32,5 +33,16 @@ func WithoutKeyRule(o ProducerOptions) ProducerOptions {
 // test deletes stored records there, as nats-server 2.15.2 loses records it counted.
 func WithServerHoles(o ProducerOptions, holes func(stream string, first, last uint64)) ProducerOptions {
 	o.testVerify, o.testHoles = true, holes
+	return o
+}
+
+// ReaderStall is how long a partition reader may hand nothing over (past records in its stream)
+// before the watchdog replaces it.
+const ReaderStall = readerStall
+
+// SlowReaderRestarts makes every reader after a worker's first open d late, as on a server so
+// loaded that making a consumer takes d.
+func SlowReaderRestarts(o ConsumerOptions, d time.Duration) ConsumerOptions {
+	o.testOpenDelay = d
 	return o
 }
