@@ -930,11 +930,9 @@ func ordinal(n int) string {
 	return strconv.Itoa(n) + "th"
 }
 
-// readerReport says, for the log, what the server says of a silent reader's consumer: what it
-// delivered, what it has pending and how many pull requests wait, so that a position that
-// repeats says why (no pull request waiting: a lost pull; records pending and pulls waiting: a
-// server too slow to deliver; nothing pending: the records past the position are not on the
-// consumer's subjects, or were deleted).
+// readerReport says, for the log, what the server says of a silent reader's consumer: where it
+// runs, what it delivered, what it has pending and how many pull requests wait, so that a
+// position that repeats says why.
 func (cn *Consumer) readerReport(ctx context.Context, cons jetstream.Consumer, pos uint64) string {
 	if cons == nil {
 		return "no consumer to ask"
@@ -945,8 +943,21 @@ func (cn *Consumer) readerReport(ctx context.Context, cons jetstream.Consumer, p
 	if err != nil {
 		return fmt.Sprintf("its consumer does not answer (%v)", err)
 	}
-	return fmt.Sprintf("its consumer %s starts at %d, delivered up to stream sequence %d, has %d pending and %d pull requests waiting",
-		info.Name, info.Config.OptStartSeq, info.Delivered.Stream, info.NumPending, info.NumWaiting)
+	on := ""
+	if info.Cluster != nil && info.Cluster.Leader != "" {
+		on = " on " + info.Cluster.Leader
+	}
+	var why string
+	switch {
+	case info.NumPending == 0:
+		why = "the node it runs on has no record past the position for it (a lagging replica, or records deleted or outside its filter)"
+	case info.NumWaiting == 0:
+		why = "no pull request waits (lost)"
+	default:
+		why = "records pending and pull requests waiting: the server does not deliver (too slow, or paused)"
+	}
+	return fmt.Sprintf("its consumer %s%s starts at %d, delivered up to stream sequence %d, has %d pending and %d pull requests waiting: %s",
+		info.Name, on, info.Config.OptStartSeq, info.Delivered.Stream, info.NumPending, info.NumWaiting, why)
 }
 
 // lastSequences returns the last stream sequence of the given workers' partitions (those it could
