@@ -10,7 +10,7 @@ import (
 )
 
 func init() {
-	register(command{name: "conformance", summary: "check a plugin against ABI v1: exports, imports, range, determinism, limits, ancestry, compatibility", run: cmdConformance})
+	register(command{name: "conformance", summary: "check a plugin against ABI v1: exports, imports, range, determinism, limits, ancestry, compatibility ('conformance client': a client, with faults)", run: cmdConformance})
 }
 
 const conformanceHelp = `
@@ -36,6 +36,9 @@ module are then skipped. A config the module rejects fails abi.
 Exit status: 0 all checks pass (warnings allowed), 1 a check failed, 2 bad usage (unknown
 plugin, unreadable file, bad flags). --json prints the report as JSON (schema:
 spec/conformance.md). Same module, keys and seed: same report, timings aside.
+
+'pctl conformance client --producer CMD --consumer CMD' checks a client instead (any language:
+its produce and consume commands, against a real broker with faults); see its --help.
 
 Examples:
   pctl conformance kafka-murmur2

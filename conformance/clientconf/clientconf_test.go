@@ -207,11 +207,6 @@ var knownFailing = map[string]map[string]string{
 		"broker-restart": "Go producer: records sent after a reconnect are never acknowledged (3 of 3 seeds)",
 		"conn-cuts":      "Go producer: records sent after a reconnect are never acknowledged (2 of 4 runs)",
 	},
-	"java": {
-		// Storage order, read from the producer's own results: seed 1, key k00 of partition 2,
-		// pseq 101 stored at seq 33 and pseq 76 (sent 25 records earlier) at seq 50.
-		"conn-cuts": "Java producer: after a connection cut a record is stored after later records of its key (3 of 3 seeds)",
-	},
 }
 
 var (

@@ -22,9 +22,9 @@ var execLookPath = exec.LookPath
 // The records of every scenario (spec/client-conformance.md §3).
 const (
 	numKeys     = 24
-	valueBytes  = 3000 // a phase is more than 64 KiB: a client that reads its input in 64 KiB blocks still sends each phase
+	valueBytes  = 6000 // a phase is more than twice 64 KiB: a client that reads its input in 64 KiB blocks holds back less than half a phase
 	heartbeat   = "300ms"
-	catchUpWait = 60 * time.Second // for the group to deliver what was written but a quarter of a phase
+	catchUpWait = 60 * time.Second // for the group to deliver what was written but half a phase
 	joinWait    = 60 * time.Second // for the members to join (a JVM starts slowly)
 	drainWait   = 60 * time.Second // after the producer exits, for every acknowledged record
 	produceWait = 90 * time.Second // after stdin is closed, for the producer to exit
@@ -265,10 +265,10 @@ func (r *run) distinct() int {
 	return len(seen)
 }
 
-// caughtUp waits until the group delivered all that was written but a quarter of a phase (a
-// client reading its input in 64 KiB blocks holds the end of the last phase back).
+// caughtUp waits until the group delivered all that was written but half a phase (a client
+// reading its input in 64 KiB blocks holds up to 64 KiB of it back: 10 lines).
 func (r *run) caughtUp() error {
-	want := len(r.prod.sent) - (numKeys+1)/4
+	want := len(r.prod.sent) - (numKeys+1)/2
 	deadline := time.Now().Add(catchUpWait)
 	for r.distinct() < want {
 		if time.Now().After(deadline) {
