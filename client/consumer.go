@@ -346,6 +346,9 @@ func (c *Client) NewConsumer(ctx context.Context, topic string, opts ConsumerOpt
 	if err := wire.ValidGroup(opts.Member); err != nil {
 		return nil, fmt.Errorf("member id: %w", err)
 	}
+	if opts.State != nil && opts.DisableGating {
+		return nil, fmt.Errorf("%w: a state handler needs the epoch gate (a key's state is loaded after it): drop DisableGating", wire.ErrBadRequest)
+	}
 	if opts.Assignor != "" && !knownAssignor(opts.Assignor) {
 		return nil, fmt.Errorf("%w: assignor %q: give %q or %q", wire.ErrBadRequest, opts.Assignor, wire.AssignorModulo, wire.AssignorSticky)
 	}
@@ -777,6 +780,9 @@ func (cn *Consumer) applyReset(ctx context.Context, kv jetstream.KeyValue) {
 	if err := cn.stateFlushAll(ctx, append([]int(nil), owned...)); err != nil {
 		cn.failState(err)
 	}
+	cn.mu.Lock()
+	cn.home = map[string]int{} // lost partitions' keys too: every key is loaded again after a reset
+	cn.mu.Unlock()
 	if len(owned) > 0 && cn.opts.OnRevoked != nil {
 		cn.opts.OnRevoked(owned)
 	}
@@ -1141,6 +1147,11 @@ func (cn *Consumer) rebalance(ctx context.Context, kv jetstream.KeyValue, h Hand
 	var revoked []int
 	parallel(drop, func(w *worker) {
 		w.stop()
+		if w.lost() {
+			// Another member owns it now and loads its keys itself: what this member holds of
+			// them may be stale, and is loaded again if the partition comes back (state.go).
+			cn.stateForget(w.partition)
+		}
 		if !w.lost() {
 			// A partition given up at an epoch's boundary owes its keys-revoked step before
 			// the release (spec/protocol.md §6.5): a retired partition drained to its final
