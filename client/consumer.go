@@ -293,6 +293,7 @@ type Consumer struct {
 	assignor  string
 	record    *wire.Assignment
 	recordRev uint64
+	lastView  []string // the live members at the previous rebalance
 
 	// State handovers (state.go): stateMu serialises them; home maps every key whose state this
 	// member holds to the partition it holds it for (under mu). fail stops Run with an error.
@@ -1061,19 +1062,22 @@ func (cn *Consumer) heartbeat(ctx context.Context, kv jetstream.KeyValue) error 
 	return nil
 }
 
-// members returns the live members, sorted.
-func (cn *Consumer) members(ctx context.Context, kv jetstream.KeyValue) []string {
+// members returns the live members, sorted, and whether every member key could be read (a
+// sticky leader records no assignment from a partial view, assign_group.go).
+func (cn *Consumer) members(ctx context.Context, kv jetstream.KeyValue) ([]string, bool) {
 	ctx, cancel := cn.op(ctx)
 	defer cancel()
 	prefix := wire.GroupPrefix(cn.topicID, cn.opts.Group) + "m."
 	lister, err := kv.ListKeysFiltered(ctx, prefix+"*")
 	if err != nil {
-		return []string{cn.opts.Member}
+		return []string{cn.opts.Member}, false
 	}
+	complete := true
 	var out []string
 	for k := range lister.Keys() {
 		e, err := kv.Get(ctx, k)
 		if err != nil {
+			complete = complete && errors.Is(err, jetstream.ErrKeyNotFound)
 			continue
 		}
 		if time.Since(e.Created()) < cn.opts.SessionTimeout {
@@ -1088,7 +1092,7 @@ func (cn *Consumer) members(ctx context.Context, kv jetstream.KeyValue) []string
 		out = append(out, cn.opts.Member)
 	}
 	sort.Strings(out)
-	return out
+	return out, complete
 }
 
 // assignable returns the partitions the group must read: the current epoch's, plus partitions
@@ -1124,8 +1128,8 @@ func finalBoundary(t *wire.Topic, q int) uint64 {
 }
 
 func (cn *Consumer) rebalance(ctx context.Context, kv jetstream.KeyValue, h Handler, fail func(error)) {
-	members := cn.members(ctx, kv)
-	want, err := cn.wanted(ctx, kv, members, cn.assignable())
+	members, complete := cn.members(ctx, kv)
+	want, err := cn.wanted(ctx, kv, members, complete, cn.assignable())
 	if err != nil {
 		fail(err)
 		return
