@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -274,12 +273,14 @@ func (b *Broker) deleteTopicKey(ctx context.Context, name string, rev uint64) er
 	return nil
 }
 
+// isWrongLastSequence says whether a KV write failed its compare-and-set: by JetStream's codes
+// (10071; 10164 on a replicated stream) or nats.go's sentinels, never by a message's words.
 func isWrongLastSequence(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
 		return true
 	}
-	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || strings.Contains(err.Error(), "wrong last sequence")
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
 }
 
 // announce tells clients that a topic's descriptor changed (best effort; clients also refresh

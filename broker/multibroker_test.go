@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"pctl.dev/pctl/broker"
@@ -156,9 +157,28 @@ func TestClusterThinProducerSurvivesBrokerDeath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Count the records that travel in batched requests (spec/protocol.md §5.2), so that the test
+	// is known to kill a broker with batches in flight, not only single requests.
+	var inBatches atomic.Int64
+	mon, err := admin.Conn().Subscribe(wire.ProducePrefix+".>", func(m *nats.Msg) {
+		if k, err := strconv.Atoi(m.Header.Get(wire.HeaderBatch)); err == nil {
+			inBatches.Add(int64(k))
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = mon.SetPendingLimits(-1, -1)
+	defer mon.Unsubscribe()
 	const n = 6000
 	var killed string
 	results := thinRun(t, ctx, tp, n, 8, n/3, func() {
+		// Under load (-race on a busy machine) a reply can take longer than the 2 s attempt
+		// timeout, and the producer is then between brokers for a moment: kill the one it
+		// sends to once it knows one again.
+		for end := time.Now().Add(30 * time.Second); tp.Broker() == "" && time.Now().Before(end); {
+			time.Sleep(10 * time.Millisecond)
+		}
 		killed = tp.Broker()
 		for i, b := range brokers {
 			if b.ID() == killed {
@@ -180,6 +200,11 @@ func TestClusterThinProducerSurvivesBrokerDeath(t *testing.T) {
 	if failed > 0 {
 		t.Fatalf("%d of %d records failed across the death of broker %s", failed, n, killed)
 	}
+	// Flush may return while the probe of a late re-send is out (the records it carries were
+	// acknowledged by replies to earlier attempts): its reply names the broker.
+	for end := time.Now().Add(10 * time.Second); tp.Broker() == "" && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if now := tp.Broker(); now == killed || now == "" {
 		t.Errorf("after the death of %s the producer sends to %q", killed, now)
 	}
@@ -187,6 +212,10 @@ func TestClusterThinProducerSurvivesBrokerDeath(t *testing.T) {
 		t.Fatalf("%d records stored, want %d", got, n)
 	}
 	_ = tp.Close(ctx)
+	t.Logf("%d records (with re-sends) went in batched requests", inBatches.Load())
+	if inBatches.Load() < n/4 {
+		t.Fatalf("only %d of %d records went in batched requests: the test does not exercise batches", inBatches.Load(), n)
+	}
 }
 
 // TestClusterTwoBrokersFinishAChangeWhenOneDies: two brokers serve one cluster; the broker that

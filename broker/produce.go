@@ -223,9 +223,9 @@ func (b *Broker) produceBatch(m *nats.Msg, p *client.Producer, topic string, dir
 		return
 	}
 	id := m.Header.Get(wire.HeaderProducer)
-	for _, h := range []string{wire.HeaderSeq, wire.HeaderKey, wire.HeaderToken} {
+	for _, h := range []string{wire.HeaderSeq, wire.HeaderKey, wire.HeaderToken, wire.HeaderTombstone} {
 		if _, ok := m.Header[h]; ok {
-			b.produceErr(m, fmt.Errorf("%w: a batched request (%s) carries each record's sequence, key and token in its body, not in a %s header (spec/protocol.md §5.2)", wire.ErrBadRequest, wire.HeaderBatch, h))
+			b.produceErr(m, fmt.Errorf("%w: a batched request (%s) carries each record's sequence, key and token in its body, not in a %s header, and no tombstones (send a tombstone as a single request; spec/protocol.md §5.2)", wire.ErrBadRequest, wire.HeaderBatch, h))
 			return
 		}
 	}

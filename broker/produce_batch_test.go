@@ -187,6 +187,7 @@ func TestProduceBatchedRequests(t *testing.T) {
 		{"a Pctl-Seq header", nats.Header{wire.HeaderProducer: {"batcher"}, wire.HeaderBatch: {"2"}, wire.HeaderSeq: {"20"}}, two, "not in a Pctl-Seq header"},
 		{"a Pctl-Key header", nats.Header{wire.HeaderProducer: {"batcher"}, wire.HeaderBatch: {"2"}, wire.HeaderKey: {"b64:"}}, two, "not in a Pctl-Key header"},
 		{"a Pctl-Token header", nats.Header{wire.HeaderProducer: {"batcher"}, wire.HeaderBatch: {"2"}, wire.HeaderToken: {tok}}, two, "not in a Pctl-Token header"},
+		{"a Pctl-Tombstone header", nats.Header{wire.HeaderProducer: {"batcher"}, wire.HeaderBatch: {"2"}, wire.HeaderTombstone: {"true"}}, two, "not in a Pctl-Tombstone header"},
 		{"sequences not increasing", nats.Header{wire.HeaderProducer: {"batcher"}, wire.HeaderBatch: {"2"}}, append(batchRec(21, "", nil, []byte("a")), batchRec(20, "", nil, []byte("b"))...), "does not follow"},
 		{"a bad token in the second record", nats.Header{wire.HeaderProducer: {"batcher"}, wire.HeaderBatch: {"2"}}, append(batchRec(20, "", nil, []byte("a")), batchRec(21, "0123456789abcdef!", nil, []byte("b"))...), "record 2 of 2"},
 		{"Pctl-Prev not below the first record", nats.Header{wire.HeaderProducer: {"batcher"}, wire.HeaderBatch: {"2"}, wire.HeaderPrev: {"20"}}, two, "below the batch's first"},

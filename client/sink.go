@@ -428,7 +428,10 @@ func (b *batch) admitsWith(pd, next *pending, perKey bool) bool {
 }
 
 func (b *batch) addKey(pd *pending, perKey bool) {
-	if k := recordKey(pd); perKey && k != "" {
+	if !perKey {
+		return
+	}
+	if k := recordKey(pd); k != "" {
 		if b.keys == nil {
 			b.keys = map[string]struct{}{}
 		}

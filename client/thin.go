@@ -148,8 +148,9 @@ type ThinOptions struct {
 	// Until then failed attempts are re-sent (see ThinProducer). Default: the client's
 	// Options.Timeout.
 	Timeout time.Duration
-	// AttemptTimeout bounds the wait for one reply before the producer re-sends (the broker or
-	// its node may have died). Default 5s, and at most Timeout.
+	// AttemptTimeout bounds the wait for a reply before the producer re-sends (the broker or its
+	// node may have died): a request is overdue when neither it nor any other request since got
+	// a reply for AttemptTimeout. Default 5s, and at most Timeout.
 	AttemptTimeout time.Duration
 	// MaxBatch bounds the records of one request: records waiting to be sent go out together in
 	// a batched request (spec/protocol.md §5.2) of at most MaxBatch records and 256 KiB. 1 sends
@@ -230,6 +231,9 @@ type ThinProducer struct {
 	// sessionLast is the sequence of the record last published since the probe that found the
 	// broker (the next request's Pctl-Prev).
 	sessionLast uint64
+	// lastReply is when a reply to one of this session's requests last arrived: a broker that
+	// answers is alive, so a request is overdue only after AttemptTimeout without any reply.
+	lastReply time.Time
 	probing     bool // with broker == "": one request is out to the shared subject
 	paused      bool // a failure was seen: nothing is sent until the pause ends
 	pause       time.Duration
@@ -385,7 +389,7 @@ func (t *ThinProducer) at(seq uint64) *thinPending {
 }
 
 // sendWaitingLocked sends the records waiting to be sent, in sequence order: all of them to the
-// known broker, or the oldest ones in one request to the shared subject. While thinRequests
+// known broker, or the oldest one alone to the shared subject. While thinRequests
 // requests await their replies, it sends only full batches (the rest wait for a reply).
 func (t *ThinProducer) sendWaitingLocked() {
 	for {
@@ -403,7 +407,14 @@ func (t *ThinProducer) sendWaitingLocked() {
 		}
 		var recs []*thinPending
 		size := 0
-		for s := t.next; s <= t.seq && len(recs) < t.opts.MaxBatch; s++ {
+		max := t.opts.MaxBatch
+		if t.broker == "" {
+			// The probe goes alone: its reply names the broker, and a batch's reply would wait
+			// for its slowest record (under load, longer than the attempt timeout) while nothing
+			// else can be sent.
+			max = 1
+		}
+		for s := t.next; s <= t.seq && len(recs) < max; s++ {
 			pd := t.at(s)
 			if pd == nil {
 				continue
@@ -498,8 +509,8 @@ func (t *ThinProducer) retryLocked(cause error) {
 	time.AfterFunc(pause, t.resume)
 }
 
-// resume ends a pause: the oldest unacknowledged records go out in one request to the shared
-// subject; its reply names the broker the rest go to (onReply).
+// resume ends a pause: the oldest unacknowledged record goes out alone to the shared subject;
+// its reply names the broker the rest go to (onReply).
 func (t *ThinProducer) resume() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -577,6 +588,7 @@ func (t *ThinProducer) onReply(m *nats.Msg) {
 	current := req.session == t.session
 	if current {
 		t.inFlight--
+		t.lastReply = time.Now()
 	}
 	t.mu.Unlock()
 
@@ -724,7 +736,11 @@ func (t *ThinProducer) sweep() {
 			overdue := false
 			for id, req := range t.reqs {
 				switch {
-				case req.session == t.session && now.Sub(req.sentAt) > t.opts.AttemptTimeout:
+				case req.session == t.session && now.Sub(later(req.sentAt, t.lastReply)) > t.opts.AttemptTimeout:
+					// Neither this request nor any other of the session got a reply for
+					// AttemptTimeout. (A batch's reply waits for its slowest record: while other
+					// replies come the broker is alive, and re-sending everything to another
+					// would only add to its queue.)
 					err := fmt.Errorf("%w: the produce service did not answer %s within %v; the record may or may not be stored", wire.ErrUnavailable, req.subject, t.opts.AttemptTimeout)
 					for _, pd := range req.recs {
 						pd.lastErr = err
@@ -758,6 +774,13 @@ func (t *ThinProducer) sweep() {
 			t.deliver(out)
 		}
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // fail makes the producer unusable and fails every record awaiting a result.

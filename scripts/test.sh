@@ -24,11 +24,12 @@ go mod tidy -diff
 
 # Suites whose subjects are other processes (a 3-node cluster of pctl nats-server processes with
 # pctl serve brokers, SDK members and producers in four languages): the race detector sees only
-# the Go test process driving them, so they run once, at full size, in their own step below.
-process_pkgs="./broker/chaos/ ./sdk/crosslang/"
+# the Go test process driving them, so they run once, at full size, in their own step below. The
+# client conformance harness (conformance/clientconf) drives the Go client and every SDK the same way.
+process_pkgs="./broker/chaos/ ./sdk/crosslang/ ./conformance/clientconf/"
 
 step "go test -race: every Go package but the process suites (the other languages' hosts take part through conformance/)"
-go test -race -timeout 40m $(go list ./... | grep -v -x -e pctl.dev/pctl/broker/chaos -e pctl.dev/pctl/sdk/crosslang)
+go test -race -timeout 40m $(go list ./... | grep -v -x -e pctl.dev/pctl/broker/chaos -e pctl.dev/pctl/sdk/crosslang -e pctl.dev/pctl/conformance/clientconf)
 
 # Tests that shrink under -race (raceEnabled, hostsRace) get their full size here.
 # scripts/testsh_test.go finds every such test and fails when one is missing below.
@@ -37,7 +38,7 @@ norace_pkgs="./partitioner/ ./broker/ ./broker/scenario/ ./client/ ./conformance
 step "go test without the race detector: the tests that shrink under -race, at full size"
 go test -count=1 -timeout 30m -run "$norace_tests" $norace_pkgs
 
-step "process suites without the race detector: the cluster fault suite (10 seeds; PCTL_CHAOS_SEEDS=100 for more) and the cross-language tests"
+step "process suites without the race detector: the cluster fault suite (10 seeds; PCTL_CHAOS_SEEDS=100 for more), the cross-language tests and the client conformance harness on the Go client and every SDK (1 seed; PCTL_CLIENTCONF_SEEDS=N for more)"
 go test -count=1 -timeout 30m $process_pkgs
 
 # The conformance hosts' own unit tests ran in TestHosts (conformance/hosts/*/test).

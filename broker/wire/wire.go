@@ -276,28 +276,45 @@ var (
 	ErrUnsupported = errors.New("unsupported")
 )
 
-var codes = map[string]error{
-	"bad_request":        ErrBadRequest,
-	"not_found":          ErrNotFound,
-	"exists":             ErrExists,
-	"conflict":           ErrConflict,
-	"in_use":             ErrInUse,
-	"plugin_rejected":    ErrPluginRejected,
-	"plugin_failed":      ErrPluginFailed,
-	"fenced":             ErrFenced,
-	"change_in_progress": ErrChangeInProgress,
-	"permission":         ErrPermission,
-	"unavailable":        ErrUnavailable,
-	"out_of_sequence":    ErrOutOfSequence,
-	"internal":           ErrInternal,
-	"unsupported":        ErrUnsupported,
+// codeTable lists every code with its sentinel, most specific first. Code takes the first entry
+// an error wraps, so an error that wraps two sentinels (errors.Join, or a fence reported as a bad
+// request) gets the same code every time: a fence before a generic refusal, a refusal before
+// unavailable, internal last.
+var codeTable = []struct {
+	code string
+	err  error
+}{
+	{"fenced", ErrFenced},
+	{"change_in_progress", ErrChangeInProgress},
+	{"out_of_sequence", ErrOutOfSequence},
+	{"plugin_rejected", ErrPluginRejected},
+	{"plugin_failed", ErrPluginFailed},
+	{"permission", ErrPermission},
+	{"not_found", ErrNotFound},
+	{"exists", ErrExists},
+	{"conflict", ErrConflict},
+	{"in_use", ErrInUse},
+	{"unsupported", ErrUnsupported},
+	{"bad_request", ErrBadRequest},
+	{"unavailable", ErrUnavailable},
+	{"internal", ErrInternal},
 }
 
-// Code returns the wire code of an error (the first sentinel it wraps), "internal" otherwise.
+// codes maps a code back to its sentinel (RemoteError.Unwrap).
+var codes = func() map[string]error {
+	m := make(map[string]error, len(codeTable))
+	for _, c := range codeTable {
+		m[c.code] = c.err
+	}
+	return m
+}()
+
+// Code returns the wire code of an error: that of the first sentinel of the table above that it
+// wraps (deterministic when it wraps several), "internal" when it wraps none.
 func Code(err error) string {
-	for c, s := range codes {
-		if errors.Is(err, s) {
-			return c
+	for _, c := range codeTable {
+		if errors.Is(err, c.err) {
+			return c.code
 		}
 	}
 	return "internal"

@@ -10,7 +10,7 @@ import (
 )
 
 func init() {
-	register(command{name: "conformance", summary: "check a plugin against ABI v1: exports, imports, range, determinism, limits, ancestry, compatibility", run: cmdConformance})
+	register(command{name: "conformance", summary: "check a plugin against ABI v1: exports, imports, range, determinism, limits, ancestry, compatibility ('conformance client': a client, with faults)", run: cmdConformance})
 }
 
 const conformanceHelp = `
@@ -37,6 +37,9 @@ Exit status: 0 all checks pass (warnings allowed), 1 a check failed, 2 bad usage
 plugin, unreadable file, bad flags). --json prints the report as JSON (schema:
 spec/conformance.md). Same module, keys and seed: same report, timings aside.
 
+'pctl conformance client --producer CMD --consumer CMD' checks a client instead (any language:
+its produce and consume commands, against a real broker with faults); see its --help.
+
 Examples:
   pctl conformance kafka-murmur2
   pctl conformance ./my-partitioner.wasm --json > report.json
@@ -47,6 +50,9 @@ Examples:
 const maxConformanceKeys = 10_000_000
 
 func cmdConformance(e *env, args []string) int {
+	if len(args) > 0 && args[0] == "client" {
+		return cmdConformanceClient(e, args[1:]) // conformance_client.go (a plugin file named client: ./client)
+	}
 	fs := newFlags(e, "conformance", "conformance NAME|sha256:DIGEST|FILE.wasm [--json] [--keys N] [--seed S] [--config K=V ...]", conformanceHelp)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	keys := fs.Int("keys", conformance.DefaultKeys, "random keys per check, besides the fixed ones (the interpreter gets a thirtieth)")

@@ -32,7 +32,9 @@ import (
 
 // failoverRows are the producers TestProducerFailover runs, one line per language: "go" is
 // client.Producer in process (the baseline); every other row is sdk/<lang>/produce, the command
-// every SDK has (see the package comment).
+// every SDK has (see the package comment), given every node's URL comma-separated in --server and
+// the cluster's NKey seed file in --creds (an SDK's produce must take both). A row whose SDK is
+// not set up is skipped (fails with PCTL_REQUIRE_TOOLCHAINS=1 for a required language).
 var failoverRows = []string{
 	"go",
 	"python",

@@ -76,6 +76,11 @@ export class Producer {
     }
     const p = new Producer(client, topic, id, opts);
     const desc = await p.fetch();
+    if (desc.compact) {
+      // Records of a compacted topic go to key subjects (spec/protocol.md §10.1), which this
+      // producer does not write yet: its publishes would find no stream.
+      throw new PctlError('unsupported', `topic ${topic} is a compacted topic (spec/protocol.md §10.1: records go to key subjects); the Node SDK's producer does not produce to compacted topics yet: use the Go client or 'pctl produce'`);
+    }
     await p.install(desc);
     p.maxRecord = await maxRecordBytes(client, topic);
     p.start();
@@ -92,6 +97,11 @@ export class Producer {
     this.stallTimeout = opts.stallTimeout > 0 ? opts.stallTimeout : PRODUCER_DEFAULTS.stallTimeout;
     this.contentTokens = !!opts.contentTokens;
     this.onLog = typeof opts.onLog === 'function' ? opts.onLog : null;
+    // Test hooks (tests/holes.test.js), not part of the API: verify makes a single server's
+    // streams count as clustered (every batch confirmed by reading it back), holes(stream, first,
+    // last) runs after a clean PubAck before the confirmation (the test deletes stored records
+    // there, as nats-server's fault loses them), noKeyRule switches the per-key rule off.
+    this.test = opts._test ?? {};
     this.ackTimeout = client.opts.ackTimeout;
     this.inbox = client.inbox();
     this.desc = null;

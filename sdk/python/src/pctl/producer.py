@@ -61,11 +61,11 @@ class _Pending:
                  "floors", "failed")
 
     def __init__(self, seq: int, key: Optional[bytes], value: bytes, future: asyncio.Future, hdrs: list, msg_id: str,
-                 key_hdr: Optional[str]):
+                 key_hdr: Optional[str], block: bytes):
         self.seq, self.key, self.value, self.future = seq, key, value, future
         self.epoch = self.partition = 0
         self.hdrs = hdrs  # the record's headers, in order: its identity, the same on every send
-        self.block = _nats.encode_header_block(hdrs)
+        self.block = block  # hdrs as a NATS header block
         self.msg_id, self.key_hdr = msg_id, key_hdr
         self.sends = 0  # publishes so far, in any partition
         # stream -> the sink's floor at the record's first send there: a copy stored there is above it
@@ -159,6 +159,10 @@ class Producer:
 
     Use it from one asyncio event loop; records sent by different tasks are ordered by the order
     their `send` calls took effect. Create it with ``await client.producer(topic)``."""
+
+    # The per-key rule on clusters (spec/protocol.md §5.1.2). Only tests turn it off, to show
+    # what it prevents.
+    _key_rule = True
 
     def __init__(self, client: "Client", topic: str, producer_id: str, max_in_flight: int, max_buffered: int,
                  batch_size: int = 4096, content_tokens: bool = False, stall_timeout: float = 0.25,
@@ -297,10 +301,11 @@ class Producer:
         hs = [(wire.HEADER_KEY, key_hdr)] if key_hdr is not None else []
         hs += [(wire.HEADER_PRODUCER, self.id), (wire.HEADER_SEQ, str(seq)), (wire.HEADER_MSG_ID, msg_id), (HEADER_TIME, str(ms))]
         hs += app
+        block = _nats.encode_header_block(hs)
         limit = self._max_record
-        size = _nats.header_block_size(hs) + len(v)
+        size = len(block) + len(v)
         if limit and size > limit:
-            hsize = _nats.header_block_size(hs)
+            hsize = len(block)
             app_size = _nats.header_block_size(app) - 12 if app else 0
             # Refused alone, before sending (spec/protocol.md §5.3): the future fails, the producer goes on.
             refused: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -311,7 +316,7 @@ class Producer:
             return refused
         self._seq = seq
         fut = asyncio.get_running_loop().create_future()
-        pd = _Pending(seq, k, v, fut, hs, msg_id, key_hdr)
+        pd = _Pending(seq, k, v, fut, hs, msg_id, key_hdr, block)
         self._buffered += 1
         self._idle.clear()
         if self._switching:
@@ -860,7 +865,7 @@ class _Sink:
         flow = max(1, window // 4)
         # The per-key rule (spec/protocol.md §5.1.2): on a cluster (every stream, R1 included: a
         # live replica change gives it a raft group) a batch never holds two records of one key.
-        one_key = self.verify
+        one_key = self.verify and p._key_rule
         msgs = []
         split = False
         while self.queue and len(b.recs) - max(b.acked, b.flowed) < window and len(b.recs) < size:

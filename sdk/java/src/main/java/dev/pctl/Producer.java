@@ -165,6 +165,10 @@ public final class Producer implements AutoCloseable {
         requireFastBatches(client);
         this.maxRecord = maxRecord(client, topic);
         TopicDescriptor d = fetch();
+        if (d.compacted) {
+            throw new BadRequestException("topic " + topic
+                    + " is compacted (spec/protocol.md §10: records carry a key token in their subject); the Java producer does not produce to compacted topics yet: use the Go client or the broker's produce service (pctl.produce." + topic + ")");
+        }
         install(d);
         // Records go on the raw connection: a message written before a lost connection is never
         // written again (jnats re-sends what it buffered), and header values may be any UTF-8.
@@ -1513,6 +1517,10 @@ public final class Producer implements AutoCloseable {
          */
         private void fill() {
             if (b == null) {
+                if (queued() > 0 && raw.isClosed()) {
+                    fail(new UnavailableException("producer " + id + ": the client was closed with records not yet acknowledged"));
+                    return;
+                }
                 if (queued() == 0 || !raw.connected()) {
                     return;
                 }
@@ -2013,6 +2021,9 @@ public final class Producer implements AutoCloseable {
 
         private void waitConnected() {
             while (!raw.connected()) {
+                if (raw.isClosed()) {
+                    throw new UnavailableException("producer " + id + ": the client was closed with records not yet acknowledged");
+                }
                 sleep(20);
             }
         }

@@ -217,6 +217,11 @@ final class RawConn implements AutoCloseable {
         writeDeferred(line.getBytes(StandardCharsets.UTF_8), headers == null ? new byte[0] : headers, data);
     }
 
+    /** True once closed (it never connects again). */
+    boolean isClosed() {
+        return closed;
+    }
+
     /** True while a connection is up (publishes can be written). */
     boolean connected() {
         return out != null && !closed;

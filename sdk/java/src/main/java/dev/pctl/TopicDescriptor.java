@@ -21,6 +21,8 @@ public final class TopicDescriptor {
     private final boolean deleting;
     private final boolean changing;
     private final int changePartitions;
+    /** A compacted topic (spec/protocol.md §10: the descriptor has {@code compact}). */
+    boolean compacted;
 
     TopicDescriptor(String name, String id, List<Epoch> epochs, long revision, boolean creating, boolean deleting, boolean changing) {
         this(name, id, epochs, revision, creating, deleting, changing, 0);
@@ -249,8 +251,10 @@ public final class TopicDescriptor {
         if (t.get("change") instanceof Map && ((Map<String, Object>) t.get("change")).get("partitions") instanceof Long) {
             changeParts = (int) (long) (Long) ((Map<String, Object>) t.get("change")).get("partitions");
         }
-        return new TopicDescriptor(str(t.get("name")), str(t.get("id")), epochs, r.get("revision") == null ? 0 : num(r.get("revision"), "revision"),
+        TopicDescriptor d = new TopicDescriptor(str(t.get("name")), str(t.get("id")), epochs, r.get("revision") == null ? 0 : num(r.get("revision"), "revision"),
                 Boolean.TRUE.equals(t.get("creating")), Boolean.TRUE.equals(t.get("deleting")), t.get("change") != null, changeParts);
+        d.compacted = t.get("compact") instanceof Map;
+        return d;
     }
 
     @SuppressWarnings("unchecked")
