@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -353,6 +354,7 @@ type bfJob struct {
 	prev, next *wire.Epoch
 	fOld, fNew partitioner.Partitioner
 	prog       *bfProgress
+	overdue    atomic.Bool // warned: the backfill outlasted the delete retention
 }
 
 // bfCopy is one record of the old partition in the copying window.
@@ -544,9 +546,27 @@ func (j *bfJob) prepare(msg jetstream.Msg, md *jetstream.MsgMetadata, q int, com
 	return c
 }
 
+// checkOverdue warns, once, when a compacted topic's backfill has run longer than its delete
+// retention (spec/protocol.md §10.2): a tombstone written into the new epoch since the backfill
+// began may have expired before its key's copy was published, and then the copy (the key's older
+// value) is stored, as if the key had not been deleted.
+func (j *bfJob) checkOverdue() {
+	d := time.Duration(j.t.Compact.DeleteRetentionMS) * time.Millisecond
+	if j.overdue.Load() || time.Since(j.next.Backfill.Started) < d {
+		return
+	}
+	if j.overdue.CompareAndSwap(false, true) {
+		j.b.cfg.Logger.Warn("backfill has run longer than the topic's delete retention: a key deleted in the new epoch since the backfill began may get its older value back from a copy; give the topic a delete retention longer than a backfill takes",
+			"topic", j.t.Name, "epoch", j.next.Epoch, "delete_retention", d, "running", time.Since(j.next.Backfill.Started).Round(time.Second))
+	}
+}
+
 // publish sends a copy asynchronously, with the expected last sequence of its subject.
 func (j *bfJob) publish(ctx context.Context, c *bfCopy) error {
 	c.msg.Header.Set(wire.HeaderExpectedLastSubjectSeq, strconv.FormatUint(c.expect, 10))
+	if j.t.Compact != nil {
+		j.checkOverdue()
+	}
 	for pause := 50 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
 		fut, err := j.b.js.PublishMsgAsync(c.msg, jetstream.WithExpectStream(c.stream))
 		if err == nil {

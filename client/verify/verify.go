@@ -119,6 +119,9 @@ func (r Report) String() string {
 	if r.Unlogged > 0 {
 		s += fmt.Sprintf(", %d from producers without a log", r.Unlogged)
 	}
+	if r.Compacted > 0 {
+		s += fmt.Sprintf(", %d compacted away (a later record of the key was delivered)", r.Compacted)
+	}
 	if len(r.Failures) == 0 {
 		return s + ": OK"
 	}

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -73,19 +76,42 @@ func TestCompactedTopicCLI(t *testing.T) {
 	expect(t, admin.run("", "topic", "create", "plain", "--partitions", "1", "--partitioner", "jump"), exitOK)
 
 	prod := cliFor(t, b, broker.RoleProducer)
-	expect(t, prod.run("a\t1\nb\t1\na\t2\nc\t1\nd\t1\n", "produce", "kv"), exitOK)
-	expect(t, prod.run("b\n", "produce", "kv", "--tombstones"), exitOK)
+	dir := t.TempDir()
+	sent1, sent2 := filepath.Join(dir, "sent1.jsonl"), filepath.Join(dir, "sent2.jsonl")
+	expect(t, prod.run("a\t1\nb\t1\na\t2\nc\t1\nd\t1\n", "produce", "kv", "--log", sent1), exitOK)
+	// A tombstone of a key never written (the producer of a key's records must be one for
+	// 'pctl verify': a tombstone from another run would leave its earlier value unordered).
+	expect(t, prod.run("e\n", "produce", "kv", "--tombstones", "--log", sent2), exitOK)
 	// A keyless record cannot be compacted: refused, with the line.
 	expect(t, prod.run("keyless\n", "produce", "kv"), exitFailure, "every record needs a key")
 
-	// Written by hand: the latest of every key, b deleted.
-	want := map[string]string{"a": "2", "b": "<tombstone>", "c": "1", "d": "1"}
+	// Written by hand: the latest of every key, e deleted.
+	want := map[string]string{"a": "2", "b": "1", "c": "1", "d": "1", "e": "<tombstone>"}
 	cons := cliFor(t, b, broker.RoleConsumer)
 	r := cons.run("", "consume", "kv", "--group", "g1", "--from", "current-epoch", "--format", "jsonl", "--idle-exit", "700ms")
 	expect(t, r, exitOK)
 	if got, _ := latestByKey(t, r.stdout); !sameMap(got, want) {
 		t.Fatalf("current epoch before any change: %v, want %v", got, want)
 	}
+	// pctl verify --compacted: a=1 was compacted away (a=2 was delivered), not lost; without
+	// --compacted it counts as lost; with a=2's line gone, a's latest is lost either way.
+	got1 := filepath.Join(dir, "got1.jsonl")
+	if err := os.WriteFile(got1, []byte(r.stdout), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "verify", "--sent", sent1, "--sent", sent2, "--delivered", "g1="+got1, "--compacted"), exitOK, "1 compacted away", ": OK")
+	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "verify", "--sent", sent1, "--sent", sent2, "--delivered", "g1="+got1), exitFailure, "1 lost")
+	var noA2 []string
+	for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		if !strings.Contains(l, `"value":"2"`) {
+			noA2 = append(noA2, l)
+		}
+	}
+	got2 := filepath.Join(dir, "got2.jsonl")
+	if err := os.WriteFile(got2, []byte(strings.Join(noA2, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "verify", "--sent", sent1, "--sent", sent2, "--delivered", "g1="+got2, "--compacted"), exitFailure, "2 lost")
 	expect(t, cons.run("", "consume", "kv", "--group", "x", "--from", "later"), exitUsage, "give now, beginning or current-epoch")
 	expect(t, cons.run("", "consume", "kv", "--group", "x", "--from", "now", "--from-beginning"), exitUsage, "exclude each other")
 
@@ -103,24 +129,24 @@ func TestCompactedTopicCLI(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	expect(t, r, exitOK, "done: 4 copies, 0 refused", "retained", "epochs 1-2")
+	expect(t, r, exitOK, "done: 5 copies, 0 refused", "retained", "epochs 1-2")
 	r = cons.run("", "consume", "kv", "--group", "g2", "--from", "current-epoch", "--format", "jsonl", "--idle-exit", "700ms")
 	expect(t, r, exitOK)
 	got, copies := latestByKey(t, r.stdout)
-	if !sameMap(got, want) || copies != 4 {
-		t.Fatalf("current epoch after the backfill: %v (%d copies), want %v (4 copies)", got, copies, want)
+	if !sameMap(got, want) || copies != 5 {
+		t.Fatalf("current epoch after the backfill: %v (%d copies), want %v (5 copies)", got, copies, want)
 	}
 	r = cons.run("", "consume", "kv", "--group", "g3", "--from", "current-epoch", "--idle-exit", "700ms")
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	sort.Strings(lines)
 	var tomb string
 	for _, l := range lines {
-		if strings.Contains(l, "\tb\t") {
+		if strings.Contains(l, "\te\t") {
 			tomb = l
 		}
 	}
 	if f := strings.Split(tomb, "\t"); len(f) != 7 || f[4] != "" || f[5] != "tombstone" || !strings.HasPrefix(f[6], "backfill:1/") {
-		t.Fatalf("text line of b's copied tombstone: %q", tomb)
+		t.Fatalf("text line of e's copied tombstone: %q", tomb)
 	}
 
 	// Retire epoch 1: refused on a plain topic, done on the compacted one.

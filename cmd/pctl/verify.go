@@ -41,11 +41,19 @@ sequence number (or the same log given twice). The records are never merged: the
 --delivered takes FILE (group "default") or GROUP=FILE; repeat it for more members or groups. A
 group named there, or with --expect-group GROUP, is checked even if it delivered nothing (an
 empty file): then every acknowledged record is lost.
+
+--compacted checks a compacted topic (spec/protocol.md §10), whose partitions keep only each
+key's latest record: an acknowledged record that was not delivered counts as "compacted away",
+not lost, when a later record of the same producer and key was delivered (the latest one never
+is); the order rule is that a producer and key's first deliveries come in increasing sequence.
+Give each key one producer: records of one key from several producers have no order the checker
+knows.
+
 Exit status 0 if every check passed, 1 if any failed, 2 for bad input. --json prints every
 count: {"sent", "acked", "producers", "reused_seqs", "failures": [...], "groups": [{"group",
 "deliveries", "distinct", "lost", "violations", "wrong_key", "duplicates", "unacked",
-"unexpected", "unlogged", "failures": [...], "examples": [...]}, ...]}; "failures" is empty
-when that part is OK.
+"unexpected", "unlogged", "compacted", "failures": [...], "examples": [...]}, ...]};
+"failures" is empty when that part is OK.
 
 Example:
   pctl produce orders --log sent.jsonl < records.tsv
@@ -55,13 +63,14 @@ Example:
 
 func cmdVerify(e *env, args []string) int {
 	const cmd = "verify"
-	fs := newFlags(e, cmd, "verify --sent FILE [--sent FILE...] --delivered [GROUP=]FILE [...] [--expect-group GROUP...] [--partial-logs] [--no-duplicates] [--json]", verifyHelp)
+	fs := newFlags(e, cmd, "verify --sent FILE [--sent FILE...] --delivered [GROUP=]FILE [...] [--expect-group GROUP...] [--partial-logs] [--no-duplicates] [--compacted] [--json]", verifyHelp)
 	var sentFiles, delivFiles, expect multiFlag
 	fs.Var(&sentFiles, "sent", "producer log `FILE` (repeatable); give every producer's log unless --partial-logs")
 	fs.Var(&delivFiles, "delivered", "consumer output `[GROUP=]FILE` (repeatable)")
 	fs.Var(&expect, "expect-group", "a `GROUP` that must have delivered every acknowledged record, even if no --delivered file names it (repeatable)")
 	partial := fs.Bool("partial-logs", false, "not every producer's log was given: records of producers without a log are not failures")
 	noDups := fs.Bool("no-duplicates", false, "fail on any duplicate delivery (for runs where no member crashed)")
+	compacted := fs.Bool("compacted", false, "the topic is compacted: a record not delivered is not lost when a later record of its producer and key was")
 	asJSON := fs.Bool("json", false, "print the result as JSON, with every count")
 	pos, st := parse(fs, args)
 	if st >= 0 {
@@ -85,7 +94,7 @@ func cmdVerify(e *env, args []string) int {
 		}
 		sent = append(sent, s...)
 	}
-	opts := verify.Options{PartialLogs: *partial, NoDuplicates: *noDups}
+	opts := verify.Options{PartialLogs: *partial, NoDuplicates: *noDups, Compacted: *compacted}
 	named := map[string]bool{}
 	for _, g := range expect {
 		if g == "" {

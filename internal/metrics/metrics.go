@@ -4,7 +4,7 @@
 //
 // Two sources feed it. Events come through hooks (broker.Config.Hooks, and the client hooks of the
 // broker's produce service): a Metrics value implements broker.HookPluginCall, HookEpochStep,
-// HookEpochChange, HookAdmin and client.HookProduceRecordUnbuffered, HookProduceRepartitioned.
+// HookEpochChange, HookAdmin, HookBackfill and client.HookProduceRecordUnbuffered, HookProduceRepartitioned.
 // State comes from broker.Status snapshots taken at scrape time (SetSource): topics, epochs,
 // records per epoch, stored bytes, consumer groups' lag, gate waits and lease changes.
 //
@@ -14,7 +14,8 @@
 // a 16,384-partition topic would otherwise add 16,384 series per family. Histograms are labelled
 // by topic, plugin or step only.
 //
-// Not measured yet: backfill (it does not exist yet; its metrics will come with it).
+// Backfill (spec/protocol.md §10.3) comes through broker.HookBackfill: per topic, the epoch being
+// backfilled, copies and refusals so far, old partitions done, and whether it runs.
 package metrics
 
 import (
@@ -66,6 +67,7 @@ type Metrics struct {
 	changes        *prometheus.CounterVec
 	adminRequests  *prometheus.CounterVec
 	adminTook      *prometheus.HistogramVec
+	backfill       *prometheus.GaugeVec // by topic and what (epoch, copied, refused, partitions_done, partitions, running)
 
 	seriesCache sync.Map // produceKey -> *produceSeries
 	pluginCache sync.Map // plugin name -> *pluginSeries
@@ -129,6 +131,9 @@ func New(opts Options) *Metrics {
 		Help: "Admin requests answered, by operation (topic.create, plugin.upload, ...) and code (ok or the error code)."}, []string{"op", "code"})
 	m.adminTook = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pctl_admin_request_duration_seconds",
 		Help: "Time to answer an admin request, by operation.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, []string{"op"})
+	m.backfill = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "pctl_backfill",
+		Help: "The last backfill (spec/protocol.md §10.3) of a topic this broker reported, by topic and what: epoch (being backfilled), copied, refused (the key had a newer record), partitions_done, partitions (of the old epoch), running (1 or 0)."}, []string{"topic", "what"})
+	m.reg.MustRegister(m.backfill)
 	m.reg.MustRegister(m.produceRecords, m.produceBytes, m.produceTook, m.repartitions, m.resent, m.pluginTook, m.pluginFuel,
 		m.pluginKeys, m.pluginFailures, m.stepTook, m.stepFailures, m.changeTook, m.changes, m.adminRequests, m.adminTook,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &stateCollector{m: m})
@@ -260,6 +265,19 @@ func (m *Metrics) OnEpochChange(topic string, to int, took time.Duration) {
 	m.changes.WithLabelValues(topic).Inc()
 }
 
+// OnBackfill implements broker.HookBackfill: called when a backfill's progress is recorded and
+// when it ends.
+func (m *Metrics) OnBackfill(topic string, epoch int, copied, newer int64, done, partitions int, finished bool) {
+	running := 1.0
+	if finished {
+		running = 0
+	}
+	for what, v := range map[string]float64{"epoch": float64(epoch), "copied": float64(copied), "refused": float64(newer),
+		"partitions_done": float64(done), "partitions": float64(partitions), "running": running} {
+		m.backfill.WithLabelValues(topic, what).Set(v)
+	}
+}
+
 // OnAdmin implements broker.HookAdmin.
 func (m *Metrics) OnAdmin(op string, took time.Duration, err error) {
 	code := "ok"
@@ -273,6 +291,7 @@ func (m *Metrics) OnAdmin(op string, took time.Duration, err error) {
 var (
 	_ broker.HookPluginCall              = (*Metrics)(nil)
 	_ broker.HookEpochStep               = (*Metrics)(nil)
+	_ broker.HookBackfill                = (*Metrics)(nil)
 	_ broker.HookEpochChange             = (*Metrics)(nil)
 	_ broker.HookAdmin                   = (*Metrics)(nil)
 	_ client.HookProduceRecordUnbuffered = (*Metrics)(nil)

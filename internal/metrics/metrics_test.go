@@ -129,3 +129,20 @@ func TestLeaseChanges(t *testing.T) {
 		}
 	}
 }
+
+// TestBackfillGauges: a backfill's recorded progress, then its end, as pctl_backfill gauges.
+func TestBackfillGauges(t *testing.T) {
+	m := New(Options{})
+	m.OnBackfill("kv", 3, 120, 7, 1, 4, false)
+	for what, want := range map[string]float64{"epoch": 3, "copied": 120, "refused": 7, "partitions_done": 1, "partitions": 4, "running": 1} {
+		if v := testutil.ToFloat64(m.backfill.WithLabelValues("kv", what)); v != want {
+			t.Errorf("running: pctl_backfill{what=%q} = %v, want %v", what, v, want)
+		}
+	}
+	m.OnBackfill("kv", 3, 400, 9, 4, 4, true)
+	for what, want := range map[string]float64{"copied": 400, "partitions_done": 4, "running": 0} {
+		if v := testutil.ToFloat64(m.backfill.WithLabelValues("kv", what)); v != want {
+			t.Errorf("ended: pctl_backfill{what=%q} = %v, want %v", what, v, want)
+		}
+	}
+}
