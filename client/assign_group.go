@@ -27,7 +27,7 @@ type HookAssignment interface {
 // wanted returns the partitions this member should read (spec/protocol.md §6.2): by modulo, or by
 // the sticky record, which the leader (the first live member) rewrites when it no longer matches
 // the group. It fails only for what no retry mends (a record too large for the group bucket).
-func (cn *Consumer) wanted(ctx context.Context, kv jetstream.KeyValue, members []string, parts []int) (map[int]bool, error) {
+func (cn *Consumer) wanted(ctx context.Context, kv jetstream.KeyValue, members []string, complete bool, parts []int) (map[int]bool, error) {
 	want := map[int]bool{}
 	cn.mu.Lock()
 	assignor, desc := cn.assignor, cn.desc
@@ -49,7 +49,16 @@ func (cn *Consumer) wanted(ctx context.Context, kv jetstream.KeyValue, members [
 		cn.mu.Unlock()
 	}
 	epoch := desc.Current().Epoch
-	if err == nil && len(members) > 0 && members[0] == cn.opts.Member && needsAssignment(rec, members, parts, epoch) {
+	// A view of the members that could not be read whole (a listing or a read that failed) is
+	// not recorded: it would move partitions away and back. Nor is a member's absence seen only
+	// once: a listing of the bucket can miss a key re-put while it runs, so a member leaves the
+	// record when two rebalances in a row agree it is gone.
+	cn.mu.Lock()
+	prevView := cn.lastView
+	cn.lastView = members
+	cn.mu.Unlock()
+	settled := rec == nil || !dropsMember(rec.Members, members) || sameStrings(prevView, members)
+	if err == nil && complete && settled && len(members) > 0 && members[0] == cn.opts.Member && needsAssignment(rec, members, parts, epoch) {
 		next, nrev, werr := cn.writeAssignment(ctx, kv, rec, rev, members, parts, desc)
 		switch {
 		case errors.Is(werr, wire.ErrBadRequest):
@@ -134,4 +143,30 @@ func (cn *Consumer) writeAssignment(ctx context.Context, kv jetstream.KeyValue, 
 		}
 	}
 	return next, nrev, nil
+}
+
+// dropsMember reports whether some member of was is missing from now.
+func dropsMember(was, now []string) bool {
+	have := map[string]bool{}
+	for _, m := range now {
+		have[m] = true
+	}
+	for _, m := range was {
+		if !have[m] {
+			return true
+		}
+	}
+	return false
+}
+
+func sameStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }

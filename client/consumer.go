@@ -296,6 +296,7 @@ type Consumer struct {
 	assignor  string
 	record    *wire.Assignment
 	recordRev uint64
+	lastView  []string // the live members at the previous rebalance
 
 	// State handovers (state.go): stateMu serialises them; home maps every key whose state this
 	// member holds to the partition it holds it for (under mu). fail stops Run with an error.
@@ -348,6 +349,9 @@ func (c *Client) NewConsumer(ctx context.Context, topic string, opts ConsumerOpt
 	}
 	if err := wire.ValidGroup(opts.Member); err != nil {
 		return nil, fmt.Errorf("member id: %w", err)
+	}
+	if opts.State != nil && opts.DisableGating {
+		return nil, fmt.Errorf("%w: a state handler needs the epoch gate (a key's state is loaded after it): drop DisableGating", wire.ErrBadRequest)
 	}
 	if opts.Assignor != "" && !knownAssignor(opts.Assignor) {
 		return nil, fmt.Errorf("%w: assignor %q: give %q or %q", wire.ErrBadRequest, opts.Assignor, wire.AssignorModulo, wire.AssignorSticky)
@@ -780,6 +784,9 @@ func (cn *Consumer) applyReset(ctx context.Context, kv jetstream.KeyValue) {
 	if err := cn.stateFlushAll(ctx, append([]int(nil), owned...)); err != nil {
 		cn.failState(err)
 	}
+	cn.mu.Lock()
+	cn.home = map[string]int{} // lost partitions' keys too: every key is loaded again after a reset
+	cn.mu.Unlock()
 	if len(owned) > 0 && cn.opts.OnRevoked != nil {
 		cn.opts.OnRevoked(owned)
 	}
@@ -1148,19 +1155,22 @@ func (cn *Consumer) heartbeat(ctx context.Context, kv jetstream.KeyValue) error 
 	return nil
 }
 
-// members returns the live members, sorted.
-func (cn *Consumer) members(ctx context.Context, kv jetstream.KeyValue) []string {
+// members returns the live members, sorted, and whether every member key could be read (a
+// sticky leader records no assignment from a partial view, assign_group.go).
+func (cn *Consumer) members(ctx context.Context, kv jetstream.KeyValue) ([]string, bool) {
 	ctx, cancel := cn.op(ctx)
 	defer cancel()
 	prefix := wire.GroupPrefix(cn.topicID, cn.opts.Group) + "m."
 	lister, err := kv.ListKeysFiltered(ctx, prefix+"*")
 	if err != nil {
-		return []string{cn.opts.Member}
+		return []string{cn.opts.Member}, false
 	}
+	complete := true
 	var out []string
 	for k := range lister.Keys() {
 		e, err := kv.Get(ctx, k)
 		if err != nil {
+			complete = complete && errors.Is(err, jetstream.ErrKeyNotFound)
 			continue
 		}
 		if time.Since(e.Created()) < cn.opts.SessionTimeout {
@@ -1175,7 +1185,7 @@ func (cn *Consumer) members(ctx context.Context, kv jetstream.KeyValue) []string
 		out = append(out, cn.opts.Member)
 	}
 	sort.Strings(out)
-	return out
+	return out, complete
 }
 
 // assignable returns the partitions the group must read: the current epoch's, plus partitions
@@ -1211,8 +1221,8 @@ func finalBoundary(t *wire.Topic, q int) uint64 {
 }
 
 func (cn *Consumer) rebalance(ctx context.Context, kv jetstream.KeyValue, h Handler, fail func(error)) {
-	members := cn.members(ctx, kv)
-	want, err := cn.wanted(ctx, kv, members, cn.assignable())
+	members, complete := cn.members(ctx, kv)
+	want, err := cn.wanted(ctx, kv, members, complete, cn.assignable())
 	if err != nil {
 		fail(err)
 		return
@@ -1234,6 +1244,11 @@ func (cn *Consumer) rebalance(ctx context.Context, kv jetstream.KeyValue, h Hand
 	var revoked []int
 	parallel(drop, func(w *worker) {
 		w.stop()
+		if w.lost() {
+			// Another member owns it now and loads its keys itself: what this member holds of
+			// them may be stale, and is loaded again if the partition comes back (state.go).
+			cn.stateForget(w.partition)
+		}
 		if !w.lost() {
 			// A partition given up at an epoch's boundary owes its keys-revoked step before
 			// the release (spec/protocol.md §6.5): a retired partition drained to its final

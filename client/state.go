@@ -33,7 +33,10 @@ import (
 // that counts exactly once writes, with each key's durable state, which input record (partition
 // and sequence) last changed it (see examples/stateful). An error from Load or Flush stops the
 // member (Run returns it); a partition whose Flush failed is not released: its lease expires and
-// the next owner loads what was durable.
+// the next owner loads what was durable. A partition whose lease was lost is not flushed (its new
+// owner may already write its keys): the member forgets the keys and loads them again if they
+// come back. A misplaced record delivered by MisplacedDeliver gets no Load (no order is promised
+// for it); a consumer with a StateHandler cannot disable gating.
 type StateHandler interface {
 	Load(ctx context.Context, ks KeySet) error
 	Flush(ctx context.Context, ks KeySet) error
@@ -187,6 +190,18 @@ func (cn *Consumer) statePartition(ctx context.Context, q int) error {
 	}
 	cn.mu.Unlock()
 	return nil
+}
+
+// stateForget stops holding the keys held for partition q without flushing them: q's lease was
+// lost, its new owner loads them, and this member loads them again before it delivers one.
+func (cn *Consumer) stateForget(q int) {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	for k, h := range cn.home {
+		if h == q {
+			delete(cn.home, k)
+		}
+	}
 }
 
 // stateFlushAll flushes every partition in qs (a reset).

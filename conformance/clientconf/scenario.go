@@ -414,8 +414,13 @@ func (r *run) finish() {
 			}
 			return n
 		}
+		// Up to drainWait, but not 30 s past the last new delivery (a record lost stays lost).
 		deadline := time.Now().Add(drainWait)
-		for delivered() < len(acked) && time.Now().Before(deadline) && r.ctx.Err() == nil {
+		last, lastAt := -1, time.Now()
+		for n := delivered(); n < len(acked) && time.Now().Before(deadline) && time.Since(lastAt) < 30*time.Second && r.ctx.Err() == nil; n = delivered() {
+			if n != last {
+				last, lastAt = n, time.Now()
+			}
 			time.Sleep(50 * time.Millisecond)
 		}
 		time.Sleep(time.Second) // duplicates, if any, would show now

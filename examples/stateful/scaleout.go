@@ -25,6 +25,9 @@ type ScaleOutConfig struct {
 	Interval time.Duration
 	// Phase is how long each phase runs after its action (default 1.5 s).
 	Phase time.Duration
+	// SessionTimeout is the members' (default 2 s: the crash phase waits for it); Drain how long
+	// the group may take, after the input stops, to commit every record (default 60 s).
+	SessionTimeout, Drain time.Duration
 	// NoHandover runs the members without the state handover (each starts the keys it gets
 	// from zero) and stops after the first phase: the checker must then find wrong totals.
 	NoHandover bool
@@ -80,6 +83,12 @@ func RunScaleOut(ctx context.Context, b *broker.Broker, cfg ScaleOutConfig) (*Sc
 	}
 	if cfg.Seed == 0 {
 		cfg.Seed = 15
+	}
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = 2 * time.Second
+	}
+	if cfg.Drain <= 0 {
+		cfg.Drain = 60 * time.Second
 	}
 	logf := cfg.Logf
 	if logf == nil {
@@ -141,7 +150,7 @@ func RunScaleOut(ctx context.Context, b *broker.Broker, cfg ScaleOutConfig) (*Sc
 			state = m.proc
 		}
 		cn, err := m.cons.NewConsumer(ctx, "in", client.ConsumerOptions{Group: "totals", Member: name, Assignor: wire.AssignorSticky, FromBeginning: true,
-			Heartbeat: 200 * time.Millisecond, SessionTimeout: 2 * time.Second, State: state, Logf: cfg.MemberLogf})
+			Heartbeat: 200 * time.Millisecond, SessionTimeout: cfg.SessionTimeout, State: state, Logf: cfg.MemberLogf})
 		if err != nil {
 			return nil, err
 		}
@@ -267,7 +276,7 @@ func RunScaleOut(ctx context.Context, b *broker.Broker, cfg ScaleOutConfig) (*Sc
 		if err := phase("member m2 crashes", func() error {
 			crashed.cons.Close()
 			crashed.prod.Close()
-			time.Sleep(3 * time.Second) // its leases expire (session timeout 2 s)
+			time.Sleep(cfg.SessionTimeout + time.Second) // its leases expire
 			return nil
 		}); err != nil {
 			return nil, err
@@ -310,7 +319,7 @@ func RunScaleOut(ctx context.Context, b *broker.Broker, cfg ScaleOutConfig) (*Sc
 	if err := finishInput(); err != nil {
 		return nil, err
 	}
-	if err := drained(ctx, admin, "in", "totals"); err != nil {
+	if err := drained(ctx, admin, "in", "totals", cfg.Drain); err != nil {
 		return nil, err
 	}
 	for _, w := range windows {
@@ -485,8 +494,8 @@ func readRecords(ctx context.Context, c *client.Client, topic string, f func(key
 }
 
 // drained waits until the group has committed every record of the topic (fence markers aside).
-func drained(ctx context.Context, c *client.Client, topic, group string) error {
-	deadline := time.Now().Add(60 * time.Second)
+func drained(ctx context.Context, c *client.Client, topic, group string, d time.Duration) error {
+	deadline := time.Now().Add(d)
 	for {
 		desc, _, err := c.Topic(ctx, topic)
 		if err != nil {
@@ -497,6 +506,7 @@ func drained(ctx context.Context, c *client.Client, topic, group string) error {
 			return err
 		}
 		lag := uint64(0)
+		var per []string
 		for _, g := range groups {
 			if g.Group != group {
 				continue
@@ -512,7 +522,11 @@ func drained(ctx context.Context, c *client.Client, topic, group string) error {
 					pos = g.Positions[q]
 				}
 				if last > pos {
-					lag += last - pos - uint64(desc.FenceMarkers(q, pos, last))
+					l := last - pos - uint64(desc.FenceMarkers(q, pos, last))
+					lag += l
+					if l > 0 {
+						per = append(per, fmt.Sprintf("partition %d at %d of %d", q, pos, last))
+					}
 				}
 			}
 		}
@@ -520,7 +534,7 @@ func drained(ctx context.Context, c *client.Client, topic, group string) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("group %s still %d records behind on %s after 60 s", group, lag, topic)
+			return fmt.Errorf("group %s still %d records behind on %s after %v: %v", group, lag, topic, d, per)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

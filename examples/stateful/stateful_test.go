@@ -2,6 +2,7 @@ package stateful_test
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -19,6 +20,11 @@ import (
 // fresh ones restore the state from the changelog (stop-and-restore); the longest per-key pause
 // of each phase is printed with their ratio (no wall-clock assertion).
 func TestStatefulScaleOut(t *testing.T) {
+	if raceEnabled && os.Getenv("PCTL_STATEFUL_RACE") == "" {
+		// About two minutes under the race detector (it passed so when written); the client
+		// package's state tests cover the handover code under -race in CI.
+		t.Skip("under -race only with PCTL_STATEFUL_RACE=1 (about two minutes)")
+	}
 	rep := run(t, stateful.ScaleOutConfig{})
 	t.Logf("%d records, %d keys: applied %d, duplicates skipped %d, loads %d, flushes %d, changelog records read %d",
 		rep.Records, rep.Keys, rep.Stats.Applied, rep.Stats.Duplicates, rep.Stats.Loads, rep.Stats.Flushes, rep.Stats.ChangelogRead)
@@ -48,7 +54,7 @@ func TestStatefulScaleOutCheckerCatchesLostState(t *testing.T) {
 
 func run(t *testing.T, cfg stateful.ScaleOutConfig) *stateful.ScaleOutReport {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000})
 	if err != nil {
@@ -56,6 +62,11 @@ func run(t *testing.T, cfg stateful.ScaleOutConfig) *stateful.ScaleOutReport {
 	}
 	defer b.Close()
 	cfg.Logf = t.Logf
+	if raceEnabled {
+		// The race detector slows every member down several times: less input, longer sessions
+		// (members that miss heartbeats would take each other's partitions all the time).
+		cfg.Interval, cfg.SessionTimeout, cfg.Drain = 10*time.Millisecond, 6*time.Second, 3*time.Minute
+	}
 	if testing.Verbose() {
 		cfg.MemberLogf = t.Logf
 	}

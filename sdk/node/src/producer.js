@@ -76,6 +76,11 @@ export class Producer {
     }
     const p = new Producer(client, topic, id, opts);
     const desc = await p.fetch();
+    if (desc.compact) {
+      // Records of a compacted topic go to key subjects (spec/protocol.md §10.1), which this
+      // producer does not write yet: its publishes would find no stream.
+      throw new PctlError('unsupported', `topic ${topic} is a compacted topic (spec/protocol.md §10.1: records go to key subjects); the Node SDK's producer does not produce to compacted topics yet: use the Go client or 'pctl produce'`);
+    }
     await p.install(desc);
     p.maxRecord = await maxRecordBytes(client, topic);
     p.start();

@@ -1,0 +1,5 @@
+//go:build !race
+
+package stateful_test
+
+const raceEnabled = false
