@@ -895,7 +895,7 @@ func (cn *Consumer) watchdog(ctx context.Context) {
 				continue
 			}
 			cn.opts.Logf("member %s: partition %d: the reader handed nothing over for %v while the stream holds records up to %d past position %d; reading again (the %s reader at this position: %s; the next one gets %v)",
-				cn.opts.Member, w.partition, s.waited.Round(time.Millisecond), l, s.pos, ordinal(again), cn.readerReport(ctx, s.cons, s.pos), stallLimit(again))
+				cn.opts.Member, w.partition, s.waited.Round(time.Millisecond), l, s.pos, ordinal(again), cn.readerReport(ctx, s.cons, s.pos), stallLimit(again+1))
 		}
 	}
 }
