@@ -120,6 +120,10 @@ type Result struct {
 	Elapsed          time.Duration
 	Restarted        bool
 	Killed           bool
+	// MemberErrors lists the members that stopped on their own, with the error their Run
+	// returned (a member the run crashed on purpose is not one): no member may, and one that
+	// does is otherwise seen only as records its group never delivered.
+	MemberErrors []string
 }
 
 // OK reports whether the checkers found nothing wrong: the order checker passed with a report
@@ -152,6 +156,9 @@ func (r *Result) Failures() []string {
 	}
 	if r.MisplacedRecords > 0 {
 		out = append(out, fmt.Sprintf("%d stored records on the wrong side of a boundary", r.MisplacedRecords))
+	}
+	for _, e := range r.MemberErrors {
+		out = append(out, "member stopped: "+e)
 	}
 	return out
 }
@@ -583,10 +590,11 @@ type groupStats struct {
 }
 
 type member struct {
-	c      *client.Client
-	cn     *client.Consumer
-	cancel context.CancelFunc
-	done   chan error
+	c       *client.Client
+	cn      *client.Consumer
+	cancel  context.CancelFunc
+	done    chan error
+	crashed atomic.Bool // crashed by the run on purpose (crashOne)
 }
 
 func (g *groupRun) add(id string) error {
@@ -611,7 +619,18 @@ func (g *groupRun) add(id string) error {
 		if id == "m0" {
 			slow = r.cfg.SlowMember
 		}
-		m.done <- cn.Run(ctx, func(ctx context.Context, msg *client.Message) error {
+		var err error
+		defer func() {
+			if err != nil && ctx.Err() == nil && !m.crashed.Load() {
+				// Stopped on its own: the checkers would only see records never delivered.
+				r.cfg.Logf("group %s: member %s stopped: %v", g.name, id, err)
+				r.mu.Lock()
+				r.res.MemberErrors = append(r.res.MemberErrors, fmt.Sprintf("group %s member %s: %v", g.name, id, err))
+				r.mu.Unlock()
+			}
+			m.done <- err
+		}()
+		err = cn.Run(ctx, func(ctx context.Context, msg *client.Message) error {
 			if slow > 0 {
 				time.Sleep(slow)
 			}
@@ -656,6 +675,7 @@ func (g *groupRun) crashOne() error {
 		return nil
 	}
 	g.r.cfg.Logf("crashing member %s", victim)
+	m.crashed.Store(true)
 	m.c.Conn().Close() // no release, no commit: a crash
 	m.cancel()
 	<-m.done
