@@ -1500,8 +1500,25 @@ func (cn *Consumer) setPosition(q int, rev uint64, ps wire.PartitionState) {
 	cn.mu.Unlock()
 }
 
+// partitionerFor returns epoch e's partitioner. A member cannot go on without it, and a fetch
+// that fails for a while (no broker answers: one restarts; or it answers too late) must not stop
+// the member for good: such failures (wire.ErrUnavailable) are retried until ctx ends; others (a
+// module that does not load, a refusal) are returned.
 func (cn *Consumer) partitionerFor(ctx context.Context, e *wire.Epoch) (partitioner.Partitioner, error) {
-	return cn.c.partitionerFor(ctx, e.Partitioner)
+	var backoff time.Duration
+	for {
+		f, err := cn.c.partitionerFor(ctx, e.Partitioner)
+		if err == nil || !errors.Is(err, wire.ErrUnavailable) || ctx.Err() != nil {
+			return f, err
+		}
+		backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+		cn.opts.Logf("member %s: epoch %d's partitioner %s: %v; again in %v", cn.opts.Member, e.Epoch, e.Partitioner.Name, err, backoff)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(backoff):
+		}
+	}
 }
 
 // worker reads one partition in order and delivers its records. Lock order: worker.mu, then
