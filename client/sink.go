@@ -439,12 +439,27 @@ func (b *batch) addKey(pd *pending, perKey bool) {
 	}
 }
 
+// connRecheck is how often a sink whose records wait for the connection looks at it again.
+const connRecheck = 250 * time.Millisecond
+
 // wait blocks until something happens: a reply, a new record or control flag, or a timer.
 func (s *sink) wait(ctx context.Context) {
 	b := s.b
 	if b == nil || b.anomaly != "" {
 		if b != nil {
 			return // settle next
+		}
+		if s.queued() > 0 {
+			// Records wait for the connection: look again now and then, in case a reconnect
+			// is never signalled (a handler replaced by the application).
+			s.timer.Reset(connRecheck)
+			defer s.timer.Stop()
+			select {
+			case <-s.wake:
+			case <-s.timer.C:
+			case <-ctx.Done():
+			}
+			return
 		}
 		select {
 		case <-s.wake:

@@ -120,10 +120,16 @@ func (w *produceWatch) OnProduceRepartitioned(topic string, epoch, resent int) {
 	}
 }
 
-// watchConn reports a lost and a regained connection.
+// watchConn reports a lost and a regained connection, after the client's own handlers (the
+// producer's sinks learn of both through them: replacing them left a producer that never
+// noticed a reconnect, its records unacknowledged for good after a broker restart).
 func (w *produceWatch) watchConn(c *client.Client) {
 	nc := c.Conn()
+	prevLost, prevBack := nc.Opts.DisconnectedErrCB, nc.Opts.ReconnectedCB
 	nc.SetDisconnectErrHandler(func(nc *nats.Conn, err error) {
+		if prevLost != nil {
+			prevLost(nc, err)
+		}
 		if nc.IsClosed() {
 			return
 		}
@@ -134,6 +140,9 @@ func (w *produceWatch) watchConn(c *client.Client) {
 		w.print("%s; reconnecting: unacknowledged records are kept and re-sent", msg)
 	})
 	nc.SetReconnectHandler(func(nc *nats.Conn) {
+		if prevBack != nil {
+			prevBack(nc)
+		}
 		w.print("reconnected to %s", nc.ConnectedUrlRedacted())
 	})
 }

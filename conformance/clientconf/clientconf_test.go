@@ -198,16 +198,7 @@ func implementations(t *testing.T) []implementation {
 // knownFailing are rows an implementation fails today because of a bug in the client, named
 // here; CI does not run them (PCTL_CLIENTCONF_ALL=1 runs every row). A row leaves this list
 // when the bug is fixed.
-var knownFailing = map[string]map[string]string{
-	"go": {
-		// client.Producer (pctl produce): after the connection comes back (a broker restart, or
-		// a cut with nothing in flight), the records sent next are never acknowledged nor settled
-		// (no "no reply within 5s" in --verbose) and pctl produce gives up after --timeout.
-		// Reproduced with sdk/node/consume as the consumer: the Go producer's fault.
-		"broker-restart": "Go producer: records sent after a reconnect are never acknowledged (3 of 3 seeds)",
-		"conn-cuts":      "Go producer: records sent after a reconnect are never acknowledged (2 of 4 runs)",
-	},
-}
+var knownFailing = map[string]map[string]string{}
 
 var (
 	setupMu   sync.Mutex
