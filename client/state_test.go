@@ -63,7 +63,12 @@ func TestStateReloadedAfterLostLease(t *testing.T) {
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- cn.Run(rctx, func(_ context.Context, m *client.Message) error { mu.Lock(); seen[string(m.Value)] = true; mu.Unlock(); return nil })
+		done <- cn.Run(rctx, func(_ context.Context, m *client.Message) error {
+			mu.Lock()
+			seen[string(m.Value)] = true
+			mu.Unlock()
+			return nil
+		})
 	}()
 	delivered := func(v string) bool { mu.Lock(); defer mu.Unlock(); return seen[v] }
 	p := newKeyProducer(t, ctx, b, "sl", "p")

@@ -234,12 +234,12 @@ type ThinProducer struct {
 	// lastReply is when a reply to one of this session's requests last arrived: a broker that
 	// answers is alive, so a request is overdue only after AttemptTimeout without any reply.
 	lastReply time.Time
-	probing     bool // with broker == "": one request is out to the shared subject
-	paused      bool // a failure was seen: nothing is sent until the pause ends
-	pause       time.Duration
-	lastErr     error // the last retryable failure of any record
-	fatal       error
-	closed      bool
+	probing   bool // with broker == "": one request is out to the shared subject
+	paused    bool // a failure was seen: nothing is sent until the pause ends
+	pause     time.Duration
+	lastErr   error // the last retryable failure of any record
+	fatal     error
+	closed    bool
 
 	stopViolation func()
 	stop          chan struct{}
