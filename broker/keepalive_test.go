@@ -28,7 +28,8 @@ func TestAdminRequestFailsFastWhenItsBrokerDies(t *testing.T) {
 	defer cancel()
 	const topic = "dies"
 	var b *broker.Broker
-	mode := ""
+	var mode atomic.Value // the hook runs on the broker's goroutines (and its retry loop's)
+	mode.Store("")
 	released := make(chan struct{})
 	var err error
 	b, err = broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000, Logf: t.Logf,
@@ -36,7 +37,7 @@ func TestAdminRequestFailsFastWhenItsBrokerDies(t *testing.T) {
 			if name != topic || state != "planned" {
 				return nil
 			}
-			switch mode {
+			switch mode.Load().(string) {
 			case "slow":
 				time.Sleep(7 * time.Second) // longer than the client's keep-alive silence limit
 			case "die":
@@ -60,12 +61,12 @@ func TestAdminRequestFailsFastWhenItsBrokerDies(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	mode = "slow"
+	mode.Store("slow")
 	if _, err := admin.Repartition(ctx, wire.RepartitionRequest{Topic: topic, Partitions: 3}); err != nil {
 		t.Fatalf("a slow change on a live broker: %v (keep-alives must keep the request alive)", err)
 	}
 
-	mode = "die"
+	mode.Store("die")
 	_, err = admin.Repartition(ctx, wire.RepartitionRequest{Topic: topic, Partitions: 4})
 	switch {
 	case err == nil:
