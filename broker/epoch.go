@@ -89,8 +89,7 @@ func (b *Broker) apiTopicRepartition(ctx context.Context, m *nats.Msg) (any, err
 			return nil, fmt.Errorf("%w: topic %s already has %d partitions with %s and this config; nothing to change", wire.ErrBadRequest, t.Name, n, cur.Partitioner.Name)
 		}
 		t.Change = &wire.Change{To: cur.Epoch + 1, Partitions: n, Partition: p, State: statePlanned,
-			Fenced: make([]bool, cur.Partitions), Boundaries: make([]uint64, cur.Partitions), Started: time.Now().UTC(),
-			FenceToken: fenceToken()}
+			Boundaries: make([]uint64, cur.Partitions), Started: time.Now().UTC(), FenceToken: fenceToken()}
 		_, err = b.putTopic(ctx, t, rev)
 		if err == nil {
 			break
@@ -200,7 +199,6 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 					return err
 				}
 				ch.Boundaries[q] = marker - 1
-				ch.Fenced[q] = true
 				prog.add()
 				return nil
 			})
@@ -217,6 +215,7 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 				continue
 			}
 			ch.State = stateFenced
+			ch.Fenced = nil // the state says it for every old partition (a change planned by an older broker had a list)
 		case stateFenced:
 			anc := b.declaredAncestry(ctx, cur, ch)
 			cur.Boundaries = ch.Boundaries

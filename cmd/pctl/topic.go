@@ -324,14 +324,13 @@ func describeTopic(out io.Writer, t *wire.Topic, rev uint64) {
 		fmt.Fprintf(w, "state\tbeing created\n")
 	}
 	if ch := t.Change; ch != nil {
+		old := t.Current().Partitions
 		fenced := 0
-		for _, f := range ch.Fenced {
-			if f {
-				fenced++
-			}
+		if ch.State == "fenced" {
+			fenced = old // recorded for every old partition at once (a descriptor of an older broker may have a list)
 		}
 		fmt.Fprintf(w, "change\tto epoch %d, state %s (%d of %d old partitions fenced), started %s: %d partitions, %s\n",
-			ch.To, ch.State, fenced, len(ch.Fenced), ch.Started.Format(time.RFC3339), ch.Partitions, partitionerText(ch.Partition))
+			ch.To, ch.State, fenced, old, ch.Started.Format(time.RFC3339), ch.Partitions, partitionerText(ch.Partition))
 	} else {
 		fmt.Fprintf(w, "change\tnone in progress\n")
 	}
