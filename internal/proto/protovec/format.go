@@ -219,6 +219,9 @@ func (f *File) Marshal() ([]byte, error) {
 	}
 	for i := range f.Traces {
 		t := f.Traces[i]
+		if len(t.Topic.Epochs) == 0 {
+			return nil, fmt.Errorf("%s: trace %s has no descriptor", f.Rule, t.Name)
+		}
 		normalise(&t)
 		if err := enc.Encode(t); err != nil {
 			return nil, fmt.Errorf("%s: trace %s: %w", f.Rule, t.Name, err)

@@ -249,6 +249,9 @@ func keysAssigned() File {
 	}
 }
 
+// onePartition: a topic of one epoch with one partition (the lease rules read no descriptor).
+var onePartition = Topic{Epochs: []Epoch{{Epoch: 1, Partitions: 1}}}
+
 func leases() File {
 	return File{
 		Rule: "lease-expiry", Section: "6.3",
@@ -258,19 +261,19 @@ func leases() File {
 			"is left on its lease by its own clock (else it renews first).",
 		Traces: []Trace{
 			{
-				Name: "skew-bounds", SessionMS: 6000, Doc: "6 s session: 1 s.",
+				Name: "skew-bounds", SessionMS: 6000, Topic: onePartition, Doc: "6 s session: 1 s.",
 				Steps: []Step{{Event: Event{MaxSkew: empty}, Expect: SkewOut{1000}}},
 			},
 			{
-				Name: "skew-bound-of-a-long-session", SessionMS: 30000, Doc: "30 s session: capped at 1 s.",
+				Name: "skew-bound-of-a-long-session", SessionMS: 30000, Topic: onePartition, Doc: "30 s session: capped at 1 s.",
 				Steps: []Step{{Event: Event{MaxSkew: empty}, Expect: SkewOut{1000}}},
 			},
 			{
-				Name: "skew-bound-of-a-short-session", SessionMS: 1500, Doc: "1.5 s session: 250 ms.",
+				Name: "skew-bound-of-a-short-session", SessionMS: 1500, Topic: onePartition, Doc: "1.5 s session: 250 ms.",
 				Steps: []Step{{Event: Event{MaxSkew: empty}, Expect: SkewOut{250}}},
 			},
 			{
-				Name: "another-members-lease-expires-only-after-the-skew-bound", Member: "a", SessionMS: 6000,
+				Name: "another-members-lease-expires-only-after-the-skew-bound", Member: "a", SessionMS: 6000, Topic: onePartition,
 				Doc: "b's lease ends at 10000 by b's clock: a may take the partition from 11000 by its own.",
 				Steps: []Step{
 					{Event: now(9999)},
@@ -284,7 +287,7 @@ func leases() File {
 				},
 			},
 			{
-				Name: "free-and-own-leases-are-taken", Member: "a", SessionMS: 6000,
+				Name: "free-and-own-leases-are-taken", Member: "a", SessionMS: 6000, Topic: onePartition,
 				Doc: "No owner (released), or the member's own lease, whatever its end.",
 				Steps: []Step{
 					{Event: now(10000)},
@@ -294,7 +297,7 @@ func leases() File {
 				},
 			},
 			{
-				Name: "the-holder-delivers-while-a-quarter-of-the-session-is-left", Member: "a", SessionMS: 6000,
+				Name: "the-holder-delivers-while-a-quarter-of-the-session-is-left", Member: "a", SessionMS: 6000, Topic: onePartition,
 				Doc: "6 s session: the holder of a lease ending at 11501 delivers at 10000 (1501 ms left > 1500); at 11500 it renews first.",
 				Steps: []Step{
 					{Event: now(10000)},
