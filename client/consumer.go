@@ -459,7 +459,7 @@ func (cn *Consumer) Run(ctx context.Context, h Handler) error {
 	defer running.Store(false)
 	var refusedMu sync.Mutex
 	var refused error
-	cn.c.onViolation(func(subject string) {
+	defer cn.c.onViolation(func(subject string) {
 		if !running.Load() || !cn.ownSubject(subject) {
 			return
 		}
@@ -471,7 +471,7 @@ func (cn *Consumer) Run(ctx context.Context, h Handler) error {
 		err := refused
 		refusedMu.Unlock()
 		cancel(err)
-	})
+	})()
 	refusal := func(err error) error {
 		refusedMu.Lock()
 		defer refusedMu.Unlock()
@@ -480,20 +480,28 @@ func (cn *Consumer) Run(ctx context.Context, h Handler) error {
 		}
 		return err
 	}
-	kv, err := cn.kv(runCtx)
-	if err != nil {
-		return refusal(err)
-	}
-	if err := cn.ensureGroup(runCtx, kv); err != nil {
-		return refusal(err)
-	}
-	// The descriptor read after the group's keys exist (spec/protocol.md §10.4): a retirement
-	// that did not see this group is shown in it.
-	cn.refresh(runCtx)
-	// The group's generation (spec/protocol.md §6.6) before the first assignment; the watch
-	// brings later resets.
-	if err := cn.readReset(runCtx, kv); err != nil {
-		return refusal(err)
+	// Joining: the group's bucket, the group's keys, the descriptor read after them (spec/
+	// protocol.md §10.4: a retirement that did not see this group is shown in it) and the group's
+	// generation (§6.6) before the first assignment; the watch brings later resets. A cluster in
+	// the middle of an election answers "no response from stream" or times out for a while: that
+	// is retried with a backoff (logged) as long as ctx lasts, like every later step of a member;
+	// anything else (a refusal, a broken group key) ends Run.
+	var kv jetstream.KeyValue
+	for backoff := time.Duration(0); ; {
+		var err error
+		if kv, err = cn.join(runCtx); err == nil {
+			break
+		} else if !errors.Is(err, wire.ErrUnavailable) || runCtx.Err() != nil {
+			return refusal(err)
+		} else {
+			backoff = min(max(2*backoff, 250*time.Millisecond), 5*time.Second)
+			cn.opts.Logf("member %s: joining group %s: %v; again in %v", cn.opts.Member, cn.opts.Group, err, backoff)
+			select {
+			case <-runCtx.Done():
+				return refusal(context.Cause(runCtx))
+			case <-time.After(backoff):
+			}
+		}
 	}
 
 	// Watch the group's committed positions (gates wait on them), and the readers.
@@ -992,6 +1000,24 @@ func (cn *Consumer) lastSequences(ctx context.Context, ws []*worker) map[int]uin
 	return out
 }
 
+// join opens the group's bucket, creates the group's keys if it is new, reads the descriptor
+// and the group's generation: what a member does before its first assignment. Each step is
+// idempotent, so a join that failed half-way is simply done again.
+func (cn *Consumer) join(ctx context.Context) (jetstream.KeyValue, error) {
+	kv, err := cn.kv(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := cn.ensureGroup(ctx, kv); err != nil {
+		return nil, err
+	}
+	cn.refresh(ctx)
+	if err := cn.readReset(ctx, kv); err != nil {
+		return nil, err
+	}
+	return kv, nil
+}
+
 // ensureGroup creates the group's state on first use: every existing partition's starting
 // position (its last sequence, 0 from the beginning, the start of the current epoch), then the
 // group marker. Whoever comes first wins each key; a partition created later has no state and is
@@ -1005,6 +1031,13 @@ func (cn *Consumer) ensureGroup(ctx context.Context, kv jetstream.KeyValue) erro
 			return err
 		}
 		return cn.joinAssignor(ctx, kv)
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		// Not "no such group": the state could not be read (a leader election, a timeout).
+		// Creating the group now could start it at the wrong place; the join is retried.
+		if IsPermission(err) {
+			return err
+		}
+		return fmt.Errorf("%w: consumer group %s: read its marker: %v", wire.ErrUnavailable, cn.opts.Group, err)
 	}
 	cn.mu.Lock()
 	desc := cn.desc

@@ -46,3 +46,10 @@ func SlowReaderRestarts(o ConsumerOptions, d time.Duration) ConsumerOptions {
 	o.testOpenDelay = d
 	return o
 }
+
+// Listeners counts the client's registered violation and connection listeners.
+func (c *Client) Listeners() (violation, conn int) {
+	c.vmu.Lock()
+	defer c.vmu.Unlock()
+	return len(c.vlisteners), len(c.clisteners)
+}

@@ -250,12 +250,12 @@ func (c *Client) NewProducer(ctx context.Context, topic string, opts ProducerOpt
 		return nil, fmt.Errorf("%w: subscribe to %s: %v", wire.ErrUnavailable, wire.TopicEventSubject(topic), err)
 	}
 	p.subs = []*nats.Subscription{replies, events}
-	c.onViolation(func(subject string) {
+	unviolation := c.onViolation(func(subject string) {
 		if strings.HasPrefix(subject, wire.DataPrefix+"."+topic+".") {
 			p.fail(permissionError(subject))
 		}
 	})
-	p.unlisten = c.onConnEvent(func(connected bool) {
+	unconn := c.onConnEvent(func(connected bool) {
 		p.mu.Lock()
 		sinks := make([]*sink, 0, len(p.sinks))
 		for _, s := range p.sinks {
@@ -266,6 +266,7 @@ func (c *Client) NewProducer(ctx context.Context, topic string, opts ProducerOpt
 			s.connChanged(connected)
 		}
 	})
+	p.unlisten = func() { unviolation(); unconn() }
 	p.wg.Add(1)
 	go p.control()
 	return p, nil
