@@ -115,7 +115,7 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	}
 	nc, err := nats.Connect(opts.URL, nopts...)
 	if err != nil {
-		if errors.Is(err, nats.ErrAuthorization) || strings.Contains(strings.ToLower(err.Error()), "authorization") {
+		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrAccountAuthExpired) {
 			return nil, fmt.Errorf("%w: the broker at %s refused the credentials %q: %v; use admin.nk, producer.nk or consumer.nk from the broker's data directory (--creds or PCTL_CREDS)", wire.ErrPermission, opts.URL, opts.Creds, err)
 		}
 		return nil, fmt.Errorf("%w: cannot connect to %s: %v; is 'pctl serve' running? (--server or PCTL_SERVER)", wire.ErrUnavailable, opts.URL, err)

@@ -1410,16 +1410,21 @@ func (cn *Consumer) acquire(ctx context.Context, kv jetstream.KeyValue, q int) (
 	if ps.Generation < gen {
 		ps.Position = resetPos // written before the reset reached it
 	}
-	if ps.Owner != "" && ps.Owner != cn.opts.Member {
-		cn.opts.Logf("member %s: partition %d: lease of %s expired %v ago; taking over at %d", cn.opts.Member, q, ps.Owner, time.Since(time.UnixMilli(ps.LeaseEnd)), ps.Position)
-	} else {
-		cn.opts.Logf("member %s: partition %d: acquired at %d (generation %d)", cn.opts.Member, q, ps.Position, gen)
-	}
+	prev, prevEnd := ps.Owner, ps.LeaseEnd
 	ps.Owner, ps.LeaseEnd, ps.Generation = cn.opts.Member, cn.leaseEnd(), gen
 	body, _ := json.Marshal(ps)
 	r, err := kv.Update(ctx, key, body, rev)
 	if err != nil {
+		// Another member's write came first (or the write's fate is unknown: the next round
+		// reads the key again and finds the lease ours or not).
 		return 0, 0, 0, false
+	}
+	// Logged once the compare-and-set succeeded: two members that read the same free key both
+	// try, and only one of them acquires it.
+	if prev != "" && prev != cn.opts.Member {
+		cn.opts.Logf("member %s: partition %d: lease of %s expired %v ago; took over at %d", cn.opts.Member, q, prev, time.Since(time.UnixMilli(prevEnd)).Round(time.Millisecond), ps.Position)
+	} else {
+		cn.opts.Logf("member %s: partition %d: acquired at %d (generation %d)", cn.opts.Member, q, ps.Position, gen)
 	}
 	cn.hookLease(q, true) // hooks.go
 	return ps.Position, r, gen, true

@@ -296,11 +296,18 @@ func (p *Producer) Epoch() int {
 	return p.desc.Current().Epoch
 }
 
+// ErrProducerClosed is what Send returns after Close: a bad request (errors.Is works with both).
+var ErrProducerClosed = fmt.Errorf("%w: producer is closed", wire.ErrBadRequest)
+
 func (p *Producer) fetch(ctx context.Context) (*wire.Topic, error) {
 	for {
 		t, _, err := p.c.Topic(ctx, p.topic)
 		if err != nil {
-			if errors.Is(err, wire.ErrUnavailable) && ctx.Err() == nil && strings.Contains(err.Error(), "being created") {
+			// The broker answered "unavailable" (a topic being created, a descriptor not yet
+			// readable): a state that passes, retried while ctx lasts. A broker that does not
+			// answer at all is reported (the error is not a RemoteError then).
+			var remote *wire.RemoteError
+			if errors.Is(err, wire.ErrUnavailable) && errors.As(err, &remote) && ctx.Err() == nil {
 				time.Sleep(50 * time.Millisecond)
 				continue
 			}
@@ -371,7 +378,7 @@ func (p *Producer) Send(ctx context.Context, rec Record, done func(Result)) erro
 	}
 	if p.closed {
 		p.mu.Unlock()
-		return fmt.Errorf("%w: producer is closed", wire.ErrBadRequest)
+		return ErrProducerClosed
 	}
 	if p.fatal != nil {
 		err := p.fatal
