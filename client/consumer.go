@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -250,6 +251,9 @@ type ConsumerOptions struct {
 	// testOpenDelay is a test hook: every reader after a worker's first is opened this much
 	// later (a server so loaded that making a consumer takes this long).
 	testOpenDelay time.Duration
+	// testLoseAnswer is a test hook: called after each stored commit of a partition's state;
+	// true makes the worker take it as unanswered (stored, its answer lost on the way).
+	testLoseAnswer func() bool
 }
 
 // Handler processes one record. Returning nil acknowledges it; an error stops the member (the
@@ -1585,6 +1589,9 @@ type worker struct {
 	// commitSem lets one compare-and-set on the partition's state run at a time (each needs the
 	// revision the previous one produced); it is not held by anything else.
 	commitSem chan struct{}
+	// unsure is the last write of the partition's state whose answer never came: if the next
+	// compare-and-set fails, the key is read, and a key holding exactly this was our write.
+	unsure *unsureWrite
 	// The reader the worker waits for: readerN numbers them (0: none open), readerCons is its
 	// consumer (for the watchdog's report); restarts counts the readers replaced in a row at
 	// position restartAt. kick carries the number of the reader the watchdog replaces.
@@ -1646,9 +1653,41 @@ func (w *worker) commit(ctx context.Context, kv jetstream.KeyValue, renew bool) 
 	octx, cancel := w.cn.op(ctx)
 	newRev, err := kv.Update(octx, wire.PartitionKey(w.cn.topicID, w.cn.opts.Group, w.partition), body, rev)
 	cancel()
+	if err == nil && w.cn.opts.testLoseAnswer != nil && w.cn.opts.testLoseAnswer() {
+		err = context.DeadlineExceeded
+	}
 
+	if err != nil && (errors.Is(err, jetstream.ErrKeyExists) || isWrongSeq(err)) && w.unsure != nil {
+		// The last write's answer was lost (a timeout, a leader change), so the key's revision
+		// may be that write's, not a takeover's: if the key holds exactly what we wrote then,
+		// it was ours (issue 10: a member stopped and re-acquired its own partitions after
+		// every ambiguous renewal). Another member's write would name another owner or lease.
+		gctx, gcancel := w.cn.op(ctx)
+		e, gerr := kv.Get(gctx, wire.PartitionKey(w.cn.topicID, w.cn.opts.Group, w.partition))
+		gcancel()
+		if gerr == nil && bytes.Equal(e.Value(), w.unsure.body) {
+			w.mu.Lock()
+			w.rev = e.Revision()
+			if w.unsure.pos > w.committed {
+				w.committed = w.unsure.pos
+			}
+			if w.unsure.until.After(w.leaseUntil) {
+				w.leaseUntil = w.unsure.until
+			}
+			w.unsure = nil
+			w.mu.Unlock()
+			w.cn.opts.Logf("member %s: partition %d: the commit whose answer was lost was stored (revision %d); committing again", w.cn.opts.Member, w.partition, e.Revision())
+			octx, cancel := w.cn.op(ctx)
+			newRev, err = kv.Update(octx, wire.PartitionKey(w.cn.topicID, w.cn.opts.Group, w.partition), body, e.Revision())
+			cancel()
+		}
+	}
 	w.mu.Lock()
 	if err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSeq(err) {
+			// Not answered: stored or not, we cannot tell yet (the next compare-and-set can).
+			w.unsure = &unsureWrite{body: body, pos: pos, until: now.Add(session)}
+		}
 		if errors.Is(err, jetstream.ErrKeyExists) || isWrongSeq(err) {
 			w.cn.opts.Logf("member %s: partition %d: lost (taken over); delivered %d, committed %d", w.cn.opts.Member, w.partition, w.delivered, w.committed)
 			w.isLost = true // taken over: stop at once, commit nothing more
@@ -1660,6 +1699,7 @@ func (w *worker) commit(ctx context.Context, kv jetstream.KeyValue, renew bool) 
 		return
 	}
 	w.rev = newRev
+	w.unsure = nil
 	if pos > w.committed {
 		w.committed = pos
 	}
@@ -1667,6 +1707,14 @@ func (w *worker) commit(ctx context.Context, kv jetstream.KeyValue, renew bool) 
 	w.mu.Unlock()
 	w.cn.setPosition(w.partition, newRev, ps)
 	w.cn.noteCommit(newRev)
+}
+
+// unsureWrite is a write of a partition's state whose outcome is unknown: its body, the position
+// it commits and the lease end it gives (by our clock, from before the write).
+type unsureWrite struct {
+	body  []byte
+	pos   uint64
+	until time.Time
 }
 
 func isWrongSeq(err error) bool {
