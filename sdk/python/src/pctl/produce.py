@@ -12,7 +12,8 @@ known:
 
 pseq is the record's Pctl-Seq (1-based, in stdin order). Exit 0 when every record was
 acknowledged, 1 when one was not (or the producer failed), 2 for bad arguments or an unknown
-topic. --server and --creds default to $PCTL_SERVER and $PCTL_CREDS."""
+topic. --server and --creds default to $PCTL_SERVER and $PCTL_CREDS. With --tombstone-marker M a
+line `key<TAB>M` sends a tombstone for key (spec/protocol.md §10.2) instead of the value M."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--producer-id", default=None, help="producer id for Pctl-Producer and Nats-Msg-Id (default: random); "
                    "given, the records' deduplication tokens are digests of their contents, so that a re-run under the "
                    "same id stores nothing twice")
+    p.add_argument("--tombstone-marker", default=None, help="a line key<TAB>M with this value M sends a tombstone for key")
     p.add_argument("--ack-timeout", type=float, default=5.0, help="seconds before an unacknowledged publish is retried (default 5)")
     return p
 
@@ -97,6 +99,7 @@ async def _run(args: argparse.Namespace, out) -> int:
         q: asyncio.Queue = asyncio.Queue(maxsize=0)
         threading.Thread(target=_reader, args=(loop, q), daemon=True).start()
         pseq = 0
+        marker = None if args.tombstone_marker is None else args.tombstone_marker.encode()
         fatal: Optional[PctlError] = None
         while fatal is None:
             lines = await q.get()
@@ -105,8 +108,9 @@ async def _run(args: argparse.Namespace, out) -> int:
             for line in lines:
                 key, value = _split(line)
                 pseq += 1
+                tomb = marker is not None and key is not None and value == marker
                 try:
-                    fut = await producer.send(key, value)
+                    fut = await producer.send(key, b"" if tomb else value, tombstone=tomb)
                 except PctlError as e:
                     fatal = e
                     failed += 1
