@@ -44,13 +44,25 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _reader(loop: asyncio.AbstractEventLoop, q: "asyncio.Queue[Optional[list]]") -> None:
-    """Reads stdin in a thread (a pipe or a file alike) and hands over batches of lines."""
+    """Reads stdin in a thread (a pipe or a file alike) and hands over batches of complete lines
+    as soon as they arrive (up to 64 KiB at a time: a writer that pauses between lines gets them
+    sent at once, not when 64 KiB have come); the last line may lack its newline."""
     stdin = sys.stdin.buffer
+    rest = b""
     while True:
-        lines = stdin.readlines(1 << 16)
-        loop.call_soon_threadsafe(q.put_nowait, lines or None)
-        if not lines:
+        chunk = stdin.read1(1 << 16)
+        if not chunk:
+            if rest:
+                loop.call_soon_threadsafe(q.put_nowait, [rest])
+            loop.call_soon_threadsafe(q.put_nowait, None)
             return
+        rest += chunk
+        i = rest.rfind(b"\n")
+        if i < 0:
+            continue
+        lines = rest[:i].split(b"\n")  # a \r before a newline is dropped by _split
+        rest = rest[i + 1:]
+        loop.call_soon_threadsafe(q.put_nowait, lines)
 
 
 def _split(line: bytes) -> tuple:
@@ -98,6 +110,13 @@ async def _run(args: argparse.Namespace, out) -> int:
         loop = asyncio.get_running_loop()
         q: asyncio.Queue = asyncio.Queue(maxsize=0)
         threading.Thread(target=_reader, args=(loop, q), daemon=True).start()
+
+        async def flusher() -> None:
+            # Reports go out within 50 ms of their acknowledgement (the output is buffered).
+            while True:
+                await asyncio.sleep(0.05)
+                out.flush()
+        flushing = asyncio.ensure_future(flusher())
         pseq = 0
         marker = None if args.tombstone_marker is None else args.tombstone_marker.encode()
         fatal: Optional[PctlError] = None
@@ -122,6 +141,7 @@ async def _run(args: argparse.Namespace, out) -> int:
         except PctlError as e:
             fatal = fatal or e
         await asyncio.sleep(0)  # let the last callbacks run
+        flushing.cancel()
         out.flush()
         if os.environ.get("PCTL_PRODUCE_LOG"):
             _logf(f"producer {producer.id}: {pseq} records, {producer.settled} batches settled, {producer.confirmed_by_reading} "
