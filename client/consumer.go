@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/proto"
 	"pctl.dev/pctl/partitioner"
 )
 
@@ -1193,32 +1194,18 @@ func (cn *Consumer) members(ctx context.Context, kv jetstream.KeyValue) ([]strin
 func (cn *Consumer) assignable() []int {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
-	t := cn.desc
-	cur := t.Current()
-	var out []int
-	for q := 0; q < t.MaxPartitions(); q++ {
-		if q < cur.Partitions {
-			out = append(out, q)
-			continue
-		}
-		final := finalBoundary(t, q)
-		if cn.positions[q] < final {
-			out = append(out, q)
-		}
-	}
-	return out
+	return proto.Assignable(cn.desc, cn.positionLocked)
 }
 
-// finalBoundary is the last sequence of a partition that no longer exists in the current epoch.
-func finalBoundary(t *wire.Topic, q int) uint64 {
-	var last uint64
-	for _, e := range t.Epochs[:len(t.Epochs)-1] {
-		if q < len(e.Boundaries) {
-			last = e.Boundaries[q]
-		}
-	}
-	return last
+// position is the group's position of partition q as the member knows it.
+func (cn *Consumer) position(q int) uint64 {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	return cn.positions[q]
 }
+
+// positionLocked is the group's position of partition q as the member knows it (cn.mu held).
+func (cn *Consumer) positionLocked(q int) uint64 { return cn.positions[q] }
 
 func (cn *Consumer) rebalance(ctx context.Context, kv jetstream.KeyValue, h Handler, fail func(error)) {
 	members, complete := cn.members(ctx, kv)
@@ -1371,7 +1358,7 @@ func (cn *Consumer) acquire(ctx context.Context, kv jetstream.KeyValue, q int) (
 		_ = cn.readReset(ctx, kv)
 		return 0, 0, 0, false
 	}
-	if ps.Owner != "" && ps.Owner != cn.opts.Member && ps.LeaseEnd > time.Now().UnixMilli() {
+	if !proto.MayAcquire(cn.opts.Member, ps.Owner, ps.LeaseEnd, time.Now().UnixMilli(), proto.MaxClockSkew(cn.opts.SessionTimeout)) {
 		return 0, 0, 0, false // someone else's, still leased (a lease of an older generation too)
 	}
 	if ps.Generation < gen {
@@ -1834,7 +1821,10 @@ func (w *worker) deliver(ctx context.Context, msg jetstream.Msg, h Handler, fail
 		// The epoch before it ended at the marker's sequence - 1: the keys-revoked step of that
 		// boundary runs before the position passes the marker (spec/protocol.md §6.5), so the
 		// descriptor must say so first (a marker can be read before the epoch is active).
-		if e, err := strconv.Atoi(f); err == nil && e > 1 {
+		cn.mu.Lock()
+		t := cn.desc
+		cn.mu.Unlock()
+		if e, err := strconv.Atoi(f); err == nil && proto.MarkerNeedsDescriptor(t, e) {
 			if err := w.ensureEnded(ctx, e-1); err != nil {
 				return false
 			}
@@ -2051,7 +2041,7 @@ func (w *worker) holdLease(ctx context.Context) bool {
 	if !w.current(ctx) {
 		return false
 	}
-	margin := w.cn.opts.SessionTimeout / 4
+	session := w.cn.opts.SessionTimeout
 	for {
 		w.mu.Lock()
 		lost, until := w.isLost, w.leaseUntil
@@ -2059,12 +2049,12 @@ func (w *worker) holdLease(ctx context.Context) bool {
 		if lost || ctx.Err() != nil {
 			return false
 		}
-		if time.Until(until) > margin {
+		if proto.MayDeliver(until.UnixMilli(), time.Now().UnixMilli(), session) {
 			return true
 		}
 		w.commitNow(ctx) // renews the lease (or finds it lost)
 		w.mu.Lock()
-		ok := time.Until(w.leaseUntil) > margin
+		ok := proto.MayDeliver(w.leaseUntil.UnixMilli(), time.Now().UnixMilli(), session)
 		w.mu.Unlock()
 		if ok {
 			return true
@@ -2090,10 +2080,8 @@ func (w *worker) skipPassed(pos uint64) {
 	cn := w.cn
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
-	for _, e := range cn.desc.Epochs {
-		if w.partition < len(e.Boundaries) && e.Boundaries[w.partition] < pos {
-			cn.revoked[[2]int{w.partition, e.Epoch}] = true
-		}
+	for _, e := range proto.Passed(cn.desc, w.partition, pos) {
+		cn.revoked[[2]int{w.partition, e}] = true
 	}
 }
 
@@ -2110,21 +2098,14 @@ func (w *worker) passBoundaries(ctx context.Context, pos uint64) {
 	if stale {
 		return // a reset came: the new generation passes its boundaries again
 	}
-	ran := false
-	for i := 0; i+1 < len(t.Epochs); i++ {
-		e, next := &t.Epochs[i], &t.Epochs[i+1]
-		if w.partition >= len(e.Boundaries) || pos < e.Boundaries[w.partition] {
-			continue
-		}
-		key := [2]int{w.partition, e.Epoch}
-		cn.mu.Lock()
-		done := cn.revoked[key]
-		cn.revoked[key] = true
-		cn.mu.Unlock()
-		if done {
-			continue
-		}
-		ran = true
+	cn.mu.Lock()
+	revokes := proto.Revokes(t, w.partition, pos, func(e int) bool { return cn.revoked[[2]int{w.partition, e}] })
+	for _, e := range revokes {
+		cn.revoked[[2]int{w.partition, e}] = true
+	}
+	cn.mu.Unlock()
+	for _, en := range revokes {
+		e, next := t.Epoch(en), t.Epoch(en+1)
 		if cn.opts.OnKeysRevoked != nil {
 			fOld, err1 := cn.partitionerFor(ctx, e)
 			fNew, err2 := cn.partitionerFor(ctx, next)
@@ -2139,7 +2120,7 @@ func (w *worker) passBoundaries(ctx context.Context, pos uint64) {
 			}
 		}
 	}
-	if ran {
+	if len(revokes) > 0 {
 		w.commitNow(ctx)
 	}
 }
@@ -2155,14 +2136,14 @@ func (w *worker) ensureEnded(ctx context.Context, e int) error {
 		cn.mu.Lock()
 		t := cn.desc
 		cn.mu.Unlock()
-		if ep := t.Epoch(e); ep != nil && len(ep.Boundaries) == ep.Partitions && t.Epoch(e+1) != nil {
+		if proto.Ended(t.Epoch(e)) && t.Epoch(e+1) != nil {
 			return nil
 		}
 		cn.refresh(ctx)
 		cn.mu.Lock()
 		t = cn.desc
 		cn.mu.Unlock()
-		if ep := t.Epoch(e); ep != nil && len(ep.Boundaries) == ep.Partitions && t.Epoch(e+1) != nil {
+		if proto.Ended(t.Epoch(e)) && t.Epoch(e+1) != nil {
 			return nil
 		}
 		select {
@@ -2215,15 +2196,9 @@ func (w *worker) waitGroup(ctx context.Context, q int, ok func() bool, slow func
 // lease holds counts too: no one reads its marker, and its last owner ran the step before
 // releasing it (or crashed).
 func (cn *Consumer) pastBoundaryLocked(q int, b uint64) bool {
-	pos := cn.positions[q]
-	if pos != b {
-		return pos > b
-	}
-	if st := cn.states[q]; st.owner != "" && st.leaseEnd > time.Now().UnixMilli() {
-		return false
-	}
-	t := cn.desc
-	return q >= t.Current().Partitions && pos >= finalBoundary(t, q)
+	st := cn.states[q]
+	leased := proto.LeaseLive(st.owner, st.leaseEnd, time.Now().UnixMilli(), proto.MaxClockSkew(cn.opts.SessionTimeout))
+	return proto.PastBoundary(cn.desc, q, b, cn.positionLocked, leased)
 }
 
 // gate blocks a record of epoch x until, for every earlier epoch e that the group has not fully
@@ -2265,28 +2240,21 @@ func (w *worker) gate(ctx context.Context, m *Message) error {
 		}
 		return int(pq), nil
 	}
+	drained := m.Epoch - 1 // DisableGating: no waits (the keys-assigned step below still runs)
+	if !cn.opts.DisableGating {
+		drained = cn.drainedThrough(t)
+	}
+	// Not under cn.mu: partitionIn may fetch a module.
+	g, err := proto.GateRecord(t, drained, m.Epoch, w.partition, partitionIn, cn.position)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	waited := false
-	parentPrev := -1 // the key's partition in epoch x-1
-	for e := m.Epoch - 1; !cn.opts.DisableGating && e >= t.Epochs[0].Epoch; e-- {
-		if e <= cn.drainedThrough(t) {
-			break
-		}
-		ep := t.Epoch(e)
-		q, err := partitionIn(ep)
-		if err != nil {
-			return err
-		}
-		if e == m.Epoch-1 {
-			parentPrev = q
-		}
-		if q == w.partition {
-			continue
-		}
-		boundary := ep.Boundaries[q]
-		wt, err := w.waitGroup(ctx, q, func() bool { return cn.positions[q] >= boundary }, func() string {
+	for _, c := range g.Waits {
+		wt, err := w.waitGroup(ctx, c.Partition, func() bool { return cn.positions[c.Partition] >= c.Boundary }, func() string {
 			return fmt.Sprintf("record %d (epoch %d, key %q) still waits for partition %d to reach %d (epoch %d boundary); the group is at %d",
-				m.Seq, m.Epoch, m.Key, q, boundary, e, cn.positions[q])
+				m.Seq, m.Epoch, m.Key, c.Partition, c.Boundary, c.Epoch, cn.positions[c.Partition])
 		})
 		waited = waited || wt
 		if err != nil {
@@ -2310,22 +2278,18 @@ func (w *worker) gate(ctx context.Context, m *Message) error {
 	if cn.opts.OnKeysAssigned == nil {
 		return nil
 	}
-	prev, next := t.Epoch(m.Epoch-1), t.Epoch(m.Epoch)
-	q := parentPrev
-	if q < 0 {
-		var err error
-		if q, err = partitionIn(prev); err != nil {
-			return err
-		}
+	if g.Assigned == nil {
+		return nil // the key was in this partition in epoch x-1
 	}
+	prev, next := t.Epoch(m.Epoch-1), t.Epoch(m.Epoch)
+	q, b := g.Assigned.Partition, g.Assigned.Boundary
 	akey := [3]int{w.partition, m.Epoch, q}
 	cn.mu.Lock()
-	done := q == w.partition || cn.assigned[akey]
+	done := cn.assigned[akey]
 	cn.mu.Unlock()
 	if done {
 		return nil
 	}
-	b := prev.Boundaries[q]
 	if _, err := w.waitGroup(ctx, q, func() bool { return cn.pastBoundaryLocked(q, b) }, func() string {
 		return fmt.Sprintf("keys-assigned from partition %d (epoch %d) still waits for the group to pass that partition's boundary %d; the group is at %d",
 			q, prev.Epoch, b, cn.positions[q])
@@ -2394,23 +2358,6 @@ func waitCondTimeout(ctx context.Context, c *sync.Cond, d time.Duration) {
 func (cn *Consumer) drainedThrough(t *wire.Topic) int {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
-	d := cn.drained
-	if d == 0 {
-		d = t.Epochs[0].Epoch - 1
-	}
-	for e := d + 1; ; e++ {
-		ep := t.Epoch(e)
-		if ep == nil || len(ep.Boundaries) != ep.Partitions {
-			break // current epoch (not ended) or unknown
-		}
-		for q, b := range ep.Boundaries {
-			if cn.positions[q] < b {
-				cn.drained = d
-				return d
-			}
-		}
-		d = e
-	}
-	cn.drained = d
-	return d
+	cn.drained = proto.DrainedThrough(t, cn.drained, cn.positionLocked)
+	return cn.drained
 }

@@ -12,6 +12,8 @@
 // awaits, and every network call's result is applied with a revision or generation check.
 
 import { PullReader } from './reader.js';
+import * as rules from './rules.js';
+import { epochOf, ended, maxPartitions } from './rules.js';
 import { KV, CasConflict, GROUPS_BUCKET } from './kv.js';
 import { streamInfo, jsRequest, JsApiError, JS } from './jsapi.js';
 import { goQuote } from './jsonl.js';
@@ -74,23 +76,7 @@ function json(bytes) {
   }
 }
 
-// Descriptor helpers (spec/protocol.md §4).
-function epochOf(t, e) {
-  const i = e - t.epochs[0].epoch;
-  return i >= 0 && i < t.epochs.length ? t.epochs[i] : null;
-}
-function ended(ep) { return !!ep && Array.isArray(ep.boundaries) && ep.boundaries.length === ep.partitions; }
-function maxPartitions(t) {
-  let m = 0;
-  for (const e of t.epochs) m = Math.max(m, e.partitions);
-  if (t.change?.partitions > m) m = t.change.partitions;
-  return m;
-}
-function finalBoundary(t, q) {
-  let last = 0;
-  for (const e of t.epochs.slice(0, -1)) if (q < (e.boundaries?.length ?? 0)) last = e.boundaries[q];
-  return last;
-}
+// Descriptor helpers (spec/protocol.md §4) and the group's decisions: rules.js.
 
 // Group keys (spec/protocol.md §6).
 const groupPrefix = (tid, g) => `${tid}.${g}.`;
@@ -676,12 +662,9 @@ export class Consumer {
   // §6.5): above b (the fence marker is passed, so keys revoked returned), or at b while nobody
   // holds q's lease and q is not assignable (a drained retired partition: no one reads its marker).
   pastBoundary(q, b) {
-    const pos = this.effective(q);
-    if (pos > b) return true;
-    if (pos < b) return false;
     const l = this.leases.get(q);
-    if (l && l.owner && l.leaseEnd > Date.now()) return false;
-    return !this.assignable().includes(q);
+    const leased = !!l && rules.leaseLive(l.owner, l.leaseEnd, Date.now(), rules.maxClockSkew(this.o.sessionTimeout));
+    return rules.pastBoundary(this.desc, q, b, (p) => this.effective(p), leased);
   }
 
   // A committed position seen (watch, own commit, direct read).
@@ -788,14 +771,7 @@ export class Consumer {
   }
 
   assignable() {
-    const t = this.desc;
-    const cur = t.epochs[t.epochs.length - 1];
-    const out = [];
-    for (let q = 0; q < maxPartitions(t); q++) {
-      if (q < cur.partitions) out.push(q);
-      else if (this.effective(q) < finalBoundary(t, q)) out.push(q);
-    }
-    return out;
+    return rules.assignable(this.desc, (q) => this.effective(q));
   }
 
   async rebalance() {
@@ -879,7 +855,7 @@ export class Consumer {
         await this.fetchReset(); // a reset we have not seen yet: next rebalance
         return null;
       }
-      if (ps.owner && ps.owner !== this.memberId && ps.lease_end > now) return null; // leased
+      if (!rules.mayAcquire(this.memberId, ps.owner, ps.lease_end, now, rules.maxClockSkew(this.o.sessionTimeout))) return null; // leased
       if (ps.owner && ps.owner !== this.memberId) this.log(`partition ${q}: lease of ${ps.owner} expired ${now - ps.lease_end}ms ago; taking over at ${ps.position}`);
       if (pgen < gen) ps = { position: this.reset?.positions?.[q] ?? 0 }; // apply the reset
     }
@@ -988,20 +964,7 @@ export class Consumer {
 
   drainedThrough() {
     const t = this.desc;
-    let d = this.drained.gen === this.gen ? this.drained.through : t.epochs[0].epoch - 1;
-    for (let e = d + 1; ; e++) {
-      const ep = epochOf(t, e);
-      if (!ended(ep)) break;
-      let all = true;
-      for (let q = 0; q < ep.partitions; q++) {
-        if (this.effective(q) < ep.boundaries[q]) {
-          all = false;
-          break;
-        }
-      }
-      if (!all) break;
-      d = e;
-    }
+    const d = rules.drainedThrough(t, this.drained.gen === this.gen ? this.drained.through : t.epochs[0].epoch - 1, (q) => this.effective(q));
     this.drained = { gen: this.gen, through: d };
     return d;
   }
@@ -1018,27 +981,19 @@ export class Consumer {
     if (x <= t.epochs[0].epoch) return null;
     const prev = epochOf(t, x - 1);
     if (!ended(prev) || !epochOf(t, x)) return this.gateSlow(w, m);
-    let waits = null;
-    let parent = -1;
     const d = this.o.gating ? this.drainedThrough() : x - 1;
-    for (let e = x - 1; e > d; e--) {
-      const ep = epochOf(t, e);
-      const f = this.partitionerSync(ep);
-      if (!f) return this.gateSlow(w, m);
-      const q = f.partition(m.key, ep.partitions);
-      if (e === x - 1) parent = q;
-      if (q === w.partition) continue;
-      if (this.effective(q) < ep.boundaries[q]) (waits ??= []).push([q, ep.boundaries[q], e]);
-    }
+    const f = (ep) => {
+      const p = this.partitionerSync(ep);
+      return p ? p.partition(m.key, ep.partitions) : null;
+    };
+    const g = rules.gateRecord(t, d, x, w.partition, f, (q) => this.effective(q));
+    if (!g) return this.gateSlow(w, m);
+    if (g.refresh) return this.gateSlow(w, m);
+    const waits = g.waits.length ? g.waits.map((c) => [c.partition, c.boundary, c.epoch]) : null;
     let assigned = null;
-    if (this.cb.onKeysAssigned) {
-      if (parent < 0) {
-        const f = this.partitionerSync(prev);
-        if (!f) return this.gateSlow(w, m);
-        parent = f.partition(m.key, prev.partitions);
-      }
-      const k = `${w.partition}/${x}/${parent}`;
-      if (parent !== w.partition && !this.assignedKeys.has(k)) assigned = { k, parent, boundary: prev.boundaries[parent] };
+    if (this.cb.onKeysAssigned && g.assigned) {
+      const k = `${w.partition}/${x}/${g.parent}`;
+      if (!this.assignedKeys.has(k)) assigned = { k, parent: g.parent, boundary: g.assigned.boundary };
     }
     if (!waits && !assigned) return null;
     return this.gateWait(w, m, waits, assigned);
@@ -1161,15 +1116,11 @@ export class Consumer {
   async passBoundaries(w) {
     const t = this.desc;
     const q = w.partition;
-    let any = false;
-    for (let i = 0; i + 1 < t.epochs.length; i++) {
-      const e = t.epochs[i];
-      const next = t.epochs[i + 1];
-      if (q >= (e.boundaries?.length ?? 0) || w.position < e.boundaries[q]) continue;
-      const k = `${q}/${e.epoch}`;
-      if (this.passed.has(k)) continue;
-      this.passed.add(k);
-      any = true;
+    const list = rules.revokes(t, q, w.position, (e) => this.passed.has(`${q}/${e}`));
+    for (const en of list) this.passed.add(`${q}/${en}`);
+    for (const en of list) {
+      const e = epochOf(t, en);
+      const next = epochOf(t, en + 1);
       if (this.cb.onKeysRevoked) {
         const fOld = await this.partitionerOf(e);
         const fNew = await this.partitionerOf(next);
@@ -1179,16 +1130,14 @@ export class Consumer {
         });
       }
     }
-    return any;
+    return list.length > 0;
   }
 
   // At a partition's start: boundaries below the position were passed by an earlier owner, who
   // ran keys revoked for them (spec/protocol.md §6.5); one at the position is run again when the
   // marker after it is read (that owner may have stopped before running it).
   markPassedBelow(w) {
-    for (const e of this.desc.epochs.slice(0, -1)) {
-      if (w.partition < (e.boundaries?.length ?? 0) && e.boundaries[w.partition] < w.position) this.passed.add(`${w.partition}/${e.epoch}`);
-    }
+    for (const e of rules.passed(this.desc, w.partition, w.position)) this.passed.add(`${w.partition}/${e}`);
   }
 
   // ---- delivery ----
@@ -1621,7 +1570,7 @@ class Worker {
 
   // ---- leases and commits ----
 
-  leaseOk() { return this.leaseUntil - Date.now() > this.cn.o.sessionTimeout / 4; }
+  leaseOk() { return rules.mayDeliver(this.leaseUntil, Date.now(), this.cn.o.sessionTimeout); }
 
   async holdLease() {
     while (!this.halted && !this.leaseOk()) {

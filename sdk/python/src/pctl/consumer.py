@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, NoReturn, Optional, Union
 
-from . import _nats, wire
+from . import _nats, _rules, wire
 from . import compact as compaction
 from .errors import BadRequest, Conflict, InternalError, NotFound, PctlError, PermissionDenied, Unavailable
 from .reader import RawRecord, ReaderClosed, StreamReader
@@ -622,15 +622,13 @@ class Consumer:
     async def _passed_boundaries(self, part: _Part) -> None:
         """Runs the keys-revoked step for every ended epoch whose boundary in this partition is now
         acknowledged, then commits at once so that the children's gates open (§6.5)."""
-        ran = False
-        for e, nxt in _ended(self._desc):
-            if part.q >= len(e.boundaries) or part.handled < e.boundaries[part.q]:
-                continue
-            k = (part.q, e.epoch)
-            if k in self._revoked_done:
-                continue
-            self._revoked_done.add(k)
-            ran = True
+        t = self._desc
+        todo = _rules.revokes(t, part.q, part.handled, lambda e: (part.q, e) in self._revoked_done)
+        self._revoked_done.update((part.q, e) for e in todo)
+        ran = bool(todo)
+        for en in todo:
+            e, nxt = t.epoch(en), t.epoch(en + 1)
+            assert e is not None and nxt is not None
             if self._on_keys_revoked is not None:
                 ch = await self._key_change(e, nxt, part.q, part.q, revoked=True)
                 if ch is not None:
@@ -673,16 +671,16 @@ class Consumer:
 
     async def _hold_lease(self, part: _Part) -> bool:
         """§6.3: no delivery with less than a quarter of the session left on the lease."""
-        margin = self._session / 4
+        session_ms = self._session * 1000
         while True:
             if part.lost or part.stopped or self._closed:
                 return False
-            if part.lease_until - time.monotonic() > margin:
+            if _rules.may_deliver(part.lease_until * 1000, time.monotonic() * 1000, session_ms):
                 return True
             await self._commit_part(part)
             if part.lost or part.stopped:
                 return False
-            if part.lease_until - time.monotonic() > margin:
+            if _rules.may_deliver(part.lease_until * 1000, time.monotonic() * 1000, session_ms):
                 return True
             await asyncio.sleep(0.02)
 
@@ -935,14 +933,7 @@ class Consumer:
         return sorted(live)
 
     def _assignable(self) -> list:
-        t = self._desc
-        n = t.current.partitions
-        out = list(range(n))
-        for q in range(n, _max_partitions(t)):
-            final = _final_boundary(t, q)
-            if final > 0 and self._position(q) < final:
-                out.append(q)
-        return out
+        return _rules.assignable(self._desc, self._position)
 
     def _wanted(self) -> set:
         members = self._live_members()
@@ -1027,8 +1018,8 @@ class Consumer:
                 await self._read_reset()
                 self._rebalance = True
                 return None
-            if st.owner and st.owner != self.member and st.lease_end > now_ms:
-                return None  # someone else's, still leased
+            if not _rules.may_acquire(self.member, st.owner, st.lease_end, now_ms, _rules.max_clock_skew_ms(int(self._session * 1000))):
+                return None  # someone else's, still leased (§6.3, with the clock-skew bound)
             pos = st.position if st.gen == self._gen else self._position(q)
             if st.owner and st.owner != self.member:
                 self._logf(f"member {self.member}: partition {q}: lease of {st.owner} expired; taking over at {pos}")
@@ -1209,21 +1200,18 @@ class Consumer:
 
     async def _gate(self, part: _Part, rec: Record, parents: dict) -> int:
         """§6.5: waits until, for every older epoch the group has not fully drained, the key's
-        partition there is committed past the epoch's boundary. Returns the key's partition in the
-        previous epoch when the key moved here from another partition (for keys-assigned), else -1."""
-        t = self._desc
+        partition there is committed past the epoch's boundary (the decision: _rules.gate_record).
+        Returns the key's partition in the previous epoch when the key moved here from another
+        partition (for keys-assigned), else -1."""
+        await self._ended_epoch(rec.epoch - 1)
         started = 0.0
         waited = False
-        prev = parents.get(rec.epoch - 1, -1)
-        for e in sorted(parents, reverse=True):
-            if not self._gating or e <= self._drained_through():
-                break
-            qe = parents[e]
-            if qe == part.q:
-                continue  # §6.7: the key's older records are before this one in this very stream
-            ep = await self._ended_epoch(e)
-            assert ep.boundaries is not None
-            boundary = ep.boundaries[qe]
+        # Epochs below those computed in _parents were drained then (positions only grow).
+        drained = max(self._drained_through(), min(parents) - 1) if self._gating else rec.epoch - 1
+        g = _rules.gate_record(self._desc, drained, rec.epoch, part.q, lambda ep: parents[ep.epoch], self._position)
+        prev = g["parent"]
+        for w in g["waits"]:
+            qe, boundary, e = w["partition"], w["boundary"], w["epoch"]
             last_fetch = time.monotonic()
             logged = False
             while self._position(qe) < boundary:
@@ -1241,41 +1229,52 @@ class Consumer:
                     # The watch brings positions as they are committed; in case it lags, read the
                     # parent's key directly once a heartbeat while waiting.
                     last_fetch = now
-                    try:
-                        en = await self._kv.get(self._prefix + f"p.{qe}")
-                        if en is not None and not en.deleted:
-                            st = _parse_pstate(en.revision, en.value)
-                            if st is not None:
-                                self._set_pstate(qe, st)
-                    except PctlError:
-                        pass
+                    await self._fetch_pstate(qe)
                 if not logged and now - started > 3 * self._session:
                     logged = True
                     self._logf(f"member {self.member}: partition {part.q}: record {rec.seq} (epoch {rec.epoch}) still waits "
                                f"for partition {qe} to reach {boundary} (epoch {e} boundary); the group is at {self._position(qe)}"
                                + ("; with auto_commit off, gates open only when the parents' records are committed" if not self.auto_commit else ""))
-        if (self._on_keys_assigned is not None and prev >= 0 and prev != part.q
-                and (part.q, rec.epoch, prev) not in self._assigned_done):
+        a = g["assigned"]
+        if self._on_keys_assigned is not None and a is not None and (part.q, rec.epoch, prev) not in self._assigned_done:
             # KIP-253's handover: the old owner runs keys-revoked before it moves past the fence
-            # marker (boundary + 1), so keys-assigned here waits for that, up to a session timeout
-            # (an owner that stopped at the boundary, e.g. a retired partition it let go).
-            ep = await self._ended_epoch(rec.epoch - 1)
-            assert ep.boundaries is not None
-            b = ep.boundaries[prev] + 1
-            until = time.monotonic() + self._session
-            while self._position(prev) < b and time.monotonic() < until:
+            # marker (boundary + 1), so keys-assigned here waits until the group is past the
+            # boundary (§6.5: > b, or = b on a retired partition no live lease holds). It used to
+            # go on after a session timeout at b, before the old owner's keys revoked returned.
+            last_fetch = time.monotonic()
+            while not self._past_boundary(prev, a["boundary"]):
                 if part.stopped or part.gen != self._gen:
                     raise _Stop()
                 try:
-                    await asyncio.wait_for(self._pos_event.wait(), min(self._hb, max(0.01, until - time.monotonic())))
+                    await asyncio.wait_for(self._pos_event.wait(), self._hb)
                 except asyncio.TimeoutError:
                     pass
+                if time.monotonic() - last_fetch >= self._hb and not self._past_boundary(prev, a["boundary"]):
+                    last_fetch = time.monotonic()
+                    await self._fetch_pstate(prev)
         if waited:
             d = time.monotonic() - started
             self.stats.gated += 1
             self.stats.total_wait += d
             self.stats.max_wait = max(self.stats.max_wait, d)
-        return prev if prev >= 0 and prev != part.q else -1
+        return prev if a is not None else -1
+
+    def _past_boundary(self, q: int, b: int) -> bool:
+        st = self._pstate.get(q)
+        leased = st is not None and _rules.lease_live(st.owner, st.lease_end, int(time.time() * 1000),
+                                                      _rules.max_clock_skew_ms(int(self._session * 1000)))
+        return _rules.past_boundary(self._desc, q, b, self._position, leased)
+
+    async def _fetch_pstate(self, q: int) -> None:
+        """Reads partition q's group state directly (the watch may lag)."""
+        try:
+            en = await self._kv.get(self._prefix + f"p.{q}")
+            if en is not None and not en.deleted:
+                st = _parse_pstate(en.revision, en.value)
+                if st is not None:
+                    self._set_pstate(q, st)
+        except PctlError:
+            pass
 
     def _drained_through(self) -> int:
         """The newest ended epoch e such that every partition of every epoch up to e has an
@@ -1287,15 +1286,7 @@ class Consumer:
         g, d = self._drained
         if g != self._gen:
             d = 0
-        if d == 0:
-            d = t.epochs[0].epoch - 1
-        while True:
-            ep = t.epoch(d + 1)
-            if ep is None or ep.boundaries is None or len(ep.boundaries) != ep.partitions or t.epoch(d + 2) is None:
-                break
-            if any(self._position(q) < b for q, b in enumerate(ep.boundaries)):
-                break
-            d += 1
+        d = _rules.drained_through(t, d, self._position)
         self._drained = (self._gen, d)
         return d
 

@@ -811,7 +811,7 @@ public final class Consumer implements AutoCloseable {
                             item = null;
                             continue;
                         }
-                        if (item.kind == Kind.RECORD && item.parent < 0 && p.leaseUntil - System.nanoTime() > sessionNanos / 4) {
+                        if (item.kind == Kind.RECORD && item.parent < 0 && Rules.mayDeliver(p.leaseUntil, System.nanoTime(), sessionNanos)) {
                             p.delivered = item.seq;
                             p.lastRecord = item.seq;
                             delivered++;
@@ -1051,15 +1051,11 @@ public final class Consumer implements AutoCloseable {
             TopicDescriptor.Epoch[] todo = null;
             mu.lock();
             try {
-                for (TopicDescriptor.Epoch[] en : endedLocked()) {
-                    TopicDescriptor.Epoch e = en[0];
-                    if (p.q >= e.boundaryCount() || p.handled < e.boundary(p.q)) {
-                        continue;
-                    }
-                    if (revokedDone.add(List.of(p.q, e.number()))) {
-                        todo = en;
-                        break;
-                    }
+                List<Integer> rv = Rules.revokes(desc, p.q, p.handled, e -> revokedDone.contains(List.of(p.q, e)));
+                if (!rv.isEmpty()) {
+                    int e = rv.get(0);
+                    revokedDone.add(List.of(p.q, e));
+                    todo = new TopicDescriptor.Epoch[] {desc.epoch(e), desc.epoch(e + 1)};
                 }
                 if (todo == null) {
                     computeNextBoundary(p);
@@ -1133,14 +1129,13 @@ public final class Consumer implements AutoCloseable {
 
     /** §6.3: no delivery with less than a quarter of the session left on the lease. */
     private boolean holdLease(Part p) {
-        long margin = sessionNanos / 4;
         while (true) {
             mu.lock();
             try {
                 if (p.lost || p.stopped || closed) {
                     return false;
                 }
-                if (p.leaseUntil - System.nanoTime() > margin) {
+                if (Rules.mayDeliver(p.leaseUntil, System.nanoTime(), sessionNanos)) {
                     return true;
                 }
             } finally {
@@ -1152,7 +1147,7 @@ public final class Consumer implements AutoCloseable {
                 if (p.lost || p.stopped) {
                     return false;
                 }
-                if (p.leaseUntil - System.nanoTime() > margin) {
+                if (Rules.mayDeliver(p.leaseUntil, System.nanoTime(), sessionNanos)) {
                     return true;
                 }
                 changed.await(20, TimeUnit.MILLISECONDS);
@@ -1749,18 +1744,7 @@ public final class Consumer implements AutoCloseable {
     }
 
     private List<Integer> assignableLocked() {
-        int n = desc.current().partitions();
-        List<Integer> out = new ArrayList<>();
-        for (int q = 0; q < n; q++) {
-            out.add(q);
-        }
-        for (int q = n; q < desc.maxPartitions(); q++) {
-            long fin = desc.finalBoundary(q);
-            if (fin > 0 && positionLocked(q) < fin) {
-                out.add(q);
-            }
-        }
-        return out;
+        return Rules.assignable(desc, this::positionLocked);
     }
 
     private Set<Integer> wantedLocked() {
@@ -1947,8 +1931,8 @@ public final class Consumer implements AutoCloseable {
                 }
                 return null;
             }
-            if (!st.owner.isEmpty() && !st.owner.equals(member) && st.leaseEnd > nowMs) {
-                return null; // someone else's, still leased
+            if (!Rules.mayAcquire(member, st.owner, st.leaseEnd, nowMs, Rules.maxClockSkewMs(sessionNanos / 1_000_000))) {
+                return null; // someone else's, still leased (§6.3, with the clock-skew bound)
             }
             if (!st.owner.isEmpty() && !st.owner.equals(member)) {
                 log("member " + member + ": partition " + q + ": lease of " + st.owner + " expired; taking over at " + pos);
@@ -2593,24 +2577,21 @@ public final class Consumer implements AutoCloseable {
     private int gate(Part p, ConsumerRecord rec, Map<Integer, Integer> parents, Runnable beforeWait) throws Stop {
         long started = 0;
         boolean waited = false;
-        int prev = parents.getOrDefault(rec.epoch() - 1, -1);
-        List<Integer> es = new ArrayList<>(parents.keySet());
-        es.sort(Collections.reverseOrder());
-        for (int e : es) {
-            mu.lock();
-            try {
-                if (!o.gating() || e <= drainedThroughLocked()) {
-                    break;
-                }
-            } finally {
-                mu.unlock();
-            }
-            int qe = parents.get(e);
-            if (qe == p.q) {
-                continue; // §6.7: the key's older records are before this one in this very stream
-            }
-            TopicDescriptor.Epoch ep = endedEpoch(e, p);
-            long boundary = ep.boundary(qe);
+        endedEpoch(rec.epoch() - 1, p); // the descriptor shows epoch x-1 ended (and so every older one)
+        Rules.Gate g;
+        mu.lock();
+        try {
+            // Epochs below those computed in parents() were drained then (positions only grow).
+            int drained = o.gating() ? Math.max(drainedThroughLocked(), Collections.min(parents.keySet()) - 1) : rec.epoch() - 1;
+            g = Rules.gateRecord(desc, drained, rec.epoch(), p.q, ep -> parents.get(ep.number()), this::positionLocked);
+        } finally {
+            mu.unlock();
+        }
+        int prev = g.parent();
+        for (Rules.Wait w : g.waits()) {
+            int e = w.epoch();
+            int qe = w.partition();
+            long boundary = w.boundary();
             long lastFetch = System.nanoTime();
             boolean logged = false;
             while (true) {
@@ -2666,7 +2647,7 @@ public final class Consumer implements AutoCloseable {
         boolean first;
         mu.lock();
         try {
-            first = prev >= 0 && prev != p.q && !assignedDone.contains(List.of(p.q, rec.epoch(), prev));
+            first = g.assigned() != null && !assignedDone.contains(List.of(p.q, rec.epoch(), prev));
         } finally {
             mu.unlock();
         }
@@ -2675,8 +2656,7 @@ public final class Consumer implements AutoCloseable {
             // parent is past its boundary (its owner ran keys-revoked before committing past it),
             // or at it while no live lease holds the parent and no one will read it again (shrunk
             // away and drained: its owner stopped at the boundary).
-            TopicDescriptor.Epoch ep = endedEpoch(rec.epoch() - 1, p);
-            long b = ep.boundary(prev);
+            long b = g.assigned().boundary();
             long lastFetch = System.nanoTime();
             mu.lock();
             try {
@@ -2724,21 +2704,14 @@ public final class Consumer implements AutoCloseable {
                 mu.unlock();
             }
         }
-        return prev >= 0 && prev != p.q ? prev : -1;
+        return g.assigned() != null ? prev : -1;
     }
 
     /** Whether partition q's group position is past boundary b in the sense of §6.5's keys-assigned (mu held). */
     private boolean pastBoundaryLocked(int q, long b) {
-        long pos = positionLocked(q);
-        if (pos > b) {
-            return true;
-        }
-        if (pos < b) {
-            return false;
-        }
         PState st = pstate.get(q);
-        boolean leased = st != null && !st.owner.isEmpty() && st.leaseEnd > System.currentTimeMillis();
-        return !leased && !assignableLocked().contains(q);
+        boolean leased = st != null && Rules.leaseLive(st.owner, st.leaseEnd, System.currentTimeMillis(), Rules.maxClockSkewMs(sessionNanos / 1_000_000));
+        return Rules.pastBoundary(desc, q, b, this::positionLocked, leased);
     }
 
     /** Reads partition q's key directly (when the watch may lag). */
@@ -2768,27 +2741,7 @@ public final class Consumer implements AutoCloseable {
      */
     private int drainedThroughLocked() {
         List<TopicDescriptor.Epoch> es = desc.epochs();
-        int d = drainedGen == gen ? drainedEpoch : 0;
-        if (d == 0) {
-            d = es.get(0).number() - 1;
-        }
-        while (true) {
-            TopicDescriptor.Epoch ep = desc.epoch(d + 1);
-            if (ep == null || !ep.ended() || ep.boundaryCount() != ep.partitions() || desc.epoch(d + 2) == null) {
-                break;
-            }
-            boolean all = true;
-            for (int q = 0; q < ep.partitions(); q++) {
-                if (positionLocked(q) < ep.boundary(q)) {
-                    all = false;
-                    break;
-                }
-            }
-            if (!all) {
-                break;
-            }
-            d++;
-        }
+        int d = Rules.drainedThrough(desc, drainedGen == gen ? drainedEpoch : es.get(0).number() - 1, this::positionLocked);
         if (keepDrainedAcrossSeeksForTest) {
             d = Math.max(d, keptDrained);
             keptDrained = d;

@@ -1,0 +1,146 @@
+package proto_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/proto"
+	"pctl.dev/pctl/internal/proto/protovec"
+)
+
+const vectorDir = "../../spec/vectors/protocol"
+
+// replayAll replays every checked-in vector file against c.
+func replayAll(t *testing.T, c protovec.Core) (mismatches []protovec.Mismatch, steps int) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(vectorDir, "*.jsonl"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no vector files in %s (%v): run go run ./internal/proto/gen", vectorDir, err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, n, err := protovec.Replay(b, c)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		mismatches = append(mismatches, m...)
+		steps += n
+	}
+	return mismatches, steps
+}
+
+// TestGoCoreMatchesVectors replays the checked-in traces (whose expected decisions are written by
+// hand from spec/protocol.md) against internal/proto.
+func TestGoCoreMatchesVectors(t *testing.T) {
+	m, steps := replayAll(t, protovec.GoCore())
+	for _, x := range m {
+		t.Error(x)
+	}
+	if steps < 50 {
+		t.Fatalf("only %d decisions checked", steps)
+	}
+	t.Logf("%d decisions checked", steps)
+}
+
+// TestVectorsAreGenerated: the checked-in files are exactly what go run ./internal/proto/gen writes.
+func TestVectorsAreGenerated(t *testing.T) {
+	dir := t.TempDir()
+	if err := protovec.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := filepath.Glob(filepath.Join(dir, "*.jsonl"))
+	have, _ := filepath.Glob(filepath.Join(vectorDir, "*.jsonl"))
+	if len(want) != len(have) {
+		t.Fatalf("%d files checked in, the generator writes %d: run go run ./internal/proto/gen", len(have), len(want))
+	}
+	for _, w := range want {
+		a, _ := os.ReadFile(w)
+		b, err := os.ReadFile(filepath.Join(vectorDir, filepath.Base(w)))
+		if err != nil || string(a) != string(b) {
+			t.Errorf("%s differs from what the generator writes (%v): run go run ./internal/proto/gen", filepath.Base(w), err)
+		}
+	}
+}
+
+// TestVectorsCatchWrongCores: every mutated rule fails the replay (a checker that can fail).
+func TestVectorsCatchWrongCores(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*protovec.Core)
+		rule   string
+	}{
+		{"gate checks only epoch x-1", func(c *protovec.Core) {
+			real := c.GateRecord
+			c.GateRecord = func(tp *wire.Topic, drained, x, p int, f proto.PartitionOf, pos proto.Positions) (proto.Gate, error) {
+				return real(tp, x-2, x, p, f, pos) // as if every epoch before x-1 were drained
+			}
+		}, "epoch-gating"},
+		{"gate waits on its own partition too", func(c *protovec.Core) {
+			real := c.GateRecord
+			c.GateRecord = func(tp *wire.Topic, drained, x, p int, f proto.PartitionOf, pos proto.Positions) (proto.Gate, error) {
+				return real(tp, drained, x, -1, f, pos)
+			}
+		}, "epoch-gating"},
+		{"lease expiry without the skew bound", func(c *protovec.Core) {
+			real := c.MayAcquire
+			c.MayAcquire = func(me, owner string, end, now int64, _ time.Duration) bool { return real(me, owner, end, now, 0) }
+		}, "lease-expiry"},
+		{"keys assigned at the boundary", func(c *protovec.Core) {
+			c.PastBoundary = func(_ *wire.Topic, q int, b uint64, pos proto.Positions, _ bool) bool { return pos(q) >= b }
+		}, "keys-assigned-past-boundary"},
+		{"retired partitions never leave", func(c *protovec.Core) {
+			c.Assignable = func(tp *wire.Topic, _ proto.Positions) []int {
+				var out []int
+				for q := 0; q < tp.MaxPartitions(); q++ {
+					out = append(out, q)
+				}
+				return out
+			}
+		}, "shrink-retirement"},
+		{"final boundary from the first epoch", func(c *protovec.Core) {
+			c.Assignable = func(tp *wire.Topic, pos proto.Positions) []int {
+				var out []int
+				for q := 0; q < tp.MaxPartitions(); q++ {
+					if q < tp.Current().Partitions || pos(q) < tp.Epochs[0].Boundaries[q] {
+						out = append(out, q)
+					}
+				}
+				return out
+			}
+		}, "shrink-retirement"},
+		{"a marker passed without keys revoked", func(c *protovec.Core) {
+			real := c.FenceMarker
+			c.FenceMarker = func(tp *wire.Topic, q int, seq uint64, fence int, done func(int) bool) proto.Marker {
+				m := real(tp, q, seq, fence, done)
+				m.Revoke = nil
+				return m
+			}
+		}, "fence-markers"},
+		{"keys revoked skipped at the start position", func(c *protovec.Core) {
+			c.Passed = func(tp *wire.Topic, q int, start uint64) []int { return proto.Passed(tp, q, start+1) }
+		}, "fence-markers"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := protovec.GoCore()
+			tc.mutate(&c)
+			m, _ := replayAll(t, c)
+			found := false
+			for _, x := range m {
+				if x.Rule == tc.rule {
+					found = true
+				}
+			}
+			if !found {
+				t.Fatalf("the vectors did not catch a core where %s (mismatches: %v)", tc.name, m)
+			}
+			t.Logf("caught: %s", strings.SplitN(m[0].String(), "\n", 2)[0])
+		})
+	}
+}

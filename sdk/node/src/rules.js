@@ -1,0 +1,136 @@
+// The consumer group's decisions (spec/protocol.md §6.2 to §6.5) as pure functions of the
+// descriptor, the group's positions, the leases and a time passed in: no I/O, no clock, no
+// partitioner (a key's partition in an epoch is a function argument). consumer.js decides through
+// them, and tests/protocol.test.js replays spec/vectors/protocol/*.jsonl against them, the same
+// traces the Go core (internal/proto) and the other SDKs replay.
+
+/** Epoch number e of descriptor t, or null. */
+export function epochOf(t, e) {
+  const i = e - t.epochs[0].epoch;
+  return i >= 0 && i < t.epochs.length ? t.epochs[i] : null;
+}
+
+/** Whether an epoch has ended: a boundary for each of its partitions. */
+export function ended(ep) { return !!ep && Array.isArray(ep.boundaries) && ep.boundaries.length === ep.partitions; }
+
+/** The number of partition streams the topic has ever had. */
+export function maxPartitions(t) {
+  let m = 0;
+  for (const e of t.epochs) m = Math.max(m, e.partitions);
+  if (t.change?.partitions > m) m = t.change.partitions;
+  return m;
+}
+
+/** Partition q's boundary in the last ended epoch that had it (0 if none). */
+export function finalBoundary(t, q) {
+  let last = 0;
+  for (const e of t.epochs.slice(0, -1)) if (q < (e.boundaries?.length ?? 0)) last = e.boundaries[q];
+  return last;
+}
+
+/** The partitions the group must read (§6.2): the current epoch's, and those shrunk away below their final boundary. pos(q) is the group's position. */
+export function assignable(t, pos) {
+  const cur = t.epochs[t.epochs.length - 1];
+  const out = [];
+  for (let q = 0; q < maxPartitions(t); q++) {
+    if (q < cur.partitions || pos(q) < finalBoundary(t, q)) out.push(q);
+  }
+  return out;
+}
+
+/** Partition q was shrunk away and is drained to its final boundary (no one reads it again). */
+export function retired(t, q, pos) {
+  return q >= t.epochs[t.epochs.length - 1].partitions && pos(q) >= finalBoundary(t, q);
+}
+
+/** The newest ended epoch through which every epoch's every partition is at its boundary, searching after `from` (a cached answer). */
+export function drainedThrough(t, from, pos) {
+  let d = Math.max(from, t.epochs[0].epoch - 1);
+  for (let e = d + 1; ; e++) {
+    const ep = epochOf(t, e);
+    if (!ended(ep)) return d;
+    for (let q = 0; q < ep.partitions; q++) if (pos(q) < ep.boundaries[q]) return d;
+    d = e;
+  }
+}
+
+/**
+ * The gate of a keyed record of epoch x read from partition p (§6.5, §6.7): {refresh} when the
+ * descriptor does not show epoch x-1 ended and epoch x; else {waits: [{epoch, partition,
+ * boundary}] (unmet, newest epoch first), parent (the key's partition in x-1, -1 in the first
+ * epoch), assigned (keys assigned's condition when parent != p, else null)}. f(ep) is the key's
+ * partition in ep, or null when that partitioner is not loaded (then gateRecord returns null).
+ */
+export function gateRecord(t, drained, x, p, f, pos) {
+  const out = { refresh: false, waits: [], parent: -1, assigned: null };
+  if (x <= t.epochs[0].epoch) return out;
+  const prev = epochOf(t, x - 1);
+  if (!ended(prev) || !epochOf(t, x)) return { ...out, refresh: true };
+  for (let e = x - 1; e >= t.epochs[0].epoch; e--) {
+    if (e <= drained && e !== x - 1) break;
+    const ep = epochOf(t, e);
+    const q = f(ep);
+    if (q === null || q === undefined) return null;
+    if (e === x - 1) out.parent = q;
+    if (e <= drained || q === p) continue;
+    if (pos(q) < ep.boundaries[q]) out.waits.push({ epoch: e, partition: q, boundary: ep.boundaries[q] });
+  }
+  if (out.parent !== p) out.assigned = { epoch: x - 1, partition: out.parent, boundary: prev.boundaries[out.parent] };
+  return out;
+}
+
+/** Keys assigned may go on (§6.5): q's position is past b, or at b while q is retired and no live lease holds it. */
+export function pastBoundary(t, q, b, pos, leased) {
+  const at = pos(q);
+  if (at !== b) return at > b;
+  return !leased && retired(t, q, pos);
+}
+
+/** The clock-skew bound of leases (§6.3): min(1 s, session / 6), whole milliseconds. */
+export function maxClockSkew(sessionMs) { return Math.floor(Math.min(1000, sessionMs / 6)); }
+
+/** A lease (owner, leaseEnd by its holder's clock) is live to another member at now (its clock): an owner and now < leaseEnd + skew. */
+export function leaseLive(owner, leaseEnd, now, skew) { return !!owner && now < (leaseEnd ?? 0) + skew; }
+
+/** Member me may take a partition whose key shows this lease (§6.3). */
+export function mayAcquire(me, owner, leaseEnd, now, skew) { return !owner || owner === me || !leaseLive(owner, leaseEnd, now, skew); }
+
+/** The holder of a lease ending at leaseUntil (its clock) may deliver at now: more than a quarter of the session is left. */
+export function mayDeliver(leaseUntil, now, sessionMs) { return leaseUntil - now > sessionMs / 4; }
+
+/** The ended epochs (with a successor) whose boundary in q is at or below pos and whose keys-revoked step has not run (done(e)), oldest first. */
+export function revokes(t, q, pos, done) {
+  const out = [];
+  for (let i = 0; i + 1 < t.epochs.length; i++) {
+    const e = t.epochs[i];
+    if (q >= (e.boundaries?.length ?? 0) || pos < e.boundaries[q] || done(e.epoch)) continue;
+    out.push(e.epoch);
+  }
+  return out;
+}
+
+/** The epochs whose boundary in q is below start: an owner that acquires q at start counts their keys-revoked steps as run. */
+export function passed(t, q, start) {
+  const out = [];
+  for (const e of t.epochs) if (q < (e.boundaries?.length ?? 0) && e.boundaries[q] < start) out.push(e.epoch);
+  return out;
+}
+
+/** A fence marker `Pctl-Fence: fence` must wait for a descriptor showing epoch fence-1 ended and epoch fence. */
+export function markerNeedsDescriptor(t, fence) {
+  return fence > 1 && !(ended(epochOf(t, fence - 1)) && epochOf(t, fence));
+}
+
+/** The decision for a fence marker at seq of q (§6.4): {refresh}, or keys revoked to run first, the new position, commit at once. */
+export function fenceMarker(t, q, seq, fence, done) {
+  if (markerNeedsDescriptor(t, fence)) return { refresh: true, revoke: [], position: 0, commit: false };
+  const ran = new Set();
+  const revoke = [];
+  for (const at of [seq - 1, seq]) {
+    for (const e of revokes(t, q, at, (x) => ran.has(x) || done(x))) {
+      ran.add(e);
+      revoke.push(e);
+    }
+  }
+  return { refresh: false, revoke, position: seq, commit: true };
+}

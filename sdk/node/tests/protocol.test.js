@@ -1,0 +1,121 @@
+// Replays the protocol trace vectors (spec/vectors/protocol/*.jsonl, spec/vectors/README.md)
+// against this SDK's decisions (src/rules.js, which the consumer decides through): the same
+// hand-written traces the Go core and the other SDKs replay.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync, readdirSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import path from 'node:path';
+import * as rules from '../src/rules.js';
+
+const dir = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..', 'spec', 'vectors', 'protocol');
+const FORMAT = 'pctl-protocol-trace/1';
+
+/** Replays one file's text against impl (rules.js or a mutated copy): returns [mismatches, decisions]. */
+export function replay(text, impl) {
+  const lines = text.split('\n').filter((l) => l !== '');
+  const hdr = JSON.parse(lines[0]);
+  if (hdr.format !== FORMAT) throw new Error(`not a ${FORMAT} file: ${lines[0]}`);
+  const bad = [];
+  let n = 0;
+  for (const line of lines.slice(1)) {
+    const tr = JSON.parse(line);
+    let topic = tr.topic;
+    const pos = new Map();
+    const leases = new Map();
+    const revoked = new Set();
+    let now = 0;
+    const session = tr.session_ms ?? 0;
+    const at = (q) => pos.get(q) ?? 0;
+    const done = (q) => (e) => revoked.has(`${q}/${e}`);
+    const run = (q, list) => { for (const e of list) revoked.add(`${q}/${e}`); };
+    tr.steps.forEach((st, i) => {
+      const ev = st.event;
+      const kinds = Object.keys(ev);
+      if (kinds.length !== 1) throw new Error(`${tr.trace} step ${i}: ${kinds.length} event kinds`);
+      const kind = kinds[0];
+      const a = ev[kind];
+      let got;
+      switch (kind) {
+        case 'positions': for (const [q, p] of Object.entries(a)) pos.set(Number(q), p); return;
+        case 'lease': leases.set(a.partition, a); return;
+        case 'now': now = a; return;
+        case 'descriptor': topic = a; return;
+        case 'record': {
+          const f = (ep) => {
+            const v = tr.f.find((x) => x.epoch === ep.epoch && x.key_hex === a.key_hex);
+            if (!v) throw new Error(`${tr.trace}: no f for key ${a.key_hex} in epoch ${ep.epoch}`);
+            return v.partition;
+          };
+          got = impl.gateRecord(topic, impl.drainedThrough(topic, 0, at), a.epoch, a.partition, f, at);
+          break;
+        }
+        case 'drained_through': got = { drained_through: impl.drainedThrough(topic, 0, at) }; break;
+        case 'assignable': got = { assignable: impl.assignable(topic, at) }; break;
+        case 'past_boundary': {
+          const l = leases.get(a.partition);
+          const live = !!l && impl.leaseLive(l.owner, l.lease_end, now, impl.maxClockSkew(session));
+          got = { past: impl.pastBoundary(topic, a.partition, a.boundary, at, live) };
+          break;
+        }
+        case 'max_skew': got = { max_skew_ms: impl.maxClockSkew(session) }; break;
+        case 'acquire': got = { take: impl.mayAcquire(tr.member, a.owner, a.lease_end, now, impl.maxClockSkew(session)) }; break;
+        case 'deliver': got = { deliver: impl.mayDeliver(a.lease_until, now, session) }; break;
+        case 'marker': got = impl.fenceMarker(topic, a.partition, a.seq, a.fence, done(a.partition)); run(a.partition, got.revoke); break;
+        case 'at': {
+          const rv = impl.revokes(topic, a.partition, a.position, done(a.partition));
+          run(a.partition, rv);
+          got = { revoke: rv, commit: rv.length > 0 };
+          break;
+        }
+        case 'acquired': {
+          const p = impl.passed(topic, a.partition, a.position);
+          run(a.partition, p);
+          got = { passed: p };
+          break;
+        }
+        default: throw new Error(`${tr.trace} step ${i}: unknown event kind ${kind}`);
+      }
+      n++;
+      try {
+        assert.deepStrictEqual(got, st.expect);
+      } catch {
+        bad.push(`${hdr.rule} / ${tr.trace} step ${i} ${JSON.stringify(ev)}: got ${JSON.stringify(got)}, want ${JSON.stringify(st.expect)}`);
+      }
+    });
+  }
+  return [bad, n];
+}
+
+function replayAll(impl) {
+  const files = readdirSync(dir).filter((f) => f.endsWith('.jsonl')).sort();
+  assert.ok(files.length >= 5, `vector files in ${dir}`);
+  let bad = [];
+  let n = 0;
+  for (const f of files) {
+    const [b, k] = replay(readFileSync(path.join(dir, f), 'utf8'), impl);
+    bad = bad.concat(b);
+    n += k;
+  }
+  return [bad, n];
+}
+
+test('the consumer rules match every protocol trace vector', () => {
+  const [bad, n] = replayAll(rules);
+  assert.deepEqual(bad, []);
+  assert.ok(n >= 50, `only ${n} decisions checked`);
+});
+
+test('the replay fails on wrong rules', () => {
+  const mutants = {
+    'gate checks only epoch x-1': { gateRecord: (t, d, x, p, f, pos) => rules.gateRecord(t, x - 2, x, p, f, pos) },
+    'lease expiry without the skew bound': { mayAcquire: (me, o, end, now) => rules.mayAcquire(me, o, end, now, 0) },
+    'keys assigned at the boundary': { pastBoundary: (t, q, b, pos) => pos(q) >= b },
+    'a marker passed without keys revoked': { fenceMarker: (...a) => ({ ...rules.fenceMarker(...a), revoke: [] }) },
+    'retired partitions never leave': { assignable: (t) => [...Array(rules.maxPartitions(t)).keys()] },
+  };
+  for (const [name, m] of Object.entries(mutants)) {
+    const [bad] = replayAll({ ...rules, ...m });
+    assert.ok(bad.length > 0, `the vectors did not catch: ${name}`);
+  }
+});

@@ -1,0 +1,131 @@
+"""Replays the protocol trace vectors (spec/vectors/protocol/*.jsonl, spec/vectors/README.md)
+against this SDK's decisions (pctl._rules, which the consumer decides through): the same
+hand-written traces the Go core and the other SDKs replay."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import types
+from typing import Any
+
+from pctl import _rules, wire
+
+DIR = pathlib.Path(__file__).resolve().parents[3] / "spec" / "vectors" / "protocol"
+FORMAT = "pctl-protocol-trace/1"
+
+
+def _topic(d: dict) -> wire.Topic:
+    return wire.Topic.from_reply({"topic": d})
+
+
+def replay(text: str, r: Any) -> tuple:
+    lines = [l for l in text.split("\n") if l]
+    hdr = json.loads(lines[0])
+    assert hdr.get("format") == FORMAT, f"not a {FORMAT} file: {lines[0]}"
+    bad, n = [], 0
+    for line in lines[1:]:
+        tr = json.loads(line)
+        topic = _topic(tr["topic"])
+        pos: dict = {}
+        leases: dict = {}
+        revoked: set = set()
+        now = 0
+        session = tr.get("session_ms", 0)
+        at = lambda q: pos.get(q, 0)  # noqa: E731
+        for i, st in enumerate(tr["steps"]):
+            ev = st["event"]
+            assert len(ev) == 1, f"{tr['trace']} step {i}: {len(ev)} event kinds"
+            (kind, a), = ev.items()
+            done = None
+            if isinstance(a, dict) and "partition" in a:
+                q0 = a["partition"]
+                done = lambda e, q0=q0: (q0, e) in revoked  # noqa: E731
+            if kind == "positions":
+                for q, p in a.items():
+                    pos[int(q)] = p
+                continue
+            if kind == "lease":
+                leases[a["partition"]] = a
+                continue
+            if kind == "now":
+                now = a
+                continue
+            if kind == "descriptor":
+                topic = _topic(a)
+                continue
+            if kind == "record":
+                def f(ep: wire.Epoch, a: dict = a) -> int:
+                    for v in tr["f"]:
+                        if v["epoch"] == ep.epoch and v["key_hex"] == a["key_hex"]:
+                            return v["partition"]
+                    raise AssertionError(f"{tr['trace']}: no f for key {a['key_hex']} in epoch {ep.epoch}")
+                got: Any = r.gate_record(topic, r.drained_through(topic, 0, at), a["epoch"], a["partition"], f, at)
+            elif kind == "drained_through":
+                got = {"drained_through": r.drained_through(topic, 0, at)}
+            elif kind == "assignable":
+                got = {"assignable": r.assignable(topic, at)}
+            elif kind == "past_boundary":
+                l = leases.get(a["partition"])
+                live = l is not None and r.lease_live(l["owner"], l["lease_end"], now, r.max_clock_skew_ms(session))
+                got = {"past": r.past_boundary(topic, a["partition"], a["boundary"], at, live)}
+            elif kind == "max_skew":
+                got = {"max_skew_ms": r.max_clock_skew_ms(session)}
+            elif kind == "acquire":
+                got = {"take": r.may_acquire(tr.get("member", ""), a["owner"], a["lease_end"], now, r.max_clock_skew_ms(session))}
+            elif kind == "deliver":
+                got = {"deliver": r.may_deliver(a["lease_until"], now, session)}
+            elif kind == "marker":
+                got = r.fence_marker(topic, a["partition"], a["seq"], a["fence"], done)
+                revoked.update((a["partition"], e) for e in got["revoke"])
+            elif kind == "at":
+                rv = r.revokes(topic, a["partition"], a["position"], done)
+                revoked.update((a["partition"], e) for e in rv)
+                got = {"revoke": rv, "commit": len(rv) > 0}
+            elif kind == "acquired":
+                p = r.passed(topic, a["partition"], a["position"])
+                revoked.update((a["partition"], e) for e in p)
+                got = {"passed": p}
+            else:
+                raise AssertionError(f"{tr['trace']} step {i}: unknown event kind {kind}")
+            n += 1
+            if got != st["expect"]:
+                bad.append(f"{hdr['rule']} / {tr['trace']} step {i} {json.dumps(ev)}: got {json.dumps(got)}, want {json.dumps(st['expect'])}")
+    return bad, n
+
+
+def replay_all(r: Any) -> tuple:
+    files = sorted(DIR.glob("*.jsonl"))
+    assert len(files) >= 5, f"vector files in {DIR}"
+    bad, n = [], 0
+    for f in files:
+        b, k = replay(f.read_text(encoding="utf-8"), r)
+        bad += b
+        n += k
+    return bad, n
+
+
+def test_rules_match_every_protocol_vector() -> None:
+    bad, n = replay_all(_rules)
+    assert bad == []
+    assert n >= 50, f"only {n} decisions checked"
+
+
+def _mutant(**over: Any) -> Any:
+    m = types.SimpleNamespace(**{k: getattr(_rules, k) for k in dir(_rules) if not k.startswith("_")})
+    for k, v in over.items():
+        setattr(m, k, v)
+    return m
+
+
+def test_replay_fails_on_wrong_rules() -> None:
+    mutants = {
+        "gate checks only epoch x-1": _mutant(gate_record=lambda t, d, x, p, f, pos: _rules.gate_record(t, x - 2, x, p, f, pos)),
+        "lease expiry without the skew bound": _mutant(may_acquire=lambda me, o, end, now, skew: _rules.may_acquire(me, o, end, now, 0)),
+        "keys assigned at the boundary (or after a session timeout)": _mutant(past_boundary=lambda t, q, b, pos, leased: pos(q) >= b),
+        "a marker passed without keys revoked": _mutant(fence_marker=lambda *a: {**_rules.fence_marker(*a), "revoke": []}),
+        "retired partitions never leave": _mutant(assignable=lambda t, pos: list(range(_rules.max_partitions(t)))),
+    }
+    for name, m in mutants.items():
+        bad, _ = replay_all(m)
+        assert bad, f"the vectors did not catch: {name}"
