@@ -150,16 +150,21 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 				if q < cur.Partitions {
 					return nil // fenced and moved to the new subject in the next step
 				}
-				defer prog.add()
 				if err := b.partitionHook(name, step, q); err != nil {
 					return err
 				}
 				subj := wire.StreamSubject(t.Name, ch.To, q, t.Compact != nil)
 				exact, err := b.createStream(ctx, t, q, subj, ch.To)
-				if err != nil || exact {
-					return err // one round trip for a new stream
+				if err != nil {
+					return err
 				}
-				return b.setSubject(ctx, t.Name, q, subj, ch.To) // a retired stream coming back
+				if !exact { // a retired stream coming back
+					if err := b.setSubject(ctx, t.Name, q, subj, ch.To); err != nil {
+						return err
+					}
+				}
+				prog.add() // one round trip for a new stream
+				return nil
 			})
 			prog.stop()
 			ch.State = stateCreated

@@ -202,3 +202,50 @@ func TestChangePublishesStepProgress(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestOtherBrokerLeavesAMovingStepAlone: two brokers share a cluster; while one runs a long step
+// (16 partitions created one at a time, a quarter second each: the descriptor unchanged for
+// seconds), the other's retry loop (rounds every second, work taken up after two rounds without
+// progress) sees the step's progress events and does not run the same change beside it. Before
+// the events it took the change up after two seconds and created the same streams in parallel.
+func TestOtherBrokerLeavesAMovingStepAlone(t *testing.T) {
+	skipShortCluster(t)
+	c := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	ranOn := map[int]int{} // broker index -> partitions it worked on
+	var bs [2]*broker.Broker
+	for i := range bs {
+		cfg := cfgDefault()
+		cfg.Replicas = 1
+		cfg.RetryInterval = time.Second
+		cfg.StreamOpsInFlight = 1
+		cfg.PartitionHook = func(topic, step string, q int) error {
+			mu.Lock()
+			ranOn[i]++
+			mu.Unlock()
+			time.Sleep(250 * time.Millisecond)
+			return nil
+		}
+		bs[i] = startClusterBroker(t, c, cfg)
+		defer bs[i].Close()
+	}
+	admin := clusterClient(t, c, "")
+	if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: "m", Partitions: 4, Partitioner: "jump", Replicas: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Repartition(ctx, wire.RepartitionRequest{Topic: "m", Partitions: 20}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ranOn) != 1 {
+		t.Fatalf("both brokers worked on the change's partitions (%v): the second took up a step that was moving", ranOn)
+	}
+	for _, n := range ranOn {
+		if n != 16+4 {
+			t.Fatalf("the change's partitions were worked on %d times, want 20 (16 created, 4 fenced)", n)
+		}
+	}
+}

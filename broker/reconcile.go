@@ -352,7 +352,7 @@ func (b *Broker) retryTopic(ctx context.Context, name string, states map[string]
 		}
 		st = &retryState{rev: rev, work: work, since: now, next: now.Add(grace)}
 		states[name] = st
-	} else if st.rev != rev || b.stepMoved(name, st.since) {
+	} else if st.rev != rev || b.stepMoved(name, st.since, now) {
 		// Progress by someone (another broker, or a request of this one; or another broker's
 		// step over thousands of partitions, which writes the descriptor only at its end but
 		// publishes its progress): wait again.
@@ -418,8 +418,13 @@ func (b *Broker) subscribeSteps() error {
 }
 
 // stepMoved reports whether another broker published progress of a step of the topic's epoch
-// change after `since`.
-func (b *Broker) stepMoved(topic string, since time.Time) bool {
+// change after `since`, or within two event intervals of now (a retry loop whose rounds come
+// more often than the events).
+func (b *Broker) stepMoved(topic string, since, now time.Time) bool {
 	v, ok := b.stepsSeen.Load(topic)
-	return ok && v.(time.Time).After(since)
+	if !ok {
+		return false
+	}
+	seen := v.(time.Time)
+	return seen.After(since) || now.Sub(seen) < 2*progressEvery
 }
