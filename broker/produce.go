@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -206,7 +207,7 @@ func (b *Broker) produce(m *nats.Msg) {
 // dropProducer forgets the topic's producer after Send refused a record because the producer
 // is closed or its topic is gone: the next request makes a new one.
 func (b *Broker) dropProducer(topic string, err error) {
-	if strings.Contains(err.Error(), "closed") || strings.Contains(err.Error(), "not found") {
+	if errors.Is(err, client.ErrProducerClosed) || errors.Is(err, wire.ErrNotFound) {
 		b.ps.mu.Lock()
 		delete(b.ps.prod, topic)
 		b.ps.mu.Unlock()

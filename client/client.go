@@ -63,7 +63,7 @@ type Client struct {
 
 	vmu        sync.Mutex
 	violations map[string][]chan struct{} // subject -> waiters
-	vlisteners []func(subject string)
+	vlisteners map[int]func(subject string)
 	clisteners map[int]func(connected bool)
 	cnext      int
 
@@ -115,7 +115,7 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	}
 	nc, err := nats.Connect(opts.URL, nopts...)
 	if err != nil {
-		if errors.Is(err, nats.ErrAuthorization) || strings.Contains(strings.ToLower(err.Error()), "authorization") {
+		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrAccountAuthExpired) {
 			return nil, fmt.Errorf("%w: the broker at %s refused the credentials %q: %v; use admin.nk, producer.nk or consumer.nk from the broker's data directory (--creds or PCTL_CREDS)", wire.ErrPermission, opts.URL, opts.Creds, err)
 		}
 		return nil, fmt.Errorf("%w: cannot connect to %s: %v; is 'pctl serve' running? (--server or PCTL_SERVER)", wire.ErrUnavailable, opts.URL, err)
@@ -182,7 +182,10 @@ func (c *Client) onAsyncError(_ *nats.Conn, _ *nats.Subscription, err error) {
 		default:
 		}
 	}
-	ls := append([]func(string){}, c.vlisteners...)
+	ls := make([]func(string), 0, len(c.vlisteners))
+	for _, l := range c.vlisteners {
+		ls = append(ls, l)
+	}
 	c.vmu.Unlock()
 	for _, l := range ls {
 		l(subject)
@@ -210,10 +213,23 @@ func (c *Client) watchViolation(subject string) (chan struct{}, func()) {
 	}
 }
 
-func (c *Client) onViolation(f func(subject string)) {
+// onViolation registers f to be called with the subject of every permissions violation the
+// server reports on this connection; the returned function unregisters it (a producer's Close,
+// the end of a consumer's Run), so a long-lived client does not collect listeners.
+func (c *Client) onViolation(f func(subject string)) func() {
 	c.vmu.Lock()
-	c.vlisteners = append(c.vlisteners, f)
-	c.vmu.Unlock()
+	defer c.vmu.Unlock()
+	if c.vlisteners == nil {
+		c.vlisteners = map[int]func(string){}
+	}
+	id := c.cnext
+	c.cnext++
+	c.vlisteners[id] = f
+	return func() {
+		c.vmu.Lock()
+		delete(c.vlisteners, id)
+		c.vmu.Unlock()
+	}
 }
 
 // onConnEvent registers f to be called when the connection is lost (false) and back (true);

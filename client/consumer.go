@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -251,6 +252,9 @@ type ConsumerOptions struct {
 	// testOpenDelay is a test hook: every reader after a worker's first is opened this much
 	// later (a server so loaded that making a consumer takes this long).
 	testOpenDelay time.Duration
+	// testLoseAnswer is a test hook: called after each stored commit of a partition's state;
+	// true makes the worker take it as unanswered (stored, its answer lost on the way).
+	testLoseAnswer func() bool
 }
 
 // Handler processes one record. Returning nil acknowledges it; an error stops the member (the
@@ -460,7 +464,7 @@ func (cn *Consumer) Run(ctx context.Context, h Handler) error {
 	defer running.Store(false)
 	var refusedMu sync.Mutex
 	var refused error
-	cn.c.onViolation(func(subject string) {
+	defer cn.c.onViolation(func(subject string) {
 		if !running.Load() || !cn.ownSubject(subject) {
 			return
 		}
@@ -472,7 +476,7 @@ func (cn *Consumer) Run(ctx context.Context, h Handler) error {
 		err := refused
 		refusedMu.Unlock()
 		cancel(err)
-	})
+	})()
 	refusal := func(err error) error {
 		refusedMu.Lock()
 		defer refusedMu.Unlock()
@@ -481,20 +485,28 @@ func (cn *Consumer) Run(ctx context.Context, h Handler) error {
 		}
 		return err
 	}
-	kv, err := cn.kv(runCtx)
-	if err != nil {
-		return refusal(err)
-	}
-	if err := cn.ensureGroup(runCtx, kv); err != nil {
-		return refusal(err)
-	}
-	// The descriptor read after the group's keys exist (spec/protocol.md §10.4): a retirement
-	// that did not see this group is shown in it.
-	cn.refresh(runCtx)
-	// The group's generation (spec/protocol.md §6.6) before the first assignment; the watch
-	// brings later resets.
-	if err := cn.readReset(runCtx, kv); err != nil {
-		return refusal(err)
+	// Joining: the group's bucket, the group's keys, the descriptor read after them (spec/
+	// protocol.md §10.4: a retirement that did not see this group is shown in it) and the group's
+	// generation (§6.6) before the first assignment; the watch brings later resets. A cluster in
+	// the middle of an election answers "no response from stream" or times out for a while: that
+	// is retried with a backoff (logged) as long as ctx lasts, like every later step of a member;
+	// anything else (a refusal, a broken group key) ends Run.
+	var kv jetstream.KeyValue
+	for backoff := time.Duration(0); ; {
+		var err error
+		if kv, err = cn.join(runCtx); err == nil {
+			break
+		} else if !errors.Is(err, wire.ErrUnavailable) || runCtx.Err() != nil {
+			return refusal(err)
+		} else {
+			backoff = min(max(2*backoff, 250*time.Millisecond), 5*time.Second)
+			cn.opts.Logf("member %s: joining group %s: %v; again in %v", cn.opts.Member, cn.opts.Group, err, backoff)
+			select {
+			case <-runCtx.Done():
+				return refusal(context.Cause(runCtx))
+			case <-time.After(backoff):
+			}
+		}
 	}
 
 	// Watch the group's committed positions (gates wait on them), and the readers.
@@ -993,6 +1005,24 @@ func (cn *Consumer) lastSequences(ctx context.Context, ws []*worker) map[int]uin
 	return out
 }
 
+// join opens the group's bucket, creates the group's keys if it is new, reads the descriptor
+// and the group's generation: what a member does before its first assignment. Each step is
+// idempotent, so a join that failed half-way is simply done again.
+func (cn *Consumer) join(ctx context.Context) (jetstream.KeyValue, error) {
+	kv, err := cn.kv(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := cn.ensureGroup(ctx, kv); err != nil {
+		return nil, err
+	}
+	cn.refresh(ctx)
+	if err := cn.readReset(ctx, kv); err != nil {
+		return nil, err
+	}
+	return kv, nil
+}
+
 // ensureGroup creates the group's state on first use: every existing partition's starting
 // position (its last sequence, 0 from the beginning, the start of the current epoch), then the
 // group marker. Whoever comes first wins each key; a partition created later has no state and is
@@ -1006,6 +1036,13 @@ func (cn *Consumer) ensureGroup(ctx context.Context, kv jetstream.KeyValue) erro
 			return err
 		}
 		return cn.joinAssignor(ctx, kv)
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		// Not "no such group": the state could not be read (a leader election, a timeout).
+		// Creating the group now could start it at the wrong place; the join is retried.
+		if IsPermission(err) {
+			return err
+		}
+		return fmt.Errorf("%w: consumer group %s: read its marker: %v", wire.ErrUnavailable, cn.opts.Group, err)
 	}
 	cn.mu.Lock()
 	desc := cn.desc
@@ -1364,16 +1401,21 @@ func (cn *Consumer) acquire(ctx context.Context, kv jetstream.KeyValue, q int) (
 	if ps.Generation < gen {
 		ps.Position = resetPos // written before the reset reached it
 	}
-	if ps.Owner != "" && ps.Owner != cn.opts.Member {
-		cn.opts.Logf("member %s: partition %d: lease of %s expired %v ago; taking over at %d", cn.opts.Member, q, ps.Owner, time.Since(time.UnixMilli(ps.LeaseEnd)), ps.Position)
-	} else {
-		cn.opts.Logf("member %s: partition %d: acquired at %d (generation %d)", cn.opts.Member, q, ps.Position, gen)
-	}
+	prev, prevEnd := ps.Owner, ps.LeaseEnd
 	ps.Owner, ps.LeaseEnd, ps.Generation = cn.opts.Member, cn.leaseEnd(), gen
 	body, _ := json.Marshal(ps)
 	r, err := kv.Update(ctx, key, body, rev)
 	if err != nil {
+		// Another member's write came first (or the write's fate is unknown: the next round
+		// reads the key again and finds the lease ours or not).
 		return 0, 0, 0, false
+	}
+	// Logged once the compare-and-set succeeded: two members that read the same free key both
+	// try, and only one of them acquires it.
+	if prev != "" && prev != cn.opts.Member {
+		cn.opts.Logf("member %s: partition %d: lease of %s expired %v ago; took over at %d", cn.opts.Member, q, prev, time.Since(time.UnixMilli(prevEnd)).Round(time.Millisecond), ps.Position)
+	} else {
+		cn.opts.Logf("member %s: partition %d: acquired at %d (generation %d)", cn.opts.Member, q, ps.Position, gen)
 	}
 	cn.hookLease(q, true) // hooks.go
 	return ps.Position, r, gen, true
@@ -1534,6 +1576,9 @@ type worker struct {
 	// commitSem lets one compare-and-set on the partition's state run at a time (each needs the
 	// revision the previous one produced); it is not held by anything else.
 	commitSem chan struct{}
+	// unsure is the last write of the partition's state whose answer never came: if the next
+	// compare-and-set fails, the key is read, and a key holding exactly this was our write.
+	unsure *unsureWrite
 	// The reader the worker waits for: readerN numbers them (0: none open), readerCons is its
 	// consumer (for the watchdog's report); restarts counts the readers replaced in a row at
 	// position restartAt. kick carries the number of the reader the watchdog replaces.
@@ -1595,9 +1640,41 @@ func (w *worker) commit(ctx context.Context, kv jetstream.KeyValue, renew bool) 
 	octx, cancel := w.cn.op(ctx)
 	newRev, err := kv.Update(octx, wire.PartitionKey(w.cn.topicID, w.cn.opts.Group, w.partition), body, rev)
 	cancel()
+	if err == nil && w.cn.opts.testLoseAnswer != nil && w.cn.opts.testLoseAnswer() {
+		err = context.DeadlineExceeded
+	}
 
+	if err != nil && (errors.Is(err, jetstream.ErrKeyExists) || isWrongSeq(err)) && w.unsure != nil {
+		// The last write's answer was lost (a timeout, a leader change), so the key's revision
+		// may be that write's, not a takeover's: if the key holds exactly what we wrote then,
+		// it was ours (issue 10: a member stopped and re-acquired its own partitions after
+		// every ambiguous renewal). Another member's write would name another owner or lease.
+		gctx, gcancel := w.cn.op(ctx)
+		e, gerr := kv.Get(gctx, wire.PartitionKey(w.cn.topicID, w.cn.opts.Group, w.partition))
+		gcancel()
+		if gerr == nil && bytes.Equal(e.Value(), w.unsure.body) {
+			w.mu.Lock()
+			w.rev = e.Revision()
+			if w.unsure.pos > w.committed {
+				w.committed = w.unsure.pos
+			}
+			if w.unsure.until.After(w.leaseUntil) {
+				w.leaseUntil = w.unsure.until
+			}
+			w.unsure = nil
+			w.mu.Unlock()
+			w.cn.opts.Logf("member %s: partition %d: the commit whose answer was lost was stored (revision %d); committing again", w.cn.opts.Member, w.partition, e.Revision())
+			octx, cancel := w.cn.op(ctx)
+			newRev, err = kv.Update(octx, wire.PartitionKey(w.cn.topicID, w.cn.opts.Group, w.partition), body, e.Revision())
+			cancel()
+		}
+	}
 	w.mu.Lock()
 	if err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSeq(err) {
+			// Not answered: stored or not, we cannot tell yet (the next compare-and-set can).
+			w.unsure = &unsureWrite{body: body, pos: pos, until: now.Add(session)}
+		}
 		if errors.Is(err, jetstream.ErrKeyExists) || isWrongSeq(err) {
 			w.cn.opts.Logf("member %s: partition %d: lost (taken over); delivered %d, committed %d", w.cn.opts.Member, w.partition, w.delivered, w.committed)
 			w.isLost = true // taken over: stop at once, commit nothing more
@@ -1609,6 +1686,7 @@ func (w *worker) commit(ctx context.Context, kv jetstream.KeyValue, renew bool) 
 		return
 	}
 	w.rev = newRev
+	w.unsure = nil
 	if pos > w.committed {
 		w.committed = pos
 	}
@@ -1616,6 +1694,14 @@ func (w *worker) commit(ctx context.Context, kv jetstream.KeyValue, renew bool) 
 	w.mu.Unlock()
 	w.cn.setPosition(w.partition, newRev, ps)
 	w.cn.noteCommit(newRev)
+}
+
+// unsureWrite is a write of a partition's state whose outcome is unknown: its body, the position
+// it commits and the lease end it gives (by our clock, from before the write).
+type unsureWrite struct {
+	body  []byte
+	pos   uint64
+	until time.Time
 }
 
 func isWrongSeq(err error) bool {

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 )
 
@@ -44,5 +45,20 @@ const ReaderStall = readerStall
 // loaded that making a consumer takes d.
 func SlowReaderRestarts(o ConsumerOptions, d time.Duration) ConsumerOptions {
 	o.testOpenDelay = d
+	return o
+}
+
+// Listeners counts the client's registered violation and connection listeners.
+func (c *Client) Listeners() (violation, conn int) {
+	c.vmu.Lock()
+	defer c.vmu.Unlock()
+	return len(c.vlisteners), len(c.clisteners)
+}
+
+// LoseCommitAnswers makes the member take every n-th stored commit of a partition's state as
+// unanswered (stored, its answer lost), as a leader change or a cut connection can.
+func LoseCommitAnswers(o ConsumerOptions, n int64) ConsumerOptions {
+	var i atomic.Int64
+	o.testLoseAnswer = func() bool { return i.Add(1)%n == 0 }
 	return o
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/proto"
 	"pctl.dev/pctl/partitioner"
 )
 
@@ -250,12 +250,12 @@ func (c *Client) NewProducer(ctx context.Context, topic string, opts ProducerOpt
 		return nil, fmt.Errorf("%w: subscribe to %s: %v", wire.ErrUnavailable, wire.TopicEventSubject(topic), err)
 	}
 	p.subs = []*nats.Subscription{replies, events}
-	c.onViolation(func(subject string) {
+	unviolation := c.onViolation(func(subject string) {
 		if strings.HasPrefix(subject, wire.DataPrefix+"."+topic+".") {
 			p.fail(permissionError(subject))
 		}
 	})
-	p.unlisten = c.onConnEvent(func(connected bool) {
+	unconn := c.onConnEvent(func(connected bool) {
 		p.mu.Lock()
 		sinks := make([]*sink, 0, len(p.sinks))
 		for _, s := range p.sinks {
@@ -266,6 +266,7 @@ func (c *Client) NewProducer(ctx context.Context, topic string, opts ProducerOpt
 			s.connChanged(connected)
 		}
 	})
+	p.unlisten = func() { unviolation(); unconn() }
 	p.wg.Add(1)
 	go p.control()
 	return p, nil
@@ -295,11 +296,18 @@ func (p *Producer) Epoch() int {
 	return p.desc.Current().Epoch
 }
 
+// ErrProducerClosed is what Send returns after Close: a bad request (errors.Is works with both).
+var ErrProducerClosed = fmt.Errorf("%w: producer is closed", wire.ErrBadRequest)
+
 func (p *Producer) fetch(ctx context.Context) (*wire.Topic, error) {
 	for {
 		t, _, err := p.c.Topic(ctx, p.topic)
 		if err != nil {
-			if errors.Is(err, wire.ErrUnavailable) && ctx.Err() == nil && strings.Contains(err.Error(), "being created") {
+			// The broker answered "unavailable" (a topic being created, a descriptor not yet
+			// readable): a state that passes, retried while ctx lasts. A broker that does not
+			// answer at all is reported (the error is not a RemoteError then).
+			var remote *wire.RemoteError
+			if errors.Is(err, wire.ErrUnavailable) && errors.As(err, &remote) && ctx.Err() == nil {
 				time.Sleep(50 * time.Millisecond)
 				continue
 			}
@@ -370,7 +378,7 @@ func (p *Producer) Send(ctx context.Context, rec Record, done func(Result)) erro
 	}
 	if p.closed {
 		p.mu.Unlock()
-		return fmt.Errorf("%w: producer is closed", wire.ErrBadRequest)
+		return ErrProducerClosed
 	}
 	if p.fatal != nil {
 		err := p.fatal
@@ -747,7 +755,16 @@ func (p *Producer) repartition(ctx context.Context, desc *wire.Topic) {
 	p.mu.Lock()
 	left = append(left, p.held...)
 	p.held = nil
-	sort.Slice(left, func(i, j int) bool { return left[i].seq < left[j].seq })
+	// Re-sent in their original send order (spec/protocol.md §5.1.2 step 4).
+	seqs := make([]uint64, len(left))
+	for i, pd := range left {
+		seqs[i] = pd.seq
+	}
+	ordered := make([]*pending, 0, len(left))
+	for _, i := range proto.ResendOrder(seqs) {
+		ordered = append(ordered, left[i])
+	}
+	left = ordered
 	var failed []*pending
 	var errs []error
 	for _, pd := range left {

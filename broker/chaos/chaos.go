@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -414,6 +415,9 @@ func Run(parent context.Context, cfg Config) (*Result, error) {
 	} else {
 		r.res.LiveIncomplete, r.res.LiveMissing = true, acked-live.delivered()
 		r.res.Drain = time.Since(quiet)
+		// For the post-mortem: where every goroutine of this process (the live members among
+		// them) is while the group is stuck.
+		r.dumpGoroutines("live-stuck-goroutines.txt")
 	}
 	late := &group{r: r, name: "late"}
 	lateStart := time.Now()
@@ -588,4 +592,17 @@ func (r *run) stalls(trafficEnd time.Duration) {
 		}
 		f.Stall = worst(f.Began-time.Second, f.Ended)
 	}
+}
+
+// dumpGoroutines writes the stacks of every goroutine of this process into the run's directory
+// and says where in the log.
+func (r *run) dumpGoroutines(name string) {
+	buf := make([]byte, 64<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	path := filepath.Join(r.cfg.Dir, name)
+	if err := os.WriteFile(path, buf, 0o644); err != nil {
+		r.cfg.Logf("chaos: goroutine dump: %v", err)
+		return
+	}
+	r.cfg.Logf("chaos: the goroutines of the test process are in %s", path)
 }

@@ -225,7 +225,7 @@ loop:
 				break
 			}
 			tally.failed(n, err)
-			if !errors.Is(err, wire.ErrBadRequest) || strings.Contains(err.Error(), "closed") {
+			if !errors.Is(err, wire.ErrBadRequest) || errors.Is(err, client.ErrProducerClosed) {
 				fatal = err
 				break
 			}
