@@ -54,7 +54,10 @@ type Broker struct {
 	observing sync.Map // "topic/epoch" -> true while this process scans for observed ancestry
 	// backfilling: "topic/epoch" -> true while this process runs that backfill (backfill.go)
 	backfilling sync.Map
-	ps          produceService
+	// stepsSeen: topic -> time.Time, the last progress of an epoch change step another broker
+	// published (wire.ChangeEvent): its retry loop leaves a step that moves alone (reconcile.go).
+	stepsSeen sync.Map
+	ps        produceService
 
 	dirLock *dirlock.Lock // one broker per data directory (internal/dirlock)
 	started time.Time
@@ -396,6 +399,9 @@ func (b *Broker) subscribe() error {
 		b.subs = append(b.subs, s)
 	}
 	if err := b.subscribeCreds(); err != nil {
+		return err
+	}
+	if err := b.subscribeSteps(); err != nil {
 		return err
 	}
 	return b.nc.Flush()

@@ -71,6 +71,16 @@ type Config struct {
 	// after each recorded progress, "backfill-final" when every copy is decided but the end is
 	// not recorded, and "backfilled" after the end; an error stops the backfill there unrecorded.
 	StepHook func(topic, state string) error
+	// PartitionHook, if set, runs before each partition's work in an epoch change's create
+	// (step "create") and fence (step "fence") steps; returning an error fails that partition's
+	// work, as a stream that cannot be created or moved would. Fault-injection tests use it to
+	// stop a step half way, with some partitions done and others not.
+	PartitionHook func(topic, step string, q int) error
+	// StreamOpsInFlight is how many partition streams a step over a topic's partitions (creating
+	// a topic, an epoch change's create and fence, a reconfiguration) works on at once: stream
+	// creates and updates are JetStream API requests answered one by one, so a change of
+	// thousands of partitions keeps this many in flight. Default 64.
+	StreamOpsInFlight int
 
 	natsLogs bool // set by withDefaults: route the embedded server's log to Logger
 }
@@ -94,6 +104,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Replicas == 0 {
 		c.Replicas = 1
+	}
+	if c.StreamOpsInFlight <= 0 {
+		c.StreamOpsInFlight = 64
 	}
 	if c.ConformanceKeys == 0 {
 		c.ConformanceKeys = 20000

@@ -5,9 +5,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -87,8 +89,7 @@ func (b *Broker) apiTopicRepartition(ctx context.Context, m *nats.Msg) (any, err
 			return nil, fmt.Errorf("%w: topic %s already has %d partitions with %s and this config; nothing to change", wire.ErrBadRequest, t.Name, n, cur.Partitioner.Name)
 		}
 		t.Change = &wire.Change{To: cur.Epoch + 1, Partitions: n, Partition: p, State: statePlanned,
-			Fenced: make([]bool, cur.Partitions), Boundaries: make([]uint64, cur.Partitions), Started: time.Now().UTC(),
-			FenceToken: fenceToken()}
+			Boundaries: make([]uint64, cur.Partitions), Started: time.Now().UTC(), FenceToken: fenceToken()}
 		_, err = b.putTopic(ctx, t, rev)
 		if err == nil {
 			break
@@ -144,16 +145,28 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 		step := stepName(ch.State)
 		switch ch.State {
 		case statePlanned:
+			prog := b.stepProgress(name, ch.To, step, max(ch.Partitions-cur.Partitions, 0))
 			err = b.forPartitions(ctx, ch.Partitions, func(q int) error {
 				if q < cur.Partitions {
 					return nil // fenced and moved to the new subject in the next step
 				}
-				subj := wire.StreamSubject(t.Name, ch.To, q, t.Compact != nil)
-				if err := b.ensureStream(ctx, t, q, subj, ch.To); err != nil {
+				if err := b.partitionHook(name, step, q); err != nil {
 					return err
 				}
-				return b.setSubject(ctx, t.Name, q, subj, ch.To) // a retired stream coming back
+				subj := wire.StreamSubject(t.Name, ch.To, q, t.Compact != nil)
+				exact, err := b.createStream(ctx, t, q, subj, ch.To)
+				if err != nil {
+					return err
+				}
+				if !exact { // a retired stream coming back
+					if err := b.setSubject(ctx, t.Name, q, subj, ch.To); err != nil {
+						return err
+					}
+				}
+				prog.add() // one round trip for a new stream
+				return nil
 			})
+			prog.stop()
 			ch.State = stateCreated
 		case stateCreated:
 			if ch.FenceToken == "" {
@@ -165,7 +178,11 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 				}
 				continue
 			}
+			prog := b.stepProgress(name, ch.To, step, cur.Partitions)
 			err = b.forPartitions(ctx, cur.Partitions, func(q int) error {
+				if err := b.partitionHook(name, step, q); err != nil {
+					return err
+				}
 				subj := wire.StreamRetiredSubject(t.Name, q, t.Compact != nil)
 				if q < ch.Partitions {
 					subj = wire.StreamSubject(t.Name, ch.To, q, t.Compact != nil)
@@ -187,9 +204,10 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 					return err
 				}
 				ch.Boundaries[q] = marker - 1
-				ch.Fenced[q] = true
+				prog.add()
 				return nil
 			})
+			prog.stop()
 			if errors.Is(err, errFenceClaimed) && poisoned < 10 {
 				// A look-alike holds the marker's id: draw a new token, record it, fence again
 				// (every partition gets a marker with the new id; boundaries follow them).
@@ -202,6 +220,7 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 				continue
 			}
 			ch.State = stateFenced
+			ch.Fenced = nil // the state says it for every old partition (a change planned by an older broker had a list)
 		case stateFenced:
 			anc := b.declaredAncestry(ctx, cur, ch)
 			cur.Boundaries = ch.Boundaries
@@ -275,6 +294,64 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 			}
 		}
 	}
+}
+
+func (b *Broker) partitionHook(topic, step string, q int) error {
+	if b.cfg.PartitionHook == nil {
+		return nil
+	}
+	return b.cfg.PartitionHook(topic, step, q)
+}
+
+// progressEvery is how often a step over partitions publishes its progress.
+const progressEvery = 500 * time.Millisecond
+
+// stepProgress counts the partitions a step has done and publishes the count on
+// wire.ChangeSubject every progressEvery while the step runs, and once at its end (best effort:
+// 'pctl topic repartition' shows it, and waits as long as it moves). The descriptor is written once
+// per step, not per partition: a step over thousands of partitions would otherwise write it
+// thousands of times.
+func (b *Broker) stepProgress(topic string, to int, step string, of int) *progress {
+	p := &progress{b: b, ev: wire.ChangeEvent{Topic: topic, To: to, Step: step, Of: of, Broker: b.id}, quit: make(chan struct{}), over: make(chan struct{})}
+	go func() {
+		defer close(p.over)
+		tick := time.NewTicker(progressEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-p.quit:
+				p.publish()
+				return
+			case <-tick.C:
+				p.publish()
+			}
+		}
+	}()
+	return p
+}
+
+// progress is a step's count of partitions done.
+type progress struct {
+	b    *Broker
+	ev   wire.ChangeEvent
+	done atomic.Int64
+	quit chan struct{}
+	over chan struct{}
+}
+
+func (p *progress) add() { p.done.Add(1) }
+
+func (p *progress) publish() {
+	ev := p.ev
+	ev.Done = int(p.done.Load())
+	body, _ := json.Marshal(ev)
+	_ = p.b.nc.Publish(wire.ChangeSubject(ev.Topic), body)
+}
+
+// stop publishes the final count and ends the publishing.
+func (p *progress) stop() {
+	close(p.quit)
+	<-p.over
 }
 
 // stepRetryWindow is how long a step that fails with ErrUnavailable (a stream or the bucket

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"pctl.dev/pctl/broker/wire"
@@ -350,8 +352,10 @@ func (b *Broker) retryTopic(ctx context.Context, name string, states map[string]
 		}
 		st = &retryState{rev: rev, work: work, since: now, next: now.Add(grace)}
 		states[name] = st
-	} else if st.rev != rev {
-		// Progress by someone (another broker, or a request of this one): wait again.
+	} else if st.rev != rev || b.stepMoved(name, st.since, now) {
+		// Progress by someone (another broker, or a request of this one; or another broker's
+		// step over thousands of partitions, which writes the descriptor only at its end but
+		// publishes its progress): wait again.
 		st.rev, st.since = rev, now
 		if st.next.Before(now.Add(grace)) {
 			st.next = now.Add(grace)
@@ -389,4 +393,38 @@ func (b *Broker) retryTopic(ctx context.Context, name string, states map[string]
 		b.cfg.Logger.Warn("retried work failed", "topic", name, "work", work, "attempt", st.attempts, "err", err, "max_backoff", maxRetryBackoff)
 		st.failed = msg
 	}
+}
+
+// subscribeSteps follows the progress other brokers publish of their epoch change steps
+// (wire.ChangeEvent), for stepMoved. An event delivered by JetStream (a `$JS.` reply subject: a
+// consumer may aim a push consumer at the subject) is ignored: events can be flooded, never
+// forged (spec/protocol.md §8.4).
+func (b *Broker) subscribeSteps() error {
+	s, err := b.nc.Subscribe(wire.EventsPrefix+".change.*", func(m *nats.Msg) {
+		if strings.HasPrefix(m.Reply, "$JS.") {
+			return
+		}
+		var ev wire.ChangeEvent
+		if json.Unmarshal(m.Data, &ev) != nil || ev.Broker == b.id || wire.ChangeSubject(ev.Topic) != m.Subject {
+			return
+		}
+		b.stepsSeen.Store(ev.Topic, time.Now())
+	})
+	if err != nil {
+		return err
+	}
+	b.subs = append(b.subs, s)
+	return nil
+}
+
+// stepMoved reports whether another broker published progress of a step of the topic's epoch
+// change after `since`, or within two event intervals of now (a retry loop whose rounds come
+// more often than the events).
+func (b *Broker) stepMoved(topic string, since, now time.Time) bool {
+	v, ok := b.stepsSeen.Load(topic)
+	if !ok {
+		return false
+	}
+	seen := v.(time.Time)
+	return seen.After(since) || now.Sub(seen) < 2*progressEvery
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -174,43 +175,103 @@ func (b *Broker) finishCreate(ctx context.Context, t *wire.Topic, rev uint64) er
 	}
 }
 
-// forPartitions runs f for partitions 0..n-1, a few at a time.
+// forPartitions runs f for partitions 0..n-1, Config.StreamOpsInFlight at a time (no lock is held
+// across f's network calls). After the first failure no new partition is started; the failures of
+// the ones in flight are collected too, and the error names each failed partition
+// (partitionErrors).
 func (b *Broker) forPartitions(ctx context.Context, n int, f func(q int) error) error {
-	sem := make(chan struct{}, 16)
+	return forEach(ctx, n, b.cfg.StreamOpsInFlight, f)
+}
+
+// forEach is forPartitions with the concurrency given.
+func forEach(ctx context.Context, n, inFlight int, f func(q int) error) error {
+	if inFlight < 1 {
+		inFlight = 1
+	}
+	sem := make(chan struct{}, inFlight)
 	var mu sync.Mutex
-	var first error
+	var errs partitionErrors
 	var wg sync.WaitGroup
 	for q := 0; q < n; q++ {
+		sem <- struct{}{} // a slot first, then the look at failures: one may have come meanwhile
 		mu.Lock()
-		failed := first != nil
+		failed := len(errs.failed) > 0
 		mu.Unlock()
 		if failed || ctx.Err() != nil {
+			<-sem
 			break
 		}
-		sem <- struct{}{}
 		wg.Add(1)
 		go func(q int) {
 			defer func() { <-sem; wg.Done() }()
 			if err := f(q); err != nil {
 				mu.Lock()
-				if first == nil {
-					first = err
-				}
+				errs.add(q, err)
 				mu.Unlock()
 			}
 		}(q)
 	}
 	wg.Wait()
-	if first == nil && ctx.Err() != nil {
-		return ctx.Err()
+	if len(errs.failed) > 0 {
+		return &errs
 	}
-	return first
+	return ctx.Err()
+}
+
+// partitionErrors are the failures of a step run over many partitions, each with its partition.
+// It unwraps to the first failure (the lowest partition), so errors.Is and the error codes on the
+// wire see that one, as they did when a step stopped at its first failure.
+type partitionErrors struct {
+	failed []int // partitions, ascending
+	errs   map[int]error
+}
+
+// maxNamedFailures bounds the failures an error message spells out.
+const maxNamedFailures = 3
+
+func (e *partitionErrors) add(q int, err error) {
+	if e.errs == nil {
+		e.errs = map[int]error{}
+	}
+	i, _ := slices.BinarySearch(e.failed, q)
+	e.failed = slices.Insert(e.failed, i, q)
+	e.errs[q] = err
+}
+
+func (e *partitionErrors) Unwrap() error { return e.errs[e.failed[0]] }
+
+func (e *partitionErrors) Error() string {
+	if len(e.failed) == 1 {
+		return fmt.Sprintf("partition %d: %v", e.failed[0], e.errs[e.failed[0]])
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%d partitions failed: ", len(e.failed))
+	for i, q := range e.failed {
+		if i == maxNamedFailures {
+			fmt.Fprintf(&sb, "; and %d more (partitions %s)", len(e.failed)-i, logging.Ints(e.failed[i:]).LogValue().String())
+			break
+		}
+		if i > 0 {
+			sb.WriteString("; ")
+		}
+		fmt.Fprintf(&sb, "partition %d: %v", q, e.errs[q])
+	}
+	return sb.String()
 }
 
 // ensureStream creates partition q's stream bound to subject, the binding of epoch `epoch`, with
 // the topic's replicas and placement, if it does not exist. An existing stream is left as it is
 // (its subject is the epoch machinery's business, its replicas the reconfiguration's).
 func (b *Broker) ensureStream(ctx context.Context, t *wire.Topic, q int, subject string, epoch int) error {
+	_, err := b.createStream(ctx, t, q, subject, epoch)
+	return err
+}
+
+// createStream is ensureStream that also says whether the stream now has exactly the
+// configuration asked for (created, or found identical: JetStream answers a create of an
+// existing stream with the same configuration with success), so that its subject and binding
+// need no further look.
+func (b *Broker) createStream(ctx context.Context, t *wire.Topic, q int, subject string, epoch int) (bool, error) {
 	ctx, cancel := opContext(ctx)
 	defer cancel()
 	cfg := jetstream.StreamConfig{
@@ -236,12 +297,12 @@ func (b *Broker) ensureStream(ctx context.Context, t *wire.Topic, q int, subject
 	}
 	_, err := b.js.CreateStream(ctx, cfg)
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		return b.allowBatches(ctx, wire.StreamName(t.Name, q), subject)
+		return false, b.allowBatches(ctx, wire.StreamName(t.Name, q), subject)
 	}
 	if err == nil {
-		return nil
+		return true, nil
 	}
-	return streamError(fmt.Sprintf("create stream %s", wire.StreamName(t.Name, q)), b.replicas(t), t.PlacementTags, err)
+	return false, streamError(fmt.Sprintf("create stream %s", wire.StreamName(t.Name, q)), b.replicas(t), t.PlacementTags, err)
 }
 
 // metaBindingEpoch is the stream metadata key that records which epoch's change last bound the

@@ -144,6 +144,17 @@ type GroupInfo struct {
 	Assignments []AssignmentSummary `json:"assignments,omitempty"`
 }
 
+// ChangeEvent is the progress of an epoch change's step over partitions, published on
+// ChangeSubject about twice a second while the step runs, and once when it ends (best effort).
+type ChangeEvent struct {
+	Topic  string `json:"topic"`
+	To     int    `json:"to"`     // the epoch being created
+	Step   string `json:"step"`   // "create" or "fence"
+	Done   int    `json:"done"`   // partitions of the step done so far
+	Of     int    `json:"of"`     // partitions the step works on
+	Broker string `json:"broker"` // the broker running it
+}
+
 // BackfillEvent is a backfill's progress, published on BackfillSubject (best effort).
 type BackfillEvent struct {
 	Topic          string `json:"topic"`

@@ -183,9 +183,11 @@ type Change struct {
 	Partitions int         `json:"partitions"`
 	Partition  Partitioner `json:"partitioner"`
 	State      string      `json:"state"` // "planned", "created", "fenced"
-	Fenced     []bool      `json:"fenced,omitempty"`
-	Boundaries []uint64    `json:"boundaries,omitempty"`
-	Started    time.Time   `json:"started"`
+	// Fenced is no longer written: the fence step is recorded for every old partition at once
+	// (state "fenced"). Descriptors of older brokers have it, false for every partition until then.
+	Fenced     []bool    `json:"fenced,omitempty"`
+	Boundaries []uint64  `json:"boundaries,omitempty"`
+	Started    time.Time `json:"started"`
 	// FenceToken is the random part of this change's fence markers' Nats-Msg-Id
 	// (spec/protocol.md §7): drawn when the change is planned (and again if a look-alike
 	// claimed it), recorded so that a broker resuming the change re-publishes the same markers.

@@ -180,6 +180,10 @@ func ParseOrigin(v string) (epoch, partition int, seq uint64, err error) {
 	return 0, 0, 0, fmt.Errorf("%s header %q is not <epoch>/<partition>/<sequence>", HeaderBackfill, v)
 }
 
+// ChangeSubject is where the broker publishes the progress of a topic's epoch change step (JSON
+// ChangeEvent, best effort: spec/protocol.md §7).
+func ChangeSubject(topic string) string { return EventsPrefix + ".change." + topic }
+
 // BackfillSubject is where the broker publishes a topic's backfill progress (JSON, best effort).
 func BackfillSubject(topic string) string { return EventsPrefix + ".backfill." + topic }
 

@@ -11,11 +11,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"pctl.dev/pctl/broker"
+	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/plugins"
 )
 
@@ -371,4 +373,71 @@ func TestServeOpsFromConfigFile(t *testing.T) {
 		t.Fatalf("no JSON http listening line:\n%s", stderr.String())
 	}
 	expect(t, stop(), exitOK)
+}
+
+// TestRepartitionWaitsWhileTheChangeMoves: past the request timeout, 'topic expand' waits as
+// long as the change makes progress (the broker's step progress events), gives up after --stall
+// without progress and after --timeout in all, each saying that the change goes on in the broker.
+// Before, it had no such bounds (and saw no progress within a step).
+func TestRepartitionWaitsWhileTheChangeMoves(t *testing.T) {
+	var slow atomic.Int64 // per-partition delay of the create and fence steps, in ms
+	var stuck atomic.Bool // the "created" step hook blocks for 5 s
+	b, err := broker.Start(context.Background(), broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000,
+		StreamOpsInFlight: 1,
+		PartitionHook: func(topic, step string, q int) error {
+			time.Sleep(time.Duration(slow.Load()) * time.Millisecond)
+			return nil
+		},
+		StepHook: func(topic, state string) error {
+			if state == "created" && stuck.Load() {
+				time.Sleep(5 * time.Second)
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	admin := &pctlAs{t: t, url: b.ClientURL(), creds: b.CredsPath(broker.RoleAdmin)}
+	expect(t, admin.run("", "topic", "create", "w", "--partitions", "4", "--partitioner", "jump"), exitOK)
+	admin.getenv = func(k string) string {
+		if k == "PCTL_REQUEST_TIMEOUT" {
+			return "1s"
+		}
+		return ""
+	}
+	// 6 partitions created and 4 fenced at 400 ms each, one at a time: 4 s of steps, no step
+	// writing the descriptor for 2.4 s, progress every half second.
+	slow.Store(400)
+	start := time.Now()
+	r := admin.run("", "topic", "expand", "w", "--partitions", "10", "--stall", "1500ms")
+	expect(t, r, exitOK, "epoch 2 active after", "following it")
+	if took := time.Since(start); took < 3*time.Second {
+		t.Fatalf("the change took %v: too fast to have tested --stall against progress", took)
+	}
+	slow.Store(0)
+	stuck.Store(true)
+	r = admin.run("", "topic", "expand", "w", "--partitions", "12", "--stall", "1500ms")
+	expect(t, r, exitFailure, "no progress for --stall 1.5s", "goes on in the broker")
+	waitActive(t, admin, "w", 3)
+	r = admin.run("", "topic", "expand", "w", "--partitions", "14", "--timeout", "2s", "--stall", "0")
+	expect(t, r, exitFailure, "--timeout 2s passed", "goes on in the broker")
+	waitActive(t, admin, "w", 4)
+}
+
+// waitActive waits until topic's current epoch is epoch, with no change in progress.
+func waitActive(t *testing.T, admin *pctlAs, topic string, epoch int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := admin.run("", "topic", "describe", topic, "--json")
+		var d wire.Topic
+		if r.code == exitOK && json.Unmarshal([]byte(r.stdout), &d) == nil && d.Change == nil && d.Current().Epoch == epoch {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("epoch %d of %s not active: %s", epoch, topic, r)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }

@@ -324,14 +324,13 @@ func describeTopic(out io.Writer, t *wire.Topic, rev uint64) {
 		fmt.Fprintf(w, "state\tbeing created\n")
 	}
 	if ch := t.Change; ch != nil {
+		old := t.Current().Partitions
 		fenced := 0
-		for _, f := range ch.Fenced {
-			if f {
-				fenced++
-			}
+		if ch.State == "fenced" {
+			fenced = old // recorded for every old partition at once (a descriptor of an older broker may have a list)
 		}
 		fmt.Fprintf(w, "change\tto epoch %d, state %s (%d of %d old partitions fenced), started %s: %d partitions, %s\n",
-			ch.To, ch.State, fenced, len(ch.Fenced), ch.Started.Format(time.RFC3339), ch.Partitions, partitionerText(ch.Partition))
+			ch.To, ch.State, fenced, old, ch.Started.Format(time.RFC3339), ch.Partitions, partitionerText(ch.Partition))
 	} else {
 		fmt.Fprintf(w, "change\tnone in progress\n")
 	}
@@ -533,10 +532,11 @@ func cmdTopicDelete(e *env, args []string) int {
 }
 
 const repartitionHelp = `
-Starts a new epoch of a topic and waits until it is active (however long that takes: a change on
-thousands of partitions is followed to its end through the descriptor; on a terminal, standard
-error shows its step and how many partitions are fenced; SIGINT stops the waiting, not the
-change): a new partition count, a new
+Starts a new epoch of a topic and waits until it is active (however long that takes, as long as
+it moves: a change on thousands of partitions is followed to its end through the descriptor and
+the broker's progress events; on a terminal, standard error shows its step and how many
+partitions it has done; --stall gives up when nothing moved for that long, --timeout after that
+long in all; SIGINT stops the waiting, not the change): a new partition count, a new
 partitioner (built-in name or plugin digest), or a new config, in any combination. Per-key order
 holds across the change: producers are fenced from the old epoch and re-send under the new one,
 and consumers deliver a moved key's new records only after its old partition is drained.
@@ -546,7 +546,7 @@ and consumers deliver a moved key's new records only after its old partition is 
 
 func cmdTopicRepartition(e *env, args []string) int {
 	const cmd = "topic repartition"
-	fs := newFlags(e, cmd, "topic repartition TOPIC [--partitions M] [--partitioner NAME|DIGEST] [--config K=V ... | --clear-config] [--json]", repartitionHelp+connHelp)
+	fs := newFlags(e, cmd, "topic repartition TOPIC [--partitions M] [--partitioner NAME|DIGEST] [--config K=V ... | --clear-config] [--json] [--timeout D] [--stall D]", repartitionHelp+connHelp)
 	cf := addConnFlags(fs)
 	partitions := fs.String("partitions", "", "new partition count (default: unchanged)")
 	plugin := fs.String("partitioner", "", "new partitioner: built-in name, uploaded plugin's name or digest (default: unchanged)")
@@ -554,6 +554,7 @@ func cmdTopicRepartition(e *env, args []string) int {
 	fs.Var(&config, "config", "new partitioner config `K=V` (repeatable)")
 	clear := fs.Bool("clear-config", false, "remove the partitioner config")
 	asJSON := fs.Bool("json", false, "print the new descriptor as JSON")
+	wait := addWaitFlags(fs)
 	pos, st := parse(fs, args)
 	if st >= 0 {
 		return st
@@ -596,16 +597,16 @@ func cmdTopicRepartition(e *env, args []string) int {
 		}
 		req.Partitioner = ref
 	}
-	return repartition(e, cmd, c, req, *asJSON)
+	return repartition(e, cmd, c, req, *asJSON, wait)
 }
 
-func repartition(e *env, cmd string, c *client.Client, req wire.RepartitionRequest, asJSON bool) int {
+func repartition(e *env, cmd string, c *client.Client, req wire.RepartitionRequest, asJSON bool, wait waitFlags) int {
 	before, _, err := c.Topic(e.ctx, req.Topic)
 	if err != nil {
 		return exitFor(e, cmd, err)
 	}
 	start := time.Now()
-	t, err := repartitionFollowed(e, cmd, c, req, before) // follow.go: to its end, with progress
+	t, err := repartitionFollowed(e, cmd, c, req, before, wait) // follow.go: to its end, with progress
 	if err != nil {
 		return exitFor(e, cmd, err)
 	}
@@ -633,13 +634,14 @@ func repartition(e *env, cmd string, c *client.Client, req wire.RepartitionReque
 
 func cmdTopicExpand(e *env, args []string) int {
 	const cmd = "topic expand"
-	fs := newFlags(e, cmd, "topic expand TOPIC --partitions M [--json]", `
+	fs := newFlags(e, cmd, "topic expand TOPIC --partitions M [--json] [--timeout D] [--stall D]", `
 Grows a topic to M partitions (more than it has now), keeping its partitioner and config: a
 repartition (see 'pctl topic repartition --help') that can only grow.
 `+connHelp)
 	cf := addConnFlags(fs)
 	partitions := fs.String("partitions", "", "new partition count, more than the current one (required)")
 	asJSON := fs.Bool("json", false, "print the new descriptor as JSON")
+	wait := addWaitFlags(fs)
 	pos, st := parse(fs, args)
 	if st >= 0 {
 		return st
@@ -667,7 +669,7 @@ repartition (see 'pctl topic repartition --help') that can only grow.
 	if n := t.Current().Partitions; m <= n {
 		return usageErr(e, cmd, "--partitions %d: topic %s has %d partitions; expand only grows (use 'pctl topic repartition' to shrink)", m, name, n)
 	}
-	return repartition(e, cmd, c, wire.RepartitionRequest{Topic: name, Partitions: m}, *asJSON)
+	return repartition(e, cmd, c, wire.RepartitionRequest{Topic: name, Partitions: m}, *asJSON, wait)
 }
 
 // groupView is a group's state as 'topic groups --json' prints it.

@@ -19,6 +19,7 @@ import { Sink } from './sink.js';
 import { BadRequestError, NotFoundError, PctlError, UnavailableError, permissionError } from './errors.js';
 import { headerPairs, timeHeader, headerBlockBytes, TIME_HEADER, DEFAULT_MAX_RECORD_BYTES } from './records.js';
 import { streamInfo, directGet } from './jsapi.js';
+import * as rules from './rules.js';
 
 const NAME_RE = /^[A-Za-z0-9_-]{1,64}$/;
 const encoder = new TextEncoder();
@@ -516,7 +517,7 @@ export class Producer {
     left.push(...this.held);
     this.held = [];
     left = left.filter((pd) => !pd.settled);
-    left.sort((a, b) => a.pseq - b.pseq);
+    left = rules.resendOrder(left.map((pd) => pd.pseq)).map((i) => left[i]); // spec/protocol.md §5.1.2 step 4
     this.resent += left.length;
     this.switching = false;
     this.assignMany(left);

@@ -10,6 +10,7 @@
 import { OP, ERR, KIND, replySubject, randomHex, sameRecord, leaderGet } from './fastbatch.js';
 import { streamInfo, directGet, JsApiError, JS } from './jsapi.js';
 import { BadRequestError, ConflictError, NotFoundError, UnavailableError, PctlError } from './errors.js';
+import * as rules from './rules.js';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const current = (desc) => desc.epochs[desc.epochs.length - 1];
@@ -274,7 +275,7 @@ export class Sink {
     let clash = false;
     while (b.recs.length - Math.max(b.acked, b.flowed) < window && b.recs.length < size && this.queued > 0) {
       const next = this.front();
-      if (perKey && next.keyHdr !== null && b.keys.has(next.keyHdr)) {
+      if (!rules.admits(perKey, next.keyHdr === null, perKey && b.keys.has(next.keyHdr))) {
         clash = true;
         break;
       }
@@ -696,12 +697,12 @@ export class Sink {
   // The lowest stream sequence above which a copy of any of the open batch's records from index
   // from on can be stored: the sink's floor, or lower for records sent to this stream before.
   lowFloor(from, to) {
-    let low = this.floor;
+    const first = [];
     for (let i = from; i < to; i++) {
       const f = this.b.recs[i].floors?.get(this.stream);
-      if (f !== undefined && f < low) low = f;
+      if (f !== undefined) first.push(f);
     }
-    return low;
+    return rules.searchFloor(this.floor, first);
   }
 
   // Notes the stream's leader, its election time and its replicas, and reports whether any of
@@ -827,7 +828,8 @@ export class Sink {
     let top = 0;
     if (fenced) {
       const e = fenced.epochs.find((x) => x.epoch === this.epoch);
-      top = e?.boundaries?.[this.partition] ?? 0;
+      const b = e?.boundaries?.[this.partition];
+      top = rules.searchTop(b !== undefined, b ?? 0).top;
     }
     if (top === 0) {
       for (let attempt = 0; ; attempt++) {

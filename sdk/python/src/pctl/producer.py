@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 import nats.errors
 
 from . import _fastbatch as fb
-from . import _nats, wire
+from . import _nats, _rules, wire
 from .errors import BadRequest, Conflict, NotFound, PctlError, PermissionDenied, PluginFailed, Unavailable
 from .record import HEADER_TIME, HeadersArg, check_headers, check_time
 
@@ -592,7 +592,7 @@ class Producer:
         left.extend(self._held)
         self._held = []
         left = [pd for pd in left if not pd.future.done()]
-        left.sort(key=lambda pd: pd.seq)
+        left = [left[i] for i in _rules.resend_order([pd.seq for pd in left])]  # §5.1.2 step 4
         self._switching = False
         self.resent += len(left)
         self._assign_many(left)
@@ -875,7 +875,7 @@ class _Sink:
                 if pd.failed is not None:
                     p._finish(pd, error=pd.failed)
                 continue
-            if one_key and pd.key_hdr is not None and pd.key_hdr in b.keys:
+            if not _rules.admits(one_key, pd.key_hdr is None, pd.key_hdr in b.keys):
                 split = True  # commit; the next batch starts once this one is confirmed
                 p.key_splits += 1
                 break
@@ -1077,12 +1077,8 @@ class _Sink:
         """The lowest stream sequence above which a copy of the open batch's records lo..hi-1 can
         be stored: the sink's floor, or lower for records sent to this stream before."""
         assert self.b is not None
-        low = self.floor
-        for pd in self.b.recs[lo:hi]:
-            f = pd.floors.get(self.stream)
-            if f is not None and f < low:
-                low = f
-        return low
+        first = [pd.floors[self.stream] for pd in self.b.recs[lo:hi] if self.stream in pd.floors]
+        return _rules.search_floor(self.floor, first)
 
     async def _get(self, seq: int) -> Optional[fb.StoredMsg]:
         """Message `seq` of the stream, read from its leader ($JS.API.STREAM.MSG.GET; a direct get
@@ -1393,7 +1389,7 @@ class _Sink:
         if fenced is not None:
             e = fenced.epoch(self.epoch)
             if e is not None and e.boundaries and self.partition < len(e.boundaries):
-                top = e.boundaries[self.partition]
+                top, _ = _rules.search_top(True, e.boundaries[self.partition])
         if top == 0:
             top = int(((await self._stream_info()).get("state") or {}).get("last_seq") or 0)
         want = {b.recs[i].msg_id: i for i in range(b.acked, len(b.recs))}

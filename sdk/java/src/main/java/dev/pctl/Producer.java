@@ -9,7 +9,6 @@ import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Base64;
-import java.util.Comparator;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
@@ -1043,7 +1042,16 @@ public final class Producer implements AutoCloseable {
         try {
             left.addAll(held);
             held.clear();
-            left.sort(Comparator.comparingLong(pd -> pd.seq));
+            long[] seqs = new long[left.size()];
+            for (int i = 0; i < seqs.length; i++) {
+                seqs[i] = left.get(i).seq;
+            }
+            List<Pending> ordered = new ArrayList<>(left.size());
+            for (int i : Rules.resendOrder(seqs)) { // spec/protocol.md §5.1.2 step 4
+                ordered.add(left.get(i));
+            }
+            left.clear();
+            left.addAll(ordered);
             int n = 0;
             for (Pending pd : left) {
                 if (pd.done) {
@@ -1547,7 +1555,7 @@ public final class Producer implements AutoCloseable {
                     if (pd == null) {
                         break;
                     }
-                    if (perKey && pd.keyHeader != null && bt.keys.contains(pd.keyHeader)) {
+                    if (!Rules.admits(perKey, pd.keyHeader == null, perKey && bt.keys.contains(pd.keyHeader))) {
                         clash = true;
                         break;
                     }
@@ -2130,14 +2138,14 @@ public final class Producer implements AutoCloseable {
          * before.
          */
         private long lowFloor(int from) {
-            long low = floor;
+            List<Long> first = new ArrayList<>();
             for (Pending pd : b.recs.subList(from, b.recs.size())) {
                 Long f = pd.floors.get(stream);
-                if (f != null && f < low) {
-                    low = f;
+                if (f != null) {
+                    first.add(f);
                 }
             }
-            return low;
+            return Rules.searchFloor(floor, first);
         }
 
         private record Confirmed(Map<Integer, Long> found, boolean trusted) {}
@@ -2240,7 +2248,7 @@ public final class Producer implements AutoCloseable {
             if (fenced != null) {
                 TopicDescriptor.Epoch e = fenced.epoch(epoch);
                 if (e != null && e.ended()) {
-                    top = Math.max(0, e.boundary(partition));
+                    top = Rules.searchTop(true, Math.max(0, e.boundary(partition)))[0];
                 }
             }
             if (top == 0) {

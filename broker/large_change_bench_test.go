@@ -1,0 +1,178 @@
+package broker_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"pctl.dev/pctl/broker"
+	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/client"
+)
+
+// BenchmarkLargeEpochChange measures epoch changes of a jump topic (issue 17 item 4): 1,024 ->
+// 2,048 and 2,048 -> 8,192 partitions, and with PCTL_BENCH_16K=1 also 8,192 -> 16,384 (slow: a
+// topic of 8,192 partitions is created first). For each it prints the change's time (the
+// repartition request, answered when the new epoch is active) and the size of the descriptor in
+// the KV bucket while the change is fenced and after it, against a baseline measured in the same
+// run: the JetStream work such a change cannot do without, done raw on a fresh embedded server
+// holding the same topic — creating the new partitions' streams, then moving every old stream to
+// its new subject and publishing its fence marker (the stream configurations known beforehand,
+// so no stream info), with the same number of requests in flight. A ratio near 1 says the change
+// costs what JetStream's stream API costs; the server's work per stream grows with the number of
+// streams it holds (every create and update checks the new subjects against every stream's).
+//
+//	go test -run '^$' -bench LargeEpochChange -benchtime 1x -timeout 60m ./broker/
+func BenchmarkLargeEpochChange(b *testing.B) {
+	type size struct{ from, to int }
+	sizes := []size{{1024, 2048}, {2048, 8192}}
+	if os.Getenv("PCTL_BENCH_16K") == "1" {
+		sizes = append(sizes, size{8192, 16384})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Minute)
+	defer cancel()
+	for i := 0; i < b.N; i++ {
+		for _, sz := range sizes {
+			raw := rawChange(b, ctx, sz.from, sz.to)
+			change, during, after := pctlChange(b, ctx, sz.from, sz.to)
+			b.ReportMetric(change.Seconds(), fmt.Sprintf("s/change-%d-%d", sz.from, sz.to))
+			b.ReportMetric(raw.Seconds(), fmt.Sprintf("s/raw-%d-%d", sz.from, sz.to))
+			b.ReportMetric(float64(after)/1024, fmt.Sprintf("KiB-descriptor-%d", sz.to))
+			b.Logf("epoch change %d -> %d partitions: %v, raw JetStream work %v (%.2fx); descriptor %.0f KiB while fenced, %.0f KiB after",
+				sz.from, sz.to, change.Round(time.Millisecond), raw.Round(time.Millisecond), float64(change)/float64(raw),
+				float64(during)/1024, float64(after)/1024)
+		}
+	}
+}
+
+func bigBroker(b *testing.B, ctx context.Context, hook func(topic, state string) error) (*broker.Broker, *client.Client) {
+	br, err := broker.Start(ctx, broker.Config{DataDir: b.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000,
+		Logf: func(string, ...any) {}, StepHook: hook})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { br.Close() })
+	admin, err := client.Connect(ctx, client.Options{URL: br.ClientURL(), Creds: br.CredsPath(broker.RoleAdmin), Timeout: 30 * time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { admin.Close() })
+	return br, admin
+}
+
+// pctlChange runs the change through the broker; it returns its time and the descriptor's size
+// while fenced and after.
+func pctlChange(b *testing.B, ctx context.Context, from, to int) (time.Duration, int, int) {
+	var during int
+	var kv jetstream.KeyValue
+	var mu sync.Mutex
+	hook := func(topic, state string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if state == "fenced" && kv != nil {
+			if e, err := kv.Get(ctx, topic); err == nil {
+				during = len(e.Value())
+			}
+		}
+		return nil
+	}
+	br, admin := bigBroker(b, ctx, hook)
+	defer br.Close()
+	js, err := jetstream.New(admin.Conn())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: "big", Partitions: from, Partitioner: "jump"}); err != nil {
+		b.Fatal(err)
+	}
+	k, err := js.KeyValue(ctx, wire.TopicsBucket)
+	if err != nil {
+		b.Fatal(err)
+	}
+	mu.Lock()
+	kv = k
+	mu.Unlock()
+	start := time.Now()
+	if _, err := admin.Repartition(ctx, wire.RepartitionRequest{Topic: "big", Partitions: to}); err != nil {
+		b.Fatal(err)
+	}
+	took := time.Since(start)
+	e, err := k.Get(ctx, "big")
+	if err != nil {
+		b.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return took, during, len(e.Value())
+}
+
+// rawChange does the change's JetStream work directly (see BenchmarkLargeEpochChange).
+func rawChange(b *testing.B, ctx context.Context, from, to int) time.Duration {
+	br, admin := bigBroker(b, ctx, nil)
+	defer br.Close()
+	if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: "big", Partitions: from, Partitioner: "jump"}); err != nil {
+		b.Fatal(err)
+	}
+	js, err := jetstream.New(admin.Conn())
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := js.Stream(ctx, wire.StreamName("big", 0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	tmpl := s.CachedInfo().Config
+	cfgOf := func(q int) jetstream.StreamConfig {
+		c := tmpl
+		c.Name = wire.StreamName("big", q)
+		c.Description = fmt.Sprintf("pctl topic big partition %d", q)
+		c.Subjects = []string{wire.StreamSubject("big", 2, q, false)}
+		c.Metadata = map[string]string{"pctl_binding_epoch": "2"}
+		return c
+	}
+	start := time.Now()
+	run := func(n, offset int, f func(q int) error) {
+		sem := make(chan struct{}, 64)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var first error
+		for q := offset; q < offset+n; q++ {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func(q int) {
+				defer func() { <-sem; wg.Done() }()
+				if err := f(q); err != nil {
+					mu.Lock()
+					first = err
+					mu.Unlock()
+				}
+			}(q)
+		}
+		wg.Wait()
+		if first != nil {
+			b.Fatal(first)
+		}
+	}
+	run(to-from, from, func(q int) error {
+		_, err := js.CreateStream(ctx, cfgOf(q))
+		return err
+	})
+	run(from, 0, func(q int) error {
+		if _, err := js.UpdateStream(ctx, cfgOf(q)); err != nil {
+			return err
+		}
+		m := nats.NewMsg(wire.StreamSubject("big", 2, q, false))
+		m.Header.Set(wire.HeaderFence, "2")
+		m.Header.Set(wire.HeaderMsgID, "raw-fence-"+strconv.Itoa(q))
+		_, err := js.PublishMsg(ctx, m)
+		return err
+	})
+	return time.Since(start)
+}
