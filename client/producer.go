@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/proto"
 	"pctl.dev/pctl/partitioner"
 )
 
@@ -755,7 +755,16 @@ func (p *Producer) repartition(ctx context.Context, desc *wire.Topic) {
 	p.mu.Lock()
 	left = append(left, p.held...)
 	p.held = nil
-	sort.Slice(left, func(i, j int) bool { return left[i].seq < left[j].seq })
+	// Re-sent in their original send order (spec/protocol.md §5.1.2 step 4).
+	seqs := make([]uint64, len(left))
+	for i, pd := range left {
+		seqs[i] = pd.seq
+	}
+	ordered := make([]*pending, 0, len(left))
+	for _, i := range proto.ResendOrder(seqs) {
+		ordered = append(ordered, left[i])
+	}
+	left = ordered
 	var failed []*pending
 	var errs []error
 	for _, pd := range left {

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/proto"
 )
 
 // A sink sends one partition's records of one epoch as a series of JetStream fast batches
@@ -405,15 +406,9 @@ func recordKey(pd *pending) string {
 
 // admits reports whether pd may join the batch under the per-key rule.
 func (b *batch) admits(pd *pending, perKey bool) bool {
-	if !perKey {
-		return true
-	}
 	k := recordKey(pd)
-	if k == "" {
-		return true
-	}
 	_, dup := b.keys[k]
-	return !dup
+	return proto.Admits(perKey, k == "", dup)
 }
 
 // admitsWith reports whether next may join the batch once pd has joined it.
@@ -855,13 +850,13 @@ func (s *sink) endConfirmed(ctx context.Context, found map[int]uint64, streamSeq
 // from index i on can be stored: the sink's floor, or lower for records sent to this stream
 // before (a copy from an earlier attempt counts as a duplicate for the server).
 func (s *sink) lowFloor(from, to int) uint64 {
-	low := s.floor
+	var first []uint64
 	for _, pd := range s.b.recs[from:to] {
-		if f, ok := pd.floors[s.stream]; ok && f < low {
-			low = f
+		if f, ok := pd.floors[s.stream]; ok {
+			first = append(first, f)
 		}
 	}
-	return low
+	return proto.SearchFloor(s.floor, first)
 }
 
 // noteLeader records the stream's leader, its election time and its replicas from the stream's
@@ -1149,13 +1144,15 @@ func (s *sink) getMsg(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg,
 // prefix of what was sent, so the highest of its records found says it (with its sequence).
 func (s *sink) search(ctx context.Context, fenced *wire.Topic) (int, uint64, error) {
 	b := s.b
-	var top uint64
+	var boundary uint64
+	isFenced := false
 	if fenced != nil {
 		if e := fenced.Epoch(s.epoch); e != nil && s.partition < len(e.Boundaries) {
-			top = e.Boundaries[s.partition]
+			boundary, isFenced = e.Boundaries[s.partition], true
 		}
 	}
-	if top == 0 {
+	top, readLast := proto.SearchTop(isFenced, boundary)
+	if readLast {
 		for attempt := 0; ; attempt++ {
 			st, err := s.p.c.js.Stream(ctx, s.stream)
 			if err == nil {

@@ -126,6 +126,33 @@ func TestVectorsCatchWrongCores(t *testing.T) {
 		{"keys revoked skipped at the start position", func(c *protovec.Core) {
 			c.Passed = func(tp *wire.Topic, q int, start uint64) []int { return proto.Passed(tp, q, start+1) }
 		}, "fence-markers"},
+		{"re-sent sink by sink, not in send order", func(c *protovec.Core) {
+			c.ResendOrder = func(seqs []uint64) []int {
+				out := make([]int, len(seqs))
+				for i := range out {
+					out[i] = i
+				}
+				return out
+			}
+		}, "fence-resend-order"},
+		{"search down to the sink's floor only", func(c *protovec.Core) {
+			c.SearchFloor = func(floor uint64, _ []uint64) uint64 { return floor }
+		}, "ambiguous-search-floor"},
+		{"search a fenced partition from its last sequence", func(c *protovec.Core) {
+			c.SearchTop = func(bool, uint64) (uint64, bool) { return 0, true }
+		}, "ambiguous-search-floor"},
+		{"batches without the per-key rule on a cluster", func(c *protovec.Core) {
+			c.Batches = func(keys []string, keyless []bool, _ bool, size int) [][]int { return proto.Batches(keys, keyless, false, size) }
+		}, "per-key-batches"},
+		{"the empty key treated as keyless", func(c *protovec.Core) {
+			c.Batches = func(keys []string, keyless []bool, perKey bool, size int) [][]int {
+				kl := make([]bool, len(keys))
+				for i := range keys {
+					kl[i] = keyless[i] || keys[i] == ""
+				}
+				return proto.Batches(keys, kl, perKey, size)
+			}
+		}, "per-key-batches"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := protovec.GoCore()

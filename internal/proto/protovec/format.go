@@ -22,6 +22,7 @@ const Format = "pctl-protocol-trace/1"
 // File is one spec/vectors/protocol/<Rule>.jsonl: a header line, then one line per trace.
 type File struct {
 	Rule    string  `json:"rule"`
+	Role    string  `json:"role"`    // "consumer" or "producer"
 	Section string  `json:"section"` // of spec/protocol.md, e.g. "6.5"
 	Title   string  `json:"title"`
 	Doc     string  `json:"doc"`
@@ -101,6 +102,69 @@ type Event struct {
 	// Acquired: the member acquired a partition at Position. Expect AcquiredOut; the Passed
 	// steps count as run.
 	Acquired *PartitionPos `json:"acquired,omitempty"`
+
+	// FenceResend: a producer's sinks were fenced with these records unacknowledged; the
+	// descriptor's current epoch is the new one and f gives its partitions. Expect ResendOut.
+	FenceResend *FenceResend `json:"fence_resend,omitempty"`
+	// Search: where a sink's search for a batch's stored prefix reads. Expect SearchOut.
+	Search *SearchIn `json:"search,omitempty"`
+	// Batches: how a sink's queue is cut into batches. Expect BatchesOut.
+	Batches *BatchesIn `json:"batches,omitempty"`
+}
+
+// ProducerRecord is a record of a producer: its Pctl-Seq and key (or keyless).
+type ProducerRecord struct {
+	Seq     uint64 `json:"seq,omitempty"`
+	KeyHex  string `json:"key_hex"`
+	Keyless bool   `json:"keyless,omitempty"`
+}
+
+// FenceResend lists the unacknowledged records taken from every fenced sink, sink by sink.
+type FenceResend struct {
+	Records []ProducerRecord `json:"records"`
+}
+
+// ResendOut: Order, every record's seq in re-send order; Partitions, the keyed records' seqs
+// in the order each new-epoch partition receives them (partitions ascending, empty ones left
+// out; keyless records go to any partition).
+type ResendOut struct {
+	Order      []uint64        `json:"order"`
+	Partitions []PartitionSeqs `json:"partitions"`
+}
+
+// PartitionSeqs is what one partition receives.
+type PartitionSeqs struct {
+	Partition int      `json:"partition"`
+	Seqs      []uint64 `json:"seqs"`
+}
+
+// SearchIn: the sink's floor, the floors at which the batch's unacknowledged records were first
+// sent to this stream, and whether the partition was fenced with which boundary.
+type SearchIn struct {
+	SinkFloor uint64   `json:"sink_floor"`
+	FirstSent []uint64 `json:"first_sent"`
+	Fenced    bool     `json:"fenced"`
+	Boundary  uint64   `json:"boundary"`
+}
+
+// SearchOut: the search reads (Low, Top] backwards; ReadLast: Top is the stream's last sequence
+// (read from the server; Top is then 0 here).
+type SearchOut struct {
+	Low      uint64 `json:"low"`
+	Top      uint64 `json:"top"`
+	ReadLast bool   `json:"read_last"`
+}
+
+// BatchesIn is a sink's queue, whether the per-key rule holds (a cluster) and the batch size.
+type BatchesIn struct {
+	Records []ProducerRecord `json:"records"`
+	PerKey  bool             `json:"per_key"`
+	Size    int              `json:"size"`
+}
+
+// BatchesOut lists each batch's record indices (into Records).
+type BatchesOut struct {
+	Batches [][]int `json:"batches"`
 }
 
 // Lease is a partition's lease as its key shows it.

@@ -27,6 +27,10 @@ type Core struct {
 	FenceMarker    func(t *wire.Topic, q int, seq uint64, fence int, done func(int) bool) proto.Marker
 	Revokes        func(t *wire.Topic, q int, pos uint64, done func(int) bool) []int
 	Passed         func(t *wire.Topic, q int, start uint64) []int
+	ResendOrder    func(seqs []uint64) []int
+	SearchFloor    func(sinkFloor uint64, firstSent []uint64) uint64
+	SearchTop      func(fenced bool, boundary uint64) (uint64, bool)
+	Batches        func(keys []string, keyless []bool, perKey bool, size int) [][]int
 }
 
 // GoCore is internal/proto.
@@ -36,6 +40,7 @@ func GoCore() Core {
 		PastBoundary: proto.PastBoundary, LeaseLive: proto.LeaseLive, MaxClockSkew: proto.MaxClockSkew,
 		MayAcquire: proto.MayAcquire, MayDeliver: proto.MayDeliver, FenceMarker: proto.FenceMarker,
 		Revokes: proto.Revokes, Passed: proto.Passed,
+		ResendOrder: proto.ResendOrder, SearchFloor: proto.SearchFloor, SearchTop: proto.SearchTop, Batches: proto.Batches,
 	}
 }
 
@@ -127,6 +132,16 @@ func toWire(t Topic) *wire.Topic {
 
 func (r *replayer) positions(q int) uint64 { return r.pos[q] }
 
+// f looks up f_epoch(key) in the trace's table.
+func (r *replayer) f(ep *wire.Epoch, keyHex string) (int, error) {
+	for _, v := range r.tr.F {
+		if v.Epoch == ep.Epoch && v.KeyHex == keyHex {
+			return v.Partition, nil
+		}
+	}
+	return 0, fmt.Errorf("the trace gives no f for key %s in epoch %d", keyHex, ep.Epoch)
+}
+
 func (r *replayer) session() time.Duration { return time.Duration(r.tr.SessionMS) * time.Millisecond }
 
 func (r *replayer) step(e Event) (any, error) {
@@ -148,14 +163,7 @@ func (r *replayer) step(e Event) (any, error) {
 		r.topic = toWire(*e.Descriptor)
 	case e.Record != nil:
 		m := e.Record
-		f := func(ep *wire.Epoch) (int, error) {
-			for _, v := range r.tr.F {
-				if v.Epoch == ep.Epoch && v.KeyHex == m.KeyHex {
-					return v.Partition, nil
-				}
-			}
-			return 0, fmt.Errorf("the trace gives no f for key %s in epoch %d", m.KeyHex, ep.Epoch)
-		}
+		f := func(ep *wire.Epoch) (int, error) { return r.f(ep, m.KeyHex) }
 		d := c.DrainedThrough(r.topic, 0, r.positions)
 		g, err := c.GateRecord(r.topic, d, m.Epoch, m.Partition, f, r.positions)
 		if err != nil {
@@ -211,6 +219,46 @@ func (r *replayer) step(e Event) (any, error) {
 			p = []int{}
 		}
 		return AcquiredOut{p}, nil
+	case e.FenceResend != nil:
+		recs := e.FenceResend.Records
+		seqs := make([]uint64, len(recs))
+		for i, x := range recs {
+			seqs[i] = x.Seq
+		}
+		out := ResendOut{Order: []uint64{}, Partitions: []PartitionSeqs{}}
+		per := map[int][]uint64{}
+		cur := r.topic.Current()
+		for _, i := range c.ResendOrder(seqs) {
+			out.Order = append(out.Order, recs[i].Seq)
+			if recs[i].Keyless {
+				continue
+			}
+			q, err := r.f(cur, recs[i].KeyHex)
+			if err != nil {
+				return nil, err
+			}
+			per[q] = append(per[q], recs[i].Seq)
+		}
+		for q := 0; q < cur.Partitions; q++ {
+			if len(per[q]) > 0 {
+				out.Partitions = append(out.Partitions, PartitionSeqs{q, per[q]})
+			}
+		}
+		return out, nil
+	case e.Search != nil:
+		top, readLast := c.SearchTop(e.Search.Fenced, e.Search.Boundary)
+		return SearchOut{Low: c.SearchFloor(e.Search.SinkFloor, e.Search.FirstSent), Top: top, ReadLast: readLast}, nil
+	case e.Batches != nil:
+		keys := make([]string, len(e.Batches.Records))
+		keyless := make([]bool, len(keys))
+		for i, x := range e.Batches.Records {
+			keys[i], keyless[i] = x.KeyHex, x.Keyless
+		}
+		b := c.Batches(keys, keyless, e.Batches.PerKey, e.Batches.Size)
+		if b == nil {
+			b = [][]int{}
+		}
+		return BatchesOut{b}, nil
 	default:
 		return nil, fmt.Errorf("an event of no known kind")
 	}

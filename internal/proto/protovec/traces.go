@@ -36,7 +36,7 @@ var threeEpochsF = []F{
 
 func gating() File {
 	return File{
-		Rule: "epoch-gating", Section: "6.5",
+		Rule: "epoch-gating", Role: "consumer", Section: "6.5",
 		Title: "Epoch gating: a record waits for every undrained older epoch's partition of its key",
 		Doc: "A record of epoch x in partition p with key k is delivered only when, for every earlier epoch e < x not yet fully drained, " +
 			"the key's partition q_e = f_e(k, N_e) has group position >= boundaries_e[q_e]; q_e = p needs no wait (§6.7). " +
@@ -147,7 +147,7 @@ var shrunk = Topic{Epochs: []Epoch{
 
 func retirement() File {
 	return File{
-		Rule: "shrink-retirement", Section: "6.2",
+		Rule: "shrink-retirement", Role: "consumer", Section: "6.2",
 		Title: "Shrink retirement: a partition shrunk away is read until drained past its final boundary",
 		Doc: "Assignable partitions are the current epoch's 0 .. N-1, plus any partition shrunk away whose group position is below its final boundary " +
 			"(its boundary in the last ended epoch that had it, §6.2, §7).",
@@ -197,7 +197,7 @@ func retirement() File {
 
 func keysAssigned() File {
 	return File{
-		Rule: "keys-assigned-past-boundary", Section: "6.5",
+		Rule: "keys-assigned-past-boundary", Role: "consumer", Section: "6.5",
 		Title: "Keys assigned waits until the parent is past its boundary",
 		Doc: "Keys assigned (p, q, e+1) runs only once the group's position of q is past the boundary b: > b (the marker is passed), " +
 			"or = b while no live lease holds q and q is not assignable (shrunk away and drained to its final boundary). " +
@@ -254,7 +254,7 @@ var onePartition = Topic{Epochs: []Epoch{{Epoch: 1, Partitions: 1}}}
 
 func leases() File {
 	return File{
-		Rule: "lease-expiry", Section: "6.3",
+		Rule: "lease-expiry", Role: "consumer", Section: "6.3",
 		Title: "Leases: expiry under a clock-skew bound, and the holder's delivery margin",
 		Doc: "The clock-skew bound is min(1 s, session timeout / 6). Another member takes a partition only if its key has no owner, is its own, " +
 			"or now >= lease_end + bound by its own clock; the holder delivers a record only while more than a quarter of the session timeout " +
@@ -313,7 +313,7 @@ func leases() File {
 
 func markers() File {
 	return File{
-		Rule: "fence-markers", Section: "6.4",
+		Rule: "fence-markers", Role: "consumer", Section: "6.4",
 		Title: "Fence markers and keys revoked: a marker is passed, never delivered, after the boundary's keys-revoked step",
 		Doc: "A fence marker (header Pctl-Fence: e+1, no Pctl-Key) is not a record: the member moves its position past it and commits at once. " +
 			"First it waits for a descriptor showing epoch e ended; keys revoked (q, e) runs once every record up to boundaries_e[q] is handled, " +
@@ -363,7 +363,112 @@ func markers() File {
 	}
 }
 
+func rec(seq uint64, key string) ProducerRecord { return ProducerRecord{Seq: seq, KeyHex: key} }
+func keyless(seq uint64) ProducerRecord         { return ProducerRecord{Seq: seq, Keyless: true} }
+
+func resend() File {
+	return File{
+		Rule: "fence-resend-order", Role: "producer", Section: "5.1.2",
+		Title: "After a fence, unacknowledged records are re-sent in their original send order",
+		Doc: "If the descriptor shows a newer epoch, the producer takes every unacknowledged record of every sink, re-partitions them under the new " +
+			"epoch and re-sends them in their original send order (Pctl-Seq ascending), before any record sent later: each new partition receives " +
+			"its records in send order, whatever old sink they come from.",
+		Traces: []Trace{
+			{
+				Name:  "records-of-two-sinks-merge-in-send-order",
+				Doc:   "Epoch 1 (2 partitions) fenced by epoch 2 (3): k1 and k3 both move to partition 2 from different old sinks; they arrive interleaved by sequence.",
+				Topic: Topic{Epochs: []Epoch{{Epoch: 1, Partitions: 2, Boundaries: []uint64{50, 60}}, {Epoch: 2, Partitions: 3}}},
+				F:     []F{{1, k1, 0}, {1, k2, 0}, {1, k3, 1}, {1, k4, 1}, {2, k1, 2}, {2, k2, 0}, {2, k3, 2}, {2, k4, 0}},
+				Steps: []Step{{
+					Event:  Event{FenceResend: &FenceResend{Records: []ProducerRecord{rec(3, k1), rec(7, k2), rec(9, k1), rec(2, k3), rec(5, k4), rec(8, k3), keyless(10)}}},
+					Expect: ResendOut{Order: []uint64{2, 3, 5, 7, 8, 9, 10}, Partitions: []PartitionSeqs{{0, []uint64{5, 7}}, {2, []uint64{2, 3, 8, 9}}}},
+				}},
+			},
+			{
+				Name:  "a-shrink-to-one-partition",
+				Doc:   "Three sinks fenced by an epoch of one partition: everything goes to partition 0, by sequence.",
+				Topic: Topic{Epochs: []Epoch{{Epoch: 1, Partitions: 3, Boundaries: []uint64{5, 5, 5}}, {Epoch: 2, Partitions: 1}}},
+				F:     []F{{2, k1, 0}, {2, k2, 0}, {2, k3, 0}},
+				Steps: []Step{{
+					Event:  Event{FenceResend: &FenceResend{Records: []ProducerRecord{rec(4, k1), rec(1, k2), rec(6, k2), rec(3, k3)}}},
+					Expect: ResendOut{Order: []uint64{1, 3, 4, 6}, Partitions: []PartitionSeqs{{0, []uint64{1, 3, 4, 6}}}},
+				}},
+			},
+		},
+	}
+}
+
+func search() File {
+	return File{
+		Rule: "ambiguous-search-floor", Role: "producer", Section: "5.1.2",
+		Title: "The search for an ambiguous batch's stored prefix: from the boundary or the last sequence down to the lowest floor",
+		Doc: "The search reads the stream backwards, from its last sequence (from the epoch's boundary if the partition was fenced) down to the floor; " +
+			"searches start at the lowest floor any of the records was first sent above (an earlier attempt's copy is a duplicate for the server).",
+		Traces: []Trace{
+			{
+				Name: "floors", Topic: onePartition,
+				Doc: "Not fenced: down to the sink's floor, or lower when a record was first sent above a lower floor; records re-sent with a new token (holes) have no first-send floor here.",
+				Steps: []Step{
+					{Event: Event{Search: &SearchIn{SinkFloor: 100, FirstSent: []uint64{100, 100}}}, Expect: SearchOut{Low: 100, ReadLast: true}},
+					{Event: Event{Search: &SearchIn{SinkFloor: 140, FirstSent: []uint64{120, 140}}}, Expect: SearchOut{Low: 120, ReadLast: true}},
+					{Event: Event{Search: &SearchIn{SinkFloor: 200, FirstSent: []uint64{}}}, Expect: SearchOut{Low: 200, ReadLast: true}},
+				},
+			},
+			{
+				Name: "a-fenced-partition-is-searched-from-its-boundary", Topic: onePartition,
+				Doc: "Fenced with boundary 75: every record of the old epoch is at or below it. Boundary 0 (nothing stored in that epoch): the last sequence.",
+				Steps: []Step{
+					{Event: Event{Search: &SearchIn{SinkFloor: 50, FirstSent: []uint64{60}, Fenced: true, Boundary: 75}}, Expect: SearchOut{Low: 50, Top: 75}},
+					{Event: Event{Search: &SearchIn{SinkFloor: 0, FirstSent: []uint64{0}, Fenced: true, Boundary: 0}}, Expect: SearchOut{Low: 0, ReadLast: true}},
+				},
+			},
+		},
+	}
+}
+
+func perKeyBatches() File {
+	none := ""
+	return File{
+		Rule: "per-key-batches", Role: "producer", Section: "5.1.2",
+		Title: "The per-key rule: on a cluster a batch never holds two records of one key",
+		Doc: "When the next record's key is already in the open batch, the sink commits the batch and starts the next only after this one is confirmed " +
+			"(keyless records are free; the empty key is a key). A batch also ends at the batch size. On a single server the rule does not apply.",
+		Traces: []Trace{
+			{
+				Name: "a-repeated-key-cuts-the-batch", Topic: onePartition,
+				Doc: "k1 k2 | k1 k3 - - k2: the second k1 starts a new batch, which then admits k2 again.",
+				Steps: []Step{
+					{Event: Event{Batches: &BatchesIn{Records: []ProducerRecord{{KeyHex: k1}, {KeyHex: k2}, {KeyHex: k1}, {KeyHex: k3}, {Keyless: true}, {Keyless: true}, {KeyHex: k2}}, PerKey: true, Size: 4096}},
+						Expect: BatchesOut{[][]int{{0, 1}, {2, 3, 4, 5, 6}}}},
+					{Event: Event{Batches: &BatchesIn{Records: []ProducerRecord{{KeyHex: k1}, {KeyHex: k1}, {KeyHex: k1}}, PerKey: true, Size: 4096}},
+						Expect: BatchesOut{[][]int{{0}, {1}, {2}}}},
+				},
+			},
+			{
+				Name: "the-empty-key-is-a-key", Topic: onePartition,
+				Doc: "Two records of the empty key are never in one batch; keyless records join any batch.",
+				Steps: []Step{
+					{Event: Event{Batches: &BatchesIn{Records: []ProducerRecord{{KeyHex: none}, {KeyHex: none}, {Keyless: true}, {Keyless: true}}, PerKey: true, Size: 4096}},
+						Expect: BatchesOut{[][]int{{0}, {1, 2, 3}}}},
+				},
+			},
+			{
+				Name: "a-single-server-and-the-batch-size", Topic: onePartition,
+				Doc: "Without the rule a key may repeat in a batch; every batch ends at the batch size.",
+				Steps: []Step{
+					{Event: Event{Batches: &BatchesIn{Records: []ProducerRecord{{KeyHex: k1}, {KeyHex: k1}, {KeyHex: k1}}, PerKey: false, Size: 4096}},
+						Expect: BatchesOut{[][]int{{0, 1, 2}}}},
+					{Event: Event{Batches: &BatchesIn{Records: []ProducerRecord{{KeyHex: k1}, {KeyHex: k2}, {KeyHex: k3}, {KeyHex: k4}, {Keyless: true}, {KeyHex: k1}, {KeyHex: k1}}, PerKey: false, Size: 3}},
+						Expect: BatchesOut{[][]int{{0, 1, 2}, {3, 4, 5}, {6}}}},
+					{Event: Event{Batches: &BatchesIn{Records: []ProducerRecord{{KeyHex: k1}, {KeyHex: k2}, {KeyHex: k3}, {KeyHex: k4}}, PerKey: true, Size: 2}},
+						Expect: BatchesOut{[][]int{{0, 1}, {2, 3}}}},
+				},
+			},
+		},
+	}
+}
+
 // Files returns every vector file, in the order written.
 func Files() []File {
-	return []File{gating(), keysAssigned(), markers(), leases(), retirement()}
+	return []File{gating(), keysAssigned(), markers(), leases(), retirement(), resend(), search(), perKeyBatches()}
 }

@@ -134,3 +134,43 @@ export function fenceMarker(t, q, seq, fence, done) {
   }
   return { refresh: false, revoke, position: seq, commit: true };
 }
+
+// ---- the producer's decisions (spec/protocol.md §5.1.2) ----
+
+/** The order (indices into seqs) in which a fenced epoch's unacknowledged records are re-sent: their original send order. */
+export function resendOrder(seqs) {
+  return seqs.map((_, i) => i).sort((a, b) => seqs[a] - seqs[b] || a - b);
+}
+
+/** A search reads down to (exclusive) the sink's floor, or the lowest floor a record was first sent to this stream above. */
+export function searchFloor(sinkFloor, firstSent) {
+  let low = sinkFloor;
+  for (const f of firstSent) if (f < low) low = f;
+  return low;
+}
+
+/** Where a search starts: the epoch's boundary of a fenced partition (if > 0), else the stream's last sequence (readLast). */
+export function searchTop(fenced, boundary) {
+  return fenced && boundary > 0 ? { top: boundary, readLast: false } : { top: 0, readLast: true };
+}
+
+/** The per-key rule: a record may join the open batch unless the rule holds, it is keyed and its key is in the batch. */
+export function admits(perKey, keyless, inBatch) { return !perKey || keyless || !inBatch; }
+
+/** How a queue of records ({key, keyless}) is cut into batches by the per-key rule and the batch size: each batch's indices. */
+export function batches(recs, perKey, size) {
+  const out = [];
+  let cur = [];
+  let keys = new Set();
+  recs.forEach((r, i) => {
+    if (cur.length >= size || !admits(perKey, r.keyless, keys.has(r.key))) {
+      out.push(cur);
+      cur = [];
+      keys = new Set();
+    }
+    cur.push(i);
+    if (!r.keyless) keys.add(r.key);
+  });
+  if (cur.length) out.push(cur);
+  return out;
+}

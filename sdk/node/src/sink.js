@@ -10,6 +10,8 @@
 import { OP, ERR, KIND, replySubject, randomHex, sameRecord, leaderGet } from './fastbatch.js';
 import { streamInfo, directGet, JsApiError, JS } from './jsapi.js';
 import { BadRequestError, ConflictError, NotFoundError, UnavailableError, PctlError } from './errors.js';
+import * as rules from './rules.js';
+import { recordSubject, batchEndSubject, supersededInBatch } from './compact.js';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const current = (desc) => desc.epochs[desc.epochs.length - 1];
@@ -48,7 +50,8 @@ export class Sink {
     this.p = p;
     this.epoch = epoch;
     this.partition = partition;
-    this.subject = `pctl.data.${p.topic}.${epoch}.${partition}`;
+    this.compact = !!p.desc?.compact; // records go to their keys' subjects (spec/protocol.md §10.1)
+    this.subject = batchEndSubject(p.topic, epoch, partition, this.compact); // EOBs (and records of a plain topic)
     this.stream = `PCTL_${p.topic}_${partition}`;
     this.queue = []; // records not yet sent, in order, from index qi
     this.qi = 0;
@@ -274,7 +277,7 @@ export class Sink {
     let clash = false;
     while (b.recs.length - Math.max(b.acked, b.flowed) < window && b.recs.length < size && this.queued > 0) {
       const next = this.front();
-      if (perKey && next.keyHdr !== null && b.keys.has(next.keyHdr)) {
+      if (!rules.admits(perKey, next.keyHdr === null, perKey && b.keys.has(next.keyHdr))) {
         clash = true;
         break;
       }
@@ -289,7 +292,7 @@ export class Sink {
         if (this.queued === 0 || seq >= size || (perKey && after.keyHdr !== null && after.keyHdr === pd.keyHdr)) op = OP.commit;
       }
       try {
-        nc.publish(this.subject, pd.value, { reply: replySubject(p.inbox, b.id, flow, seq, op), headers: p.headersOf(pd) });
+        nc.publish(this.compact ? recordSubject(p.topic, this.epoch, this.partition, true, pd.key) : this.subject, pd.value, { reply: replySubject(p.inbox, b.id, flow, seq, op), headers: p.headersOf(pd) });
       } catch (e) {
         if (/max_payload|payload size|too large/i.test(String(e?.message))) {
           p.finish(pd, null, new BadRequestError(`record ${pd.pseq} cannot be published: ${e.message}`, { cause: e }));
@@ -602,7 +605,7 @@ export class Sink {
       if (d && current(d).epoch > this.epoch) {
         st.fenced = d;
         const cur = current(d);
-        subject = `pctl.data.${p.topic}.${cur.epoch}.${this.partition}`;
+        subject = batchEndSubject(p.topic, cur.epoch, this.partition, this.compact);
         if (this.partition >= cur.partitions) {
           // Shrunk away: the retired subject takes no publishes (not even an EOB), and nothing
           // more of the batch can be stored: read the partition back.
@@ -696,12 +699,12 @@ export class Sink {
   // The lowest stream sequence above which a copy of any of the open batch's records from index
   // from on can be stored: the sink's floor, or lower for records sent to this stream before.
   lowFloor(from, to) {
-    let low = this.floor;
+    const first = [];
     for (let i = from; i < to; i++) {
       const f = this.b.recs[i].floors?.get(this.stream);
-      if (f !== undefined && f < low) low = f;
+      if (f !== undefined) first.push(f);
     }
-    return low;
+    return rules.searchFloor(this.floor, first);
   }
 
   // Notes the stream's leader, its election time and its replicas, and reports whether any of
@@ -751,6 +754,7 @@ export class Sink {
       const from = await this.seqAt(Date.now() - DEDUP_WINDOW - 10_000);
       if (from <= low) await this.readRange(from, low, look);
     }
+    if (this.compact) supersededInBatch(b.recs.map((pd) => pd.keyHdr), b.acked, found);
     for (let i = b.acked; i < b.recs.length; i++) if (!found.has(i)) p.renew(b.recs[i]);
     if (found.size < k - b.acked) this.log(`read back ${low + 1}..${top} after a leader change: ${found.size} of ${b.recs.length - b.acked} records of batch ${b.id} found (${k - b.acked} counted by the server)`);
     return { trusted: false, found };
@@ -827,7 +831,8 @@ export class Sink {
     let top = 0;
     if (fenced) {
       const e = fenced.epochs.find((x) => x.epoch === this.epoch);
-      top = e?.boundaries?.[this.partition] ?? 0;
+      const b = e?.boundaries?.[this.partition];
+      top = rules.searchTop(b !== undefined, b ?? 0).top;
     }
     if (top === 0) {
       for (let attempt = 0; ; attempt++) {

@@ -74,6 +74,30 @@ export function replay(text, impl) {
           got = { passed: p };
           break;
         }
+        case 'fence_resend': {
+          const recs = a.records;
+          const cur = topic.epochs[topic.epochs.length - 1];
+          const order = impl.resendOrder(recs.map((r) => r.seq)).map((i) => recs[i]);
+          const per = new Map();
+          for (const r of order) {
+            if (r.keyless) continue;
+            const v = tr.f.find((x) => x.epoch === cur.epoch && x.key_hex === r.key_hex);
+            if (!v) throw new Error(`${tr.trace}: no f for key ${r.key_hex} in epoch ${cur.epoch}`);
+            if (!per.has(v.partition)) per.set(v.partition, []);
+            per.get(v.partition).push(r.seq);
+          }
+          const partitions = [...per.keys()].sort((x, y) => x - y).map((q) => ({ partition: q, seqs: per.get(q) }));
+          got = { order: order.map((r) => r.seq), partitions };
+          break;
+        }
+        case 'search': {
+          const t = impl.searchTop(a.fenced, a.boundary);
+          got = { low: impl.searchFloor(a.sink_floor, a.first_sent), top: t.top, read_last: t.readLast };
+          break;
+        }
+        case 'batches':
+          got = { batches: impl.batches(a.records.map((r) => ({ key: r.key_hex, keyless: !!r.keyless })), a.per_key, a.size) };
+          break;
         default: throw new Error(`${tr.trace} step ${i}: unknown event kind ${kind}`);
       }
       n++;
@@ -89,7 +113,7 @@ export function replay(text, impl) {
 
 function replayAll(impl) {
   const files = readdirSync(dir).filter((f) => f.endsWith('.jsonl')).sort();
-  assert.ok(files.length >= 5, `vector files in ${dir}`);
+  assert.ok(files.length >= 8, `vector files in ${dir}`);
   let bad = [];
   let n = 0;
   for (const f of files) {
@@ -113,6 +137,9 @@ test('the replay fails on wrong rules', () => {
     'keys assigned at the boundary': { pastBoundary: (t, q, b, pos) => pos(q) >= b },
     'a marker passed without keys revoked': { fenceMarker: (...a) => ({ ...rules.fenceMarker(...a), revoke: [] }) },
     'retired partitions never leave': { assignable: (t) => [...Array(rules.maxPartitions(t)).keys()] },
+    're-sent sink by sink': { resendOrder: (seqs) => seqs.map((_, i) => i) },
+    'search down to the sink floor only': { searchFloor: (floor) => floor },
+    'batches without the per-key rule': { batches: (recs, perKey, size) => rules.batches(recs, false, size) },
   };
   for (const [name, m] of Object.entries(mutants)) {
     const [bad] = replayAll({ ...rules, ...m });

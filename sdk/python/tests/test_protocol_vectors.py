@@ -86,6 +86,23 @@ def replay(text: str, r: Any) -> tuple:
                 p = r.passed(topic, a["partition"], a["position"])
                 revoked.update((a["partition"], e) for e in p)
                 got = {"passed": p}
+            elif kind == "fence_resend":
+                recs = a["records"]
+                cur = topic.current
+                order = [recs[j] for j in r.resend_order([x["seq"] for x in recs])]
+                per: dict = {}
+                for x in order:
+                    if x.get("keyless"):
+                        continue
+                    v = next((v for v in tr["f"] if v["epoch"] == cur.epoch and v["key_hex"] == x["key_hex"]), None)
+                    assert v is not None, f"{tr['trace']}: no f for key {x['key_hex']} in epoch {cur.epoch}"
+                    per.setdefault(v["partition"], []).append(x["seq"])
+                got = {"order": [x["seq"] for x in order], "partitions": [{"partition": q, "seqs": per[q]} for q in sorted(per)]}
+            elif kind == "search":
+                top, read_last = r.search_top(a["fenced"], a["boundary"])
+                got = {"low": r.search_floor(a["sink_floor"], a["first_sent"]), "top": top, "read_last": read_last}
+            elif kind == "batches":
+                got = {"batches": r.batches([(x["key_hex"], bool(x.get("keyless"))) for x in a["records"]], a["per_key"], a["size"])}
             else:
                 raise AssertionError(f"{tr['trace']} step {i}: unknown event kind {kind}")
             n += 1
@@ -96,7 +113,7 @@ def replay(text: str, r: Any) -> tuple:
 
 def replay_all(r: Any) -> tuple:
     files = sorted(DIR.glob("*.jsonl"))
-    assert len(files) >= 5, f"vector files in {DIR}"
+    assert len(files) >= 8, f"vector files in {DIR}"
     bad, n = [], 0
     for f in files:
         b, k = replay(f.read_text(encoding="utf-8"), r)
@@ -125,6 +142,9 @@ def test_replay_fails_on_wrong_rules() -> None:
         "keys assigned at the boundary (or after a session timeout)": _mutant(past_boundary=lambda t, q, b, pos, leased: pos(q) >= b),
         "a marker passed without keys revoked": _mutant(fence_marker=lambda *a: {**_rules.fence_marker(*a), "revoke": []}),
         "retired partitions never leave": _mutant(assignable=lambda t, pos: list(range(_rules.max_partitions(t)))),
+        "re-sent sink by sink": _mutant(resend_order=lambda seqs: list(range(len(seqs)))),
+        "search down to the sink floor only": _mutant(search_floor=lambda floor, first: floor),
+        "batches without the per-key rule": _mutant(batches=lambda recs, per_key, size: _rules.batches(recs, False, size)),
     }
     for name, m in mutants.items():
         bad, _ = replay_all(m)

@@ -161,3 +161,47 @@ def fence_marker(t: wire.Topic, q: int, seq: int, fence: int, done: Callable[[in
             ran.add(e)
             rv.append(e)
     return {"refresh": False, "revoke": rv, "position": seq, "commit": True}
+
+
+# ---- the producer's decisions (spec/protocol.md §5.1.2) ----
+
+def resend_order(seqs: list) -> list:
+    """The order (indices into seqs) in which a fenced epoch's unacknowledged records are re-sent:
+    their original send order (Pctl-Seq ascending), whatever sink they came from."""
+    return sorted(range(len(seqs)), key=lambda i: seqs[i])
+
+
+def search_floor(sink_floor: int, first_sent: list) -> int:
+    """A search reads down to (exclusive) the sink's floor, or the lowest floor any of the records
+    was first sent to this stream above."""
+    return min([sink_floor, *first_sent])
+
+
+def search_top(fenced: bool, boundary: int) -> tuple:
+    """(top, read_last): a fenced partition is searched from its epoch's boundary (if > 0), else
+    from the stream's last sequence (read_last)."""
+    return (boundary, False) if fenced and boundary > 0 else (0, True)
+
+
+def admits(per_key: bool, keyless: bool, in_batch: bool) -> bool:
+    """The per-key rule: a record may join the open batch unless the rule holds (a cluster), it
+    is keyed and its key is in the batch."""
+    return not per_key or keyless or not in_batch
+
+
+def batches(recs: list, per_key: bool, size: int) -> list:
+    """How a queue of (key, keyless) records is cut into batches by the per-key rule and the batch
+    size: each batch's record indices."""
+    out: list = []
+    cur: list = []
+    keys: set = set()
+    for i, (k, keyless) in enumerate(recs):
+        if len(cur) >= size or not admits(per_key, keyless, k in keys):
+            out.append(cur)
+            cur, keys = [], set()
+        cur.append(i)
+        if not keyless:
+            keys.add(k)
+    if cur:
+        out.append(cur)
+    return out

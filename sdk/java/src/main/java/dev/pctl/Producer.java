@@ -9,7 +9,6 @@ import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Base64;
-import java.util.Comparator;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
@@ -118,6 +117,9 @@ public final class Producer implements AutoCloseable {
     private final PctlClient client;
     private final RawConn raw;
     private final String topic;
+    /** A compacted topic (spec/protocol.md §10): records go to their keys' subjects, tombstones expire. Fixed at creation. */
+    private boolean compacted;
+    private long deleteRetentionMs;
     private final String id;
     private final ProducerOptions opts;
     private final long ackTimeoutNanos;
@@ -165,10 +167,8 @@ public final class Producer implements AutoCloseable {
         requireFastBatches(client);
         this.maxRecord = maxRecord(client, topic);
         TopicDescriptor d = fetch();
-        if (d.compacted) {
-            throw new BadRequestException("topic " + topic
-                    + " is compacted (spec/protocol.md §10: records carry a key token in their subject); the Java producer does not produce to compacted topics yet: use the Go client or the broker's produce service (pctl.produce." + topic + ")");
-        }
+        this.compacted = d.compacted;
+        this.deleteRetentionMs = d.deleteRetentionMs;
         install(d);
         // Records go on the raw connection: a message written before a lost connection is never
         // written again (jnats re-sends what it buffered), and header values may be any UTF-8.
@@ -326,6 +326,12 @@ public final class Producer implements AutoCloseable {
         if (key != null && key.length > Partitioner.MAX_KEY) {
             refused = new BadRequestException("key of " + key.length + " bytes; keys are at most " + Partitioner.MAX_KEY + " bytes");
         }
+        if (record.isTombstone()) {
+            fixed += line(Compaction.HEADER_TOMBSTONE, 4) + line(Compaction.HEADER_TTL, 20);
+        }
+        if (key == null && compacted) {
+            refused = new BadRequestException("topic " + topic + " is compacted: every record needs a key (a keyless record cannot be compacted)");
+        }
         Pending pd;
         lock.lock();
         try {
@@ -454,6 +460,14 @@ public final class Producer implements AutoCloseable {
         }
         b.append("Pctl-Producer: ").append(id).append("\r\nPctl-Seq: ").append(pd.seq).append("\r\nNats-Msg-Id: ").append(pd.msgId)
                 .append("\r\nPctl-Time: ").append(pd.ts).append("\r\n");
+        if (pd.rec.isTombstone()) {
+            // A tombstone (spec/protocol.md §10.2); on a compacted topic it expires after the
+            // topic's delete retention.
+            b.append(Compaction.HEADER_TOMBSTONE).append(": true\r\n");
+            if (compacted) {
+                b.append(Compaction.HEADER_TTL).append(": ").append(Compaction.tombstoneTTL(deleteRetentionMs)).append("\r\n");
+            }
+        }
         for (String[] kv : pd.rec.headers()) {
             b.append(kv[0]).append(": ").append(kv[1]).append("\r\n");
         }
@@ -1043,7 +1057,16 @@ public final class Producer implements AutoCloseable {
         try {
             left.addAll(held);
             held.clear();
-            left.sort(Comparator.comparingLong(pd -> pd.seq));
+            long[] seqs = new long[left.size()];
+            for (int i = 0; i < seqs.length; i++) {
+                seqs[i] = left.get(i).seq;
+            }
+            List<Pending> ordered = new ArrayList<>(left.size());
+            for (int i : Rules.resendOrder(seqs)) { // spec/protocol.md §5.1.2 step 4
+                ordered.add(left.get(i));
+            }
+            left.clear();
+            left.addAll(ordered);
             int n = 0;
             for (Pending pd : left) {
                 if (pd.done) {
@@ -1195,7 +1218,7 @@ public final class Producer implements AutoCloseable {
         Sink(int epoch, int partition) {
             this.epoch = epoch;
             this.partition = partition;
-            this.subject = "pctl.data." + topic + "." + epoch + "." + partition;
+            this.subject = Compaction.batchEndSubject(topic, epoch, partition, compacted);
             this.stream = "PCTL_" + topic + "_" + partition;
             this.thread = new Thread(this::run, "pctl-producer-" + id + "-e" + epoch + "p" + partition);
             thread.setDaemon(true);
@@ -1547,7 +1570,7 @@ public final class Producer implements AutoCloseable {
                     if (pd == null) {
                         break;
                     }
-                    if (perKey && pd.keyHeader != null && bt.keys.contains(pd.keyHeader)) {
+                    if (!Rules.admits(perKey, pd.keyHeader == null, perKey && bt.keys.contains(pd.keyHeader))) {
                         clash = true;
                         break;
                     }
@@ -1564,7 +1587,8 @@ public final class Producer implements AutoCloseable {
                     }
                 }
                 try {
-                    raw.publishDeferred(subject, replySubject(inbox, bt.id, flow, bseq, op), pd.block, pd.rec.value());
+                    raw.publishDeferred(compacted ? Compaction.recordSubject(topic, epoch, partition, true, pd.rec.key()) : subject,
+                            replySubject(inbox, bt.id, flow, bseq, op), pd.block, pd.rec.value());
                 } catch (IOException e) {
                     // Not sent (not connected): put it back and settle.
                     synchronized (this) {
@@ -1921,7 +1945,7 @@ public final class Producer implements AutoCloseable {
                 TopicDescriptor cur = d[0];
                 if (cur != null && cur.current().number() > epoch) {
                     fenced[0] = cur;
-                    subj = "pctl.data." + topic + "." + cur.current().number() + "." + partition;
+                    subj = Compaction.batchEndSubject(topic, cur.current().number(), partition, compacted);
                     if (partition >= cur.current().partitions()) {
                         // Shrunk away: the retired subject takes no publishes (not even an EOB),
                         // and nothing more of the batch can be stored: read the partition back.
@@ -2130,14 +2154,14 @@ public final class Producer implements AutoCloseable {
          * before.
          */
         private long lowFloor(int from) {
-            long low = floor;
+            List<Long> first = new ArrayList<>();
             for (Pending pd : b.recs.subList(from, b.recs.size())) {
                 Long f = pd.floors.get(stream);
-                if (f != null && f < low) {
-                    low = f;
+                if (f != null) {
+                    first.add(f);
                 }
             }
-            return low;
+            return Rules.searchFloor(floor, first);
         }
 
         private record Confirmed(Map<Integer, Long> found, boolean trusted) {}
@@ -2174,6 +2198,13 @@ public final class Producer implements AutoCloseable {
                         found.put(i, m.seq());
                     }
                 }
+            }
+            if (compacted) {
+                List<String> keys = new ArrayList<>(bt.recs.size());
+                for (Pending pd : bt.recs) {
+                    keys.add(pd.keyHeader);
+                }
+                Compaction.supersededInBatch(keys, bt.acked, found);
             }
             for (int i = bt.acked; i < bt.recs.size(); i++) {
                 if (!found.containsKey(i)) {
@@ -2240,7 +2271,7 @@ public final class Producer implements AutoCloseable {
             if (fenced != null) {
                 TopicDescriptor.Epoch e = fenced.epoch(epoch);
                 if (e != null && e.ended()) {
-                    top = Math.max(0, e.boundary(partition));
+                    top = Rules.searchTop(true, Math.max(0, e.boundary(partition)))[0];
                 }
             }
             if (top == 0) {

@@ -171,4 +171,61 @@ final class Rules {
         }
         return new Marker(false, rv, seq, true);
     }
+
+    // ---- the producer's decisions (spec/protocol.md §5.1.2) ----
+
+    /** The order (indices into seqs) in which a fenced epoch's unacknowledged records are re-sent: their original send order. */
+    static int[] resendOrder(long[] seqs) {
+        Integer[] idx = new Integer[seqs.length];
+        for (int i = 0; i < idx.length; i++) {
+            idx[i] = i;
+        }
+        java.util.Arrays.sort(idx, (a, b) -> Long.compare(seqs[a], seqs[b])); // stable
+        int[] out = new int[idx.length];
+        for (int i = 0; i < out.length; i++) {
+            out[i] = idx[i];
+        }
+        return out;
+    }
+
+    /** A search reads down to (exclusive) the sink's floor, or the lowest floor a record was first sent to this stream above. */
+    static long searchFloor(long sinkFloor, List<Long> firstSent) {
+        long low = sinkFloor;
+        for (long f : firstSent) {
+            low = Math.min(low, f);
+        }
+        return low;
+    }
+
+    /** {top, readLast (1/0)}: a fenced partition is searched from its epoch's boundary (if > 0), else from the stream's last sequence. */
+    static long[] searchTop(boolean fenced, long boundary) {
+        return fenced && boundary > 0 ? new long[] {boundary, 0} : new long[] {0, 1};
+    }
+
+    /** The per-key rule: a record may join the open batch unless the rule holds, it is keyed and its key is in the batch. */
+    static boolean admits(boolean perKey, boolean keyless, boolean inBatch) {
+        return !perKey || keyless || !inBatch;
+    }
+
+    /** How a queue of records (keys[i], keyless[i]) is cut into batches by the per-key rule and the batch size. */
+    static List<List<Integer>> batches(List<String> keys, List<Boolean> keyless, boolean perKey, int size) {
+        List<List<Integer>> out = new ArrayList<>();
+        List<Integer> cur = new ArrayList<>();
+        java.util.Set<String> in = new java.util.HashSet<>();
+        for (int i = 0; i < keys.size(); i++) {
+            if (cur.size() >= size || !admits(perKey, keyless.get(i), in.contains(keys.get(i)))) {
+                out.add(cur);
+                cur = new ArrayList<>();
+                in = new java.util.HashSet<>();
+            }
+            cur.add(i);
+            if (!keyless.get(i)) {
+                in.add(keys.get(i));
+            }
+        }
+        if (!cur.isEmpty()) {
+            out.add(cur);
+        }
+        return out;
+    }
 }

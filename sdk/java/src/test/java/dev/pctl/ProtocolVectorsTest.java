@@ -74,6 +74,22 @@ class ProtocolVectorsTest {
         default List<Integer> passed(TopicDescriptor t, int q, long start) {
             return Rules.passed(t, q, start);
         }
+
+        default int[] resendOrder(long[] seqs) {
+            return Rules.resendOrder(seqs);
+        }
+
+        default long searchFloor(long floor, List<Long> first) {
+            return Rules.searchFloor(floor, first);
+        }
+
+        default long[] searchTop(boolean fenced, long boundary) {
+            return Rules.searchTop(fenced, boundary);
+        }
+
+        default List<List<Integer>> batches(List<String> keys, List<Boolean> keyless, boolean perKey, int size) {
+            return Rules.batches(keys, keyless, perKey, size);
+        }
     }
 
     @SuppressWarnings("unchecked")
@@ -196,6 +212,53 @@ class ProtocolVectorsTest {
                         p.forEach(e -> revoked.add(List.of(q, e)));
                         got = obj("passed", p);
                     }
+                    case "fence_resend" -> {
+                        List<Object> recs = (List<Object>) a.get("records");
+                        long[] seqs = new long[recs.size()];
+                        for (int j = 0; j < seqs.length; j++) {
+                            seqs[j] = num(((Map<String, Object>) recs.get(j)).get("seq"));
+                        }
+                        TopicDescriptor.Epoch cur = t[0].current();
+                        List<Object> order = new ArrayList<>();
+                        java.util.TreeMap<Integer, List<Object>> per = new java.util.TreeMap<>();
+                        for (int j : r.resendOrder(seqs)) {
+                            Map<String, Object> x = (Map<String, Object>) recs.get(j);
+                            order.add(x.get("seq"));
+                            if (Boolean.TRUE.equals(x.get("keyless"))) {
+                                continue;
+                            }
+                            int pq = -1;
+                            for (Object o : (List<Object>) tr.get("f")) {
+                                Map<String, Object> v = (Map<String, Object>) o;
+                                if (num(v.get("epoch")) == cur.number() && x.get("key_hex").equals(v.get("key_hex"))) {
+                                    pq = (int) num(v.get("partition"));
+                                }
+                            }
+                            assertTrue(pq >= 0, name + ": no f for key " + x.get("key_hex"));
+                            per.computeIfAbsent(pq, k -> new ArrayList<>()).add(x.get("seq"));
+                        }
+                        List<Object> parts = new ArrayList<>();
+                        per.forEach((pq, ss) -> parts.add(obj("partition", pq, "seqs", ss)));
+                        got = obj("order", order, "partitions", parts);
+                    }
+                    case "search" -> {
+                        List<Long> first = new ArrayList<>();
+                        for (Object o : (List<Object>) a.get("first_sent")) {
+                            first.add(num(o));
+                        }
+                        long[] top = r.searchTop(Boolean.TRUE.equals(a.get("fenced")), num(a.get("boundary")));
+                        got = obj("low", r.searchFloor(num(a.get("sink_floor")), first), "top", top[0], "read_last", top[1] == 1);
+                    }
+                    case "batches" -> {
+                        List<String> keys = new ArrayList<>();
+                        List<Boolean> keyless = new ArrayList<>();
+                        for (Object o : (List<Object>) a.get("records")) {
+                            Map<String, Object> x = (Map<String, Object>) o;
+                            keys.add((String) x.get("key_hex"));
+                            keyless.add(Boolean.TRUE.equals(x.get("keyless")));
+                        }
+                        got = obj("batches", r.batches(keys, keyless, Boolean.TRUE.equals(a.get("per_key")), (int) num(a.get("size"))));
+                    }
                     default -> throw new AssertionError(name + " step " + i + ": unknown event kind " + kind);
                 }
                 n[0]++;
@@ -215,7 +278,7 @@ class ProtocolVectorsTest {
         try (Stream<Path> s = Files.list(dir)) {
             files = s.filter(p -> p.toString().endsWith(".jsonl")).sorted().toList();
         }
-        assertTrue(files.size() >= 5, "vector files in " + dir);
+        assertTrue(files.size() >= 8, "vector files in " + dir);
         List<String> bad = new ArrayList<>();
         for (Path f : files) {
             bad.addAll(replay(Files.readString(f, StandardCharsets.UTF_8), r, n));
@@ -267,6 +330,28 @@ class ProtocolVectorsTest {
                     all.add(q);
                 }
                 return all;
+            }
+        });
+        mutants.put("re-sent sink by sink", new Impl() {
+            @Override
+            public int[] resendOrder(long[] seqs) {
+                int[] out = new int[seqs.length];
+                for (int i = 0; i < out.length; i++) {
+                    out[i] = i;
+                }
+                return out;
+            }
+        });
+        mutants.put("search down to the sink floor only", new Impl() {
+            @Override
+            public long searchFloor(long floor, List<Long> first) {
+                return floor;
+            }
+        });
+        mutants.put("batches without the per-key rule", new Impl() {
+            @Override
+            public List<List<Integer>> batches(List<String> keys, List<Boolean> keyless, boolean perKey, int size) {
+                return Rules.batches(keys, keyless, false, size);
             }
         });
         for (Map.Entry<String, Impl> m : mutants.entrySet()) {
