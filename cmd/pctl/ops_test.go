@@ -381,7 +381,7 @@ func TestServeOpsFromConfigFile(t *testing.T) {
 // Before, it had no such bounds (and saw no progress within a step).
 func TestRepartitionWaitsWhileTheChangeMoves(t *testing.T) {
 	var slow atomic.Int64 // per-partition delay of the create and fence steps, in ms
-	var stuck atomic.Bool // the "created" step hook blocks for 5 s
+	var stuck atomic.Bool // the "created" step hook blocks for 3.5 s
 	b, err := broker.Start(context.Background(), broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000,
 		StreamOpsInFlight: 1,
 		PartitionHook: func(topic, step string, q int) error {
@@ -390,7 +390,7 @@ func TestRepartitionWaitsWhileTheChangeMoves(t *testing.T) {
 		},
 		StepHook: func(topic, state string) error {
 			if state == "created" && stuck.Load() {
-				time.Sleep(5 * time.Second)
+				time.Sleep(3500 * time.Millisecond)
 			}
 			return nil
 		}})
