@@ -18,6 +18,8 @@ const (
 	readerExpiry    = 3 * time.Second
 	readerHeartbeat = time.Second
 	readerStall     = 4 * time.Second
+	// readerOpenTimeout bounds the request that creates a reader's consumer.
+	readerOpenTimeout = 5 * time.Second
 )
 
 // partitionReader reads one partition stream in order, from a start sequence, and hands the
@@ -49,7 +51,15 @@ type partitionReader struct {
 // openReader creates the server-side consumer and starts reading at sequence start.
 func openReader(ctx context.Context, js jetstream.JetStream, topic string, partition int, start uint64) (*partitionReader, error) {
 	stream := wire.StreamName(topic, partition)
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+	// The create request is bounded here, not by ctx: a member's context usually carries a
+	// far deadline (or the caller's whole run), and jetstream adds its own 5s only to a context
+	// without one. A create request answered by no one (it reached a node whose stream leader
+	// just died) otherwise waited for that far deadline, and the partition was read by no one
+	// (issue 10, chaos seeds 3 and 5 under load: workers blocked in OrderedConsumer for the rest
+	// of the run). A create that times out is retried by the worker.
+	cctx, cancel := context.WithTimeout(ctx, readerOpenTimeout)
+	defer cancel()
+	cons, err := js.OrderedConsumer(cctx, stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{wire.DataPrefix + "." + topic + ".>"},
 		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy, OptStartSeq: start,
 		// A few attempts, then the error comes back here and the worker retries on its own

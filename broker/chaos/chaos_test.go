@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,25 +15,15 @@ import (
 )
 
 // TestClusterFaults is the cluster fault suite: one run per seed (see package chaos), each on a
-// fresh 3-node cluster of processes with 2 brokers. CI runs seeds 1 to 3 (the suite's share of
-// CI's 25 minutes); PCTL_CHAOS_SEEDS=10 runs every fault kind first at least once (the first
-// fault of seed s is chaos.Kinds[s mod 7]) and is what a change to the cluster paths must pass
-// (seeds 4 and 7 failed in the last full run on 2026-12-01, on consumer group leases under KV
-// outages: see the closing note); PCTL_CHAOS_SEEDS=N runs seeds 1 to N, PCTL_CHAOS_SEED=S runs seed S alone (to rerun a failure as it was), and PCTL_CHAOS_KEEP=1
-// keeps each run's directory (node and broker logs, data).
+// fresh 3-node cluster of processes with 2 brokers. CI runs seeds 1 to 10, which run every fault
+// kind first at least once (the first fault of seed s is chaos.Kinds[s mod 7]);
+// PCTL_CHAOS_SEEDS=N runs seeds 1 to N (100 before a change to the cluster paths lands),
+// PCTL_CHAOS_SEED=S runs seed S alone (to rerun a failure as it was), and PCTL_CHAOS_KEEP=1 keeps
+// each run's directory (node and broker logs, data, and the test process's goroutines when the
+// live group is stuck).
 func TestClusterFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the cluster fault suite starts 3-node clusters and brokers as processes")
-	}
-	if os.Getenv("PCTL_CHAOS_SEEDS") == "" && os.Getenv("PCTL_CHAOS_SEED") == "" {
-		// Quarantined on 2026-12-01, visibly: the suite fails today, on the consumer side. The
-		// live group loses records after faults (seeds 2 and 7: 1,178 and 2,818 records never
-		// delivered; seed 7's log shows two members acquiring one partition at the same moment
-		// after leases expired while the KV was unreachable), and a member's Run ends on a
-		// transient 'no response from stream' while creating its group (seed 4). The producer
-		// side (order, nothing acknowledged lost) held in every seed. Issue 10 stays open until
-		// PCTL_CHAOS_SEEDS=10 passes; then this skip goes.
-		t.Skip("quarantined: consumer-group leases under KV outages lose the live group (issue 10, seeds 2, 4, 7 on 2026-12-01); PCTL_CHAOS_SEEDS=3 runs it")
 	}
 	seeds := seedList(t)
 	var mu sync.Mutex
@@ -49,7 +40,13 @@ func TestClusterFaults(t *testing.T) {
 				if dir, err = os.MkdirTemp("", fmt.Sprintf("chaos-seed%d-", seed)); err != nil {
 					t.Fatal(err)
 				}
-				t.Logf("PCTL_CHAOS_KEEP: the run's files stay in %s", dir)
+				t.Logf("PCTL_CHAOS_KEEP: the run's files stay in %s (the whole log in run.log)", dir)
+				f, err := os.Create(filepath.Join(dir, "run.log"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				logs.file = f
 			}
 			res, err := chaos.Run(ctx, chaos.Config{Seed: seed, Dir: dir, Logf: logs.add})
 			if err != nil {
@@ -85,7 +82,7 @@ func seedList(t *testing.T) []int64 {
 		}
 		return []int64{n}
 	}
-	n := 3
+	n := 10
 	if s := os.Getenv("PCTL_CHAOS_SEEDS"); s != "" {
 		v, err := strconv.Atoi(s)
 		if err != nil || v < 1 {
@@ -105,12 +102,16 @@ type ringLog struct {
 	mu    sync.Mutex
 	max   int
 	lines []string
+	file  *os.File // every line, when set (PCTL_CHAOS_KEEP)
 }
 
 func (l *ringLog) add(format string, args ...any) {
 	line := time.Now().Format("15:04:05.000 ") + fmt.Sprintf(format, args...)
 	l.mu.Lock()
 	l.lines = append(l.lines, line)
+	if l.file != nil {
+		fmt.Fprintln(l.file, line)
+	}
 	if len(l.lines) > 2*l.max {
 		l.lines = append([]string(nil), l.lines[len(l.lines)-l.max:]...)
 	}

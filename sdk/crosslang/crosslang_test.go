@@ -11,7 +11,10 @@
 //     produces them in order with the SDK's producer, and prints one JSON line per record when
 //     its fate is known: {"pseq": n, "acked": true|false, "partition": p, "epoch": e, "seq": s,
 //     "error": "..."}, pseq being the record's Pctl-Seq (1-based, stdin order); exit 0 when every
-//     record was acknowledged.
+//     record was acknowledged. With --tombstone-marker M a line "key<TAB>M" sends a tombstone
+//     for key instead (spec/protocol.md §10.2; compact_test.go);
+//   - consume (group_test.go) takes --from now|beginning|current-epoch and prints "tombstone":
+//     true and "backfill": "<epoch>/<partition>/<seq>" as pctl consume does.
 //
 // A Go producer (client.Producer, in process) writes the same lines beside them. A Go consumer
 // group then reads the topic and the test checks that every key's records, from every language,

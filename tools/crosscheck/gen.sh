@@ -73,11 +73,20 @@ print(" \"state0\":0,\"first_output\":\"0x%016x\",\"outputs\":[%s],\n \"bytes_he
   echo "wasi: 64 bytes -> $out/wasi-random.json" >&2
 }
 
+step_keytoken() {
+  # protocol.md 10.1: compacted topics' key tokens, from the spec's text with Python's base64 and
+  # hashlib (no pctl code).
+  need python3 "install Python 3"
+  mkdir -p "$out/compact"
+  python3 "$here/keytoken.py" "$out/compact/keytoken.json" "$date"
+  echo "keytoken: -> $out/compact/keytoken.json" >&2
+}
+
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(keys kafka librdkafka sarama jump wasi)
+[ ${#steps[@]} -gt 0 ] || steps=(keys kafka librdkafka sarama jump wasi keytoken)
 for s in "${steps[@]}"; do
   case "$s" in
-    keys|kafka|librdkafka|sarama|jump|wasi) "step_$s" ;;
-    *) echo "gen.sh: unknown step $s (keys kafka librdkafka sarama jump wasi)" >&2; exit 2 ;;
+    keys|kafka|librdkafka|sarama|jump|wasi|keytoken) "step_$s" ;;
+    *) echo "gen.sh: unknown step $s (keys kafka librdkafka sarama jump wasi keytoken)" >&2; exit 2 ;;
   esac
 done

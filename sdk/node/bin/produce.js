@@ -7,6 +7,8 @@
 // the record. Every record is sent with the SDK's producer (per-key order). With --producer-id the
 // records carry content tokens (as 'pctl produce --producer-id' does): a re-run of the same input
 // under the same id stores nothing twice within the streams' 2-minute deduplication window.
+// With --tombstone-marker M a line "key<TAB>M" sends a tombstone for key (spec/protocol.md §10.2)
+// instead of the value M.
 // stdout: one JSON line per record when its fate is known:
 //   {"pseq": n, "acked": true, "partition": p, "epoch": e, "seq": s}
 //   {"pseq": n, "acked": false, "error": "<code>: <message>"}
@@ -17,11 +19,11 @@
 import { StringDecoder } from 'node:string_decoder';
 import { connect } from '../src/index.js';
 
-const USAGE = 'usage: produce --server URL --creds FILE --topic T --producer-id ID < key<TAB>value lines';
+const USAGE = 'usage: produce --server URL --creds FILE --topic T --producer-id ID [--tombstone-marker M] < key<TAB>value lines';
 
 function parseArgs(argv) {
-  const a = { server: '', creds: '', topic: '', producerId: '' };
-  const names = { '--server': 'server', '--creds': 'creds', '--topic': 'topic', '--producer-id': 'producerId' };
+  const a = { server: '', creds: '', topic: '', producerId: '', tombstoneMarker: null };
+  const names = { '--server': 'server', '--creds': 'creds', '--topic': 'topic', '--producer-id': 'producerId', '--tombstone-marker': 'tombstoneMarker' };
   for (let i = argv[0] === 'produce' ? 1 : 0; i < argv.length; i++) {
     let flag = argv[i];
     let val;
@@ -105,7 +107,8 @@ async function main(argv) {
   for await (const batch of lineBatches(process.stdin)) {
     for (const line of batch) {
       const tab = line.indexOf('\t');
-      const rec = tab < 0 ? { key: null, value: line } : { key: line.slice(0, tab), value: line.slice(tab + 1) };
+      let rec = tab < 0 ? { key: null, value: line } : { key: line.slice(0, tab), value: line.slice(tab + 1) };
+      if (tab >= 0 && a.tombstoneMarker !== null && rec.value === a.tombstoneMarker) rec = { key: rec.key, tombstone: true };
       const pseq = producer.seq + 1; // send() numbers records in call order
       all.push(producer.send(rec).then(ok, (e) => {
         failed++;

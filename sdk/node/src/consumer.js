@@ -19,6 +19,7 @@ import { streamInfo, jsRequest, JsApiError, JS } from './jsapi.js';
 import { goQuote } from './jsonl.js';
 import { appHeaders, parseTime, TIME_HEADER } from './records.js';
 import { BadRequestError, NotFoundError, PctlError, UnavailableError, InternalError, permissionError } from './errors.js';
+import { keyToken, parseOrigin, backfilling, originRetired, currentEpochStart } from './compact.js';
 
 const NAME_RE = /^[A-Za-z0-9_-]{1,64}$/;
 const decoder = new TextDecoder();
@@ -30,6 +31,7 @@ const EMPTY = Buffer.alloc(0);
 const B64_RE = /^b64:[A-Za-z0-9+/]*={0,2}$/;
 const LATER = Symbol('later');
 const MISPLACED_POLICIES = ['stop', 'deliver', 'skip'];
+const STARTS = ['now', 'beginning', 'current-epoch'];
 
 /**
  * A record stored outside its key's partition stopped the member (misplaced policy 'stop',
@@ -82,6 +84,7 @@ const partitionKey = (tid, g, q) => `${tid}.${g}.p.${q}`;
 const memberKey = (tid, g, m) => `${tid}.${g}.m.${m}`;
 const resetKey = (tid, g) => `${tid}.${g}.g.reset`;
 const createdKey = (tid, g) => `${tid}.${g}.g.created`;
+const startKey = (tid, g) => `${tid}.${g}.g.start`;
 
 function partitionBody(ps) {
   const o = {};
@@ -111,13 +114,36 @@ export function parseTarget(target) {
   return { to: 'time', time: ms };
 }
 
-// Creates the group's state on first use (spec/protocol.md §6.1).
-async function ensureGroup(client, kv, desc, group, fromBeginning) {
+// Where a new group starts (spec/protocol.md §6.1, §10.5): the from option; else beginning with
+// fromBeginning; on a compacted topic current-epoch when no backfill runs (beginning while one
+// does); else now.
+function startOf(o, desc) {
+  if (o.from) return o.from;
+  if (o.fromBeginning) return 'beginning';
+  if (desc.compact) return backfilling(desc) ? 'beginning' : 'current-epoch';
+  return 'now';
+}
+
+// Creates the group's state on first use (spec/protocol.md §6.1): a group that reads the current
+// epoch alone writes g.start first (§10.5).
+async function ensureGroup(client, kv, desc, group, o, log) {
   const tid = desc.id;
   if (await kv.get(createdKey(tid, group))) return false;
+  const from = startOf(o, desc);
+  if (from === 'current-epoch') {
+    const bf = backfilling(desc);
+    if (bf) log?.(`group ${group} starts at the current epoch ${bf.epoch} while its backfill runs: keys not yet copied arrive as their copies do`);
+    try {
+      await kv.create(startKey(tid, group), encoder.encode(JSON.stringify({ from: 'current-epoch', epoch: desc.epochs[desc.epochs.length - 1].epoch })));
+    } catch (e) {
+      if (!(e instanceof CasConflict)) throw e;
+    }
+  }
   for (let q = 0; q < maxPartitions(desc); q++) {
     let start = 0;
-    if (!fromBeginning) {
+    if (from === 'current-epoch') {
+      start = currentEpochStart(desc, q);
+    } else if (from === 'now') {
       try {
         start = (await streamInfo(client.nc, `PCTL_${desc.name}_${q}`)).state.last_seq;
       } catch (e) {
@@ -275,7 +301,16 @@ export class Message {
     const ps = h ? h.get('Pctl-Seq') : '';
     this.pseq = ps ? Number(ps) : 0;
     this.acked = false;
+    // On a backfilled copy (spec/protocol.md §10.4): {epoch, partition, seq} of the record it
+    // copies. A group delivers a copy only when it cannot have delivered the original.
+    this.backfill = null;
   }
+
+  /**
+   * Whether the record is a tombstone: it deletes its key (spec/protocol.md §10.2); its value
+   * is then not a value.
+   */
+  get tombstone() { return !!this.raw.headers?.get('Pctl-Tombstone'); }
 
   /** The record's value (a Buffer over the received bytes). */
   get value() {
@@ -351,6 +386,9 @@ export class Consumer {
     for (const k of ['heartbeat', 'sessionTimeout', 'commitInterval', 'prefetch', 'revokeTimeout']) {
       if (opts[k] !== undefined && !(Number.isFinite(opts[k]) && opts[k] > 0)) throw new BadRequestError(`consumer option ${k}: ${opts[k]} is not a positive number`);
     }
+    if (opts.from !== undefined && opts.from !== null && !STARTS.includes(opts.from)) {
+      throw new BadRequestError(`consumer option from: ${JSON.stringify(opts.from)}: give 'now', 'beginning' or 'current-epoch' (spec/protocol.md §6.1, §10.5)`);
+    }
     if (opts.misplaced !== undefined && !MISPLACED_POLICIES.includes(opts.misplaced)) {
       throw new BadRequestError(`consumer option misplaced: ${JSON.stringify(opts.misplaced)}: give 'stop', 'deliver' or 'skip' (spec/protocol.md §6.8)`);
     }
@@ -372,6 +410,7 @@ export class Consumer {
     this.memberId = member;
     this.o = {
       fromBeginning: !!opts.fromBeginning,
+      from: opts.from ?? null,
       autoCommit: opts.autoCommit !== false,
       gating: opts.gating !== false,
       heartbeat: opts.heartbeat ?? CONSUMER_DEFAULTS.heartbeat,
@@ -395,6 +434,7 @@ export class Consumer {
     this.leases = new Map(); // q -> {rev, owner, leaseEnd}: who holds each partition (watch)
     this.members = new Map(); // member -> {time, deleted}
     this.gen = 0;
+    this.startEpoch = 0; // the group reads the current epoch alone from this epoch on (g.start, §10.5)
     this.reset = null;
     this.pendingReset = null;
     this.drained = { gen: -1, through: 0 };
@@ -464,7 +504,17 @@ export class Consumer {
   }
 
   async doStart() {
-    await ensureGroup(this.client, this.kv, this.desc, this.group, this.o.fromBeginning);
+    await ensureGroup(this.client, this.kv, this.desc, this.group, this.o, (m) => this.log(m));
+    await this.readStart();
+    // The descriptor read after the group's keys exist (spec/protocol.md §10.4: a retirement
+    // that does not show in it checked this group's positions after they were written).
+    {
+      const { topic: t } = await this.client.topic(this.topic);
+      if (t.id === this.topicId && t.epochs.length >= this.desc.epochs.length) {
+        await this.loadPartitioners(t);
+        this.desc = t;
+      }
+    }
     await checkAssignor(this.kv, this.desc.id, this.group, this.desc.name);
     this.watch = new PullReader(this.client, {
       stream: `KV_${GROUPS_BUCKET}`, filter: `${this.prefix}>`, lastPerSubject: true, batch: 256,
@@ -680,11 +730,34 @@ export class Consumer {
     for (const w of this.owned.values()) w.halt();
     this.dropQueued();
     if (this.inHand) this.inHand = null;
-    await ensureGroup(this.client, this.kv, this.desc, this.group, this.o.fromBeginning);
+    await ensureGroup(this.client, this.kv, this.desc, this.group, this.o, (m) => this.log(m));
     const r = await applyResetTarget(this.client, this.kv, this.desc, this.group, tgt, this.memberId);
     this.noteReset(r);
     if (this.started) await this.rebalance();
     return r;
+  }
+
+  // The group's g.start (spec/protocol.md §10.5): the epoch it started reading the current epoch at.
+  async readStart() {
+    const e = await this.kv.get(startKey(this.topicId, this.group));
+    if (!e || e.deleted) return;
+    const st = json(e.value);
+    if (!st || !Number.isSafeInteger(st.epoch) || st.epoch < 1) {
+      throw new InternalError(`consumer group ${this.group}: its start key holds ${goQuote(decoder.decode(e.value).slice(0, 80))}`);
+    }
+    this.startEpoch = st.epoch;
+  }
+
+  // Whether a backfilled copy is skipped (spec/protocol.md §10.4): unless the group cannot have
+  // delivered its origin (it started at the current epoch after the origin's epoch, or the
+  // origin's epoch is retired). Sets m.backfill on a copy.
+  skipsCopy(m) {
+    const v = m.raw.headers?.get('Pctl-Backfill');
+    if (!v || m.misplaced) return false;
+    const o = parseOrigin(v);
+    if (!o || o.epoch >= m.epoch) return false;
+    m.backfill = o;
+    return !((this.startEpoch > 0 && o.epoch < this.startEpoch) || originRetired(this.desc, o.epoch));
   }
 
   // ---- assignment (spec/protocol.md §6.2) ----
@@ -862,6 +935,8 @@ export class Consumer {
     if (!sub) return { expected: -1, reason: `its subject ${goQuote(m.raw.subject)} is not an epoch's record subject` };
     if (sub.partition !== w.partition) return { expected: -1, reason: `its subject ${goQuote(m.raw.subject)} names partition ${sub.partition}` };
     const t = this.desc;
+    if (t.compact && sub.token !== keyToken(m.key)) return { expected: -1, reason: `its subject ${goQuote(m.raw.subject.slice(0, 80))} does not end with its key's token (a compacted topic's record subject names its key, spec/protocol.md §10.1)` };
+    if (!t.compact && sub.token !== '') return { expected: -1, reason: `its subject ${goQuote(m.raw.subject.slice(0, 80))} has a key token, but the topic is not compacted` };
     const ep = epochOf(t, sub.epoch);
     if (!ep) {
       if (sub.epoch <= t.epochs[t.epochs.length - 1].epoch) return { expected: -1, reason: `the topic has no epoch ${sub.epoch}` };
@@ -1313,14 +1388,16 @@ class Worker {
     }
   }
 
-  // {epoch, partition} of a record subject pctl.data.<topic>.<epoch>.<partition> (as Go's
-  // wire.ParseDataSubject reads it), or null.
+  // {epoch, partition, token} of a record subject pctl.data.<topic>.<epoch>.<partition>[.<kt>]
+  // (as Go's wire.SplitRecordSubject reads it; token '' without the sixth), or null. Compacted
+  // topics' subjects (one per key) are not cached.
   subjectOf(subject) {
     let s = this.subjEpoch.get(subject);
     if (s === undefined) {
       const t = subject.split('.');
       const int = (x) => (/^[+-]?[0-9]+$/.test(x) && Number.isSafeInteger(Number(x)) ? Number(x) : null);
-      s = t.length === 5 && t[0] === 'pctl' && t[1] === 'data' && int(t[3]) !== null && int(t[4]) !== null ? { epoch: int(t[3]), partition: int(t[4]) } : null;
+      s = (t.length === 5 || (t.length === 6 && t[5] !== '')) && t[0] === 'pctl' && t[1] === 'data' && int(t[3]) !== null && int(t[4]) !== null ? { epoch: int(t[3]), partition: int(t[4]), token: t[5] ?? '' } : null;
+      if (t.length === 6) return s;
       this.subjEpoch.set(subject, s);
     }
     return s;
@@ -1333,6 +1410,7 @@ class Worker {
     const mp = this.cn.placement(this, m);
     if (mp === LATER) return this.handleRecord(m);
     if (mp) return this.handleMisplaced(m, mp);
+    if (this.cn.skipsCopy(m)) return this.skip(m);
     if (m.key !== null && this.cn.o.gating) {
       const g = this.cn.gate(this, m);
       if (g) return this.afterGate(g, m);
@@ -1353,6 +1431,11 @@ class Worker {
     if (this.halted) return;
     if (mp) {
       const p = this.handleMisplaced(m, mp);
+      if (p) await p;
+      return;
+    }
+    if (this.cn.skipsCopy(m)) {
+      const p = this.skip(m);
       if (p) await p;
       return;
     }
@@ -1380,15 +1463,21 @@ class Worker {
       case 'deliver':
         return this.deliver(m); // flagged, not gated, no key-level callbacks
       case 'skip':
-        if (!this.leaseOk()) return this.holdLease().then(() => { if (!this.halted) { this.track(m.seq); this.ack(m.seq); } });
-        this.track(m.seq);
-        this.ack(m.seq);
-        return null;
+        return this.skip(m);
       default:
         cn.fail(new MisplacedError(cn.topic, this.partition, m, mp));
         this.halt();
         return null;
     }
+  }
+
+  // Passes a record without delivering it (a misplaced one under 'skip', a backfilled copy whose
+  // origin the group delivered: spec/protocol.md §10.4), like a fence marker.
+  skip(m) {
+    if (!this.leaseOk()) return this.holdLease().then(() => { if (!this.halted) { this.track(m.seq); this.ack(m.seq); } });
+    this.track(m.seq);
+    this.ack(m.seq);
+    return null;
   }
 
   async handleSlow(e) {

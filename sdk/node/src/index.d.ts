@@ -177,6 +177,8 @@ export interface ProducerRecord {
   headers?: RecordHeaders;
   /** The record time (Pctl-Time): a Date or unix milliseconds. */
   timestamp?: Date | number;
+  /** A tombstone: deletes its key (no value; spec/protocol.md §10.2). On a compacted topic every record needs a key. */
+  tombstone?: boolean;
 }
 
 export interface ProduceResult {
@@ -265,6 +267,13 @@ export interface ConsumerOptions {
   member?: string;
   /** A group that does not exist yet starts at the first record (default: after what is there). */
   fromBeginning?: boolean;
+  /**
+   * Where a new group starts: 'now', 'beginning' (every epoch, gated) or 'current-epoch' (the
+   * current epoch alone, no gates, every backfilled copy delivered: spec/protocol.md §10.5).
+   * Default: 'beginning' with fromBeginning; on a compacted topic 'current-epoch' when no
+   * backfill runs ('beginning' while one does); else 'now'.
+   */
+  from?: 'now' | 'beginning' | 'current-epoch';
   /** Acknowledge records automatically (handler returned / next record asked). Default true. */
   autoCommit?: boolean;
   /** Reset the group when joining. */
@@ -310,6 +319,10 @@ export class Message {
   readonly producer: string;
   /** The producer's sequence number (0 if none). */
   readonly pseq: number;
+  /** A tombstone: the record deletes its key (spec/protocol.md §10.2); its value is not a value. */
+  readonly tombstone: boolean;
+  /** On a backfilled copy the group delivers (spec/protocol.md §10.4): the record it copies. */
+  readonly backfill: { epoch: number; partition: number; seq: number } | null;
   /** Set on a misplaced record delivered under misplaced: 'deliver'. */
   readonly misplaced?: Misplacement;
   /** Application headers. */

@@ -82,5 +82,7 @@ export function recordLine(m, ts) {
     if (m.misplaced.expected >= 0) line += `,"expected_partition":${m.misplaced.expected}`;
     if (m.misplaced.reason) line += `,"misplaced_reason":${goString(m.misplaced.reason)}`;
   }
+  if (m.tombstone) line += ',"tombstone":true';
+  if (m.backfill) line += `,"backfill":"${m.backfill.epoch}/${m.backfill.partition}/${m.backfill.seq}"`;
   return `${line}}\n`;
 }

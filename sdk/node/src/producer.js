@@ -20,6 +20,7 @@ import { BadRequestError, NotFoundError, PctlError, UnavailableError, permission
 import { headerPairs, timeHeader, headerBlockBytes, TIME_HEADER, DEFAULT_MAX_RECORD_BYTES } from './records.js';
 import { streamInfo, directGet } from './jsapi.js';
 import * as rules from './rules.js';
+import { tombstoneTTL } from './compact.js';
 
 const NAME_RE = /^[A-Za-z0-9_-]{1,64}$/;
 const encoder = new TextEncoder();
@@ -77,11 +78,6 @@ export class Producer {
     }
     const p = new Producer(client, topic, id, opts);
     const desc = await p.fetch();
-    if (desc.compact) {
-      // Records of a compacted topic go to key subjects (spec/protocol.md §10.1), which this
-      // producer does not write yet: its publishes would find no stream.
-      throw new PctlError('unsupported', `topic ${topic} is a compacted topic (spec/protocol.md §10.1: records go to key subjects); the Node SDK's producer does not produce to compacted topics yet: use the Go client or 'pctl produce'`);
-    }
     await p.install(desc);
     p.maxRecord = await maxRecordBytes(client, topic);
     p.start();
@@ -195,6 +191,9 @@ export class Producer {
    * null/undefined for a keyless record; value a string or Uint8Array; headers (optional) the
    * application headers {name: value or [values]} (or a Map, or [name, value] pairs) and
    * timestamp (optional) the record time, a Date or unix milliseconds (spec/protocol.md §5.3).
+   * `tombstone: true` sends a tombstone: a keyed record without a value that deletes its key (on
+   * a compacted topic the key's value is gone at once, and the tombstone itself after the topic's
+   * delete retention: spec/protocol.md §10.2). On a compacted topic every record needs a key.
    * Returns a promise of its Result (see the class comment). The record's producer sequence
    * (Pctl-Seq) is fixed by the order of send() calls. Never blocks: use `await producer.ready()`
    * to bound memory when sending in a loop. A record the stream could not store (larger than its
@@ -207,20 +206,24 @@ export class Producer {
     let value;
     let hdrs;
     let time;
+    let tomb = false;
     const pseq = this.seq + 1;
     try {
       if (record === null || typeof record !== 'object') throw new BadRequestError('a record is an object {key, value}');
       if (record.key !== undefined && record.key !== null) key = keyBytes(record.key);
       value = valueBytes(record.value);
+      tomb = !!record.tombstone;
+      checkCompaction(this.topic, !!this.desc?.compact, key, value, tomb);
       if (key && key.length > 65536) throw new BadRequestError(`key of ${key.length} bytes; keys are at most 65536 bytes (spec/abi-v1.md §1.1)`);
       hdrs = headerPairs(record.headers);
       time = timeHeader(record.timestamp);
-      this.checkSize(pseq, key, value, hdrs, time);
+      this.checkSize(pseq, key, value, hdrs, time, tomb);
     } catch (e) {
       return Promise.reject(e);
     }
     this.seq = pseq;
     const pd = this.pending(pseq, key, value, hdrs.pairs, time);
+    pd.tombstone = tomb;
     const promise = new Promise((resolve, reject) => { pd.resolve = resolve; pd.reject = reject; });
     this.unsettled++;
     if (this.switching) {
@@ -263,6 +266,12 @@ export class Producer {
     if (pd.headers) for (const [k, v] of pd.headers) h.append(k, v);
     if (pd.time !== null && pd.time !== undefined) h.set(TIME_HEADER, pd.time);
     if (pd.keyHdr !== null) h.set('Pctl-Key', pd.keyHdr);
+    if (pd.tombstone) {
+      // A tombstone (spec/protocol.md §10.2); on a compacted topic it expires after the topic's
+      // delete retention.
+      h.set('Pctl-Tombstone', 'true');
+      if (this.desc.compact) h.set('Nats-TTL', tombstoneTTL(this.desc.compact));
+    }
     h.set('Pctl-Producer', pd.producer);
     h.set('Pctl-Seq', pd.seqText);
     h.set('Nats-Msg-Id', pd.msgId);
@@ -325,11 +334,12 @@ export class Producer {
   // The stored size of a record (spec/protocol.md §5.3): its header block, protocol and
   // application headers, plus its value; refused before sending when the stream could not take
   // it (JetStream would answer 10054) or the server could not carry it (max_payload).
-  checkSize(pseq, key, value, hdrs, time) {
+  checkSize(pseq, key, value, hdrs, time, tomb) {
     const seq = String(pseq);
     let lines = Buffer.byteLength(this.id) * 2 + seq.length * 2 + 'Pctl-Producer: \r\n'.length + 'Pctl-Seq: \r\n'.length + 'Nats-Msg-Id: --\r\n'.length + 32;
     if (key) lines += 'Pctl-Key: b64:\r\n'.length + 4 * Math.ceil(key.length / 3);
     if (time !== null) lines += `${TIME_HEADER}: \r\n`.length + time.length;
+    if (tomb) lines += 'Pctl-Tombstone: true\r\nNats-TTL: \r\n'.length + 20;
     lines += hdrs.bytes;
     const size = headerBlockBytes(lines) + value.length;
     const payload = this.client.nc.info?.max_payload ?? Infinity;
@@ -536,6 +546,15 @@ export class Producer {
     }
     return 0;
   }
+}
+
+// Refuses what a tombstone or a compacted topic cannot carry (spec/protocol.md §10), worded as
+// the Go client words it: a keyless record on a compacted topic, a keyless tombstone, a tombstone
+// with a value.
+function checkCompaction(topic, compact, key, value, tomb) {
+  if (compact && key === null) throw new BadRequestError(`topic ${topic} is compacted: every record needs a key (a keyless record cannot be compacted)`);
+  if (tomb && key === null) throw new BadRequestError('a tombstone deletes a key: it needs one');
+  if (tomb && value.length > 0) throw new BadRequestError(`a tombstone has no value (${value.length} bytes given)`);
 }
 
 // The partition streams' max_msg_size (the broker creates them alike; -1 or 0: no limit of its

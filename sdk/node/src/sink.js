@@ -11,6 +11,7 @@ import { OP, ERR, KIND, replySubject, randomHex, sameRecord, leaderGet } from '.
 import { streamInfo, directGet, JsApiError, JS } from './jsapi.js';
 import { BadRequestError, ConflictError, NotFoundError, UnavailableError, PctlError } from './errors.js';
 import * as rules from './rules.js';
+import { recordSubject, batchEndSubject, supersededInBatch } from './compact.js';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const current = (desc) => desc.epochs[desc.epochs.length - 1];
@@ -49,7 +50,8 @@ export class Sink {
     this.p = p;
     this.epoch = epoch;
     this.partition = partition;
-    this.subject = `pctl.data.${p.topic}.${epoch}.${partition}`;
+    this.compact = !!p.desc?.compact; // records go to their keys' subjects (spec/protocol.md §10.1)
+    this.subject = batchEndSubject(p.topic, epoch, partition, this.compact); // EOBs (and records of a plain topic)
     this.stream = `PCTL_${p.topic}_${partition}`;
     this.queue = []; // records not yet sent, in order, from index qi
     this.qi = 0;
@@ -290,7 +292,7 @@ export class Sink {
         if (this.queued === 0 || seq >= size || (perKey && after.keyHdr !== null && after.keyHdr === pd.keyHdr)) op = OP.commit;
       }
       try {
-        nc.publish(this.subject, pd.value, { reply: replySubject(p.inbox, b.id, flow, seq, op), headers: p.headersOf(pd) });
+        nc.publish(this.compact ? recordSubject(p.topic, this.epoch, this.partition, true, pd.key) : this.subject, pd.value, { reply: replySubject(p.inbox, b.id, flow, seq, op), headers: p.headersOf(pd) });
       } catch (e) {
         if (/max_payload|payload size|too large/i.test(String(e?.message))) {
           p.finish(pd, null, new BadRequestError(`record ${pd.pseq} cannot be published: ${e.message}`, { cause: e }));
@@ -603,7 +605,7 @@ export class Sink {
       if (d && current(d).epoch > this.epoch) {
         st.fenced = d;
         const cur = current(d);
-        subject = `pctl.data.${p.topic}.${cur.epoch}.${this.partition}`;
+        subject = batchEndSubject(p.topic, cur.epoch, this.partition, this.compact);
         if (this.partition >= cur.partitions) {
           // Shrunk away: the retired subject takes no publishes (not even an EOB), and nothing
           // more of the batch can be stored: read the partition back.
@@ -752,6 +754,7 @@ export class Sink {
       const from = await this.seqAt(Date.now() - DEDUP_WINDOW - 10_000);
       if (from <= low) await this.readRange(from, low, look);
     }
+    if (this.compact) supersededInBatch(b.recs.map((pd) => pd.keyHdr), b.acked, found);
     for (let i = b.acked; i < b.recs.length; i++) if (!found.has(i)) p.renew(b.recs[i]);
     if (found.size < k - b.acked) this.log(`read back ${low + 1}..${top} after a leader change: ${found.size} of ${b.recs.length - b.acked} records of batch ${b.id} found (${k - b.acked} counted by the server)`);
     return { trusted: false, found };

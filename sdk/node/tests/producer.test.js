@@ -253,11 +253,6 @@ describe('producer against a real broker', { skip: skip ?? false, timeout: 600_0
     }
   });
 
-  test('a compacted topic: refused with code unsupported (key subjects are not written yet)', async () => {
-    await broker.admin(['topic', 'create', 'compacted', '--partitions', '2', '--partitioner', 'kafka-murmur2', '--compact']);
-    await assert.rejects(client.producer('compacted'), (e) => e instanceof PctlError && e.code === 'unsupported' && /compacted topic/.test(e.message));
-  });
-
   test('unknown topic: NotFoundError', async () => {
     await assert.rejects(client.producer('no-such-topic'), (e) => {
       assert.ok(e instanceof NotFoundError);

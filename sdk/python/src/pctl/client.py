@@ -316,6 +316,11 @@ class Client:
         - `from_beginning` [False]: a group that does not exist yet starts at the first record of
           every partition, else after the records present when it is created (partitions created
           later are always read from their first record);
+        - `start` [None]: where a group that does not exist yet starts: "now", "beginning" (every
+          epoch, gated) or "current-epoch" (the current epoch alone, no gates, every backfilled
+          copy delivered: spec/protocol.md §10.5); None: "beginning" with from_beginning, on a
+          compacted topic "current-epoch" when no backfill runs ("beginning" while one does),
+          else "now";
         - `auto_commit` [True]: a record is acknowledged when the iterator is asked for the next
           one; False: only by ``await consumer.commit(record)`` (at-least-once processing: gates
           of other partitions open only on what you commit);

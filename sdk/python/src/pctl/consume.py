@@ -1,6 +1,7 @@
 """The cross-language consume command (the same in every SDK):
 
-    consume --server URL --creds FILE --topic T --group G [--from-beginning] [--idle-exit D] [--max N]
+    consume --server URL --creds FILE --topic T --group G [--from-beginning] [--from now|beginning|current-epoch]
+            [--idle-exit D] [--max N]
 
 Runs one member of consumer group G on topic T and prints every record it is given as one JSON line,
 exactly as ``pctl consume T --group G --format jsonl --timestamps`` prints it::
@@ -14,6 +15,8 @@ exactly as ``pctl consume T --group G --format jsonl --timestamps`` prints it::
   printed with "misplaced":true, "expected_partition" (absent when its key or epoch is unusable)
   and "misplaced_reason"; with stop (the default) the member stops before it (exit 1), with skip
   it goes past it; every one is reported on standard error;
+- a tombstone (it deletes its key, spec/protocol.md §10.2) has "tombstone":true, a backfilled copy
+  "backfill":"<epoch>/<partition>/<seq>" (§10.4);
 - strings are escaped as Go's encoding/json does (<, >, & and U+2028/U+2029 as \\u escapes), so the
   lines are byte for byte those of the Go command.
 
@@ -98,6 +101,10 @@ def jsonl_line(topic: str, r: Record, ts: int) -> str:
         if mp.expected >= 0:
             parts += [',"expected_partition":', str(mp.expected)]
         parts += [',"misplaced_reason":', go_json_string(mp.reason)]
+    if r.tombstone:
+        parts.append(',"tombstone":true')
+    if r.backfill is not None:
+        parts.append(',"backfill":"%d/%d/%d"' % r.backfill)
     parts.append("}\n")
     return "".join(parts)
 
@@ -110,6 +117,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--group", required=True, help="consumer group name")
     p.add_argument("--member", default=None, help="member id in the group (default: random)")
     p.add_argument("--from-beginning", action="store_true", help="a new group starts at the first record of every partition")
+    p.add_argument("--from", dest="start", default=None, choices=["now", "beginning", "current-epoch"],
+                   help="where a new group starts (default: now; current-epoch on a compacted topic)")
     p.add_argument("--idle-exit", default="0", help="exit after this Go duration without a new record (0: never)")
     p.add_argument("--max", type=int, default=0, help="exit after N records (0: no limit)")
     p.add_argument("--heartbeat", default="1s", help="how often the member announces itself and rebalances (Go duration)")
@@ -153,7 +162,8 @@ async def _run(args: argparse.Namespace, idle: float, heartbeat: float, out: IO[
         try:
             cn = await c.consumer(args.topic, args.group, member=args.member, from_beginning=args.from_beginning,
                                   auto_commit=False, heartbeat=heartbeat, session_timeout=max(6.0, 3 * heartbeat),
-                                  on_revoked=on_revoked, misplaced=args.misplaced, on_misplaced=on_misplaced)
+                                  on_revoked=on_revoked, misplaced=args.misplaced, on_misplaced=on_misplaced,
+                                  start=args.start)
         except PctlError as e:
             print(f"consume: {e}", file=sys.stderr)
             return 2 if isinstance(e, (BadRequest, NotFound)) else 1

@@ -29,7 +29,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, NoReturn, Optional, Union
 
 from . import _nats, _rules, wire
-from .errors import BadRequest, Conflict, NotFound, PctlError, PermissionDenied, Unavailable
+from . import compact as compaction
+from .errors import BadRequest, Conflict, InternalError, NotFound, PctlError, PermissionDenied, Unavailable
 from .reader import RawRecord, ReaderClosed, StreamReader
 from .record import HEADER_FENCE, HEADER_TIME, KeyChange, Misplacement, Record, decode_key, parse_time
 
@@ -170,8 +171,11 @@ class Consumer:
                  auto_commit: bool, heartbeat: float, session_timeout: float, commit_interval: float, gating: bool,
                  max_buffered: int, on_assigned: Optional[Callback], on_revoked: Optional[Callback],
                  on_keys_assigned: Optional[Callback], on_keys_revoked: Optional[Callback],
-                 logf: Optional[Callable[[str], None]], misplaced: str = "stop", on_misplaced: Optional[Callback] = None):
+                 logf: Optional[Callable[[str], None]], misplaced: str = "stop", on_misplaced: Optional[Callback] = None,
+                 start: Optional[str] = None):
         self._c = client
+        self._start_from = start
+        self._start_epoch = 0  # the group reads the current epoch alone from this epoch on (g.start, §10.5)
         self._misplaced = misplaced
         self._on_misplaced = on_misplaced
         self.topic = topic.name
@@ -232,8 +236,10 @@ class Consumer:
                      on_revoked: Optional[Callback] = None, on_keys_assigned: Optional[Callback] = None,
                      on_keys_revoked: Optional[Callback] = None,
                      logf: Optional[Callable[[str], None]] = None, misplaced: str = "stop",
-                     on_misplaced: Optional[Callback] = None) -> "Consumer":
+                     on_misplaced: Optional[Callback] = None, start: Optional[str] = None) -> "Consumer":
         """Joins `group` on `topic` (see :meth:`pctl.Client.consumer`)."""
+        if start is not None and start not in STARTS:
+            raise BadRequest(f"start={start!r}: give \"now\", \"beginning\" or \"current-epoch\" (spec/protocol.md §6.1, §10.5)")
         if misplaced not in ("stop", "deliver", "skip"):
             raise BadRequest(f"misplaced={misplaced!r}: give \"stop\", \"deliver\" or \"skip\" (spec/protocol.md §6.8)")
         wire.valid_name("topic name", topic)
@@ -251,13 +257,19 @@ class Consumer:
                  session_timeout=session_timeout, commit_interval=commit_interval, gating=gating,
                  max_buffered=max_buffered, on_assigned=on_assigned, on_revoked=on_revoked,
                  on_keys_assigned=on_keys_assigned, on_keys_revoked=on_keys_revoked, logf=logf, misplaced=misplaced,
-                 on_misplaced=on_misplaced)
+                 on_misplaced=on_misplaced, start=start)
         await cn._start()
         return cn
 
     async def _start(self) -> None:
         self._stop_listening = self._c._on_violation(self._on_violation)
         await self._ensure_group()
+        await self._read_start()
+        # The descriptor read after the group's keys exist (spec/protocol.md §10.4: a retirement
+        # that does not show in it checked this group's positions after they were written).
+        t = await _fetch_topic(self._c, self.topic)
+        if t.id == self.topic_id and len(t.epochs) >= len(self._desc.epochs):
+            self._desc = t
         await self._check_assignor()
         self._watch = StreamReader(self._c, self._kv.stream, filter_subject=self._subj_prefix + ">", last_per_subject=True,
                                    heartbeat=self._hb, batch=512, max_buffer=1 << 20, logf=self._logf)
@@ -277,15 +289,43 @@ class Consumer:
         self._tasks.append(asyncio.ensure_future(self._commit_loop()))
         self._started = True
 
+    def _start_of(self) -> str:
+        """Where a new group starts (§6.1, §10.5): `start`; else beginning with from_beginning; on a
+        compacted topic current-epoch when no backfill runs (beginning while one does); else now."""
+        if self._start_from:
+            return self._start_from
+        if self._from_beginning:
+            return "beginning"
+        raw = self._desc.raw
+        if raw.get("compact"):
+            return "beginning" if compaction.backfilling(raw) else "current-epoch"
+        return "now"
+
     async def _ensure_group(self) -> None:
         """§6.1: the first member creates a key for every existing partition stream (position 0,
-        or the stream's last sequence), then ``g.created``. First writer wins each key."""
+        the stream's last sequence, or where the current epoch starts), then ``g.created``. First
+        writer wins each key. A group that reads the current epoch alone writes ``g.start`` first
+        (§10.5)."""
         marker = self._prefix + "g.created"
         if await self._kv.get(marker) is not None:
             return
+        frm = self._start_of()
+        raw = self._desc.raw
+        if frm == "current-epoch":
+            bf = compaction.backfilling(raw)
+            if bf is not None:
+                self._logf(f"member {self.member}: group {self.group} starts at the current epoch {bf.get('epoch')} while its "
+                           f"backfill runs: keys not yet copied arrive as their copies do")
+            try:
+                await self._kv.create(self._prefix + "g.start", json.dumps({"from": "current-epoch", "epoch": self._desc.current.epoch},
+                                                                            separators=(",", ":")).encode())
+            except _nats.KVConflict:
+                pass
         for q in range(_max_partitions(self._desc)):
             start = 0
-            if not self._from_beginning:
+            if frm == "current-epoch":
+                start = compaction.current_epoch_start(raw, q)
+            elif frm == "now":
                 start = await _last_seq(self._c, wire.stream_name(self.topic, q))
             try:
                 await self._kv.create(self._prefix + f"p.{q}", _pstate_json("", 0, start, 0))
@@ -295,6 +335,31 @@ class Consumer:
             await self._kv.create(marker, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ").encode())
         except _nats.KVConflict:
             pass
+
+    async def _read_start(self) -> None:
+        """The group's g.start (§10.5): the epoch it started reading the current epoch at."""
+        e = await self._kv.get(self._prefix + "g.start")
+        if e is None:
+            return
+        if e.deleted:
+            return
+        data = e.value
+        try:
+            st = json.loads(data)
+            epoch = int(st["epoch"])
+        except (ValueError, TypeError, KeyError):
+            epoch = 0
+        if epoch < 1:
+            raise InternalError(f"consumer group {self.group}: its start key holds {bytes(data)[:80]!r}")
+        self._start_epoch = epoch
+
+    def _skips_copy(self, rec: Record) -> bool:
+        """§10.4: a backfilled copy is skipped unless the group cannot have delivered its origin
+        (it started at the current epoch after the origin's epoch, or that epoch is retired)."""
+        o = rec.backfill
+        if o is None:
+            return False
+        return not ((self._start_epoch > 0 and o[0] < self._start_epoch) or compaction.origin_retired(self._desc.raw, o[0]))
 
     async def _check_assignor(self) -> None:
         """§6.1: join only a group whose assignor this SDK implements (modulo; no key: modulo)."""
@@ -1004,7 +1069,8 @@ class Consumer:
         try:
             while not part.stopped:
                 batch = await reader.next_batch()
-                items = [_parse(raw, topic, q, token) for raw in batch]
+                compact = bool(self._desc.raw.get("compact"))
+                items = [_parse(raw, topic, q, token, compact) for raw in batch]
                 await self._place(items, q)
                 parents = await self._parents(items) if (self._gating or self._on_keys_assigned) else None
                 for i, it in enumerate(items):
@@ -1017,6 +1083,8 @@ class Consumer:
                         seq, rec, parent = it.seq, it, -1
                         if rec.misplaced is not None:
                             rec, err = await self._misplaced_record(part, rec)  # err: nothing after it here
+                        elif self._skips_copy(rec):
+                            rec = None  # passed like a fence marker
                         elif parents is not None and rec.key is not None and parents[i] is not None:
                             parent = await self._gate(part, rec, parents[i])
                     while part.queued >= self._max_buffered and not part.stopped:
@@ -1253,29 +1321,39 @@ class Consumer:
 
 
 _HEADER_LINE = re.compile(rb"([^:\r\n]*):([^\r\n]*)")
+STARTS = ("now", "beginning", "current-epoch")
+"""Where a new group may start (Consumer's `start`, spec/protocol.md §6.1, §10.5)."""
+
 _B_KEY, _B_PRODUCER, _B_SEQ = wire.HEADER_KEY.encode(), wire.HEADER_PRODUCER.encode(), wire.HEADER_SEQ.encode()
 _B_TIME, _B_FENCE = HEADER_TIME.encode(), HEADER_FENCE.encode()
 # pctl's own headers, by their exact names: 1 key, 2 producer, 3 seq, 4 time, 5 fence, 0 ignored.
-_KNOWN = {_B_KEY: 1, _B_PRODUCER: 2, _B_SEQ: 3, _B_TIME: 4, _B_FENCE: 5, wire.HEADER_MSG_ID.encode(): 0}
-_subjects: dict = {}  # record subject -> (epoch, partition) or None: few distinct ones, parsed once
+_B_TOMBSTONE, _B_BACKFILL = compaction.HEADER_TOMBSTONE.encode(), compaction.HEADER_BACKFILL.encode()
+_KNOWN = {_B_KEY: 1, _B_PRODUCER: 2, _B_SEQ: 3, _B_TIME: 4, _B_FENCE: 5, _B_TOMBSTONE: 6, _B_BACKFILL: 7,
+          wire.HEADER_MSG_ID.encode(): 0}
+_subjects: dict = {}  # record subject -> (epoch, partition, "") or None: few distinct ones, parsed once
 
 
 def _subject(subject: bytes) -> Optional[tuple]:
+    """(epoch, partition, key token) of pctl.data.<topic>.<epoch>.<partition>[.<kt>] (as Go's
+    wire.SplitRecordSubject; token "" without the sixth), or None. Compacted topics' subjects
+    (one per key) are not cached."""
     r = _subjects.get(subject, False)
     if r is False:
         r = None
         parts = subject.split(b".")
-        if len(parts) == 5 and parts[0] == b"pctl" and parts[1] == b"data":
+        if (len(parts) == 5 or (len(parts) == 6 and parts[5])) and parts[0] == b"pctl" and parts[1] == b"data":
             e, p = _atoi(parts[3]), _atoi(parts[4])
             if e is not None and p is not None:
-                r = (e, p)
+                r = (e, p, parts[5].decode("ascii", "replace") if len(parts) == 6 else "")
+        if len(parts) == 6:
+            return r
         if len(_subjects) > 4096:
             _subjects.clear()
         _subjects[subject] = r
     return r
 
 
-def _parse(raw: RawRecord, topic: str, q: int, owner: int) -> Union[Record, tuple]:
+def _parse(raw: RawRecord, topic: str, q: int, owner: int, compact: bool = False) -> Union[Record, tuple]:
     """A record from a stream message, or (sequence, epoch it starts) for a fence marker. A keyed
     record whose key header or subject is unusable comes out marked misplaced (§6.8)."""
     key = None
@@ -1283,6 +1361,8 @@ def _parse(raw: RawRecord, topic: str, q: int, owner: int) -> Union[Record, tupl
     producer = ""
     pseq = 0
     ts = -1
+    tomb = False
+    origin = None
     headers: dict = {}
     h = raw.headers
     if h:
@@ -1319,6 +1399,11 @@ def _parse(raw: RawRecord, topic: str, q: int, owner: int) -> Union[Record, tupl
             elif k == 5:
                 v = bv.strip()
                 return raw.seq, (int(v) if v.isdigit() else 0)
+            elif k == 6:
+                tomb = tomb or bool(bv.strip())
+            elif k == 7:
+                if origin is None:
+                    origin = compaction.parse_origin(bv.strip().decode("ascii", "replace"))
     sub = _subject(raw.subject)
     epoch = sub[0] if sub else 0
     if ts < 0:
@@ -1332,9 +1417,18 @@ def _parse(raw: RawRecord, topic: str, q: int, owner: int) -> Union[Record, tupl
             mp = Misplacement(-1, f"its subject {_go_quote(raw.subject.decode('utf-8', 'replace'))} is not an epoch's record subject")
         elif sub[1] != q:
             mp = Misplacement(-1, f"its subject {_go_quote(raw.subject.decode('utf-8', 'replace'))} names partition {sub[1]}")
+        elif compact and sub[2] != compaction.key_token(key):
+            mp = Misplacement(-1, f"its subject {_go_quote(raw.subject.decode('utf-8', 'replace')[:80])} does not end with its key's "
+                                  f"token (a compacted topic's record subject names its key, spec/protocol.md §10.1)")
+        elif not compact and sub[2]:
+            mp = Misplacement(-1, f"its subject {_go_quote(raw.subject.decode('utf-8', 'replace')[:80])} has a key token, but the "
+                                  f"topic is not compacted")
     r = Record(topic, q, epoch, raw.seq, key, raw.data, headers, ts, raw.time_ns, producer, pseq, owner)
+    r.tombstone = tomb
     if mp is not None:
         r.misplaced = mp
+    elif origin is not None and origin[0] < epoch:
+        r.backfill = origin
     return r
 
 

@@ -12,7 +12,8 @@ known:
 
 pseq is the record's Pctl-Seq (1-based, in stdin order). Exit 0 when every record was
 acknowledged, 1 when one was not (or the producer failed), 2 for bad arguments or an unknown
-topic. --server and --creds default to $PCTL_SERVER and $PCTL_CREDS."""
+topic. --server and --creds default to $PCTL_SERVER and $PCTL_CREDS. With --tombstone-marker M a
+line `key<TAB>M` sends a tombstone for key (spec/protocol.md §10.2) instead of the value M."""
 
 from __future__ import annotations
 
@@ -37,18 +38,31 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--producer-id", default=None, help="producer id for Pctl-Producer and Nats-Msg-Id (default: random); "
                    "given, the records' deduplication tokens are digests of their contents, so that a re-run under the "
                    "same id stores nothing twice")
+    p.add_argument("--tombstone-marker", default=None, help="a line key<TAB>M with this value M sends a tombstone for key")
     p.add_argument("--ack-timeout", type=float, default=5.0, help="seconds before an unacknowledged publish is retried (default 5)")
     return p
 
 
 def _reader(loop: asyncio.AbstractEventLoop, q: "asyncio.Queue[Optional[list]]") -> None:
-    """Reads stdin in a thread (a pipe or a file alike) and hands over batches of lines."""
+    """Reads stdin in a thread (a pipe or a file alike) and hands over batches of complete lines
+    as soon as they arrive (up to 64 KiB at a time: a writer that pauses between lines gets them
+    sent at once, not when 64 KiB have come); the last line may lack its newline."""
     stdin = sys.stdin.buffer
+    rest = b""
     while True:
-        lines = stdin.readlines(1 << 16)
-        loop.call_soon_threadsafe(q.put_nowait, lines or None)
-        if not lines:
+        chunk = stdin.read1(1 << 16)
+        if not chunk:
+            if rest:
+                loop.call_soon_threadsafe(q.put_nowait, [rest])
+            loop.call_soon_threadsafe(q.put_nowait, None)
             return
+        rest += chunk
+        i = rest.rfind(b"\n")
+        if i < 0:
+            continue
+        lines = rest[:i].split(b"\n")  # a \r before a newline is dropped by _split
+        rest = rest[i + 1:]
+        loop.call_soon_threadsafe(q.put_nowait, lines)
 
 
 def _split(line: bytes) -> tuple:
@@ -96,7 +110,15 @@ async def _run(args: argparse.Namespace, out) -> int:
         loop = asyncio.get_running_loop()
         q: asyncio.Queue = asyncio.Queue(maxsize=0)
         threading.Thread(target=_reader, args=(loop, q), daemon=True).start()
+
+        async def flusher() -> None:
+            # Reports go out within 50 ms of their acknowledgement (the output is buffered).
+            while True:
+                await asyncio.sleep(0.05)
+                out.flush()
+        flushing = asyncio.ensure_future(flusher())
         pseq = 0
+        marker = None if args.tombstone_marker is None else args.tombstone_marker.encode()
         fatal: Optional[PctlError] = None
         while fatal is None:
             lines = await q.get()
@@ -105,8 +127,9 @@ async def _run(args: argparse.Namespace, out) -> int:
             for line in lines:
                 key, value = _split(line)
                 pseq += 1
+                tomb = marker is not None and key is not None and value == marker
                 try:
-                    fut = await producer.send(key, value)
+                    fut = await producer.send(key, b"" if tomb else value, tombstone=tomb)
                 except PctlError as e:
                     fatal = e
                     failed += 1
@@ -118,6 +141,7 @@ async def _run(args: argparse.Namespace, out) -> int:
         except PctlError as e:
             fatal = fatal or e
         await asyncio.sleep(0)  # let the last callbacks run
+        flushing.cancel()
         out.flush()
         if os.environ.get("PCTL_PRODUCE_LOG"):
             _logf(f"producer {producer.id}: {pseq} records, {producer.settled} batches settled, {producer.confirmed_by_reading} "

@@ -28,6 +28,7 @@ import nats.errors
 
 from . import _fastbatch as fb
 from . import _nats, _rules, wire
+from . import compact as compaction
 from .errors import BadRequest, Conflict, NotFound, PctlError, PermissionDenied, PluginFailed, Unavailable
 from .record import HEADER_TIME, HeadersArg, check_headers, check_time
 
@@ -237,11 +238,6 @@ class Producer:
         _require_fast_batches(client)
         p = cls(client, topic, producer_id, max_in_flight, max_buffered, batch_size, content_tokens, stall_timeout, logf)
         desc = await p._fetch()
-        if desc.raw.get("compact"):
-            err = PctlError(f"topic {topic} is a compacted topic (spec/protocol.md §10.1: records go to key subjects); the "
-                             f"Python SDK's producer does not produce to compacted topics yet: use the Go client or 'pctl produce'")
-            err.code = "unsupported"
-            raise err
         await p._install(desc)
         p._max_record = await _max_record(client, topic)
         nc = client.nc
@@ -261,7 +257,8 @@ class Producer:
         return self._desc.current.epoch if self._desc else 0
 
     async def send(self, key: Optional[Data], value: Data = b"", *, headers: HeadersArg = None,
-                   timestamp: Union[int, float, "datetime", None] = None) -> "asyncio.Future[RecordMetadata]":
+                   timestamp: Union[int, float, "datetime", None] = None,
+                   tombstone: bool = False) -> "asyncio.Future[RecordMetadata]":
         """Queues a record and returns a future of its :class:`RecordMetadata`.
 
         `key` is bytes or str (UTF-8); ``None`` makes a keyless record, which the producer spreads
@@ -269,7 +266,10 @@ class Producer:
         any other). `headers` are application headers (spec/protocol.md §5.3): a mapping from name
         to a value or a list of values, or (name, value) pairs. `timestamp` is the record's time
         (``Pctl-Time``): unix milliseconds (int), unix seconds (float) or an aware datetime;
-        default: now. Waits while `max_buffered` records are unacknowledged. Raises
+        default: now. `tombstone` sends a tombstone: a keyed record without a value that deletes its
+        key (on a compacted topic the key's value is gone at once, and the tombstone itself after
+        the topic's delete retention: spec/protocol.md §10.2); on a compacted topic every record
+        needs a key. Waits while `max_buffered` records are unacknowledged. Raises
         :class:`pctl.BadRequest` at once for a record that can never be sent (key over 64 KiB, a
         reserved or malformed header) and for a closed producer; or the producer's fatal error,
         e.g. :class:`pctl.PermissionDenied`. A record larger than the topic's record limit (the
@@ -283,6 +283,13 @@ class Producer:
         v = _data(value, "value")
         if k is not None and len(k) > 65536:
             raise BadRequest(f"key of {len(k)} bytes; keys are at most 65536 bytes (spec/abi-v1.md §1.1)")
+        compact = self._desc.raw.get("compact") if self._desc else None
+        if compact and k is None:
+            raise BadRequest(f"topic {self.topic} is compacted: every record needs a key (a keyless record cannot be compacted)")
+        if tombstone and k is None:
+            raise BadRequest("a tombstone deletes a key: it needs one")
+        if tombstone and v:
+            raise BadRequest(f"a tombstone has no value ({len(v)} bytes given)")
         app = check_headers(headers)
         ms = check_time(timestamp)
         if ms is None:
@@ -300,6 +307,12 @@ class Producer:
         key_hdr = wire.encode_key(k) if k is not None else None
         hs = [(wire.HEADER_KEY, key_hdr)] if key_hdr is not None else []
         hs += [(wire.HEADER_PRODUCER, self.id), (wire.HEADER_SEQ, str(seq)), (wire.HEADER_MSG_ID, msg_id), (HEADER_TIME, str(ms))]
+        if tombstone:
+            # A tombstone (spec/protocol.md §10.2); on a compacted topic it expires after the
+            # topic's delete retention.
+            hs.append((compaction.HEADER_TOMBSTONE, "true"))
+            if compact:
+                hs.append((compaction.HEADER_TTL, compaction.tombstone_ttl(compact)))
         hs += app
         block = _nats.encode_header_block(hs)
         limit = self._max_record
@@ -330,9 +343,9 @@ class Producer:
         return fut
 
     async def produce(self, key: Optional[Data], value: Data = b"", *, headers: HeadersArg = None,
-                      timestamp: Union[int, float, "datetime", None] = None) -> RecordMetadata:
+                      timestamp: Union[int, float, "datetime", None] = None, tombstone: bool = False) -> RecordMetadata:
         """Sends one record (see :meth:`send`) and waits for its acknowledgement."""
-        return await (await self.send(key, value, headers=headers, timestamp=timestamp))
+        return await (await self.send(key, value, headers=headers, timestamp=timestamp, tombstone=tombstone))
 
     async def flush(self, timeout: Optional[float] = None) -> None:
         """Waits until every record sent so far is acknowledged or failed. Raises the producer's
@@ -632,7 +645,9 @@ class _Sink:
 
     def __init__(self, p: Producer, epoch: int, partition: int):
         self.p, self.epoch, self.partition = p, epoch, partition
-        self.subject = wire.data_subject(p.topic, epoch, partition)
+        # A compacted topic's records go to their keys' subjects, its EOBs to ".end" (spec/protocol.md §10.1).
+        self.compact = bool(p._desc and p._desc.raw.get("compact"))
+        self.subject = compaction.batch_end_subject(p.topic, epoch, partition, self.compact)
         self.stream = wire.stream_name(p.topic, partition)
         self.queue: deque = deque()
         self.replies: deque = deque()
@@ -888,7 +903,8 @@ class _Sink:
                 nxt = self.queue[0] if self.queue else None
                 alone = nxt is None or size == 1 or (one_key and nxt.key_hdr is not None and nxt.key_hdr == pd.key_hdr)
                 op = fb.OP_COMMIT if alone else fb.OP_START
-            msgs.append((self.subject, fb.reply_subject(p._inbox, b.id, flow, seq, op), pd.block, pd.value))
+            subject = compaction.record_subject(p.topic, self.epoch, self.partition, True, pd.key) if self.compact else self.subject
+            msgs.append((subject, fb.reply_subject(p._inbox, b.id, flow, seq, op), pd.block, pd.value))
             pd.sends += 1
             if self.stream not in pd.floors:
                 pd.floors[self.stream] = self.floor
@@ -1162,6 +1178,8 @@ class _Sink:
             since = await self._seq_at(time.time() - DEDUP_WINDOW - 10)
             if since <= low:
                 await self._read_range(since, low, look)
+        if self.compact:
+            compaction.superseded_in_batch([pd.key for pd in b.recs], b.acked, found)
         for i in range(b.acked, len(b.recs)):
             if i not in found:
                 self.p._renew(b.recs[i])
@@ -1277,7 +1295,7 @@ class _Sink:
             if d is not None and d.current.epoch > self.epoch:
                 fenced[0] = d
                 cur = d.current
-                subject = wire.data_subject(p.topic, cur.epoch, self.partition)
+                subject = compaction.batch_end_subject(p.topic, cur.epoch, self.partition, self.compact)
                 if self.partition >= cur.partitions:
                     # Shrunk away: the retired subject takes no publishes (not even an EOB), and
                     # nothing more of the batch can be stored: read the partition back.

@@ -145,10 +145,15 @@ class Record:
       `producer_seq` (its ``Pctl-Producer``/``Pctl-Seq``, "" and 0 when absent);
     - `misplaced`: a :class:`Misplacement` when the record is stored outside its key's partition
       and the member delivers such records (``misplaced="deliver"``), else None. No order is
-      promised for a misplaced record's key."""
+      promised for a misplaced record's key;
+    - `tombstone`: the record deletes its key (spec/protocol.md §10.2); its value is not a value;
+    - `backfill`: on a backfilled copy the group delivers (spec/protocol.md §10.4), the record it
+      copies as (epoch, partition, seq), else None. A group delivers a copy only when it cannot
+      have delivered the original (it started at the current epoch, or the original's epoch was
+      retired)."""
 
     __slots__ = ("topic", "partition", "epoch", "seq", "key", "value", "headers", "timestamp", "stored_ns", "producer",
-                 "producer_seq", "misplaced", "_owner")
+                 "producer_seq", "misplaced", "tombstone", "backfill", "_owner")
 
     def __init__(self, topic: str, partition: int, epoch: int, seq: int, key: Optional[bytes], value: bytes,
                  headers: dict, timestamp: int, stored_ns: int, producer: str, producer_seq: int, owner: int = 0):
@@ -157,6 +162,8 @@ class Record:
         self.timestamp, self.stored_ns = timestamp, stored_ns
         self.producer, self.producer_seq = producer, producer_seq
         self.misplaced: Optional[Misplacement] = None
+        self.tombstone = False
+        self.backfill: Optional[tuple] = None
         self._owner = owner  # which ownership of the partition delivered it (for commit)
 
     def header(self, name: str, default: Optional[str] = None) -> Optional[str]:

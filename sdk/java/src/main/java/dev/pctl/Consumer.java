@@ -76,6 +76,8 @@ public final class Consumer implements AutoCloseable {
     private static final String HEADER_SEQ = "Pctl-Seq";
     private static final String HEADER_TIME = "Pctl-Time";
     private static final String HEADER_FENCE = "Pctl-Fence";
+    private static final String HEADER_TOMBSTONE = Compaction.HEADER_TOMBSTONE;
+    private static final String HEADER_BACKFILL = Compaction.HEADER_BACKFILL;
     private static final long MAX_TIME = (1L << 53) - 1;
     private static final AtomicLong TOKENS = new AtomicLong();
 
@@ -97,6 +99,10 @@ public final class Consumer implements AutoCloseable {
     private final String startedAt = JsApi.now();
     private final RawConn raw;
     private final ScheduledExecutorService timer;
+    /** A compacted topic (fixed at creation): record subjects end with their key's token (§10.1). */
+    private final boolean compacted;
+    /** The group reads the current epoch alone from this epoch on (its g.start, §10.5); 0: it does not. */
+    private volatile int startEpoch;
 
     private final ReentrantLock mu = new ReentrantLock();
     /** Positions, descriptors and state that gates and fetchers wait for. */
@@ -163,7 +169,7 @@ public final class Consumer implements AutoCloseable {
     /** A reset seen in g.reset (§6.6). */
     private record Reset(long rev, int gen, long[] positions) {}
 
-    private enum Kind { RECORD, MARKER, MISPLACED_DELIVER, MISPLACED_SKIP, MISPLACED_STOP }
+    private enum Kind { RECORD, MARKER, MISPLACED_DELIVER, MISPLACED_SKIP, MISPLACED_STOP, COPY_SKIP }
 
     /** A queued record, fence marker or misplaced record of an owned partition. */
     private record Item(Part part, Kind kind, long seq, ConsumerRecord record, int parent, PctlException error) {}
@@ -226,6 +232,7 @@ public final class Consumer implements AutoCloseable {
         this.announce = overrides(listener, "onKeysAssigned");
         this.wantsRevoked = overrides(listener, "onKeysRevoked");
         this.desc = t;
+        this.compacted = t.compacted;
         this.hbNanos = o.heartbeat().toNanos();
         this.sessionNanos = o.sessionTimeout().toNanos();
         // Group-state requests time out after the session timeout (at least 2 s), as the Go
@@ -271,6 +278,11 @@ public final class Consumer implements AutoCloseable {
             }
         });
         ensureGroup();
+        readStart();
+        // The descriptor read after the group's keys exist (spec/protocol.md §10.4: a retirement
+        // that does not show in it checked this group's positions after they were written).
+        refresh();
+        checkFatal();
         checkAssignor();
         watch = new StreamReader(c, raw, GroupKv.STREAM, 1, subjPrefix + ">", false, true, 512, 1 << 20, o.heartbeat(), this::log);
         watchThread = new Thread(this::watchLoop, "pctl-consumer-" + member + "-watch");
@@ -312,9 +324,33 @@ public final class Consumer implements AutoCloseable {
         if (kv.get(marker) != null) {
             return;
         }
-        int n = desc.maxPartitions();
+        TopicDescriptor d;
+        mu.lock();
+        try {
+            d = desc;
+        } finally {
+            mu.unlock();
+        }
+        // Where it starts (§6.1, §10.5): the start option; else beginning with fromBeginning; on
+        // a compacted topic current-epoch when no backfill runs (beginning while one does); else now.
+        String from = o.start();
+        if (from == null) {
+            from = o.fromBeginning() ? "beginning" : d.compacted ? (d.backfilling > 0 ? "beginning" : "current-epoch") : "now";
+        }
+        if (from.equals("current-epoch")) {
+            if (d.backfilling > 0) {
+                log(String.format("group %s starts at the current epoch %d while its backfill runs: keys not yet copied arrive as their copies do", group, d.backfilling));
+            }
+            try {
+                kv.create(prefix + "g.start", GroupKv.utf8("{\"from\":\"current-epoch\",\"epoch\":" + d.current().number() + "}"));
+            } catch (GroupKv.Conflict e) {
+                // another member was first
+            }
+        }
+        int n = d.maxPartitions();
         for (int q = 0; q < n; q++) {
-            long start = o.fromBeginning() ? 0 : JsApi.lastSeq(c, "PCTL_" + topic + "_" + q, opTimeout);
+            long start = from.equals("now") ? JsApi.lastSeq(c, "PCTL_" + topic + "_" + q, opTimeout)
+                    : from.equals("current-epoch") ? d.currentEpochStart(q) : 0;
             try {
                 kv.create(prefix + "p." + q, pstateJson("", 0, start, 0));
             } catch (GroupKv.Conflict e) {
@@ -325,6 +361,42 @@ public final class Consumer implements AutoCloseable {
             kv.create(marker, GroupKv.utf8(JsApi.now()));
         } catch (GroupKv.Conflict e) {
             // another member was first
+        }
+    }
+
+    /** The group's g.start (§10.5): the epoch it started reading the current epoch at. */
+    private void readStart() {
+        GroupKv.Entry e = kv.get(prefix + "g.start");
+        if (e == null || e.deleted()) {
+            return;
+        }
+        long epoch = 0;
+        try {
+            Object v = ((Map<?, ?>) dev.pctl.internal.Json.parse(new String(e.value(), StandardCharsets.UTF_8))).get("epoch");
+            epoch = v instanceof Long ? (Long) v : 0;
+        } catch (RuntimeException | dev.pctl.internal.Json.JsonException x) {
+            epoch = 0;
+        }
+        if (epoch < 1 || epoch > Integer.MAX_VALUE) {
+            throw new InternalException("consumer group " + group + ": its start key holds " + goQuote(new String(e.value(), StandardCharsets.UTF_8)));
+        }
+        startEpoch = (int) epoch;
+    }
+
+    /**
+     * §10.4: a backfilled copy is skipped unless the group cannot have delivered its origin (it
+     * started at the current epoch after the origin's epoch, or that epoch is retired).
+     */
+    private boolean skipsCopy(ConsumerRecord r) {
+        int oe = r.backfill().epoch();
+        if (startEpoch > 0 && oe < startEpoch) {
+            return false;
+        }
+        mu.lock();
+        try {
+            return !desc.originRetired(oe);
+        } finally {
+            mu.unlock();
         }
     }
 
@@ -820,6 +892,12 @@ public final class Consumer implements AutoCloseable {
                     } finally {
                         mu.unlock();
                     }
+                }
+                passMarker(p, item.seq);
+                return null;
+            case COPY_SKIP:
+                if (!holdLease(p)) {
+                    return null;
                 }
                 passMarker(p, item.seq);
                 return null;
@@ -2019,7 +2097,9 @@ public final class Consumer implements AutoCloseable {
                         item = new Item(p, Kind.MARKER, mk[0], null, (int) mk[1], null);
                     } else {
                         ConsumerRecord rec = (ConsumerRecord) it;
-                        if (rec.misplacement() != null) {
+                        if (rec.misplacement() == null && rec.backfill() != null && skipsCopy(rec)) {
+                            item = new Item(p, Kind.COPY_SKIP, rec.sequence(), rec, -1, null); // passed like a fence marker
+                        } else if (rec.misplacement() != null) {
                             switch (o.misplaced()) {
                                 case DELIVER:
                                     item = new Item(p, Kind.MISPLACED_DELIVER, rec.sequence(), rec, -1, null);
@@ -2102,6 +2182,8 @@ public final class Consumer implements AutoCloseable {
         String producer = "";
         long pseq = 0;
         long ts = -1;
+        boolean tomb = false;
+        String origin = null;
         Map<String, List<String>> app = Collections.emptyMap();
         if (raw.headers() != null) {
             boolean seenProducer = false;
@@ -2138,6 +2220,14 @@ public final class Consumer implements AutoCloseable {
                         if (!seenTime) {
                             seenTime = true;
                             ts = parseTime(v);
+                        }
+                        continue;
+                    case HEADER_TOMBSTONE:
+                        tomb |= !v.isEmpty();
+                        continue;
+                    case HEADER_BACKFILL:
+                        if (origin == null) {
+                            origin = v;
                         }
                         continue;
                     default:
@@ -2179,29 +2269,52 @@ public final class Consumer implements AutoCloseable {
                 mp = new Misplacement(-1, "its subject " + goQuote(raw.subject()) + " is not an epoch's record subject");
             } else if (subjPartition != p.q) {
                 mp = new Misplacement(-1, "its subject " + goQuote(raw.subject()) + " names partition " + subjPartition);
+            } else {
+                String token = sub.length == 3 ? raw.subject().substring(raw.subject().lastIndexOf('.') + 1) : "";
+                String shown = raw.subject().length() > 80 ? raw.subject().substring(0, 80) : raw.subject();
+                if (compacted && !token.equals(Compaction.keyToken(key))) {
+                    mp = new Misplacement(-1, "its subject " + goQuote(shown)
+                            + " does not end with its key's token (a compacted topic's record subject names its key, spec/protocol.md §10.1)");
+                } else if (!compacted && !token.isEmpty()) {
+                    mp = new Misplacement(-1, "its subject " + goQuote(shown) + " has a key token, but the topic is not compacted");
+                }
             }
         }
         ConsumerRecord r = new ConsumerRecord(topic, p.q, epoch, raw.seq(), key, raw.data(), app, ts, raw.timeNanos(), producer, pseq, p.token);
+        r.tombstone = tomb;
         if (mp != null) {
             r.misplaced(mp);
+        } else if (origin != null) {
+            long[] o3 = Compaction.parseOrigin(origin);
+            if (o3 != null && o3[0] < epoch) {
+                r.backfill = new ConsumerRecord.Origin((int) o3[0], (int) o3[1], o3[2]);
+            }
         }
         return r;
     }
 
     private static final int[] NOT_A_RECORD_SUBJECT = new int[0];
 
-    /** (epoch, partition) of a record subject pctl.data.T.e.q (Go's strconv.Atoi on e and q), or null. Few distinct ones: cached. */
+    /**
+     * (epoch, partition) of a record subject pctl.data.T.e.q (Go's strconv.Atoi on e and q), or
+     * (epoch, partition, 1) of pctl.data.T.e.q.kt (a key token: compacted topics), or null. Few
+     * distinct five-token ones: cached; six-token ones (one per key) are not.
+     */
     private int[] subject(String s) {
         int[] r = subjects.get(s);
         if (r == null) {
             r = NOT_A_RECORD_SUBJECT;
             String[] ts = s.split("\\.", -1);
-            if (ts.length == 5 && ts[0].equals("pctl") && ts[1].equals("data")) {
+            if ((ts.length == 5 || (ts.length == 6 && !ts[5].isEmpty())) && ts[0].equals("pctl") && ts[1].equals("data")) {
                 try {
-                    r = new int[] {Integer.parseInt(ts[3]), Integer.parseInt(ts[4])};
+                    r = ts.length == 5 ? new int[] {Integer.parseInt(ts[3]), Integer.parseInt(ts[4])}
+                            : new int[] {Integer.parseInt(ts[3]), Integer.parseInt(ts[4]), 1};
                 } catch (NumberFormatException e) {
                     r = NOT_A_RECORD_SUBJECT;
                 }
+            }
+            if (ts.length == 6) {
+                return r.length == 0 ? null : r;
             }
             if (subjects.size() > 4096) {
                 subjects.clear();

@@ -27,6 +27,7 @@ public final class ConsumerOptions {
     private final String group;
     private final String member;
     private final boolean fromBeginning;
+    private final String start;
     private final boolean autoCommit;
     private final Duration heartbeat;
     private final Duration sessionTimeout;
@@ -43,6 +44,7 @@ public final class ConsumerOptions {
         this.group = b.group;
         this.member = b.member != null ? b.member : "java-" + randomHex();
         this.fromBeginning = b.fromBeginning;
+        this.start = b.start;
         this.autoCommit = b.autoCommit;
         this.heartbeat = b.heartbeat;
         this.sessionTimeout = b.sessionTimeout;
@@ -75,6 +77,11 @@ public final class ConsumerOptions {
     /** This member's id in the group. */
     public String member() {
         return member;
+    }
+
+    /** Where a group that does not exist yet starts: "now", "beginning", "current-epoch", or null (the default rule of {@link Builder#start}). */
+    public String start() {
+        return start;
     }
 
     /** Whether a group that does not exist yet starts at the first record of every partition. */
@@ -142,6 +149,7 @@ public final class ConsumerOptions {
         private final String group;
         private String member;
         private boolean fromBeginning;
+        private String start;
         private boolean autoCommit = true;
         private Duration heartbeat = Duration.ofSeconds(1);
         private Duration sessionTimeout = Duration.ofSeconds(6);
@@ -178,6 +186,21 @@ public final class ConsumerOptions {
          */
         public Builder fromBeginning(boolean b) {
             this.fromBeginning = b;
+            return this;
+        }
+
+        /**
+         * Where a group that does not exist yet starts (spec/protocol.md §6.1, §10.5): "now",
+         * "beginning" (every epoch, gated) or "current-epoch" (the current epoch alone, no gates,
+         * every backfilled copy delivered: each key's latest record once the backfill has ended).
+         * Default (null): "beginning" with {@link #fromBeginning}; on a compacted topic
+         * "current-epoch" when no backfill runs ("beginning" while one does); else "now".
+         */
+        public Builder start(String from) {
+            if (from != null && !from.equals("now") && !from.equals("beginning") && !from.equals("current-epoch")) {
+                throw new BadRequestException("start \"" + from + "\": give now, beginning or current-epoch (spec/protocol.md §6.1, §10.5)");
+            }
+            this.start = from;
             return this;
         }
 

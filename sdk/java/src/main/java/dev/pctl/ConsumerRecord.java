@@ -36,6 +36,8 @@ public final class ConsumerRecord {
     private final String producer;
     private final long producerSeq;
     private Misplacement misplacement;
+    boolean tombstone;
+    Origin backfill;
     final long owner; // which ownership of the partition delivered it (for commit)
 
     ConsumerRecord(String topic, int partition, int epoch, long sequence, byte[] key, byte[] value, Map<String, List<String>> headers,
@@ -56,6 +58,26 @@ public final class ConsumerRecord {
 
     void misplaced(Misplacement mp) {
         this.misplacement = mp;
+    }
+
+    /** The stored record a backfilled copy copies (spec/protocol.md §10.3): epoch, partition, stream sequence. */
+    public record Origin(int epoch, int partition, long sequence) {}
+
+    /**
+     * Whether the record is a tombstone: it deletes its key (spec/protocol.md §10.2); its value is
+     * then not a value.
+     */
+    public boolean tombstone() {
+        return tombstone;
+    }
+
+    /**
+     * On a backfilled copy the group delivers (spec/protocol.md §10.4), the record it copies; else
+     * null. A group delivers a copy only when it cannot have delivered the original: it started
+     * at the current epoch, or the original's epoch was retired.
+     */
+    public Origin backfill() {
+        return backfill;
     }
 
     /** The topic. */

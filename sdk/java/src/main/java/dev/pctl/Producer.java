@@ -117,6 +117,9 @@ public final class Producer implements AutoCloseable {
     private final PctlClient client;
     private final RawConn raw;
     private final String topic;
+    /** A compacted topic (spec/protocol.md §10): records go to their keys' subjects, tombstones expire. Fixed at creation. */
+    private boolean compacted;
+    private long deleteRetentionMs;
     private final String id;
     private final ProducerOptions opts;
     private final long ackTimeoutNanos;
@@ -164,10 +167,8 @@ public final class Producer implements AutoCloseable {
         requireFastBatches(client);
         this.maxRecord = maxRecord(client, topic);
         TopicDescriptor d = fetch();
-        if (d.compacted) {
-            throw new BadRequestException("topic " + topic
-                    + " is compacted (spec/protocol.md §10: records carry a key token in their subject); the Java producer does not produce to compacted topics yet: use the Go client or the broker's produce service (pctl.produce." + topic + ")");
-        }
+        this.compacted = d.compacted;
+        this.deleteRetentionMs = d.deleteRetentionMs;
         install(d);
         // Records go on the raw connection: a message written before a lost connection is never
         // written again (jnats re-sends what it buffered), and header values may be any UTF-8.
@@ -325,6 +326,12 @@ public final class Producer implements AutoCloseable {
         if (key != null && key.length > Partitioner.MAX_KEY) {
             refused = new BadRequestException("key of " + key.length + " bytes; keys are at most " + Partitioner.MAX_KEY + " bytes");
         }
+        if (record.isTombstone()) {
+            fixed += line(Compaction.HEADER_TOMBSTONE, 4) + line(Compaction.HEADER_TTL, 20);
+        }
+        if (key == null && compacted) {
+            refused = new BadRequestException("topic " + topic + " is compacted: every record needs a key (a keyless record cannot be compacted)");
+        }
         Pending pd;
         lock.lock();
         try {
@@ -453,6 +460,14 @@ public final class Producer implements AutoCloseable {
         }
         b.append("Pctl-Producer: ").append(id).append("\r\nPctl-Seq: ").append(pd.seq).append("\r\nNats-Msg-Id: ").append(pd.msgId)
                 .append("\r\nPctl-Time: ").append(pd.ts).append("\r\n");
+        if (pd.rec.isTombstone()) {
+            // A tombstone (spec/protocol.md §10.2); on a compacted topic it expires after the
+            // topic's delete retention.
+            b.append(Compaction.HEADER_TOMBSTONE).append(": true\r\n");
+            if (compacted) {
+                b.append(Compaction.HEADER_TTL).append(": ").append(Compaction.tombstoneTTL(deleteRetentionMs)).append("\r\n");
+            }
+        }
         for (String[] kv : pd.rec.headers()) {
             b.append(kv[0]).append(": ").append(kv[1]).append("\r\n");
         }
@@ -1203,7 +1218,7 @@ public final class Producer implements AutoCloseable {
         Sink(int epoch, int partition) {
             this.epoch = epoch;
             this.partition = partition;
-            this.subject = "pctl.data." + topic + "." + epoch + "." + partition;
+            this.subject = Compaction.batchEndSubject(topic, epoch, partition, compacted);
             this.stream = "PCTL_" + topic + "_" + partition;
             this.thread = new Thread(this::run, "pctl-producer-" + id + "-e" + epoch + "p" + partition);
             thread.setDaemon(true);
@@ -1572,7 +1587,8 @@ public final class Producer implements AutoCloseable {
                     }
                 }
                 try {
-                    raw.publishDeferred(subject, replySubject(inbox, bt.id, flow, bseq, op), pd.block, pd.rec.value());
+                    raw.publishDeferred(compacted ? Compaction.recordSubject(topic, epoch, partition, true, pd.rec.key()) : subject,
+                            replySubject(inbox, bt.id, flow, bseq, op), pd.block, pd.rec.value());
                 } catch (IOException e) {
                     // Not sent (not connected): put it back and settle.
                     synchronized (this) {
@@ -1929,7 +1945,7 @@ public final class Producer implements AutoCloseable {
                 TopicDescriptor cur = d[0];
                 if (cur != null && cur.current().number() > epoch) {
                     fenced[0] = cur;
-                    subj = "pctl.data." + topic + "." + cur.current().number() + "." + partition;
+                    subj = Compaction.batchEndSubject(topic, cur.current().number(), partition, compacted);
                     if (partition >= cur.current().partitions()) {
                         // Shrunk away: the retired subject takes no publishes (not even an EOB),
                         // and nothing more of the batch can be stored: read the partition back.
@@ -2182,6 +2198,13 @@ public final class Producer implements AutoCloseable {
                         found.put(i, m.seq());
                     }
                 }
+            }
+            if (compacted) {
+                List<String> keys = new ArrayList<>(bt.recs.size());
+                for (Pending pd : bt.recs) {
+                    keys.add(pd.keyHeader);
+                }
+                Compaction.supersededInBatch(keys, bt.acked, found);
             }
             for (int i = bt.acked; i < bt.recs.size(); i++) {
                 if (!found.containsKey(i)) {

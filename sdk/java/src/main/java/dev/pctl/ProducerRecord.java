@@ -44,8 +44,14 @@ public final class ProducerRecord {
     private final List<String[]> headers; // (name, value) in order
     private final int headerBytes;
     private final long timestamp; // -1: none given (the producer stamps the send time)
+    private final boolean tombstone;
 
     private ProducerRecord(byte[] key, byte[] value, List<String[]> headers, int headerBytes, long timestamp) {
+        this(key, value, headers, headerBytes, timestamp, false);
+    }
+
+    private ProducerRecord(byte[] key, byte[] value, List<String[]> headers, int headerBytes, long timestamp, boolean tombstone) {
+        this.tombstone = tombstone;
         this.key = key;
         this.value = value == null ? new byte[0] : value;
         this.headers = headers;
@@ -64,6 +70,23 @@ public final class ProducerRecord {
     /** A keyed record with a UTF-8 key and value. */
     public static ProducerRecord keyed(String key, String value) {
         return keyed(key.getBytes(StandardCharsets.UTF_8), value.getBytes(StandardCharsets.UTF_8));
+    }
+
+    /**
+     * A tombstone: a record without a value that deletes its key (spec/protocol.md §10.2). On a
+     * compacted topic the key's value is gone at once, and the tombstone itself after the topic's
+     * delete retention; consumers deliver it flagged ({@link ConsumerRecord#tombstone()}).
+     */
+    public static ProducerRecord tombstone(byte[] key) {
+        if (key == null) {
+            throw new BadRequestException("a tombstone deletes a key: it needs one");
+        }
+        return new ProducerRecord(key, new byte[0], List.of(), 0, -1, true);
+    }
+
+    /** A tombstone of a UTF-8 key. */
+    public static ProducerRecord tombstone(String key) {
+        return tombstone(key.getBytes(StandardCharsets.UTF_8));
     }
 
     /** A keyless record: no partitioner, no order promised. */
@@ -94,7 +117,7 @@ public final class ProducerRecord {
         List<String[]> hs = new ArrayList<>(headers.size() + 1);
         hs.addAll(headers);
         hs.add(new String[] {name, value});
-        return new ProducerRecord(key, this.value, Collections.unmodifiableList(hs), size, timestamp);
+        return new ProducerRecord(key, this.value, Collections.unmodifiableList(hs), size, timestamp, tombstone);
     }
 
     /** This record with these headers added, name by name, each name's values in order. */
@@ -118,7 +141,7 @@ public final class ProducerRecord {
         if (unixMillis < 0 || unixMillis > MAX_TIMESTAMP) {
             throw new BadRequestException("timestamp " + unixMillis + " ms is outside [0, 2^53) ms (spec/protocol.md §5.3)");
         }
-        return new ProducerRecord(key, value, headers, headerBytes, unixMillis);
+        return new ProducerRecord(key, value, headers, headerBytes, unixMillis, tombstone);
     }
 
     /** {@link #withTimestamp(long)} of an instant (millisecond precision). */
@@ -177,6 +200,11 @@ public final class ProducerRecord {
     /** The value. The array is the record's own: do not change it. */
     public byte[] value() {
         return value;
+    }
+
+    /** Whether the record is a tombstone (see {@link #tombstone(byte[])}). */
+    public boolean isTombstone() {
+        return tombstone;
     }
 
     /** Whether the record has a key (possibly empty). */

@@ -23,6 +23,14 @@ public final class TopicDescriptor {
     private final int changePartitions;
     /** A compacted topic (spec/protocol.md §10: the descriptor has {@code compact}). */
     boolean compacted;
+    /** A compacted topic's delete retention (how long a tombstone is kept), milliseconds. */
+    long deleteRetentionMs;
+    /** The epoch whose backfill runs (§10.3), 0 if none. */
+    int backfilling;
+    /** Epochs up to this one are being retired (§10.7), 0 if none. */
+    int retiringThrough;
+    /** Epochs whose records are retired (§10.7). */
+    java.util.Set<Integer> retired = java.util.Set.of();
 
     TopicDescriptor(String name, String id, List<Epoch> epochs, long revision, boolean creating, boolean deleting, boolean changing) {
         this(name, id, epochs, revision, creating, deleting, changing, 0);
@@ -114,6 +122,35 @@ public final class TopicDescriptor {
             }
         }
         return last;
+    }
+
+    /**
+     * Whether epoch e's records are retired or being retired (§10.7): a backfilled copy of one of
+     * them is then delivered (§10.4).
+     */
+    boolean originRetired(int e) {
+        if (retiringThrough > 0 && e <= retiringThrough) {
+            return true;
+        }
+        if (!epochs.isEmpty() && e < epochs.get(0).number()) {
+            return true;
+        }
+        return retired.contains(e);
+    }
+
+    /**
+     * The position at which a group that reads the current epoch alone starts in stream q
+     * (§10.5): the sequence of the last fence marker q has (max boundary + 1), 0 if none.
+     */
+    long currentEpochStart(int q) {
+        long pos = 0;
+        for (Epoch e : epochs) {
+            long b = e.boundary(q);
+            if (b >= 0 && b + 1 > pos) {
+                pos = b + 1;
+            }
+        }
+        return pos;
     }
 
     @Override
@@ -254,6 +291,24 @@ public final class TopicDescriptor {
         TopicDescriptor d = new TopicDescriptor(str(t.get("name")), str(t.get("id")), epochs, r.get("revision") == null ? 0 : num(r.get("revision"), "revision"),
                 Boolean.TRUE.equals(t.get("creating")), Boolean.TRUE.equals(t.get("deleting")), t.get("change") != null, changeParts);
         d.compacted = t.get("compact") instanceof Map;
+        if (d.compacted && ((Map<String, Object>) t.get("compact")).get("delete_retention_ms") instanceof Long) {
+            d.deleteRetentionMs = (Long) ((Map<String, Object>) t.get("compact")).get("delete_retention_ms");
+        }
+        java.util.Set<Integer> retired = new java.util.HashSet<>();
+        for (Object o : (List<Object>) eps) {
+            Map<String, Object> e = (Map<String, Object>) o;
+            int n = (int) num(e.get("epoch"), "epoch");
+            if (e.get("backfill") instanceof Map && "running".equals(((Map<String, Object>) e.get("backfill")).get("state"))) {
+                d.backfilling = n;
+            }
+            if (Boolean.TRUE.equals(e.get("retired"))) {
+                retired.add(n);
+            }
+        }
+        d.retired = java.util.Collections.unmodifiableSet(retired);
+        if (t.get("retiring") instanceof Map && ((Map<String, Object>) t.get("retiring")).get("through") instanceof Long) {
+            d.retiringThrough = (int) (long) (Long) ((Map<String, Object>) t.get("retiring")).get("through");
+        }
         return d;
     }
 

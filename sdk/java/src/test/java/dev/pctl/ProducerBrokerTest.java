@@ -335,15 +335,6 @@ class ProducerBrokerTest {
     }
 
     @Test
-    void aCompactedTopicIsRefusedClearly() throws Exception {
-        broker.pctlOk(null, "topic", "create", "compacted", "--partitions", "2", "--partitioner", "kafka-murmur2", "--compact");
-        try (PctlClient c = PctlClient.connect(broker.options(broker.producer))) {
-            BadRequestException e = assertThrows(BadRequestException.class, () -> c.producer("compacted"));
-            assertTrue(e.getMessage().contains("compacted") && e.getMessage().contains("pctl.produce.compacted"), e.getMessage());
-        }
-    }
-
-    @Test
     void unknownTopicAndBadNames() throws Exception {
         try (PctlClient c = PctlClient.connect(broker.options(broker.producer))) {
             NotFoundException e = assertThrows(NotFoundException.class, () -> c.producer("no-such-topic"));

@@ -41,7 +41,7 @@ import java.util.regex.Pattern;
  * The cross-language consume command, the same in every SDK:
  *
  * <pre>
- *   consume --server URL --creds FILE --topic T --group G [--from-beginning] [--idle-exit D] [--max N]
+ *   consume --server URL --creds FILE --topic T --group G [--from-beginning] [--from now|beginning|current-epoch] [--idle-exit D] [--max N]
  *           [--member ID] [--heartbeat D] [--misplaced stop|deliver|skip]
  * </pre>
  *
@@ -60,6 +60,8 @@ import java.util.regex.Pattern;
  *       §6.8) is printed with "misplaced":true, "expected_partition" (absent when its key or epoch
  *       is unusable) and "misplaced_reason"; with stop (the default) the member stops before it
  *       (exit 1), with skip it goes past it; every one is reported on standard error;
+ *   <li>a tombstone (it deletes its key, spec/protocol.md §10.2) has "tombstone":true, a
+ *       backfilled copy "backfill":"&lt;epoch&gt;/&lt;partition&gt;/&lt;seq&gt;" (§10.4);
  *   <li>strings are escaped as Go's encoding/json does (&lt;, &gt;, &amp; and U+2028/U+2029 as
  *       \\u escapes), so the lines are byte for byte those of the Go command.
  * </ul>
@@ -76,7 +78,7 @@ public final class Consume {
     static final int EXIT_FAILURE = 1;
     static final int EXIT_USAGE = 2;
 
-    private static final String USAGE = "usage: consume --server URL --creds FILE --topic T --group G [--from-beginning] [--idle-exit D] [--max N] "
+    private static final String USAGE = "usage: consume --server URL --creds FILE --topic T --group G [--from-beginning] [--from now|beginning|current-epoch] [--idle-exit D] [--max N] "
             + "[--member ID] [--heartbeat D] [--misplaced stop|deliver|skip] [--verbose]";
 
     private Consume() {}
@@ -133,6 +135,7 @@ public final class Consume {
         String maxArg = "0";
         String hbArg = "1s";
         String misplacedArg = "stop";
+        String startArg = null;
         boolean verbose = false;
         int first = args.length > 0 && args[0].equals("consume") ? 1 : 0;
         for (int i = first; i < args.length; i++) {
@@ -196,6 +199,9 @@ public final class Consume {
                 case "--misplaced":
                     misplacedArg = value;
                     break;
+                case "--from":
+                    startArg = value;
+                    break;
                 default:
                     return usage(stderr, "unknown flag " + flag);
             }
@@ -234,7 +240,7 @@ public final class Consume {
         }
         ConsumerOptions.Builder ob;
         try {
-            ob = ConsumerOptions.builder(group).member(member).fromBeginning(fromBeginning).autoCommit(false)
+            ob = ConsumerOptions.builder(group).member(member).fromBeginning(fromBeginning).start(startArg).autoCommit(false)
                     .heartbeat(Duration.ofNanos(hb)).sessionTimeout(Duration.ofNanos(Math.max(6_000_000_000L, 3 * hb))).misplaced(policy);
         } catch (BadRequestException e) {
             return usage(stderr, e.getMessage());
@@ -462,6 +468,12 @@ public final class Consume {
             }
             sb.append(",\"misplaced_reason\":");
             goString(sb, mp.reason());
+        }
+        if (r.tombstone()) {
+            sb.append(",\"tombstone\":true");
+        }
+        if (r.backfill() != null) {
+            sb.append(",\"backfill\":\"").append(r.backfill().epoch()).append('/').append(r.backfill().partition()).append('/').append(r.backfill().sequence()).append('"');
         }
         return sb.append("}\n");
     }

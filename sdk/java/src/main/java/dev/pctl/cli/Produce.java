@@ -32,7 +32,9 @@ import java.util.concurrent.atomic.AtomicLong;
  *
  * <p>Reads records from standard input, one per line (UTF-8): everything before the first tab is
  * the key, everything after it the value; a line without a tab is a keyless record whose value is
- * the whole line; the line's final newline is not part of the record. Each line is sent with the
+ * the whole line; the line's final newline is not part of the record. With
+ * {@code --tombstone-marker M} a line {@code key<TAB>M} sends a tombstone for key (spec/protocol.md
+ * §10.2) instead of the value M. Each line is sent with the
  * SDK's {@link Producer} as soon as it is read. For every record, when its fate is known, prints
  * one JSON line to standard output:
  *
@@ -53,7 +55,7 @@ public final class Produce {
     static final int EXIT_FAILURE = 1;
     static final int EXIT_USAGE = 2;
 
-    private static final String USAGE = "usage: produce --server URL --creds FILE --topic T [--producer-id ID] < key<TAB>value lines";
+    private static final String USAGE = "usage: produce --server URL --creds FILE --topic T [--producer-id ID] [--tombstone-marker M] < key<TAB>value lines";
 
     private Produce() {}
 
@@ -89,6 +91,7 @@ public final class Produce {
         String server = null;
         String creds = null;
         String topic = null;
+        byte[] marker = null; // --tombstone-marker
         String id = null;
         int first = args.length > 0 && args[0].equals("produce") ? 1 : 0;
         for (int i = first; i < args.length; i++) {
@@ -104,7 +107,7 @@ public final class Produce {
                 stderr.println(USAGE);
                 return EXIT_OK;
             }
-            if (!Arrays.asList("--server", "--creds", "--topic", "--producer-id").contains(flag)) {
+            if (!Arrays.asList("--server", "--creds", "--topic", "--producer-id", "--tombstone-marker").contains(flag)) {
                 return usage(stderr, a.startsWith("-") ? "unknown flag " + a : "unexpected argument \"" + a + "\"; records are read from standard input");
             }
             if (value == null) {
@@ -122,6 +125,9 @@ public final class Produce {
                     break;
                 case "--topic":
                     topic = value;
+                    break;
+                case "--tombstone-marker":
+                    marker = value.getBytes(java.nio.charset.StandardCharsets.UTF_8);
                     break;
                 default:
                     id = value;
@@ -161,7 +167,9 @@ public final class Produce {
                 while ((line = lines.next()) != null) {
                     int tab = indexOf(line, (byte) '\t');
                     ProducerRecord rec = tab < 0 ? ProducerRecord.keyless(line)
-                            : ProducerRecord.keyed(Arrays.copyOfRange(line, 0, tab), Arrays.copyOfRange(line, tab + 1, line.length));
+                            : marker != null && Arrays.equals(line, tab + 1, line.length, marker, 0, marker.length)
+                                    ? ProducerRecord.tombstone(Arrays.copyOfRange(line, 0, tab))
+                                    : ProducerRecord.keyed(Arrays.copyOfRange(line, 0, tab), Arrays.copyOfRange(line, tab + 1, line.length));
                     long pseq;
                     try {
                         pseq = producer.send(rec, (md, e) -> {
