@@ -247,10 +247,7 @@ loop:
 			if q < len(ts.Streams) {
 				gp.End = ts.Streams[q].LastSeq
 			}
-			if gp.End > gp.Position {
-				// Records, not messages: fence markers (spec/protocol.md §6.4) are not counted.
-				gp.Lag = gp.End - gp.Position - uint64(t.FenceMarkers(q, gp.Position, gp.End))
-			}
+			gp.Lag = t.Lag(q, gp.Position, gp.End)
 			gs.Lag += gp.Lag
 		}
 		sort.Slice(gs.Members, func(i, j int) bool { return gs.Members[i].ID < gs.Members[j].ID })

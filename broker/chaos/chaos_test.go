@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,7 +40,13 @@ func TestClusterFaults(t *testing.T) {
 				if dir, err = os.MkdirTemp("", fmt.Sprintf("chaos-seed%d-", seed)); err != nil {
 					t.Fatal(err)
 				}
-				t.Logf("PCTL_CHAOS_KEEP: the run's files stay in %s", dir)
+				t.Logf("PCTL_CHAOS_KEEP: the run's files stay in %s (the whole log in run.log)", dir)
+				f, err := os.Create(filepath.Join(dir, "run.log"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				logs.file = f
 			}
 			res, err := chaos.Run(ctx, chaos.Config{Seed: seed, Dir: dir, Logf: logs.add})
 			if err != nil {
@@ -95,12 +102,16 @@ type ringLog struct {
 	mu    sync.Mutex
 	max   int
 	lines []string
+	file  *os.File // every line, when set (PCTL_CHAOS_KEEP)
 }
 
 func (l *ringLog) add(format string, args ...any) {
 	line := time.Now().Format("15:04:05.000 ") + fmt.Sprintf(format, args...)
 	l.mu.Lock()
 	l.lines = append(l.lines, line)
+	if l.file != nil {
+		fmt.Fprintln(l.file, line)
+	}
 	if len(l.lines) > 2*l.max {
 		l.lines = append([]string(nil), l.lines[len(l.lines)-l.max:]...)
 	}

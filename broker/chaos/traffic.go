@@ -109,6 +109,13 @@ func (r *run) clientProducer(id string, seed int64) {
 	r.sendLoop(id, seed, p.Send)
 	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.Bound)
 	defer cancel()
+	if err := p.Flush(ctx); err != nil {
+		// For the post-mortem: where the producer's goroutines are while records wait.
+		r.cfg.Logf("chaos: producer %s: flush: %v", id, err)
+		r.dumpGoroutines("producer-" + id + "-stuck-goroutines.txt")
+		ctx, cancel = context.WithTimeout(r.ctx, 5*time.Second)
+		defer cancel()
+	}
 	if err := p.Close(ctx); err != nil {
 		r.problem("producer %s: close: %v", id, err)
 	}

@@ -243,6 +243,17 @@ func (t *Topic) Validate() error {
 	return nil
 }
 
+// Lag is the number of records (not messages: fence markers are not counted, spec/protocol.md
+// §6.4) in partition q's stream after a group's committed position and up to end (its last
+// sequence): what the group has still to deliver there. It is 0 when the position is at or past
+// end.
+func (t *Topic) Lag(q int, position, end uint64) uint64 {
+	if end <= position {
+		return 0
+	}
+	return end - position - uint64(t.FenceMarkers(q, position, end))
+}
+
 // FenceMarkers counts the fence markers in partition q's stream with sequences in (from, to]:
 // one right after each ended epoch's boundary of q (spec/protocol.md §7).
 func (t *Topic) FenceMarkers(q int, from, to uint64) int {

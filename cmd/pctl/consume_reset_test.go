@@ -12,6 +12,7 @@ import (
 
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/client"
 )
 
 // values returns the value field of every text line consume printed.
@@ -212,7 +213,7 @@ func TestTopicGroupsShowsAssignor(t *testing.T) {
 	r := cons.run("", "topic", "groups", "t")
 	expect(t, r, exitOK, "assignor sticky", "assignor modulo", "assignment 1: epoch 1, 1 member(s), 4 partition(s): first assignment")
 	r = cons.run("", "topic", "groups", "t", "--json")
-	var views []groupView
+	var views []client.GroupLag
 	if err := json.Unmarshal([]byte(r.stdout), &views); err != nil || len(views) != 2 || views[1].Assignor != "sticky" || len(views[1].Assignments) != 1 {
 		t.Fatalf("--json: %v %+v", err, views)
 	}

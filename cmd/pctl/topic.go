@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -672,25 +671,6 @@ repartition (see 'pctl topic repartition --help') that can only grow.
 	return repartition(e, cmd, c, wire.RepartitionRequest{Topic: name, Partitions: m}, *asJSON, wait)
 }
 
-// groupView is a group's state as 'topic groups --json' prints it.
-type groupView struct {
-	Group      string          `json:"group"`
-	Members    []string        `json:"members"`
-	Partitions []partitionView `json:"partitions"`
-	Lag        uint64          `json:"lag"`
-	// Assignor is the group's (spec/protocol.md §6.1); Assignments the sticky group's recorded
-	// changes with the fractions of keys that changed member, and what modulo would have moved.
-	Assignor    string                   `json:"assignor"`
-	Assignments []wire.AssignmentSummary `json:"assignments,omitempty"`
-}
-
-type partitionView struct {
-	Partition int    `json:"partition"`
-	Position  uint64 `json:"position"` // committed: every record up to it is drained
-	End       uint64 `json:"end"`      // last sequence in the partition stream
-	Lag       uint64 `json:"lag"`
-}
-
 func cmdTopicGroups(e *env, args []string) int {
 	const cmd = "topic groups"
 	fs := newFlags(e, cmd, "topic groups TOPIC [--json] | topic groups TOPIC --group GROUP --reset earliest|latest|TIME [--json]", `
@@ -743,40 +723,9 @@ consumer or admin role. It prints the group's new generation and positions.
 	if !target.IsZero() {
 		return resetGroup(e, cmd, c, name, *group, target, *asJSON)
 	}
-	groups, err := c.Groups(e.ctx, name)
+	views, err := c.GroupLags(e.ctx, name)
 	if err != nil {
 		return exitFor(e, cmd, err)
-	}
-	t, _, err := c.Topic(e.ctx, name)
-	if err != nil {
-		return exitFor(e, cmd, err)
-	}
-	ends, err := partitionEnds(e.ctx, c, t)
-	if err != nil {
-		return exitFor(e, cmd, err)
-	}
-	views := make([]groupView, 0, len(groups))
-	for _, g := range groups {
-		v := groupView{Group: g.Group, Members: g.Members, Partitions: []partitionView{}, Assignor: g.Assignor, Assignments: g.Assignments}
-		if v.Assignor == "" {
-			v.Assignor = wire.AssignorModulo
-		}
-		if v.Members == nil {
-			v.Members = []string{}
-		}
-		for q, p := range g.Positions {
-			pv := partitionView{Partition: q, Position: p}
-			if q < len(ends) {
-				pv.End = ends[q]
-			}
-			if pv.End > p {
-				// Records, not messages: fence markers (§6.4 of the protocol) are not counted.
-				pv.Lag = pv.End - p - uint64(t.FenceMarkers(q, p, pv.End))
-			}
-			v.Lag += pv.Lag
-			v.Partitions = append(v.Partitions, pv)
-		}
-		views = append(views, v)
 	}
 	if *asJSON {
 		return writeJSON(e, cmd, views)
@@ -853,14 +802,3 @@ func resetGroup(e *env, cmd string, c *client.Client, topic, group string, to cl
 }
 
 // partitionEnds returns the last sequence of every partition stream the topic ever had.
-func partitionEnds(ctx context.Context, c *client.Client, t *wire.Topic) ([]uint64, error) {
-	ends := make([]uint64, t.MaxPartitions())
-	for q := range ends {
-		s, err := c.JetStream().Stream(ctx, wire.StreamName(t.Name, q))
-		if err != nil {
-			return nil, fmt.Errorf("%w: partition %d: %v", wire.ErrUnavailable, q, err)
-		}
-		ends[q] = s.CachedInfo().State.LastSeq
-	}
-	return ends, nil
-}

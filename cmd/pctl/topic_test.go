@@ -7,6 +7,7 @@ import (
 
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/client"
 )
 
 func TestTopicCommands(t *testing.T) {
@@ -57,7 +58,7 @@ func TestTopicCommands(t *testing.T) {
 	r = admin.run("", "topic", "groups", "orders")
 	expect(t, r, exitOK, "group g1", "PARTITION", "POSITION", "END", "LAG")
 	r = admin.run("", "topic", "groups", "orders", "--json")
-	var groups []groupView
+	var groups []client.GroupLag
 	if err := json.Unmarshal([]byte(r.stdout), &groups); err != nil || len(groups) != 1 || len(groups[0].Partitions) != 8 || groups[0].Lag != 0 {
 		t.Fatalf("groups --json: %v: %s", err, r)
 	}

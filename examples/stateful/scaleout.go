@@ -521,12 +521,9 @@ func drained(ctx context.Context, c *client.Client, topic, group string, d time.
 				if q < len(g.Positions) {
 					pos = g.Positions[q]
 				}
-				if last > pos {
-					l := last - pos - uint64(desc.FenceMarkers(q, pos, last))
+				if l := desc.Lag(q, pos, last); l > 0 {
 					lag += l
-					if l > 0 {
-						per = append(per, fmt.Sprintf("partition %d at %d of %d", q, pos, last))
-					}
+					per = append(per, fmt.Sprintf("partition %d at %d of %d", q, pos, last))
 				}
 			}
 		}
