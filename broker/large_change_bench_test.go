@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -120,6 +122,7 @@ func pctlChange(b *testing.B, ctx context.Context, from, to, inFlight int) (time
 	if err != nil {
 		b.Fatal(err)
 	}
+	heapBefore := heapInUse()
 	createBig(b, ctx, admin, from)
 	k, err := js.KeyValue(ctx, wire.TopicsBucket)
 	if err != nil {
@@ -139,6 +142,11 @@ func pctlChange(b *testing.B, ctx context.Context, from, to, inFlight int) (time
 		}
 	}
 	took := time.Since(start)
+	if inFlight == 0 {
+		heap := heapInUse() - heapBefore
+		b.Logf("%d partition streams: %.1f MiB more Go heap in use (embedded server and broker), %.1f KiB per stream; process RSS %s",
+			to, float64(heap)/(1<<20), float64(heap)/1024/float64(to), rss())
+	}
 	e, err := k.Get(ctx, "big")
 	if err != nil {
 		b.Fatal(err)
@@ -208,4 +216,26 @@ func rawChange(b *testing.B, ctx context.Context, from, to int) time.Duration {
 		return err
 	})
 	return time.Since(start)
+}
+
+// heapInUse is the Go heap in use after a collection.
+func heapInUse() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapInuse)
+}
+
+// rss is the process's resident set size, from /proc (Linux), or "unknown".
+func rss() string {
+	body, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return "unknown"
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			return strings.TrimSpace(strings.TrimPrefix(line, "VmRSS:"))
+		}
+	}
+	return "unknown"
 }
