@@ -54,7 +54,7 @@ type Broker struct {
 	observing sync.Map // "topic/epoch" -> true while this process scans for observed ancestry
 	// backfilling: "topic/epoch" -> true while this process runs that backfill (backfill.go)
 	backfilling sync.Map
-	// stepsSeen: topic -> time.Time, the last progress of an epoch change step another broker
+	// stepsSeen: topic -> stepSeen, the last progress of an epoch change step another broker
 	// published (wire.ChangeEvent): its retry loop leaves a step that moves alone (reconcile.go).
 	stepsSeen sync.Map
 	ps        produceService

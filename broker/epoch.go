@@ -146,7 +146,7 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 		switch ch.State {
 		case statePlanned:
 			prog := b.stepProgress(name, ch.To, step, max(ch.Partitions-cur.Partitions, 0))
-			err = b.forPartitions(ctx, ch.Partitions, func(q int) error {
+			err = b.forPartitionsRetried(ctx, ch.Partitions, func(q int) error {
 				if q < cur.Partitions {
 					return nil // fenced and moved to the new subject in the next step
 				}
@@ -179,7 +179,7 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 				continue
 			}
 			prog := b.stepProgress(name, ch.To, step, cur.Partitions)
-			err = b.forPartitions(ctx, cur.Partitions, func(q int) error {
+			err = b.forPartitionsRetried(ctx, cur.Partitions, func(q int) error {
 				if err := b.partitionHook(name, step, q); err != nil {
 					return err
 				}
@@ -294,6 +294,30 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 			}
 		}
 	}
+}
+
+// partitionAttempts is how often a step tries one partition's work that fails with
+// ErrUnavailable (a stream request past its bound on a busy server, a leader election) before the
+// partition counts as failed: one slow request among thousands then costs a retry of that
+// partition, not a re-run of the whole step.
+const partitionAttempts = 2
+
+// forPartitionsRetried is forPartitions with each partition's work (idempotent) tried up to
+// partitionAttempts times while it fails with ErrUnavailable.
+func (b *Broker) forPartitionsRetried(ctx context.Context, n int, f func(q int) error) error {
+	return b.forPartitions(ctx, n, func(q int) error {
+		for attempt := 1; ; attempt++ {
+			err := f(q)
+			if err == nil || attempt >= partitionAttempts || !errors.Is(err, wire.ErrUnavailable) || errors.Is(err, wire.ErrConflict) {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	})
 }
 
 func (b *Broker) partitionHook(topic, step string, q int) error {

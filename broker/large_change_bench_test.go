@@ -2,9 +2,12 @@ package broker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,6 +31,10 @@ import (
 // so no stream info), with the same number of requests in flight. A ratio near 1 says the change
 // costs what JetStream's stream API costs; the server's work per stream grows with the number of
 // streams it holds (every create and update checks the new subjects against every stream's).
+// PCTL_BENCH_INFLIGHT=1 also runs each change with 16 and 32 stream requests in flight (the
+// default is Config.StreamOpsInFlight's). A request or a topic creation that fails for a moment
+// (a slow server: a stream request's 5 s bound) is followed to its end, as pctl does: the broker's
+// retry loop finishes it.
 //
 //	go test -run '^$' -bench LargeEpochChange -benchtime 1x -timeout 60m ./broker/
 func BenchmarkLargeEpochChange(b *testing.B) {
@@ -41,7 +48,13 @@ func BenchmarkLargeEpochChange(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		for _, sz := range sizes {
 			raw := rawChange(b, ctx, sz.from, sz.to)
-			change, during, after := pctlChange(b, ctx, sz.from, sz.to)
+			if os.Getenv("PCTL_BENCH_INFLIGHT") == "1" {
+				for _, n := range []int{16, 32} {
+					d, _, _ := pctlChange(b, ctx, sz.from, sz.to, n)
+					b.Logf("epoch change %d -> %d partitions with %d stream requests in flight: %v (%.2fx raw)", sz.from, sz.to, n, d.Round(time.Millisecond), float64(d)/float64(raw))
+				}
+			}
+			change, during, after := pctlChange(b, ctx, sz.from, sz.to, 0)
 			b.ReportMetric(change.Seconds(), fmt.Sprintf("s/change-%d-%d", sz.from, sz.to))
 			b.ReportMetric(raw.Seconds(), fmt.Sprintf("s/raw-%d-%d", sz.from, sz.to))
 			b.ReportMetric(float64(after)/1024, fmt.Sprintf("KiB-descriptor-%d", sz.to))
@@ -52,9 +65,9 @@ func BenchmarkLargeEpochChange(b *testing.B) {
 	}
 }
 
-func bigBroker(b *testing.B, ctx context.Context, hook func(topic, state string) error) (*broker.Broker, *client.Client) {
+func bigBroker(b *testing.B, ctx context.Context, hook func(topic, state string) error, inFlight int) (*broker.Broker, *client.Client) {
 	br, err := broker.Start(ctx, broker.Config{DataDir: b.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000,
-		Logf: func(string, ...any) {}, StepHook: hook})
+		Logf: func(string, ...any) {}, StepHook: hook, StreamOpsInFlight: inFlight})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -67,9 +80,29 @@ func bigBroker(b *testing.B, ctx context.Context, hook func(topic, state string)
 	return br, admin
 }
 
+// createBig creates topic "big" of n partitions, following a creation that the request left to
+// the retry loop.
+func createBig(b *testing.B, ctx context.Context, admin *client.Client, n int) {
+	_, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: "big", Partitions: n, Partitioner: "jump"})
+	if err == nil {
+		return
+	}
+	if !errors.Is(err, wire.ErrUnavailable) {
+		b.Fatal(err)
+	}
+	b.Logf("creating %d partitions: %v; following the creation", n, err)
+	for ctx.Err() == nil {
+		if _, _, err := admin.Topic(ctx, "big"); err == nil {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	b.Fatal(ctx.Err())
+}
+
 // pctlChange runs the change through the broker; it returns its time and the descriptor's size
 // while fenced and after.
-func pctlChange(b *testing.B, ctx context.Context, from, to int) (time.Duration, int, int) {
+func pctlChange(b *testing.B, ctx context.Context, from, to, inFlight int) (time.Duration, int, int) {
 	var during int
 	var kv jetstream.KeyValue
 	var mu sync.Mutex
@@ -83,15 +116,14 @@ func pctlChange(b *testing.B, ctx context.Context, from, to int) (time.Duration,
 		}
 		return nil
 	}
-	br, admin := bigBroker(b, ctx, hook)
+	br, admin := bigBroker(b, ctx, hook, inFlight)
 	defer br.Close()
 	js, err := jetstream.New(admin.Conn())
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: "big", Partitions: from, Partitioner: "jump"}); err != nil {
-		b.Fatal(err)
-	}
+	heapBefore := heapInUse()
+	createBig(b, ctx, admin, from)
 	k, err := js.KeyValue(ctx, wire.TopicsBucket)
 	if err != nil {
 		b.Fatal(err)
@@ -101,9 +133,20 @@ func pctlChange(b *testing.B, ctx context.Context, from, to int) (time.Duration,
 	mu.Unlock()
 	start := time.Now()
 	if _, err := admin.Repartition(ctx, wire.RepartitionRequest{Topic: "big", Partitions: to}); err != nil {
-		b.Fatal(err)
+		if !errors.Is(err, wire.ErrUnavailable) {
+			b.Fatal(err)
+		}
+		b.Logf("epoch change %d -> %d: %v; following it", from, to, err)
+		if _, err := admin.FollowChange(ctx, "big", 2, nil); err != nil {
+			b.Fatal(err)
+		}
 	}
 	took := time.Since(start)
+	if inFlight == 0 {
+		heap := heapInUse() - heapBefore
+		b.Logf("%d partition streams: %.1f MiB more Go heap in use (embedded server and broker), %.1f KiB per stream; process RSS %s",
+			to, float64(heap)/(1<<20), float64(heap)/1024/float64(to), rss())
+	}
 	e, err := k.Get(ctx, "big")
 	if err != nil {
 		b.Fatal(err)
@@ -115,11 +158,9 @@ func pctlChange(b *testing.B, ctx context.Context, from, to int) (time.Duration,
 
 // rawChange does the change's JetStream work directly (see BenchmarkLargeEpochChange).
 func rawChange(b *testing.B, ctx context.Context, from, to int) time.Duration {
-	br, admin := bigBroker(b, ctx, nil)
+	br, admin := bigBroker(b, ctx, nil, 0)
 	defer br.Close()
-	if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: "big", Partitions: from, Partitioner: "jump"}); err != nil {
-		b.Fatal(err)
-	}
+	createBig(b, ctx, admin, from)
 	js, err := jetstream.New(admin.Conn())
 	if err != nil {
 		b.Fatal(err)
@@ -175,4 +216,26 @@ func rawChange(b *testing.B, ctx context.Context, from, to int) time.Duration {
 		return err
 	})
 	return time.Since(start)
+}
+
+// heapInUse is the Go heap in use after a collection.
+func heapInUse() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapInuse)
+}
+
+// rss is the process's resident set size, from /proc (Linux), or "unknown".
+func rss() string {
+	body, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return "unknown"
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			return strings.TrimSpace(strings.TrimPrefix(line, "VmRSS:"))
+		}
+	}
+	return "unknown"
 }

@@ -249,3 +249,50 @@ func TestOtherBrokerLeavesAMovingStepAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestSlowPartitionIsRetriedAlone: a partition whose work fails once with unavailable (a stream
+// request past its bound on a busy server) is tried again by itself; the step is not run again
+// for every partition. Before, the whole step ran again: every partition worked on twice.
+func TestSlowPartitionIsRetriedAlone(t *testing.T) {
+	const from, to = 6, 14
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	calls := map[string]int{} // "step/q" -> calls
+	hook := func(topic, step string, q int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		k := fmt.Sprintf("%s/%d", step, q)
+		calls[k]++
+		if (k == "create/9" || k == "fence/2") && calls[k] == 1 {
+			return fmt.Errorf("%w: injected: stream request timed out", wire.ErrUnavailable)
+		}
+		return nil
+	}
+	b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000, PartitionHook: hook})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	admin := connect(t, b, broker.RoleAdmin)
+	if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: "s", Partitions: from, Partitioner: "jump"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Repartition(ctx, wire.RepartitionRequest{Topic: "s", Partitions: to}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for k, n := range calls {
+		want := 1
+		if k == "create/9" || k == "fence/2" {
+			want = 2
+		}
+		if n != want {
+			t.Errorf("partition work %s ran %d times, want %d (all: %v)", k, n, want, calls)
+		}
+	}
+	if len(calls) != (to-from)+from {
+		t.Errorf("%d partitions' work ran, want %d: %v", len(calls), to, calls)
+	}
+}

@@ -408,7 +408,14 @@ func (b *Broker) subscribeSteps() error {
 		if json.Unmarshal(m.Data, &ev) != nil || ev.Broker == b.id || wire.ChangeSubject(ev.Topic) != m.Subject {
 			return
 		}
-		b.stepsSeen.Store(ev.Topic, time.Now())
+		// Only a count that moved is progress: a broker hung in a step may go on publishing.
+		now := stepSeen{to: ev.To, step: ev.Step, done: ev.Done, broker: ev.Broker, at: time.Now()}
+		if v, ok := b.stepsSeen.Load(ev.Topic); ok {
+			if last := v.(stepSeen); last.to == now.to && last.step == now.step && last.done == now.done && last.broker == now.broker {
+				return
+			}
+		}
+		b.stepsSeen.Store(ev.Topic, now)
 	})
 	if err != nil {
 		return err
@@ -417,14 +424,23 @@ func (b *Broker) subscribeSteps() error {
 	return nil
 }
 
-// stepMoved reports whether another broker published progress of a step of the topic's epoch
-// change after `since`, or within two event intervals of now (a retry loop whose rounds come
+// stepMoved reports whether another broker's step of the topic's epoch change moved (its count
+// of partitions done changed) after `since`, or within two event intervals of now (a retry loop whose rounds come
 // more often than the events).
 func (b *Broker) stepMoved(topic string, since, now time.Time) bool {
 	v, ok := b.stepsSeen.Load(topic)
 	if !ok {
 		return false
 	}
-	seen := v.(time.Time)
+	seen := v.(stepSeen).at
 	return seen.After(since) || now.Sub(seen) < 2*progressEvery
+}
+
+// stepSeen is the last progress of a topic's step another broker published, and when it moved.
+type stepSeen struct {
+	to     int
+	step   string
+	done   int
+	broker string
+	at     time.Time
 }

@@ -381,7 +381,7 @@ func TestServeOpsFromConfigFile(t *testing.T) {
 // Before, it had no such bounds (and saw no progress within a step).
 func TestRepartitionWaitsWhileTheChangeMoves(t *testing.T) {
 	var slow atomic.Int64 // per-partition delay of the create and fence steps, in ms
-	var stuck atomic.Bool // the "created" step hook blocks for 5 s
+	var stuck atomic.Bool // the "created" step hook blocks for 3.5 s
 	b, err := broker.Start(context.Background(), broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000,
 		StreamOpsInFlight: 1,
 		PartitionHook: func(topic, step string, q int) error {
@@ -390,7 +390,7 @@ func TestRepartitionWaitsWhileTheChangeMoves(t *testing.T) {
 		},
 		StepHook: func(topic, state string) error {
 			if state == "created" && stuck.Load() {
-				time.Sleep(5 * time.Second)
+				time.Sleep(3500 * time.Millisecond)
 			}
 			return nil
 		}})
@@ -406,13 +406,13 @@ func TestRepartitionWaitsWhileTheChangeMoves(t *testing.T) {
 		}
 		return ""
 	}
-	// 6 partitions created and 4 fenced at 400 ms each, one at a time: 4 s of steps, no step
-	// writing the descriptor for 2.4 s, progress every half second.
-	slow.Store(400)
+	// 6 partitions created and 4 fenced at 600 ms each, one at a time: 6 s of steps, the
+	// descriptor unchanged for 3.6 s (longer than --stall), progress every half second.
+	slow.Store(600)
 	start := time.Now()
-	r := admin.run("", "topic", "expand", "w", "--partitions", "10", "--stall", "1500ms")
+	r := admin.run("", "topic", "expand", "w", "--partitions", "10", "--stall", "2500ms")
 	expect(t, r, exitOK, "epoch 2 active after", "following it")
-	if took := time.Since(start); took < 3*time.Second {
+	if took := time.Since(start); took < 5*time.Second {
 		t.Fatalf("the change took %v: too fast to have tested --stall against progress", took)
 	}
 	slow.Store(0)
