@@ -124,6 +124,9 @@ type Result struct {
 	// returned (a member the run crashed on purpose is not one): no member may, and one that
 	// does is otherwise seen only as records its group never delivered.
 	MemberErrors []string
+	// SendErrors holds the first errors producers reported for records (at most 10): a record
+	// that failed is not acknowledged, and the checker only counts it.
+	SendErrors []string
 }
 
 // OK reports whether the checkers found nothing wrong: the order checker passed with a report
@@ -733,6 +736,13 @@ func (r *run) sendRecords(id string, seed int64, send func(context.Context, clie
 			rec.Key = keyOf(rng, r.cfg.Keys)
 		}
 		err := send(r.ctx, rec, func(res client.Result) {
+			if res.Err != nil {
+				r.mu.Lock()
+				if len(r.res.SendErrors) < 10 {
+					r.res.SendErrors = append(r.res.SendErrors, fmt.Sprintf("producer %s record %d: %v", id, res.ProducerSeq, res.Err))
+				}
+				r.mu.Unlock()
+			}
 			r.logSent(verify.Sent{Producer: id, PSeq: res.ProducerSeq, Key: rec.Key, NoKey: rec.NoKey, Acked: res.Err == nil})
 		})
 		if err != nil {

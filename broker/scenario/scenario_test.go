@@ -23,6 +23,9 @@ func logResult(t *testing.T, res *Result) {
 	for _, ex := range res.Placement.Examples {
 		t.Log("  ", ex)
 	}
+	for _, e := range res.SendErrors {
+		t.Log("  send failed:", e)
+	}
 	if res.Verify != nil {
 		for _, ex := range res.Verify.Examples {
 			t.Log("  ", ex)
