@@ -713,7 +713,11 @@ func (g *groupRun) delivered() int64 { return g.unique.Load() }
 
 // pipelinedThin is a thin producer with many requests in flight (client.ThinProducer).
 func (r *run) pipelinedThin(c *client.Client, id string, seed int64) error {
-	tp, err := c.NewThinProducer(r.cfg.Topic, client.ThinOptions{ID: id})
+	// A record is given up on after a minute, not the client's 10s request timeout: on a loaded
+	// machine under -race the broker has been seen answering nothing for over 5s while 4,096
+	// records were in flight (CI, 2026-12-01), and the re-sent records then ran out of their 10s
+	// although every one was stored. The run's own bound (Timeout) still ends a run that hangs.
+	tp, err := c.NewThinProducer(r.cfg.Topic, client.ThinOptions{ID: id, Timeout: time.Minute})
 	if err != nil {
 		return err
 	}

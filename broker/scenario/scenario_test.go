@@ -147,8 +147,12 @@ func TestHundredThousandRecords(t *testing.T) {
 	if raceEnabled || testing.Short() {
 		records = 2500
 	}
-	res, err := Run(context.Background(), Config{Seed: 7, DataDir: t.TempDir(), Partitions: 6, Partitioner: "kafka-murmur2",
-		Keys: 1000, ClientProducers: 2, ThinProducers: 2, PipelinedThin: true, Records: records, Members: 3, Pace: time.Millisecond})
+	cfg := Config{Seed: 7, DataDir: t.TempDir(), Partitions: 6, Partitioner: "kafka-murmur2",
+		Keys: 1000, ClientProducers: 2, ThinProducers: 2, PipelinedThin: true, Records: records, Members: 3, Pace: time.Millisecond}
+	if os.Getenv("PCTL_SCENARIO_LOG") != "" {
+		cfg.Logf = t.Logf
+	}
+	res, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
