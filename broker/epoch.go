@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -303,14 +304,24 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 const partitionAttempts = 2
 
 // forPartitionsRetried is forPartitions with each partition's work (idempotent) tried up to
-// partitionAttempts times while it fails with ErrUnavailable.
+// partitionAttempts times while it fails with ErrUnavailable. Such failures also halve the work in
+// flight for the rest of the step (once per wave, down to minInFlight): on a server whose every stream request
+// costs tens of milliseconds (thousands of streams), requests queued behind 64 others pass their
+// bound before they are answered, and fewer in flight is then faster, not slower.
 func (b *Broker) forPartitionsRetried(ctx context.Context, n int, f func(q int) error) error {
+	lim := newLimiter(b.cfg.StreamOpsInFlight)
 	return b.forPartitions(ctx, n, func(q int) error {
 		for attempt := 1; ; attempt++ {
+			seen := lim.acquire()
 			err := f(q)
+			lim.release()
 			if err == nil || attempt >= partitionAttempts || !errors.Is(err, wire.ErrUnavailable) || errors.Is(err, wire.ErrConflict) {
+				if err != nil && errors.Is(err, wire.ErrUnavailable) {
+					lim.shrink(seen)
+				}
 				return err
 			}
+			lim.shrink(seen)
 			select {
 			case <-ctx.Done():
 				return err
@@ -318,6 +329,50 @@ func (b *Broker) forPartitionsRetried(ctx context.Context, n int, f func(q int) 
 			}
 		}
 	})
+}
+
+// minInFlight is the least work in flight a step's limiter shrinks to.
+const minInFlight = 4
+
+// limiter bounds the partitions of a step worked on at once, a bound that only shrinks.
+type limiter struct {
+	mu           sync.Mutex
+	cond         *sync.Cond
+	limit, inUse int
+}
+
+func newLimiter(limit int) *limiter {
+	l := &limiter{limit: max(limit, 1)}
+	l.cond = sync.NewCond(&l.mu)
+	return l
+}
+
+// acquire waits for room and returns the bound it was admitted under.
+func (l *limiter) acquire() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.inUse >= l.limit {
+		l.cond.Wait()
+	}
+	l.inUse++
+	return l.limit
+}
+
+func (l *limiter) release() {
+	l.mu.Lock()
+	l.inUse--
+	l.cond.Broadcast()
+	l.mu.Unlock()
+}
+
+// shrink halves the bound, down to minInFlight, once per bound: the failures of one wave of work
+// admitted under a bound halve it once.
+func (l *limiter) shrink(admittedUnder int) {
+	l.mu.Lock()
+	if l.limit == admittedUnder && l.limit > minInFlight {
+		l.limit = max(l.limit/2, minInFlight)
+	}
+	l.mu.Unlock()
 }
 
 func (b *Broker) partitionHook(topic, step string, q int) error {

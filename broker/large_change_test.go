@@ -296,3 +296,67 @@ func TestSlowPartitionIsRetriedAlone(t *testing.T) {
 		t.Errorf("%d partitions' work ran, want %d: %v", len(calls), to, calls)
 	}
 }
+
+// TestUnavailablePartitionsShrinkTheWorkInFlight: after partitions' work fails with unavailable
+// (stream requests past their bound on a server that answers slowly), a step keeps fewer in
+// flight: half its bound, once per wave of failures. Before, it kept its full bound, and on a
+// server holding thousands of streams the requests queued behind each other went on timing out.
+func TestUnavailablePartitionsShrinkTheWorkInFlight(t *testing.T) {
+	const from, to, inFlight = 4, 60, 8
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	failedWave := false // the first full wave of creates has had a failure
+	var failedAt time.Time
+	running, late, mostLate := 0, 0, 0 // late: creates that started well after the failure
+	hook := func(topic, step string, q int) error {
+		if step != "create" {
+			return nil
+		}
+		mu.Lock()
+		running++
+		fail := !failedWave && running == inFlight // a full wave in flight: its last one fails
+		// Work admitted before the failure takes 40 ms: 100 ms later only work admitted under
+		// the shrunk bound runs.
+		isLate := failedWave && time.Since(failedAt) > 100*time.Millisecond
+		if isLate {
+			late++
+			mostLate = max(mostLate, late)
+		}
+		if fail {
+			failedWave, failedAt = true, time.Now()
+		}
+		mu.Unlock()
+		time.Sleep(40 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		running--
+		if isLate {
+			late--
+		}
+		if fail {
+			return fmt.Errorf("%w: injected: stream request timed out", wire.ErrUnavailable)
+		}
+		return nil
+	}
+	b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000, PartitionHook: hook, StreamOpsInFlight: inFlight})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	admin := connect(t, b, broker.RoleAdmin)
+	if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: "l", Partitions: from, Partitioner: "jump"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Repartition(ctx, wire.RepartitionRequest{Topic: "l", Partitions: to}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !failedWave {
+		t.Fatal("no wave of creates was in flight at once: the test tested nothing")
+	}
+	if mostLate > inFlight/2 || mostLate < 1 {
+		t.Fatalf("after the failure %d creates were in flight at once, want 1 to %d", mostLate, inFlight/2)
+	}
+}

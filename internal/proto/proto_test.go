@@ -142,7 +142,9 @@ func TestVectorsCatchWrongCores(t *testing.T) {
 			c.SearchTop = func(bool, uint64) (uint64, bool) { return 0, true }
 		}, "ambiguous-search-floor"},
 		{"batches without the per-key rule on a cluster", func(c *protovec.Core) {
-			c.Batches = func(keys []string, keyless []bool, _ bool, size int) [][]int { return proto.Batches(keys, keyless, false, size) }
+			c.Batches = func(keys []string, keyless []bool, _ bool, size int) [][]int {
+				return proto.Batches(keys, keyless, false, size)
+			}
 		}, "per-key-batches"},
 		{"the empty key treated as keyless", func(c *protovec.Core) {
 			c.Batches = func(keys []string, keyless []bool, perKey bool, size int) [][]int {
