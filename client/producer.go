@@ -300,14 +300,16 @@ func (p *Producer) Epoch() int {
 var ErrProducerClosed = fmt.Errorf("%w: producer is closed", wire.ErrBadRequest)
 
 func (p *Producer) fetch(ctx context.Context) (*wire.Topic, error) {
+	retryUntil := time.Now().Add(p.c.opts.Timeout)
 	for {
 		t, _, err := p.c.Topic(ctx, p.topic)
 		if err != nil {
 			// The broker answered "unavailable" (a topic being created, a descriptor not yet
-			// readable): a state that passes, retried while ctx lasts. A broker that does not
-			// answer at all is reported (the error is not a RemoteError then).
+			// readable): a state that passes, retried while ctx lasts, for at most the client's
+			// request timeout. A broker that does not answer at all is reported at once (the
+			// error is not a RemoteError then).
 			var remote *wire.RemoteError
-			if errors.Is(err, wire.ErrUnavailable) && errors.As(err, &remote) && ctx.Err() == nil {
+			if errors.Is(err, wire.ErrUnavailable) && errors.As(err, &remote) && ctx.Err() == nil && time.Now().Before(retryUntil) {
 				time.Sleep(50 * time.Millisecond)
 				continue
 			}

@@ -124,6 +124,9 @@ type Result struct {
 	// returned (a member the run crashed on purpose is not one): no member may, and one that
 	// does is otherwise seen only as records its group never delivered.
 	MemberErrors []string
+	// SendErrors holds the first errors producers reported for records (at most 10): a record
+	// that failed is not acknowledged, and the checker only counts it.
+	SendErrors []string
 }
 
 // OK reports whether the checkers found nothing wrong: the order checker passed with a report
@@ -710,7 +713,11 @@ func (g *groupRun) delivered() int64 { return g.unique.Load() }
 
 // pipelinedThin is a thin producer with many requests in flight (client.ThinProducer).
 func (r *run) pipelinedThin(c *client.Client, id string, seed int64) error {
-	tp, err := c.NewThinProducer(r.cfg.Topic, client.ThinOptions{ID: id})
+	// A record is given up on after a minute, not the client's 10s request timeout: on a loaded
+	// machine under -race the broker has been seen answering nothing for over 5s while 4,096
+	// records were in flight (CI, 2026-12-01), and the re-sent records then ran out of their 10s
+	// although every one was stored. The run's own bound (Timeout) still ends a run that hangs.
+	tp, err := c.NewThinProducer(r.cfg.Topic, client.ThinOptions{ID: id, Timeout: time.Minute})
 	if err != nil {
 		return err
 	}
@@ -733,6 +740,13 @@ func (r *run) sendRecords(id string, seed int64, send func(context.Context, clie
 			rec.Key = keyOf(rng, r.cfg.Keys)
 		}
 		err := send(r.ctx, rec, func(res client.Result) {
+			if res.Err != nil {
+				r.mu.Lock()
+				if len(r.res.SendErrors) < 10 {
+					r.res.SendErrors = append(r.res.SendErrors, fmt.Sprintf("producer %s record %d: %v", id, res.ProducerSeq, res.Err))
+				}
+				r.mu.Unlock()
+			}
 			r.logSent(verify.Sent{Producer: id, PSeq: res.ProducerSeq, Key: rec.Key, NoKey: rec.NoKey, Acked: res.Err == nil})
 		})
 		if err != nil {

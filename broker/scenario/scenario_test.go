@@ -23,6 +23,9 @@ func logResult(t *testing.T, res *Result) {
 	for _, ex := range res.Placement.Examples {
 		t.Log("  ", ex)
 	}
+	for _, e := range res.SendErrors {
+		t.Log("  send failed:", e)
+	}
 	if res.Verify != nil {
 		for _, ex := range res.Verify.Examples {
 			t.Log("  ", ex)
@@ -144,8 +147,12 @@ func TestHundredThousandRecords(t *testing.T) {
 	if raceEnabled || testing.Short() {
 		records = 2500
 	}
-	res, err := Run(context.Background(), Config{Seed: 7, DataDir: t.TempDir(), Partitions: 6, Partitioner: "kafka-murmur2",
-		Keys: 1000, ClientProducers: 2, ThinProducers: 2, PipelinedThin: true, Records: records, Members: 3, Pace: time.Millisecond})
+	cfg := Config{Seed: 7, DataDir: t.TempDir(), Partitions: 6, Partitioner: "kafka-murmur2",
+		Keys: 1000, ClientProducers: 2, ThinProducers: 2, PipelinedThin: true, Records: records, Members: 3, Pace: time.Millisecond}
+	if os.Getenv("PCTL_SCENARIO_LOG") != "" {
+		cfg.Logf = t.Logf
+	}
+	res, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
