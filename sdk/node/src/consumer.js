@@ -86,6 +86,12 @@ const resetKey = (tid, g) => `${tid}.${g}.g.reset`;
 const createdKey = (tid, g) => `${tid}.${g}.g.created`;
 const startKey = (tid, g) => `${tid}.${g}.g.start`;
 
+function equalBytes(a, b) {
+  if (!a || !b || a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
 function partitionBody(ps) {
   const o = {};
   if (ps.owner) o.owner = ps.owner;
@@ -419,6 +425,9 @@ export class Consumer {
       prefetch: opts.prefetch ?? CONSUMER_DEFAULTS.prefetch,
       revokeTimeout: opts.revokeTimeout ?? CONSUMER_DEFAULTS.revokeTimeout,
       keepDrainedOnReset: !!opts.unsafeKeepDrainedOnReset, // test hook: Pulsar's bug, on purpose
+      // Test hook: called after each stored commit; true makes the member take that commit as
+      // unanswered (stored, its answer lost on the way), as a leader change can.
+      loseCommitAnswer: opts.unsafeLoseCommitAnswer ?? null,
       misplaced: opts.misplaced ?? 'stop',
     };
     this.cb = {
@@ -1612,10 +1621,30 @@ class Worker {
     const pos = this.position;
     const before = Date.now();
     const body = partitionBody({ owner: cn.memberId, lease_end: before + session, position: pos, generation: this.gen });
+    const key = partitionKey(cn.topicId, cn.group, this.partition);
     try {
-      this.rev = await cn.kv.update(partitionKey(cn.topicId, cn.group, this.partition), body, this.rev);
+      let rev;
+      try {
+        rev = await cn.kv.update(key, body, this.rev);
+        if (cn.o.loseCommitAnswer?.()) throw new UnavailableError('commit answer lost (test hook)');
+      } catch (e) {
+        if (!(e instanceof CasConflict) || !this.unsure) throw e;
+        // The previous write's answer never came, so the key's revision may be that write's
+        // (spec/protocol.md §6.3): a key holding exactly its bytes was ours, not a takeover.
+        const cur = await cn.kv.get(key).catch(() => null);
+        if (!cur || cur.deleted || !equalBytes(cur.value, this.unsure.body)) throw e;
+        this.rev = cur.revision;
+        this.committed = Math.max(this.committed, this.unsure.pos);
+        this.leaseUntil = Math.max(this.leaseUntil, this.unsure.until);
+        this.unsure = null;
+        cn.log(`partition ${this.partition}: the commit whose answer was lost was stored (revision ${cur.revision}); committing again`);
+        rev = await cn.kv.update(key, body, cur.revision);
+      }
+      this.rev = rev;
+      this.unsure = null;
     } catch (e) {
       if (e instanceof CasConflict) this.markLost(`partition ${this.partition}: lost (taken over); acknowledged ${this.position}, committed ${this.committed}`);
+      else this.unsure = { body, pos, until: before + session }; // stored or not: the next compare-and-set tells
       return;
     }
     this.committed = pos;
