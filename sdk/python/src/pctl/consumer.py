@@ -144,6 +144,8 @@ class _Part:
         self.task: Optional[asyncio.Task] = None
         self.reader: Optional[StreamReader] = None
         self.next_boundary = 0  # the smallest boundary above `handled` whose keys-revoked step is owed
+        # The last state write whose answer never came: (body, position, lease_until), or None.
+        self.unsure: Optional[tuple[bytes, int, float]] = None
 
 
 class Consumer:
@@ -192,6 +194,9 @@ class Consumer:
         self._on_assigned, self._on_revoked = on_assigned, on_revoked
         self._on_keys_assigned, self._on_keys_revoked = on_keys_assigned, on_keys_revoked
         self._logf = logf or (lambda s: None)
+        # Test hook: called after each stored commit; True makes the member take that commit as
+        # unanswered (stored, its answer lost on the way), as a leader change can.
+        self._lose_commit_answer: Optional[Callable[[], bool]] = None
         self._desc = topic
         # Group-state requests time out after the session timeout (at least 2 s), as the Go member's
         # do: one lost in a broker restart must not hold a heartbeat or a commit for long.
@@ -698,14 +703,39 @@ class Consumer:
                 return
             start = time.monotonic()
             body = _pstate_json(self.member, int(time.time() * 1000 + self._session * 1000), pos, part.gen)
+            key = self._prefix + f"p.{part.q}"
             try:
-                rev = await self._kv.update(self._prefix + f"p.{part.q}", body, part.rev)
+                try:
+                    rev = await self._kv.update(key, body, part.rev)
+                    if self._lose_commit_answer is not None and self._lose_commit_answer():
+                        raise Unavailable("commit answer lost (test hook)")
+                except _nats.KVConflict:
+                    # The previous write's answer never came, so the key's revision may be that
+                    # write's (spec/protocol.md §6.3): a key holding exactly its bytes was ours.
+                    unsure = part.unsure
+                    if unsure is None:
+                        raise
+                    try:
+                        cur = await self._kv.get(key)
+                    except PctlError:
+                        cur = None
+                    if cur is None or cur.op not in ("", "PUT") or cur.value != unsure[0]:
+                        raise
+                    part.rev = cur.revision
+                    part.committed = max(part.committed, unsure[1])
+                    part.lease_until = max(part.lease_until, unsure[2])
+                    part.unsure = None
+                    self._logf(f"member {self.member}: partition {part.q}: the commit whose answer was lost was stored "
+                               f"(revision {cur.revision}); committing again")
+                    rev = await self._kv.update(key, body, cur.revision)
             except _nats.KVConflict:
                 self._lose(part, "compare-and-set lost")
                 return
             except PctlError as e:
+                part.unsure = (body, pos, start + self._session)  # stored or not: the next compare-and-set tells
                 self._logf(f"member {self.member}: commit of partition {part.q} failed ({e}); retrying")
                 return
+            part.unsure = None
             part.rev = rev
             part.committed = pos
             part.lease_until = start + self._session
