@@ -52,36 +52,51 @@ func startCluster(t testing.TB, n int) *testCluster {
 	if err := os.WriteFile(c.creds, append(seed, '\n'), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	routePorts := make([]int, n)
-	clientPorts := make([]int, n)
-	for i := range routePorts {
-		routePorts[i] = freePort(t)
-		clientPorts[i] = freePort(t)
-	}
-	var routes []string
-	for _, p := range routePorts {
-		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
-	}
-	for i := 0; i < n; i++ {
-		o := &server.Options{
-			ServerName: fmt.Sprintf("n%d", i),
-			Host:       "127.0.0.1",
-			Port:       clientPorts[i],
-			JetStream:  true,
-			StoreDir:   filepath.Join(dir, fmt.Sprintf("n%d", i)),
-			MaxPayload: 16 << 20,
-			Cluster:    server.ClusterOpts{Name: "pctl-test", Host: "127.0.0.1", Port: routePorts[i]},
-			Routes:     server.RoutesFromStr(strings.Join(routes, ",")),
-			NoSigs:     true,
-			NoLog:      true,
-			Nkeys:      []*server.NkeyUser{{Nkey: pub}},
-			Tags:       []string{fmt.Sprintf("node:n%d", i)},
+	// Ports are picked free and then released, so another test process can take one before the
+	// node listens on it (the race step runs packages side by side): a node that does not start
+	// makes the whole cluster start again on fresh ports, up to three times.
+	for attempt := 1; ; attempt++ {
+		c.opts, c.servers = nil, nil
+		routePorts := make([]int, n)
+		clientPorts := make([]int, n)
+		for i := range routePorts {
+			routePorts[i] = freePort(t)
+			clientPorts[i] = freePort(t)
 		}
-		c.opts = append(c.opts, o)
-		c.servers = append(c.servers, nil)
-	}
-	for i := 0; i < n; i++ {
-		c.start(i)
+		var routes []string
+		for _, p := range routePorts {
+			routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
+		}
+		for i := 0; i < n; i++ {
+			o := &server.Options{
+				ServerName: fmt.Sprintf("n%d", i),
+				Host:       "127.0.0.1",
+				Port:       clientPorts[i],
+				JetStream:  true,
+				StoreDir:   filepath.Join(dir, fmt.Sprintf("a%d-n%d", attempt, i)),
+				MaxPayload: 16 << 20,
+				Cluster:    server.ClusterOpts{Name: "pctl-test", Host: "127.0.0.1", Port: routePorts[i]},
+				Routes:     server.RoutesFromStr(strings.Join(routes, ",")),
+				NoSigs:     true,
+				NoLog:      true,
+				Nkeys:      []*server.NkeyUser{{Nkey: pub}},
+				Tags:       []string{fmt.Sprintf("node:n%d", i)},
+			}
+			c.opts = append(c.opts, o)
+			c.servers = append(c.servers, nil)
+		}
+		started := true
+		for i := 0; i < n && started; i++ {
+			started = c.tryStart(i)
+		}
+		if started {
+			break
+		}
+		c.shutdown()
+		if attempt == 3 {
+			t.Fatalf("a %d-node cluster did not start in 3 attempts (a node not ready within 30s each time)", n)
+		}
+		t.Logf("cluster start, attempt %d: a node did not start; again on fresh ports", attempt)
 	}
 	t.Cleanup(c.shutdown)
 	c.waitMeta()
@@ -90,15 +105,25 @@ func startCluster(t testing.TB, n int) *testCluster {
 
 func (c *testCluster) start(i int) {
 	c.t.Helper()
+	if !c.tryStart(i) {
+		c.t.Fatalf("node %d did not start", i)
+	}
+}
+
+// tryStart starts node i and reports whether it was ready for connections within 30s.
+func (c *testCluster) tryStart(i int) bool {
+	c.t.Helper()
 	s, err := server.NewServer(c.opts[i].Clone())
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	go s.Start()
 	if !s.ReadyForConnections(30 * time.Second) {
-		c.t.Fatalf("node %d did not start", i)
+		s.Shutdown()
+		return false
 	}
 	c.servers[i] = s
+	return true
 }
 
 // Stop shuts node i down (its JetStream state stays on disk for Restart).
