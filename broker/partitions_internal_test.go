@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"pctl.dev/pctl/broker/wire"
 )
@@ -35,6 +36,7 @@ func TestForEachBoundsAndNamesFailures(t *testing.T) {
 			var inFlight, most atomic.Int64
 			var mu sync.Mutex
 			started := map[int]bool{}
+			everyone := make(chan struct{}) // closed when every partition has started
 			err := forEach(context.Background(), tc.n, tc.limit, func(q int) error {
 				now := inFlight.Add(1)
 				defer inFlight.Add(-1)
@@ -46,8 +48,21 @@ func TestForEachBoundsAndNamesFailures(t *testing.T) {
 				}
 				mu.Lock()
 				started[q] = true
+				all := len(started) == tc.n
 				mu.Unlock()
+				if all {
+					close(everyone)
+				}
 				if e, ok := tc.fail[q]; ok {
+					if tc.limit >= tc.n {
+						// Every partition may run at once: fail only once all have started, or
+						// one failing first stops the others from starting (under -race a
+						// failure can come before partition 9 is started at all).
+						select {
+						case <-everyone:
+						case <-time.After(10 * time.Second):
+						}
+					}
 					return e
 				}
 				return nil
