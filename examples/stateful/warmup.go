@@ -36,9 +36,9 @@ type WarmUpConfig struct {
 	// uses the state it read while warming as its store and has no state handover, so it does
 	// not load the keys again at the cut-over; the records the old owners applied in between are
 	// lost from its totals. The run skips the cold join.
-	StaleWarm bool
-	Seed      int64 // the amounts (default 15)
-	Logf, MemberLogf      func(format string, args ...any)
+	StaleWarm        bool
+	Seed             int64 // the amounts (default 15)
+	Logf, MemberLogf func(format string, args ...any)
 }
 
 // WarmUpReport is what RunWarmUp found.
