@@ -229,7 +229,8 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 			if t.Backfills() {
 				// The copying of the ended epoch's records starts with the activation
 				// (spec/protocol.md §10.3): recorded in the same write, so it is never lost.
-				next.Backfill = &wire.Backfill{State: wire.BackfillRunning, Started: next.Started, Done: make([]uint64, cur.Partitions)}
+				// A compacted topic's tombstones are held until it ends (§10.2).
+				startBackfill(t, &next, cur.Partitions)
 			}
 			t.Epochs = append(t.Epochs, next)
 			t.Change = nil
