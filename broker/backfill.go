@@ -699,7 +699,11 @@ func (j *bfJob) refused(ctx context.Context, c *bfCopy, compact bool, lastCopy m
 		return false, 0, fmt.Errorf("%w: read %s: %v", wire.ErrUnavailable, c.msg.Subject, err)
 	}
 	if compact {
-		j.prog.count(0, 1, 0)
+		if e.hdr.Get(wire.HeaderBackfill) == c.msg.Header.Get(wire.HeaderBackfill) {
+			j.prog.count(1, 0, 0) // this copy, stored by an attempt whose answer was lost
+		} else {
+			j.prog.count(0, 1, 0)
+		}
 		return true, 0, nil
 	}
 	// A plain topic: the key's last record in the new partition is this backfill's copy of an
