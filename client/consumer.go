@@ -235,6 +235,11 @@ type ConsumerOptions struct {
 	// delivers the first record of a key that moved to it from Parent.
 	OnKeysRevoked  func(KeyChange)
 	OnKeysAssigned func(KeyChange)
+	// WarmUp, if set, makes the member warm up before it joins (spec/protocol.md §6.10): as a
+	// standby that takes no partition, it builds the state of the keys it will own and joins
+	// when its lag is under WarmUp.MaxLag; at most WarmUp.MaxConcurrent members warm at once.
+	// The cut-over is an ordinary rebalance: State's Flush and Load run at it as always.
+	WarmUp *WarmUp
 	// State, if set, hands per-key state over between members (state.go): a key's state is
 	// loaded before the member delivers the key's first record (after its epoch gate), and
 	// flushed before another member can deliver one (before the partition's release, and after
@@ -318,6 +323,7 @@ type Consumer struct {
 	fail    func(error)
 
 	stats ConsumerStats
+	warm  WarmUpStats
 }
 
 // ConsumerStats counts what a member did.
@@ -371,6 +377,9 @@ func (c *Client) NewConsumer(ctx context.Context, topic string, opts ConsumerOpt
 	}
 	if opts.Assignor != "" && !knownAssignor(opts.Assignor) {
 		return nil, fmt.Errorf("%w: assignor %q: give %q or %q", wire.ErrBadRequest, opts.Assignor, wire.AssignorModulo, wire.AssignorSticky)
+	}
+	if opts.WarmUp != nil && opts.WarmUp.Warm == nil {
+		return nil, fmt.Errorf("%w: WarmUp needs a Warm function (it builds the state of the partitions the member will own)", wire.ErrBadRequest)
 	}
 	if opts.Heartbeat <= 0 {
 		opts.Heartbeat = time.Second
@@ -550,6 +559,17 @@ func (cn *Consumer) Run(ctx context.Context, h Handler) error {
 	})
 	if err == nil {
 		defer sub.Unsubscribe()
+	}
+
+	// A member that warms up first does so as a standby (spec/protocol.md §6.10): no member
+	// key, no partition, until its state is within the lag threshold.
+	if cn.opts.WarmUp != nil {
+		if err := cn.warmUp(runCtx, kv); err != nil {
+			if runCtx.Err() != nil {
+				return refusal(nil)
+			}
+			return refusal(err)
+		}
 	}
 
 	var werr error

@@ -78,6 +78,9 @@ func (c *Client) NewCoConsumer(ctx context.Context, topics []string, opts Consum
 	if opts.State != nil {
 		return nil, fmt.Errorf("%w: a state handler is not supported on a co-partitioned group yet: use NewConsumer on the input topic with State, or keep the state in the handler", wire.ErrBadRequest)
 	}
+	if opts.WarmUp != nil {
+		return nil, fmt.Errorf("%w: warm-up is not supported on a co-partitioned group yet: warm up a NewConsumer member", wire.ErrBadRequest)
+	}
 	if opts.Member == "" {
 		opts.Member = nuid.Next()
 	}
