@@ -326,7 +326,7 @@ class Consumer:
                                                                             separators=(",", ":")).encode())
             except _nats.KVConflict:
                 pass
-        for q in range(_max_partitions(self._desc)):
+        for q in range(_rules.max_partitions(self._desc)):
             start = 0
             if frm == "current-epoch":
                 start = compaction.current_epoch_start(raw, q)
@@ -1499,24 +1499,6 @@ def _ended(t: wire.Topic):
             yield es[i], es[i + 1]
 
 
-def _max_partitions(t: wire.Topic) -> int:
-    m = max((e.partitions for e in t.epochs), default=0)
-    ch = t.change or {}
-    try:
-        m = max(m, int(ch.get("partitions") or 0))
-    except (TypeError, ValueError):
-        pass
-    return m
-
-
-def _final_boundary(t: wire.Topic, q: int) -> int:
-    last = 0
-    for e in t.epochs[:-1]:
-        if e.boundaries is not None and q < len(e.boundaries):
-            last = e.boundaries[q]
-    return last
-
-
 def _now_rfc3339() -> str:
     return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
 
@@ -1611,7 +1593,7 @@ async def reset_group(client: "Client", topic: str, group: str, kind: str, tms: 
                 gen = int(json.loads(g.value).get("generation") or 0)
             except (ValueError, TypeError, AttributeError):
                 gen = 0
-        m = _max_partitions(desc)
+        m = _rules.max_partitions(desc)
         positions = list(await asyncio.gather(*(_target(client, topic, q, kind, tms) for q in range(m))))
         body: dict[str, Any] = {"generation": gen + 1, "to": kind, "positions": positions, "by": by, "at": _now_rfc3339()}
         if kind == "time":
