@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,6 +25,13 @@ import (
 // never overtakes or overwrites one. Progress (Backfill.Done per old partition) is recorded in
 // the descriptor every backfillFlush; a broker that dies resumes from it, and publishing a copy
 // again is refused like any copy whose subject is taken.
+//
+// A compacted topic's tombstones are held while its backfill runs (spec/protocol.md §10.2): the
+// activation that starts the backfill also gives producers a tombstone TTL of TombstoneHoldMS in
+// the descriptor, and the write that ends it gives the topic's delete retention back. A key
+// deleted in the new epoch keeps its tombstone there until the backfill has decided its copy, so
+// the copy is refused however long the backfill takes or however long the brokers are down: the
+// key's old value is never copied back.
 
 const (
 	// backfillWindow bounds the copies in flight per old partition.
@@ -60,6 +66,25 @@ func backfillPartitionsDone(t *wire.Topic, ep *wire.Epoch) int {
 		}
 	}
 	return n
+}
+
+// startBackfill records, in the activation's write of epoch next (spec/protocol.md §10.3), the
+// backfill of the topic's ended epoch of `from` partitions into next, and on a compacted topic
+// holds tombstones (§10.2): producers that see epoch next give tombstones TombstoneHoldMS as TTL
+// until the backfill ends.
+func startBackfill(t *wire.Topic, next *wire.Epoch, from int) {
+	next.Backfill = &wire.Backfill{State: wire.BackfillRunning, Started: next.Started, Done: make([]uint64, from)}
+	if c := t.Compact; c != nil && !c.Held() {
+		c.HeldRetentionMS, c.DeleteRetentionMS = c.DeleteRetentionMS, wire.TombstoneHoldMS
+	}
+}
+
+// releaseTombstones gives a compacted topic's producers its delete retention back as tombstone
+// TTL, in the write that ends its backfill.
+func releaseTombstones(t *wire.Topic) {
+	if c := t.Compact; c != nil && c.Held() {
+		c.DeleteRetentionMS, c.HeldRetentionMS = c.HeldRetentionMS, 0
+	}
 }
 
 // drivingBackfill reports whether this process runs a backfill of the topic right now.
@@ -98,6 +123,22 @@ type bfProgress struct {
 	done                    []uint64
 	copied, newer, expired  int64 // since the last flush
 	totalCopied, totalNewer int64 // including what the descriptor had
+	// confirmed: the descriptor, read after this time, showed the backfill running.
+	confirmed time.Time
+}
+
+func (p *bfProgress) confirm(at time.Time) {
+	p.mu.Lock()
+	if at.After(p.confirmed) {
+		p.confirmed = at
+	}
+	p.mu.Unlock()
+}
+
+func (p *bfProgress) confirmedAt() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.confirmed
 }
 
 func (p *bfProgress) handled(q int, seq uint64) {
@@ -124,6 +165,7 @@ var errBackfillDied = errors.New("backfill stopped by the step hook")
 
 // runBackfill copies the ended epoch's records into epoch `epoch`, from the recorded progress on.
 func (b *Broker) runBackfill(ctx context.Context, name string, epoch int) error {
+	read := time.Now()
 	t, _, err := b.getTopic(ctx, name)
 	if err != nil {
 		return err
@@ -144,7 +186,7 @@ func (b *Broker) runBackfill(ctx context.Context, name string, epoch int) error 
 	if err := b.backfillStep(name, "backfill-start"); err != nil {
 		return err
 	}
-	prog := &bfProgress{done: make([]uint64, prev.Partitions), totalCopied: ep.Backfill.Copied, totalNewer: ep.Backfill.Newer}
+	prog := &bfProgress{done: make([]uint64, prev.Partitions), totalCopied: ep.Backfill.Copied, totalNewer: ep.Backfill.Newer, confirmed: read}
 	copy(prog.done, ep.Backfill.Done)
 	started := time.Now()
 	b.cfg.Logger.Info("backfill running", "topic", name, "epoch", epoch, "from_epoch", prev.Epoch, "partitions", prev.Partitions,
@@ -292,6 +334,7 @@ func (b *Broker) flushBackfill(ctx context.Context, name, id string, epoch int, 
 	copied, newer, expired := prog.copied, prog.newer, prog.expired
 	prog.mu.Unlock()
 	for attempt := 0; ; attempt++ {
+		read := time.Now()
 		t, rev, err := b.getTopic(ctx, name)
 		if errors.Is(err, wire.ErrNotFound) {
 			return errBackfillGone
@@ -319,6 +362,7 @@ func (b *Broker) flushBackfill(ctx context.Context, name, id string, epoch int, 
 			if ended {
 				now := time.Now().UTC()
 				bf.State, bf.Ended = wire.BackfillDone, &now
+				releaseTombstones(t)
 			}
 		}
 		put := b.putTopicQuiet
@@ -330,6 +374,9 @@ func (b *Broker) flushBackfill(ctx context.Context, name, id string, epoch int, 
 				continue
 			}
 			return err
+		}
+		if !ended {
+			prog.confirm(read)
 		}
 		prog.mu.Lock()
 		prog.copied -= copied
@@ -354,7 +401,6 @@ type bfJob struct {
 	prev, next *wire.Epoch
 	fOld, fNew partitioner.Partitioner
 	prog       *bfProgress
-	overdue    atomic.Bool // warned: the backfill outlasted the delete retention
 }
 
 // bfCopy is one record of the old partition in the copying window.
@@ -532,7 +578,7 @@ func (j *bfJob) prepare(msg jetstream.Msg, md *jetstream.MsgMetadata, q int, com
 		m.Header[name] = append([]string(nil), vs...)
 	}
 	if hdr.Get(wire.HeaderTombstone) != "" && compact {
-		left := time.Duration(j.t.Compact.DeleteRetentionMS)*time.Millisecond - time.Since(md.Timestamp)
+		left := time.Duration(j.t.Compact.Retention())*time.Millisecond - time.Since(md.Timestamp)
 		if left <= 0 {
 			j.prog.count(0, 0, 1)
 			return c // the tombstone has done its work: the key is gone
@@ -546,26 +592,40 @@ func (j *bfJob) prepare(msg jetstream.Msg, md *jetstream.MsgMetadata, q int, com
 	return c
 }
 
-// checkOverdue warns, once, when a compacted topic's backfill has run longer than its delete
-// retention (spec/protocol.md §10.2): a tombstone written into the new epoch since the backfill
-// began may have expired before its key's copy was published, and then the copy (the key's older
-// value) is stored, as if the key had not been deleted.
-func (j *bfJob) checkOverdue() {
-	d := time.Duration(j.t.Compact.DeleteRetentionMS) * time.Millisecond
-	if j.overdue.Load() || time.Since(j.next.Backfill.Started) < d {
-		return
+// confirmRunning makes sure that this backfill was still running less than half the delete
+// retention ago, reading the descriptor again if not (spec/protocol.md §10.2). Tombstones are
+// held only until the backfill ends: a broker that went on copying long after another one ended
+// the backfill could otherwise store a copy after a tombstone written since (with the topic's
+// retention as TTL again) has expired. The descriptor is read every backfillFlush anyway; this
+// matters only for a short delete retention or a broker that stalled.
+func (j *bfJob) confirmRunning(ctx context.Context) error {
+	d := time.Duration(j.t.Compact.Retention()) * time.Millisecond
+	if time.Since(j.prog.confirmedAt()) < d/2 {
+		return nil
 	}
-	if j.overdue.CompareAndSwap(false, true) {
-		j.b.cfg.Logger.Warn("backfill has run longer than the topic's delete retention: a key deleted in the new epoch since the backfill began may get its older value back from a copy; give the topic a delete retention longer than a backfill takes",
-			"topic", j.t.Name, "epoch", j.next.Epoch, "delete_retention", d, "running", time.Since(j.next.Backfill.Started).Round(time.Second))
+	read := time.Now()
+	t, _, err := j.b.getTopic(ctx, j.t.Name)
+	if errors.Is(err, wire.ErrNotFound) {
+		return errBackfillGone
 	}
+	if err != nil {
+		return err
+	}
+	ep := t.Epoch(j.next.Epoch)
+	if t.ID != j.t.ID || t.Deleting || ep == nil || ep.Backfill == nil || ep.Backfill.State != wire.BackfillRunning {
+		return errBackfillGone
+	}
+	j.prog.confirm(read)
+	return nil
 }
 
 // publish sends a copy asynchronously, with the expected last sequence of its subject.
 func (j *bfJob) publish(ctx context.Context, c *bfCopy) error {
 	c.msg.Header.Set(wire.HeaderExpectedLastSubjectSeq, strconv.FormatUint(c.expect, 10))
 	if j.t.Compact != nil {
-		j.checkOverdue()
+		if err := j.confirmRunning(ctx); err != nil {
+			return err
+		}
 	}
 	for pause := 50 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
 		fut, err := j.b.js.PublishMsgAsync(c.msg, jetstream.WithExpectStream(c.stream))
@@ -639,7 +699,11 @@ func (j *bfJob) refused(ctx context.Context, c *bfCopy, compact bool, lastCopy m
 		return false, 0, fmt.Errorf("%w: read %s: %v", wire.ErrUnavailable, c.msg.Subject, err)
 	}
 	if compact {
-		j.prog.count(0, 1, 0)
+		if e.hdr.Get(wire.HeaderBackfill) == c.msg.Header.Get(wire.HeaderBackfill) {
+			j.prog.count(1, 0, 0) // this copy, stored by an attempt whose answer was lost
+		} else {
+			j.prog.count(0, 1, 0)
+		}
 		return true, 0, nil
 	}
 	// A plain topic: the key's last record in the new partition is this backfill's copy of an

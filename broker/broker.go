@@ -100,7 +100,11 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 			return nil, fmt.Errorf("broker: connect to %s: %w", cfg.NATSURL, err)
 		}
 	}
-	b.js, err = jetstream.New(b.nc)
+	// An asynchronous publish (the backfill's copies) whose answer never comes (the stream's
+	// leader stepped down with it in flight, or a node froze) fails after ProduceTimeout and is
+	// published again; without the bound its wait was forever, and the backfill with it (CI,
+	// 2026-12-01: a backfill resumed after a broker's death stayed at Done [142 179 0]).
+	b.js, err = jetstream.New(b.nc, jetstream.WithPublishAsyncTimeout(cfg.ProduceTimeout))
 	if err != nil {
 		return nil, err
 	}

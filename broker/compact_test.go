@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	goruntime "runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -139,6 +140,9 @@ func waitBackfilled(t *testing.T, ctx context.Context, c *client.Client, topic s
 			return desc
 		}
 		if time.Now().After(deadline) {
+			buf := make([]byte, 8<<20)
+			buf = buf[:goruntime.Stack(buf, true)]
+			t.Logf("goroutines of the test process (brokers included) when the backfill was seen stuck:\n%s", buf)
 			t.Fatalf("topic %s: the backfill did not end in 2 minutes: %+v (%v)", topic, desc.Current().Backfill, err)
 		}
 		time.Sleep(50 * time.Millisecond)

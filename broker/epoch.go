@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/ancestry"
 	"pctl.dev/pctl/internal/logging"
 )
 
@@ -229,7 +230,8 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 			if t.Backfills() {
 				// The copying of the ended epoch's records starts with the activation
 				// (spec/protocol.md §10.3): recorded in the same write, so it is never lost.
-				next.Backfill = &wire.Backfill{State: wire.BackfillRunning, Started: next.Started, Done: make([]uint64, cur.Partitions)}
+				// A compacted topic's tombstones are held until it ends (§10.2).
+				startBackfill(t, &next, cur.Partitions)
 			}
 			t.Epochs = append(t.Epochs, next)
 			t.Change = nil
@@ -576,20 +578,8 @@ func (b *Broker) declaredAncestry(ctx context.Context, cur *wire.Epoch, ch *wire
 		info, err := b.pluginInfo(ctx, ch.Partition.Digest)
 		if err == nil && info.AncestryVerified {
 			if w, err := b.partitionerFor(ctx, ch.Partition); err == nil {
-				anc := &wire.Ancestry{Source: "declared", Parents: make([][][2]int, ch.Partitions)}
-				ok := true
-				for c := 0; c < ch.Partitions && ok; c++ {
-					rs, err := w.Ancestry(int32(cur.Partitions), int32(ch.Partitions), int32(c))
-					if err != nil {
-						ok = false
-						break
-					}
-					for _, r := range rs {
-						anc.Parents[c] = append(anc.Parents[c], [2]int{int(r.Lo), int(r.Hi)})
-					}
-				}
-				if ok {
-					return anc
+				if parents, err := ancestry.Declared(w, cur.Partitions, ch.Partitions); err == nil {
+					return &wire.Ancestry{Source: "declared", Parents: parents}
 				}
 			}
 		}
@@ -613,18 +603,9 @@ func (b *Broker) observeAncestry(ctx context.Context, name string, e int) error 
 	for _, bd := range prev.Boundaries {
 		total += bd
 	}
-	parents := make([]map[int]bool, next.Partitions)
-	for i := range parents {
-		parents[i] = map[int]bool{}
-	}
 	source := "observed"
-	// Distinct keys per edge (wire.Ancestry.Keys), for the graphs of status pages; a key maps
-	// to exactly one edge, so one set of seen keys suffices.
-	var counts []map[int]int64
-	var seen map[string]struct{}
-	if next.Partitions <= wire.MaxAncestryKeyPartitions {
-		counts, seen = make([]map[int]int64, next.Partitions), map[string]struct{}{}
-	}
+	// Distinct keys per edge (wire.Ancestry.Keys), for the graphs of status pages.
+	obs := ancestry.NewObserver(prev.Partitions, next.Partitions, next.Partitions <= wire.MaxAncestryKeyPartitions)
 	if total > maxObservedRecords {
 		source = "all"
 	} else {
@@ -649,16 +630,7 @@ func (b *Broker) observeAncestry(ctx context.Context, name string, e int) error 
 				if err != nil {
 					return err
 				}
-				parents[c][int(p)] = true
-				if seen != nil {
-					if _, dup := seen[string(key)]; !dup {
-						seen[string(key)] = struct{}{}
-						if counts[c] == nil {
-							counts[c] = map[int]int64{}
-						}
-						counts[c][int(p)]++
-					}
-				}
+				obs.Add(key, int(p), int(c))
 				return nil
 			})
 			if err != nil {
@@ -666,33 +638,11 @@ func (b *Broker) observeAncestry(ctx context.Context, name string, e int) error 
 			}
 		}
 	}
-	anc := &wire.Ancestry{Source: source, Parents: make([][][2]int, next.Partitions)}
-	if source == "observed" && counts != nil {
-		anc.Keys = make([][][2]int64, next.Partitions)
-	}
-	for c := range parents {
-		if source == "all" {
-			anc.Parents[c] = [][2]int{{0, prev.Partitions}}
-			continue
-		}
-		if anc.Keys != nil {
-			anc.Keys[c] = [][2]int64{}
-			for q := 0; q < prev.Partitions; q++ {
-				if n := counts[c][q]; n > 0 {
-					anc.Keys[c] = append(anc.Keys[c], [2]int64{int64(q), n})
-				}
-			}
-		}
-		for q := 0; q < prev.Partitions; q++ {
-			if !parents[c][q] {
-				continue
-			}
-			if l := len(anc.Parents[c]); l > 0 && anc.Parents[c][l-1][1] == q {
-				anc.Parents[c][l-1][1] = q + 1
-			} else {
-				anc.Parents[c] = append(anc.Parents[c], [2]int{q, q + 1})
-			}
-		}
+	anc := &wire.Ancestry{Source: source}
+	if source == "all" {
+		anc.Parents = ancestry.All(prev.Partitions, next.Partitions)
+	} else {
+		anc.Parents, anc.Keys = obs.Parents(), obs.EdgeKeys()
 	}
 	for {
 		t, rev, err := b.getTopic(ctx, name)

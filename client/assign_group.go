@@ -32,7 +32,10 @@ func (cn *Consumer) wanted(ctx context.Context, kv jetstream.KeyValue, members [
 	cn.mu.Lock()
 	assignor, desc := cn.assignor, cn.desc
 	cn.mu.Unlock()
-	if assignor != wire.AssignorSticky {
+	if assignor == AssignorCopartitioned && cn.co != nil && cn.co.index > 0 && !cn.opts.testCoIndependent {
+		return cn.coWanted(ctx, kv, members, complete, parts)
+	}
+	if assignor != wire.AssignorSticky && assignor != AssignorCopartitioned {
 		me := sort.SearchStrings(members, cn.opts.Member)
 		for i, q := range parts {
 			if i%len(members) == me {

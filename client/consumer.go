@@ -235,6 +235,11 @@ type ConsumerOptions struct {
 	// delivers the first record of a key that moved to it from Parent.
 	OnKeysRevoked  func(KeyChange)
 	OnKeysAssigned func(KeyChange)
+	// WarmUp, if set, makes the member warm up before it joins (spec/protocol.md §6.10): as a
+	// standby that takes no partition, it builds the state of the keys it will own and joins
+	// when its lag is under WarmUp.MaxLag; at most WarmUp.MaxConcurrent members warm at once.
+	// The cut-over is an ordinary rebalance: State's Flush and Load run at it as always.
+	WarmUp *WarmUp
 	// State, if set, hands per-key state over between members (state.go): a key's state is
 	// loaded before the member delivers the key's first record (after its epoch gate), and
 	// flushed before another member can deliver one (before the partition's release, and after
@@ -255,6 +260,12 @@ type ConsumerOptions struct {
 	// testLoseAnswer is a test hook: called after each stored commit of a partition's state;
 	// true makes the worker take it as unanswered (stored, its answer lost on the way).
 	testLoseAnswer func() bool
+	// testCoSkew is a test hook: a co-partitioned follower's leader rotates the owners it
+	// derives by this much (a wrong assignment, for the control that shows the checks catch it).
+	testCoSkew int
+	// testCoIndependent is a test hook: a co-partitioned follower computes its own sticky
+	// record (two unrelated sticky groups).
+	testCoIndependent bool
 }
 
 // Handler processes one record. Returning nil acknowledges it; an error stops the member (the
@@ -302,6 +313,8 @@ type Consumer struct {
 	record    *wire.Assignment
 	recordRev uint64
 	lastView  []string // the live members at the previous rebalance
+	// co is set on a member of a co-partitioned group (copartition.go, spec/protocol.md §6.2.3).
+	co *coGroup
 
 	// State handovers (state.go): stateMu serialises them; home maps every key whose state this
 	// member holds to the partition it holds it for (under mu). fail stops Run with an error.
@@ -310,6 +323,7 @@ type Consumer struct {
 	fail    func(error)
 
 	stats ConsumerStats
+	warm  WarmUpStats
 }
 
 // ConsumerStats counts what a member did.
@@ -358,8 +372,14 @@ func (c *Client) NewConsumer(ctx context.Context, topic string, opts ConsumerOpt
 	if opts.State != nil && opts.DisableGating {
 		return nil, fmt.Errorf("%w: a state handler needs the epoch gate (a key's state is loaded after it): drop DisableGating", wire.ErrBadRequest)
 	}
+	if opts.Assignor == AssignorCopartitioned {
+		return nil, fmt.Errorf("%w: assignor %q is for a group over several topics: use Client.NewCoConsumer", wire.ErrBadRequest, opts.Assignor)
+	}
 	if opts.Assignor != "" && !knownAssignor(opts.Assignor) {
 		return nil, fmt.Errorf("%w: assignor %q: give %q or %q", wire.ErrBadRequest, opts.Assignor, wire.AssignorModulo, wire.AssignorSticky)
+	}
+	if opts.WarmUp != nil && opts.WarmUp.Warm == nil {
+		return nil, fmt.Errorf("%w: WarmUp needs a Warm function (it builds the state of the partitions the member will own)", wire.ErrBadRequest)
 	}
 	if opts.Heartbeat <= 0 {
 		opts.Heartbeat = time.Second
@@ -397,7 +417,9 @@ func (c *Client) NewConsumer(ctx context.Context, topic string, opts ConsumerOpt
 }
 
 // knownAssignor reports whether this client implements an assignor (spec/protocol.md §6.1).
-func knownAssignor(a string) bool { return a == wire.AssignorModulo || a == wire.AssignorSticky }
+func knownAssignor(a string) bool {
+	return a == wire.AssignorModulo || a == wire.AssignorSticky || a == AssignorCopartitioned
+}
 
 // Assignor returns the group's assignor, known once Run has joined the group.
 func (cn *Consumer) Assignor() string {
@@ -537,6 +559,17 @@ func (cn *Consumer) Run(ctx context.Context, h Handler) error {
 	})
 	if err == nil {
 		defer sub.Unsubscribe()
+	}
+
+	// A member that warms up first does so as a standby (spec/protocol.md §6.10): no member
+	// key, no partition, until its state is within the lag threshold.
+	if cn.opts.WarmUp != nil {
+		if err := cn.warmUp(runCtx, kv); err != nil {
+			if runCtx.Err() != nil {
+				return refusal(nil)
+			}
+			return refusal(err)
+		}
 	}
 
 	var werr error
@@ -1091,6 +1124,9 @@ func (cn *Consumer) ensureGroup(ctx context.Context, kv jetstream.KeyValue) erro
 		want = wire.AssignorModulo
 	}
 	body, _ := json.Marshal(wire.AssignorState{Assignor: want})
+	if cn.co != nil {
+		body, _ = json.Marshal(coAssignorState{Assignor: AssignorCopartitioned, Topics: cn.co.topics})
+	}
 	if _, err := kv.Create(ctx, wire.AssignorKey(cn.topicID, cn.opts.Group), body); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("%w: create group %s: %v", wire.ErrUnavailable, cn.opts.Group, err)
 	}
@@ -1138,12 +1174,18 @@ func (cn *Consumer) joinAssignor(ctx context.Context, kv jetstream.KeyValue) err
 		}
 		return fmt.Errorf("%w: read the assignor of group %s: %v", wire.ErrUnavailable, cn.opts.Group, err)
 	default:
-		var st wire.AssignorState
+		var st coAssignorState
 		if json.Unmarshal(e.Value(), &st) != nil || st.Assignor == "" {
 			return fmt.Errorf("%w: group %s of topic %s has an assignor record this client cannot read (%q): use a client that understands it, or another group",
 				wire.ErrUnsupported, cn.opts.Group, cn.topic, e.Value())
 		}
 		got = st.Assignor
+		if err := cn.coJoin(st); err != nil {
+			return err
+		}
+	}
+	if got != AssignorCopartitioned && cn.co != nil {
+		return cn.coJoin(coAssignorState{Assignor: got})
 	}
 	if !knownAssignor(got) {
 		return fmt.Errorf("%w: group %s of topic %s uses the assignor %q, which this client does not implement (it knows %s and %s): use a client that implements it, or another group",

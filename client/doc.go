@@ -2,6 +2,12 @@
 // and plugins, produces records partitioned on the client by the topic's own WebAssembly module,
 // and consumes them in consumer groups with per-key order across epoch changes.
 //
+// A consumer group reads one topic (Client.NewConsumer), or several co-partitioned topics at once
+// (Client.NewCoConsumer, spec/protocol.md §6.2.3): an input and its changelog with the same
+// partition function, whose partition p goes to one member in every topic, also while the topics
+// are expanded one after the other. Stateful processors hand per-key state over with a
+// StateHandler (§6.9).
+//
 // Everything a client computes about partitions it computes with the same module bytes as the
 // broker and every other client, fetched by digest and verified against it.
 package client

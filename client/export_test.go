@@ -62,3 +62,17 @@ func LoseCommitAnswers(o ConsumerOptions, n int64) ConsumerOptions {
 	o.testLoseAnswer = func() bool { return i.Add(1)%n == 0 }
 	return o
 }
+
+// SkewCoPartitioned makes a co-partitioned follower's leader rotate the owners it derives by n
+// (a wrong assignment), for the control that shows the co-partitioning checks catch one.
+func SkewCoPartitioned(o ConsumerOptions, n int) ConsumerOptions {
+	o.testCoSkew = n
+	return o
+}
+
+// IndependentCoPartitioned makes a co-partitioned follower compute its own sticky record, as two
+// unrelated sticky groups would (the old code), for the control that shows the checks catch it.
+func IndependentCoPartitioned(o ConsumerOptions) ConsumerOptions {
+	o.testCoIndependent = true
+	return o
+}

@@ -33,7 +33,7 @@ go test -race -timeout 40m $(go list ./... | grep -v -x -e pctl.dev/pctl/broker/
 
 # Tests that shrink under -race (raceEnabled, hostsRace) get their full size here.
 # scripts/testsh_test.go finds every such test and fails when one is missing below.
-norace_tests='^(TestWASMAgreesWithNative|TestMurmur2Builds|TestLostAcknowledgementsNeverStoreTwice|TestRandomised|TestHundredThousandRecords|TestHosts|TestBuiltinsPass|TestMurmur2BuildsPass|TestHostileModules|TestRuleBreakers|TestConfig|TestReportIsReproducible|TestJSONSchema|TestNotLoadedModuleJSON|TestCancelled|TestCrossLanguage|TestOrderSurvivesCutConnections|TestBackfillKeepsCompactedTopicCorrectAcrossChanges|TestBackfillResumesAfterABrokerDiesAtEachStep|TestClusterBackfillSurvivesLeaderChangesAndABrokerDeath|TestStatefulScaleOut|TestStatefulScaleOutCheckerCatchesLostState)$'
+norace_tests='^(TestWASMAgreesWithNative|TestMurmur2Builds|TestLostAcknowledgementsNeverStoreTwice|TestRandomised|TestHundredThousandRecords|TestHosts|TestBuiltinsPass|TestMurmur2BuildsPass|TestHostileModules|TestRuleBreakers|TestConfig|TestReportIsReproducible|TestJSONSchema|TestNotLoadedModuleJSON|TestCancelled|TestCrossLanguage|TestOrderSurvivesCutConnections|TestBackfillKeepsCompactedTopicCorrectAcrossChanges|TestBackfillResumesAfterABrokerDiesAtEachStep|TestClusterBackfillSurvivesLeaderChangesAndABrokerDeath|TestStatefulScaleOut|TestStatefulScaleOutCheckerCatchesLostState|TestStatefulWarmUp|TestStatefulWarmUpCheckerCatchesStaleState)$'
 norace_pkgs="./partitioner/ ./broker/ ./broker/scenario/ ./client/ ./conformance/ ./examples/stateful/"
 step "go test without the race detector: the tests that shrink under -race, at full size"
 go test -count=1 -timeout 30m -run "$norace_tests" $norace_pkgs

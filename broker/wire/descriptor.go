@@ -37,9 +37,31 @@ type Topic struct {
 
 // Compaction configures a compacted topic.
 type Compaction struct {
-	// DeleteRetentionMS is how long a tombstone is kept (then its key is gone).
+	// DeleteRetentionMS is the Nats-TTL (in ms; producers send it in seconds) that a tombstone
+	// written now gets: the topic's delete retention, or, while the current epoch's backfill
+	// runs, TombstoneHoldMS (spec/protocol.md §10.2: a tombstone must not expire before the
+	// backfill has decided its key's copy).
 	DeleteRetentionMS int64 `json:"delete_retention_ms"`
+	// HeldRetentionMS is set while the hold is in force: the topic's own delete retention, which
+	// DeleteRetentionMS gets back when the backfill ends.
+	HeldRetentionMS int64 `json:"held_retention_ms,omitempty"`
 }
+
+// TombstoneHoldMS is the tombstone TTL producers are given while a backfill runs: 100 years,
+// which is "never" in practice yet an ordinary whole number of seconds for every producer's
+// Nats-TTL (they send delete_retention_ms / 1000).
+const TombstoneHoldMS = 100 * 365 * 24 * 60 * 60 * 1000
+
+// Retention is the topic's delete retention (in ms), whether or not a backfill holds tombstones.
+func (c *Compaction) Retention() int64 {
+	if c.HeldRetentionMS > 0 {
+		return c.HeldRetentionMS
+	}
+	return c.DeleteRetentionMS
+}
+
+// Held reports whether tombstones written now are held for a running backfill.
+func (c *Compaction) Held() bool { return c.HeldRetentionMS > 0 }
 
 // Retiring is a retirement of epochs <= Through in progress.
 type Retiring struct {

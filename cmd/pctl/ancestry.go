@@ -7,10 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sort"
 	"strings"
 
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/ancestry"
 	"pctl.dev/pctl/internal/interrupt"
 	"pctl.dev/pctl/partitioner"
 	"pctl.dev/pctl/runtime"
@@ -116,25 +116,17 @@ func cmdAncestry(e *env, args []string) int {
 		Contradictions []string `json:"contradictions,omitempty"`
 	}{Source: "all", From: nFrom, To: nTo}
 
-	declared := map[int][]partitioner.Range{}
+	var declared [][][2]int // nil: none
 	if sameFunc {
-		report.Source = "declared"
-		for c := int32(0); c < nTo; c++ {
-			rs, err := fOld.Ancestry(nFrom, nTo, c)
-			if err != nil {
-				if errors.Is(err, partitioner.ErrNoAncestry) {
-					report.Source = "all"
-					declared = map[int][]partitioner.Range{}
-					break
-				}
-				return failErr(e, cmd, err)
-			}
-			declared[int(c)] = rs
+		d, err := ancestry.Declared(fOld, int(nFrom), int(nTo))
+		switch {
+		case err == nil:
+			report.Source, declared = "declared", d
+		case !errors.Is(err, partitioner.ErrNoAncestry):
+			return failErr(e, cmd, err)
 		}
 	}
-	observed := map[int]map[int]bool{}
-	edgeKeys := map[[2]int]int64{} // (child, parent) -> distinct keys, for --graph
-	seen := map[string]bool{}
+	obs := ancestry.NewObserver(int(nFrom), int(nTo), *graphFmt != "")
 	if *keysFile != "" {
 		f, err := os.Open(*keysFile)
 		if err != nil {
@@ -155,17 +147,10 @@ func cmdAncestry(e *env, args []string) int {
 			if err1 != nil || err2 != nil {
 				return failErr(e, cmd, errors.Join(err1, err2))
 			}
-			if observed[int(c)] == nil {
-				observed[int(c)] = map[int]bool{}
-			}
-			observed[int(c)][int(p)] = true
-			if !seen[string(key)] {
-				seen[string(key)] = true
-				edgeKeys[[2]int{int(c), int(p)}]++
-			}
+			obs.Add(key, int(p), int(c))
 			report.Keys++
-			if rs, ok := declared[int(c)]; ok && !inRanges(rs, p) && len(report.Contradictions) < 20 {
-				report.Contradictions = append(report.Contradictions, fmt.Sprintf("key %q: partition %d of %d goes to child %d of %d, which declares parents %s", key, p, nFrom, c, nTo, rangesText(pairs(rs))))
+			if declared != nil && !ancestry.Contains(declared[c], int(p)) && len(report.Contradictions) < 20 {
+				report.Contradictions = append(report.Contradictions, fmt.Sprintf("key %q: partition %d of %d goes to child %d of %d, which declares parents %s", key, p, nFrom, c, nTo, rangesText(declared[c])))
 			}
 		}
 		if err := sc.Err(); err != nil {
@@ -178,30 +163,17 @@ func cmdAncestry(e *env, args []string) int {
 			report.Source = "observed"
 		}
 	}
-	for c := 0; c < int(nTo); c++ {
-		ch := child{Child: c}
-		switch report.Source {
-		case "declared":
-			for _, r := range declared[c] {
-				ch.Parents = append(ch.Parents, [2]int{int(r.Lo), int(r.Hi)})
-			}
-		case "observed":
-			var ps []int
-			for p := range observed[c] {
-				ps = append(ps, p)
-			}
-			sort.Ints(ps)
-			for _, p := range ps {
-				if l := len(ch.Parents); l > 0 && ch.Parents[l-1][1] == p {
-					ch.Parents[l-1][1] = p + 1
-				} else {
-					ch.Parents = append(ch.Parents, [2]int{p, p + 1})
-				}
-			}
-		default:
-			ch.Parents = [][2]int{{0, int(nFrom)}}
-		}
-		report.Children = append(report.Children, ch)
+	var parents [][][2]int
+	switch report.Source {
+	case "declared":
+		parents = declared
+	case "observed":
+		parents = obs.Parents()
+	default:
+		parents = ancestry.All(int(nFrom), int(nTo))
+	}
+	for c, ps := range parents {
+		report.Children = append(report.Children, child{Child: c, Parents: ps})
 	}
 	if *graphFmt != "" {
 		// The same renderer as 'pctl topic describe --graph', on a two-epoch topic.
@@ -210,15 +182,7 @@ func cmdAncestry(e *env, args []string) int {
 			anc.Parents = append(anc.Parents, ch.Parents)
 		}
 		if *keysFile != "" {
-			anc.Keys = make([][][2]int64, nTo)
-			for c := range anc.Keys {
-				anc.Keys[c] = [][2]int64{}
-				for p := 0; p < int(nFrom); p++ {
-					if n := edgeKeys[[2]int{c, p}]; n > 0 {
-						anc.Keys[c] = append(anc.Keys[c], [2]int64{int64(p), n})
-					}
-				}
-			}
+			anc.Keys = obs.EdgeKeys()
 		}
 		t := &wire.Topic{Name: "ancestry", Epochs: []wire.Epoch{
 			{Epoch: 1, Partitioner: wire.Partitioner{Name: fOld.Name()}, Partitions: int(nFrom)},
@@ -249,21 +213,4 @@ func cmdAncestry(e *env, args []string) int {
 		return exitFailure
 	}
 	return exitOK
-}
-
-func inRanges(rs []partitioner.Range, p int32) bool {
-	for _, r := range rs {
-		if p >= r.Lo && p < r.Hi {
-			return true
-		}
-	}
-	return false
-}
-
-func pairs(rs []partitioner.Range) [][2]int {
-	out := make([][2]int, len(rs))
-	for i, r := range rs {
-		out[i] = [2]int{int(r.Lo), int(r.Hi)}
-	}
-	return out
 }

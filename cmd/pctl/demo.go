@@ -49,11 +49,13 @@ assignor, goes from 2 to 4 members, its input and changelog topics from 4 to 8 p
 hashing), then both swap to jump, and a member crashes, while records flow; then every member is
 stopped and fresh ones restore from the changelog (the baseline). It checks every key's total
 against the input and prints the longest per-key pause of each phase. --keys sets the keys (40
-unless given).
+unless given). With --warmup it runs the warm-up proof instead (spec/protocol.md §6.10): over a
+changelog that already holds a history, a third member joins without warm-up, leaves, and a
+fourth joins after warming up as a standby; it prints both joins' longest per-key pause.
 `
 
 func cmdDemo(e *env, args []string) int {
-	fs := newFlags(e, "demo", "demo [--records N] [--keys K] [--seed S] [--faults | --cluster | --stateful] [--json] [--verbose] [--data DIR]", demoHelp)
+	fs := newFlags(e, "demo", "demo [--records N] [--keys K] [--seed S] [--faults | --cluster | --stateful [--warmup]] [--json] [--verbose] [--data DIR]", demoHelp)
 	records := fs.Int("records", 2000, "records per producer")
 	keys := fs.Int("keys", 200, "distinct keys")
 	seed := fs.Int64("seed", 1, "random seed (the run is otherwise the same)")
@@ -64,6 +66,7 @@ func cmdDemo(e *env, args []string) int {
 	cluster := fs.Bool("cluster", false, "run on a 3-node NATS cluster of processes with 2 brokers, killing a node and a broker mid-change")
 	duration := fs.Duration("duration", 12*time.Second, "with --cluster: how long the producers send (the changes and faults are spread over it)")
 	stateful := fs.Bool("stateful", false, "run the stateful scale-out instead (issue 15): running totals with a changelog, 2 -> 4 members, 4 -> 8 partitions, a swap and a crash")
+	warmup := fs.Bool("warmup", false, "with --stateful: run the warm-up proof (a join without and a join with warm-up before cut-over)")
 	pos, st := parse(fs, args)
 	if st >= 0 {
 		return st
@@ -84,7 +87,13 @@ func cmdDemo(e *env, args []string) int {
 				k = *keys
 			}
 		})
+		if *warmup {
+			return warmupDemo(e, k, *seed, *asJSON, *verbose, *data)
+		}
 		return statefulDemo(e, k, *seed, *asJSON, *verbose, *data)
+	}
+	if *warmup {
+		return usageErr(e, "demo", "--warmup goes with --stateful")
 	}
 	if *cluster {
 		if *faults {

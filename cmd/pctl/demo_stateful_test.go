@@ -15,4 +15,7 @@ func TestDemoStatefulFlags(t *testing.T) {
 			t.Errorf("demo --stateful %s: exit %d, stderr %q", extra, r.code, r.stderr)
 		}
 	}
+	if r := runCLI(context.Background(), nil, nil, "demo", "--warmup"); r.code != exitUsage || !strings.Contains(r.stderr, "--warmup goes with --stateful") {
+		t.Errorf("demo --warmup without --stateful: exit %d, stderr %q", r.code, r.stderr)
+	}
 }

@@ -65,7 +65,7 @@ func (f *compactFlags) request(e *env, cmd string, fs *flag.FlagSet) (wire.Creat
 func compactionSuffix(t *wire.Topic) string {
 	switch {
 	case t.Compact != nil:
-		return fmt.Sprintf(", compacted (tombstones kept %v)", time.Duration(t.Compact.DeleteRetentionMS)*time.Millisecond)
+		return fmt.Sprintf(", compacted (tombstones kept %v)", time.Duration(t.Compact.Retention())*time.Millisecond)
 	case t.Backfill:
 		return ", backfills its history at epoch changes"
 	}
@@ -76,7 +76,11 @@ func compactionSuffix(t *wire.Topic) string {
 func describeCompaction(w io.Writer, t *wire.Topic) {
 	switch {
 	case t.Compact != nil:
-		fmt.Fprintf(w, "compaction\tcompacted: the latest record of every key; tombstones kept %v\n", time.Duration(t.Compact.DeleteRetentionMS)*time.Millisecond)
+		held := ""
+		if t.Compact.Held() {
+			held = " (a tombstone written while the backfill runs is held until the next epoch change: spec/protocol.md §10.2)"
+		}
+		fmt.Fprintf(w, "compaction\tcompacted: the latest record of every key; tombstones kept %v%s\n", time.Duration(t.Compact.Retention())*time.Millisecond, held)
 	case t.Backfill:
 		fmt.Fprintf(w, "compaction\tnone (plain topic); epoch changes backfill its history\n")
 	default:

@@ -175,6 +175,56 @@ func (p *Processor) Totals() map[string]State {
 	return out
 }
 
+// Warm is the processor's warm-up before it joins its group (client.WarmUp.Warm,
+// spec/protocol.md §6.10): it brings its changelog index up to date without taking any key, and
+// returns how many changelog records were written meanwhile (its lag). The keys' state is still
+// installed by Load at the cut-over, which then reads only what changed since. (This processor
+// indexes its whole changelog, whose partitions are not its input's; a processor with a
+// co-partitioned changelog, client.NewCoConsumer, could read only the partitions it is given.)
+func (p *Processor) Warm(ctx context.Context, partitions []int) (int64, error) {
+	if err := p.catchUp(ctx); err != nil {
+		return 0, err
+	}
+	return p.changelogLag(ctx)
+}
+
+// installIndex makes every indexed state the local store's (the control of RunWarmUp: state used
+// without loading it again at the cut-over).
+func (p *Processor) installIndex() {
+	p.idxMu.Lock()
+	defer p.idxMu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, st := range p.index {
+		p.store[k] = st
+	}
+}
+
+// changelogLag is the number of changelog records past what the index has read.
+func (p *Processor) changelogLag(ctx context.Context) (int64, error) {
+	t, _, err := p.c.Topic(ctx, p.changelog)
+	if err != nil {
+		return 0, err
+	}
+	p.idxMu.Lock()
+	read := make(map[int]uint64, len(p.read))
+	for q, s := range p.read {
+		read[q] = s
+	}
+	p.idxMu.Unlock()
+	var lag int64
+	for q := 0; q < t.MaxPartitions(); q++ {
+		s, err := p.c.JetStream().Stream(ctx, wire.StreamName(p.changelog, q))
+		if err != nil {
+			return 0, fmt.Errorf("changelog %s partition %d: %w", p.changelog, q, err)
+		}
+		if last := s.CachedInfo().State.LastSeq; last > read[q] {
+			lag += int64(last - read[q])
+		}
+	}
+	return lag, nil
+}
+
 // catchUp reads every changelog stream from where the index last read to its current end.
 func (p *Processor) catchUp(ctx context.Context) error {
 	p.idxMu.Lock()

@@ -119,7 +119,7 @@ public final class Producer implements AutoCloseable {
     private final String topic;
     /** A compacted topic (spec/protocol.md §10): records go to their keys' subjects, tombstones expire. Fixed at creation. */
     private boolean compacted;
-    private long deleteRetentionMs;
+    private volatile long deleteRetentionMs;
     private final String id;
     private final ProducerOptions opts;
     private final long ackTimeoutNanos;
@@ -926,6 +926,8 @@ public final class Producer implements AutoCloseable {
     /** Makes d the current layout: its current epoch's partitioner, and no sinks yet. */
     private void install(TopicDescriptor d) {
         Partitioner p = client.partitioner(d.current().partitioner());
+        // The tombstone TTL follows the descriptor: held while a backfill runs (spec/protocol.md §10.2).
+        deleteRetentionMs = d.deleteRetentionMs;
         lock.lock();
         try {
             desc = d;

@@ -1,0 +1,357 @@
+package stateful
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"pctl.dev/pctl/broker"
+	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/client"
+)
+
+// WarmUpConfig configures RunWarmUp. Zero values mean defaults.
+type WarmUpConfig struct {
+	// Keys is the number of distinct input keys (default 40); Interval the time between two
+	// input records (default 2.5 ms); Phase how long each phase runs (default 2 s).
+	Keys     int
+	Interval time.Duration
+	Phase    time.Duration
+	// Prefill is the number of changelog records written before the run, for keys the input
+	// never has (default 30000): the history every joining member must read, which warm-up
+	// reads before the cut-over.
+	Prefill int
+	// MaxLag is the warm-up's threshold (default: the client's, 10000 records).
+	MaxLag int64
+	// SessionTimeout is the members' (default 2 s); Drain how long the group may take, after the
+	// input stops, to commit every record (default 60 s).
+	SessionTimeout, Drain time.Duration
+	// StaleWarm is the control that shows the checker catches a wrong warm-up: the warmed member
+	// uses the state it read while warming as its store and has no state handover, so it does
+	// not load the keys again at the cut-over; the records the old owners applied in between are
+	// lost from its totals. The run skips the cold join.
+	StaleWarm        bool
+	Seed             int64 // the amounts (default 15)
+	Logf, MemberLogf func(format string, args ...any)
+}
+
+// WarmUpReport is what RunWarmUp found.
+type WarmUpReport struct {
+	Records int `json:"records"` // input records, all acknowledged
+	Keys    int `json:"keys"`
+	Prefill int `json:"prefill"`
+	// Wrong counts keys whose total or count in the changelog differs from the sums computed
+	// directly from the input topic's streams.
+	Wrong    int      `json:"wrong_keys"`
+	Examples []string `json:"examples,omitempty"`
+	// Cold is the longest per-key pause while a third member joins without warm-up, Warm while
+	// a third member joins with it; Ratio = Warm / Cold.
+	Cold     time.Duration      `json:"cold_pause_ns"`
+	ColdKey  string             `json:"cold_key"`
+	Warm     time.Duration      `json:"warm_pause_ns"`
+	WarmKey  string             `json:"warm_key"`
+	Ratio    float64            `json:"ratio"`
+	WarmUp   client.WarmUpStats `json:"warm_up"`   // the warmed member's
+	ColdLoad time.Duration      `json:"cold_load"` // the cold member's time in Load
+	WarmLoad time.Duration      `json:"warm_load"` // the warmed member's time in Load after its cut-over
+	Stats    Stats              `json:"stats"`     // summed over every member
+	// MemberErrors are errors members stopped with.
+	MemberErrors []string `json:"member_errors,omitempty"`
+}
+
+// fillPrefix marks the prefilled changelog keys (never input keys).
+const fillPrefix = "fill-"
+
+// RunWarmUp is issue 15's warm-up proof, on a running broker b (it creates topics "in" and
+// "cl"): the running-total processor runs with 2 members (sticky assignor) over a changelog that
+// already holds cfg.Prefill records; a third member joins without warm-up and leaves again, then a
+// fourth joins with warm-up (spec/protocol.md §6.10: it reads the changelog as a standby and
+// joins within the lag threshold). Records flow throughout. The report compares every key's total
+// with the input's, and the longest per-key pause of the two joins.
+func RunWarmUp(ctx context.Context, b *broker.Broker, cfg WarmUpConfig) (*WarmUpReport, error) {
+	if cfg.Keys <= 0 {
+		cfg.Keys = 40
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = 2500 * time.Microsecond
+	}
+	if cfg.Phase <= 0 {
+		cfg.Phase = 2 * time.Second
+	}
+	if cfg.Prefill <= 0 {
+		cfg.Prefill = 30000
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = 15
+	}
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = 2 * time.Second
+	}
+	if cfg.Drain <= 0 {
+		cfg.Drain = 60 * time.Second
+	}
+	logf := cfg.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var clients []*client.Client
+	defer func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}()
+	connect := func(role string) (*client.Client, error) {
+		c, err := client.Connect(ctx, client.Options{URL: b.ClientURL(), Creds: b.CredsPath(role)})
+		if err == nil {
+			clients = append(clients, c)
+		}
+		return c, err
+	}
+	admin, err := connect(broker.RoleAdmin)
+	if err != nil {
+		return nil, err
+	}
+	for _, topic := range []string{"in", "cl"} {
+		if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: topic, Partitions: 4, Partitioner: "linear-murmur2"}); err != nil {
+			return nil, err
+		}
+	}
+	rep := &WarmUpReport{Keys: cfg.Keys, Prefill: cfg.Prefill}
+	pz := &pauses{times: map[string][]time.Time{}}
+
+	// The history: prefilled changelog records of keys the input never has.
+	fc, err := connect(broker.RoleProducer)
+	if err != nil {
+		return nil, err
+	}
+	fill, err := fc.NewProducer(ctx, "cl", client.ProducerOptions{ID: "fill"})
+	if err != nil {
+		return nil, err
+	}
+	var fillErr error
+	var fillMu sync.Mutex
+	for i := 0; i < cfg.Prefill; i++ {
+		body, _ := json.Marshal(State{Total: int64(i), Count: int64(i/1000 + 1)})
+		if err := fill.Send(ctx, client.Record{Key: []byte(fmt.Sprint(fillPrefix, i%1000)), Value: body}, func(res client.Result) {
+			if res.Err != nil {
+				fillMu.Lock()
+				fillErr = res.Err
+				fillMu.Unlock()
+			}
+		}); err != nil {
+			return nil, err
+		}
+	}
+	if err := fill.Flush(ctx); err != nil {
+		return nil, err
+	}
+	if fillErr != nil {
+		return nil, fmt.Errorf("prefilling the changelog: %w", fillErr)
+	}
+	logf("changelog prefilled with %d records", cfg.Prefill)
+
+	type member struct {
+		name       string
+		cons, prod *client.Client
+		cn         *client.Consumer
+		proc       *Processor
+		stop       context.CancelFunc
+		done       chan error
+	}
+	var members []*member
+	start := func(name string, warm bool) (*member, error) {
+		m := &member{name: name, done: make(chan error, 1)}
+		var err error
+		if m.cons, err = connect(broker.RoleConsumer); err != nil {
+			return nil, err
+		}
+		if m.prod, err = connect(broker.RoleProducer); err != nil {
+			return nil, err
+		}
+		p, err := m.prod.NewProducer(ctx, "cl", client.ProducerOptions{ID: "cl-" + name})
+		if err != nil {
+			return nil, err
+		}
+		m.proc = New(m.cons, "cl", p)
+		m.proc.OnApply = pz.apply
+		opts := client.ConsumerOptions{Group: "totals", Member: name, Assignor: wire.AssignorSticky, FromBeginning: true,
+			Heartbeat: 200 * time.Millisecond, SessionTimeout: cfg.SessionTimeout, State: m.proc, Logf: cfg.MemberLogf}
+		if warm {
+			opts.WarmUp = &client.WarmUp{Warm: m.proc.Warm, MaxLag: cfg.MaxLag}
+			if cfg.StaleWarm {
+				proc := m.proc
+				opts.State = nil
+				opts.WarmUp.Warm = func(ctx context.Context, parts []int) (int64, error) {
+					lag, err := proc.Warm(ctx, parts)
+					proc.installIndex()
+					return lag, err
+				}
+			}
+		}
+		if m.cn, err = m.cons.NewConsumer(ctx, "in", opts); err != nil {
+			return nil, err
+		}
+		rctx, stop := context.WithCancel(ctx)
+		m.stop = stop
+		go func() { m.done <- m.cn.Run(rctx, m.proc.Handle) }()
+		members = append(members, m)
+		return m, nil
+	}
+	stopMember := func(m *member) {
+		m.stop()
+		if err := <-m.done; err != nil {
+			rep.MemberErrors = append(rep.MemberErrors, fmt.Sprintf("%s: %v", m.name, err))
+		}
+	}
+
+	// The input: keys k0.., random amounts, every record acknowledged.
+	pc, err := connect(broker.RoleProducer)
+	if err != nil {
+		return nil, err
+	}
+	prodIn, err := pc.NewProducer(ctx, "in", client.ProducerOptions{ID: "input"})
+	if err != nil {
+		return nil, err
+	}
+	var sentMu sync.Mutex
+	sent, failed := 0, 0
+	pctx, stopInput := context.WithCancel(ctx)
+	defer stopInput()
+	inputDone := make(chan struct{})
+	go func() {
+		defer close(inputDone)
+		r := rand.New(rand.NewSource(cfg.Seed))
+		tick := time.NewTicker(cfg.Interval)
+		defer tick.Stop()
+		for i := 0; pctx.Err() == nil; i++ {
+			<-tick.C
+			key := []byte(fmt.Sprint("k", i%cfg.Keys))
+			v := []byte(strconv.Itoa(1 + r.Intn(100)))
+			if err := prodIn.Send(pctx, client.Record{Key: key, Value: v}, func(res client.Result) {
+				if res.Err != nil {
+					sentMu.Lock()
+					failed++
+					sentMu.Unlock()
+				}
+			}); err != nil {
+				return
+			}
+			sentMu.Lock()
+			sent++
+			sentMu.Unlock()
+		}
+	}()
+
+	for _, n := range []string{"m1", "m2"} {
+		if _, err := start(n, false); err != nil {
+			return nil, err
+		}
+	}
+	time.Sleep(cfg.Phase)
+
+	var m3 *member
+	if !cfg.StaleWarm {
+		logf("m3 joins without warm-up")
+		from := time.Now()
+		if m3, err = start("m3", false); err != nil {
+			return nil, err
+		}
+		time.Sleep(cfg.Phase)
+		rep.Cold, rep.ColdKey = pz.longest(from, time.Now())
+		rep.ColdLoad = m3.proc.Stats().LoadTime
+		logf("m3 leaves")
+		stopMember(m3)
+		time.Sleep(cfg.Phase)
+	}
+
+	logf("m4 joins with warm-up")
+	from := time.Now()
+	m4, err := start("m4", true)
+	if err != nil {
+		return nil, err
+	}
+	for deadline := time.Now().Add(cfg.Drain); m4.cn.WarmUpStats().Finished.IsZero(); {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("member m4 did not finish its warm-up in %v (lag %d)", cfg.Drain, m4.cn.WarmUpStats().Lag)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rep.WarmUp = m4.cn.WarmUpStats()
+	loadBefore := m4.proc.Stats().LoadTime
+	logf("m4 warmed up in %v (%d rounds, lag %d): cut-over", rep.WarmUp.Warmed.Round(time.Millisecond), rep.WarmUp.Rounds, rep.WarmUp.Lag)
+	time.Sleep(cfg.Phase)
+	rep.Warm, rep.WarmKey = pz.longest(from, time.Now())
+	rep.WarmLoad = m4.proc.Stats().LoadTime - loadBefore
+	if rep.Cold > 0 {
+		rep.Ratio = float64(rep.Warm) / float64(rep.Cold)
+	}
+
+	stopInput()
+	<-inputDone
+	if err := prodIn.Flush(ctx); err != nil {
+		return nil, err
+	}
+	sentMu.Lock()
+	rep.Records = sent
+	nfailed := failed
+	sentMu.Unlock()
+	if nfailed > 0 {
+		return nil, fmt.Errorf("%d of %d input records were not acknowledged", nfailed, sent)
+	}
+	if err := drained(ctx, admin, "in", "totals", cfg.Drain); err != nil {
+		return nil, err
+	}
+	want, err := inputTotals(ctx, admin, "in")
+	if err != nil {
+		return nil, err
+	}
+	got, err := changelogTotals(ctx, admin, "cl")
+	if err != nil {
+		return nil, err
+	}
+	keys := map[string]bool{}
+	for k := range want {
+		keys[k] = true
+	}
+	for k := range got {
+		if !strings.HasPrefix(k, fillPrefix) {
+			keys[k] = true
+		}
+	}
+	var sorted []string
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	sort.Strings(sorted)
+	for _, k := range sorted {
+		w, g := want[k], got[k]
+		if g.Total != w.Total || g.Count != w.Count {
+			rep.Wrong++
+			if len(rep.Examples) < 5 {
+				rep.Examples = append(rep.Examples, fmt.Sprintf("key %s: total %d from %d records, want %d from %d (the input's)", k, g.Total, g.Count, w.Total, w.Count))
+			}
+		}
+	}
+	for _, m := range members {
+		if m != m3 {
+			stopMember(m)
+		}
+		s := m.proc.Stats()
+		rep.Stats.Applied += s.Applied
+		rep.Stats.Duplicates += s.Duplicates
+		rep.Stats.Loads += s.Loads
+		rep.Stats.LoadedKeys += s.LoadedKeys
+		rep.Stats.Flushes += s.Flushes
+		rep.Stats.ChangelogRead += s.ChangelogRead
+		rep.Stats.LoadTime += s.LoadTime
+	}
+	return rep, nil
+}
