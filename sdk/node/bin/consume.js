@@ -3,7 +3,7 @@
 //
 //   consume --server URL --creds FILE --topic T --group G [--from-beginning] [--from now|beginning|current-epoch] [--idle-exit D]
 //           [--max N] [--member ID] [--heartbeat D] [--reset-to earliest|latest|TIME|DURATION]
-//           [--misplaced stop|deliver|skip]
+//           [--misplaced stop|deliver|skip] [--assignor modulo|sticky]
 //
 // Runs one member of consumer group G on topic T with the SDK's consumer and prints each record
 // it is given exactly as `pctl consume T --group G --format jsonl --timestamps` does (src/jsonl.js):
@@ -18,7 +18,7 @@
 import { connect } from '../src/index.js';
 import { recordLine } from '../src/jsonl.js';
 
-const USAGE = 'usage: consume --server URL --creds FILE --topic T --group G [--from-beginning] [--from now|beginning|current-epoch] [--idle-exit D] [--max N] [--member ID] [--heartbeat D] [--reset-to earliest|latest|TIME|DURATION] [--misplaced stop|deliver|skip]';
+const USAGE = 'usage: consume --server URL --creds FILE --topic T --group G [--from-beginning] [--from now|beginning|current-epoch] [--idle-exit D] [--max N] [--member ID] [--heartbeat D] [--reset-to earliest|latest|TIME|DURATION] [--misplaced stop|deliver|skip] [--assignor modulo|sticky]';
 
 const UNIT = { ns: 1e-6, us: 1e-3, 'µs': 1e-3, 'μs': 1e-3, ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 
@@ -39,7 +39,7 @@ export function parseDuration(s) {
 
 function parseArgs(argv) {
   const a = { server: '', creds: '', topic: '', group: '', member: undefined, fromBeginning: false, idle: 0, max: 0, heartbeat: undefined, resetTo: undefined };
-  const takes = { '--server': 'server', '--creds': 'creds', '--topic': 'topic', '--group': 'group', '--member': 'member', '--idle-exit': 'idle', '--max': 'max', '--heartbeat': 'heartbeat', '--reset-to': 'resetTo', '--format': 'format', '--misplaced': 'misplaced', '--from': 'from' };
+  const takes = { '--server': 'server', '--creds': 'creds', '--topic': 'topic', '--group': 'group', '--member': 'member', '--idle-exit': 'idle', '--max': 'max', '--heartbeat': 'heartbeat', '--reset-to': 'resetTo', '--format': 'format', '--misplaced': 'misplaced', '--from': 'from', '--assignor': 'assignor' };
   for (let i = argv[0] === 'consume' ? 1 : 0; i < argv.length; i++) {
     let flag = argv[i];
     let val;
@@ -71,6 +71,7 @@ function parseArgs(argv) {
   }
   if (a.from !== undefined && !['now', 'beginning', 'current-epoch'].includes(a.from)) throw new Error(`--from ${JSON.stringify(a.from)}: give now, beginning or current-epoch`);
   if (!['stop', 'deliver', 'skip'].includes(a.misplaced)) throw new Error(`--misplaced ${JSON.stringify(a.misplaced)}: give stop, deliver or skip`);
+  if (a.assignor !== undefined && !['modulo', 'sticky'].includes(a.assignor)) throw new Error(`--assignor ${JSON.stringify(a.assignor)}: give modulo or sticky (a new group's assignor; an existing group keeps its own)`);
   if (!a.topic) throw new Error('--topic T is required');
   if (!a.group) throw new Error('--group G is required: the consumer group this member joins');
   a.idle = typeof a.idle === 'string' ? parseDuration(a.idle) : 0;
@@ -106,7 +107,7 @@ async function main(argv) {
     client = await connect({ server: a.server || undefined, creds: a.creds || undefined, name: 'pctl-node-consume' });
     consumer = await client.consumer(a.topic, {
       group: a.group, member: a.member, fromBeginning: a.fromBeginning, from: a.from, heartbeat: a.heartbeat,
-      resetTo: a.resetTo, autoCommit: false, onAssigned: () => settle(), misplaced: a.misplaced,
+      resetTo: a.resetTo, autoCommit: false, onAssigned: () => settle(), misplaced: a.misplaced, assignor: a.assignor,
       onMisplaced: (m) => process.stderr.write(`consume: misplaced record: partition ${m.partition} seq ${m.seq} epoch ${m.epoch} key ${m.key === null ? '-' : JSON.stringify(m.key.toString())}: ${m.misplaced.reason} (--misplaced ${a.misplaced})\n`),
       onLog: process.env.PCTL_CONSUME_LOG ? (l) => process.stderr.write(`consume: ${l}\n`) : undefined,
     });

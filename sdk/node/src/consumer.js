@@ -18,7 +18,7 @@ import { KV, CasConflict, GROUPS_BUCKET } from './kv.js';
 import { streamInfo, jsRequest, JsApiError, JS } from './jsapi.js';
 import { goQuote } from './jsonl.js';
 import { appHeaders, parseTime, TIME_HEADER } from './records.js';
-import { BadRequestError, NotFoundError, PctlError, UnavailableError, InternalError, permissionError } from './errors.js';
+import { BadRequestError, ConflictError, NotFoundError, PctlError, UnavailableError, InternalError, permissionError } from './errors.js';
 import { keyToken, parseOrigin, backfilling, originRetired, currentEpochStart } from './compact.js';
 
 const NAME_RE = /^[A-Za-z0-9_-]{1,64}$/;
@@ -162,6 +162,12 @@ async function ensureGroup(client, kv, desc, group, o, log) {
       if (!(e instanceof CasConflict)) throw e;
     }
   }
+  // The group's assignor, before g.created (spec/protocol.md §6.1; first writer wins).
+  try {
+    await kv.create(`${tid}.${group}.g.assignor`, encoder.encode(JSON.stringify({ assignor: o.assignor ?? 'modulo' })));
+  } catch (e) {
+    if (!(e instanceof CasConflict)) throw e;
+  }
   try {
     await kv.create(createdKey(tid, group), encoder.encode(new Date().toISOString()));
   } catch (e) {
@@ -171,14 +177,22 @@ async function ensureGroup(client, kv, desc, group, o, log) {
 }
 
 // A member joins only a group whose assignor it implements (spec/protocol.md §6.1): this SDK
-// implements modulo; a group without the key is modulo.
-async function checkAssignor(kv, tid, group, topic) {
+// implements modulo and sticky; a group without the key is modulo. An assignor asked for that
+// is not the group's is a conflict. Returns the group's assignor.
+async function checkAssignor(kv, tid, group, topic, asked) {
   const e = await kv.get(`${tid}.${group}.g.assignor`);
   const a = e && !e.deleted ? json(e.value)?.assignor : 'modulo';
-  if (a !== 'modulo') {
-    throw new PctlError('unsupported', `group ${group} of topic ${topic} uses the assignor ${JSON.stringify(a)}, which this client does not implement (it knows modulo): use a client that implements it (pctl's Go client), or another group`);
+  if (!ASSIGNORS.includes(a)) {
+    throw new PctlError('unsupported', `group ${group} of topic ${topic} uses the assignor ${JSON.stringify(a)}, which this client does not implement (it knows modulo and sticky): use a client that implements it, or another group`);
   }
+  if (asked && asked !== a) {
+    throw new ConflictError(`group ${group} of topic ${topic} uses the assignor ${a}, not the ${asked} this consumer asked for: ask for ${a}, or use another group`);
+  }
+  return a;
 }
+
+/** The assignors of spec/protocol.md §6.2 this SDK implements. */
+const ASSIGNORS = ['modulo', 'sticky'];
 
 // The reset positions of spec/protocol.md §6.6 for every partition stream of the descriptor.
 async function resetPositions(client, desc, target) {
@@ -395,6 +409,9 @@ export class Consumer {
     if (opts.from !== undefined && opts.from !== null && !STARTS.includes(opts.from)) {
       throw new BadRequestError(`consumer option from: ${JSON.stringify(opts.from)}: give 'now', 'beginning' or 'current-epoch' (spec/protocol.md §6.1, §10.5)`);
     }
+    if (opts.assignor !== undefined && opts.assignor !== null && !ASSIGNORS.includes(opts.assignor)) {
+      throw new BadRequestError(`consumer option assignor: ${JSON.stringify(opts.assignor)}: give 'modulo' or 'sticky' (spec/protocol.md §6.2)`);
+    }
     if (opts.misplaced !== undefined && !MISPLACED_POLICIES.includes(opts.misplaced)) {
       throw new BadRequestError(`consumer option misplaced: ${JSON.stringify(opts.misplaced)}: give 'stop', 'deliver' or 'skip' (spec/protocol.md §6.8)`);
     }
@@ -429,6 +446,7 @@ export class Consumer {
       // unanswered (stored, its answer lost on the way), as a leader change can.
       loseCommitAnswer: opts.unsafeLoseCommitAnswer ?? null,
       misplaced: opts.misplaced ?? 'stop',
+      assignor: opts.assignor ?? null,
     };
     this.cb = {
       onAssigned: opts.onAssigned, onRevoked: opts.onRevoked, onKeysRevoked: opts.onKeysRevoked,
@@ -464,7 +482,12 @@ export class Consumer {
     this.rebalancing = false;
     this.rebalanceAgain = false;
     this.lastTs = 0n;
-    this.stats = { delivered: 0, gated: 0, totalWaitMs: 0, maxWaitMs: 0, misplaced: 0, readerRecreated: {}, rebalances: 0 };
+    this.stats = { delivered: 0, gated: 0, totalWaitMs: 0, maxWaitMs: 0, misplaced: 0, readerRecreated: {}, rebalances: 0, assignments: 0, moved: null, movedModulo: null };
+    this.assignor = 'modulo'; // the group's (checkAssignor)
+    this.record = null; // sticky: the last g.assignment read, and its revision
+    this.recordRev = 0;
+    this.lastView = null; // sticky: the live members of the previous rebalance
+    this.samples = new Map(); // sticky: "digest/config/n" -> the sample's partitions
   }
 
   /** This member's id in the group. */
@@ -524,7 +547,7 @@ export class Consumer {
         this.desc = t;
       }
     }
-    await checkAssignor(this.kv, this.desc.id, this.group, this.desc.name);
+    this.assignor = await checkAssignor(this.kv, this.desc.id, this.group, this.desc.name, this.o.assignor);
     this.watch = new PullReader(this.client, {
       stream: `KV_${GROUPS_BUCKET}`, filter: `${this.prefix}>`, lastPerSubject: true, batch: 256,
       heartbeat: this.o.heartbeat, idleCheck: Math.max(3 * this.o.heartbeat, 3000),
@@ -640,6 +663,10 @@ export class Consumer {
         this.members.set(id, { time });
         if (!known && this.started) this.rebalance();
       }
+      return;
+    }
+    if (kind === 'g' && id === 'assignment') {
+      if (this.started && this.assignor === 'sticky') this.rebalance(); // the leader's new record
       return;
     }
     if (kind === 'g' && id === 'reset' && !deleted) {
@@ -783,6 +810,72 @@ export class Consumer {
     return rules.assignable(this.desc, (q) => this.effective(q));
   }
 
+  // The partitions this member should read (spec/protocol.md §6.2): by modulo, or by the sticky
+  // record, which the leader rewrites when it no longer matches the group (§6.2.1).
+  async wanted(members, parts) {
+    if (this.assignor !== 'sticky') {
+      const me = members.indexOf(this.memberId);
+      return new Set(parts.filter((_, i) => i % members.length === me));
+    }
+    const key = `${this.topicId}.${this.group}.g.assignment`;
+    let rec = this.record;
+    let rev = this.recordRev;
+    let readOk = true;
+    try {
+      const e = await this.kv.get(key);
+      rec = e && !e.deleted ? json(e.value) : null;
+      rev = e ? e.revision : 0;
+    } catch (e) {
+      readOk = false;
+      this.log(`read the group's assignment: ${e.message} (keeping the last one)`);
+    }
+    const desc = this.desc;
+    const epoch = desc.epochs[desc.epochs.length - 1].epoch;
+    const previousView = this.lastView;
+    this.lastView = members;
+    // The view is whole once the group watch has delivered every member key (its snapshot).
+    const complete = readOk && !!this.watch?.caughtUp;
+    if (rules.stickyWrites({ record: rec, members, partitions: parts, epoch, me: this.memberId, complete, previousView })) {
+      let next;
+      let body;
+      try {
+        next = rules.nextAssignment(rec, members, parts, epoch, (e) => this.samplePartitions(desc, e), new Date().toISOString().replace(/\.\d+Z$/, 'Z'));
+        body = rules.encodeAssignment(next, this.group);
+      } catch (e) {
+        if (e?.code === 'bad_request') throw e; // no retry mends it: the group cannot use sticky here
+        throw new InternalError(`group ${this.group}: compute the sticky assignment: ${e?.message ?? e}`, { cause: e });
+      }
+      try {
+        rev = rec ? await this.kv.update(key, encoder.encode(body), rev) : await this.kv.create(key, encoder.encode(body));
+        rec = next;
+        this.stats.assignments++;
+        if (next.moved !== undefined) [this.stats.moved, this.stats.movedModulo] = [next.moved, next.moved_modulo];
+        this.log(`wrote assignment round ${next.round} (epoch ${epoch}, ${members.length} members, ${parts.length} partitions, moved ${next.moved ?? '-'}, modulo would move ${next.moved_modulo ?? '-'})`);
+      } catch (e) {
+        if (e?.code === 'permission') throw e;
+        this.log(`write the group's assignment: ${e.message} (the next rebalance reads the winner)`);
+      }
+    }
+    this.record = rec;
+    this.recordRev = rev;
+    return new Set(rules.stickyWants(rec, this.memberId, parts));
+  }
+
+  // The partitions of the sticky assignor's key sample under epoch e of desc (§6.2.1 step 1).
+  samplePartitions(desc, e) {
+    const ep = rules.epochOf(desc, e);
+    if (!ep) throw new NotFoundError(`topic ${desc.name} has no epoch ${e}`);
+    const p = this.partitionerSync(ep);
+    if (!p) throw new InternalError(`epoch ${e}'s partitioner is not loaded`);
+    const k = `${ep.partitioner.digest}/${ep.partitioner.config ?? ''}/${ep.partitions}`;
+    let out = this.samples.get(k);
+    if (!out) {
+      out = p.partitionMany(rules.STICKY_SAMPLE, ep.partitions);
+      this.samples.set(k, out);
+    }
+    return out;
+  }
+
   async rebalance() {
     if (this.rebalancing) {
       this.rebalanceAgain = true;
@@ -810,8 +903,8 @@ export class Consumer {
     const reset = this.pendingReset;
     this.pendingReset = null;
     const members = this.liveMembers();
-    const me = members.indexOf(this.memberId);
-    const want = new Set(this.assignable().filter((_, i) => i % members.length === me));
+    const want = await this.wanted(members, this.assignable());
+    if (this.closing) return;
     const drop = [...this.owned.values()].filter((w) => reset || !want.has(w.partition) || w.lost || w.gen !== this.gen);
     if (drop.length > 0) {
       await Promise.all(drop.map((w) => w.stop()));

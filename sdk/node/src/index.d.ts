@@ -280,6 +280,12 @@ export interface ConsumerOptions {
   resetTo?: SeekTarget;
   /** Misplaced records: 'stop' (default), 'deliver' (flagged) or 'skip'. */
   misplaced?: MisplacedPolicy;
+  /**
+   * A new group's assignor (spec/protocol.md §6.2): 'modulo' (the default) or 'sticky' (keeps
+   * each key with the member that holds its state, §6.2.1). An existing group keeps its own; a
+   * group whose assignor differs from the one given here refuses the member (code conflict).
+   */
+  assignor?: 'modulo' | 'sticky';
   /** Per-key gating (default true). false breaks per-key order: for benchmarks only. */
   gating?: boolean;
   /** Milliseconds between heartbeats and rebalances. Default 1000. */
@@ -352,6 +358,11 @@ export interface ConsumerStats {
   /** Reader re-creations by reason. */
   readerRecreated: Record<string, number>;
   rebalances: number;
+  /** Sticky groups: the assignment records this member wrote as the group's leader (spec/protocol.md §6.2.1). */
+  assignments: number;
+  /** The fractions of keys that changed member at the last record it wrote, under sticky and under modulo (§6.2.2); null before one. */
+  moved: number | null;
+  movedModulo: number | null;
 }
 
 /** A member of a consumer group. */

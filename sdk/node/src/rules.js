@@ -4,6 +4,8 @@
 // them, and tests/protocol.test.js replays spec/vectors/protocol/*.jsonl against them, the same
 // traces the Go core (internal/proto) and the other SDKs replay.
 
+import { BadRequestError } from './errors.js';
+
 /** Epoch number e of descriptor t, or null. */
 export function epochOf(t, e) {
   const i = e - t.epochs[0].epoch;
@@ -173,4 +175,162 @@ export function batches(recs, perKey, size) {
   });
   if (cur.length) out.push(cur);
   return out;
+}
+
+// ---- the sticky assignor (spec/protocol.md §6.2.1, §6.2.2) ----
+//
+// Pure: the partitioners are a function argument, place(epoch) -> the partitions (an array of
+// 4096 integers) of the key sample STICKY_SAMPLE under that epoch of the topic. Records are the
+// plain objects of g.assignment, with Go's field names (client/assign.go, broker/wire).
+
+/** The sticky assignor's key sample (§6.2.1 step 1): the ASCII decimal digits of 0..4095. */
+export const STICKY_SAMPLE = Object.freeze(Array.from({ length: 4096 }, (_, i) => String(i)));
+
+/** How many records' summaries a record's history keeps (§6.2.1). */
+export const ASSIGNMENT_HISTORY = 16;
+
+/** The largest record pctl's clients write (bytes of JSON): under the bucket's 64 KiB (§8.5) with room for its overhead. */
+export const MAX_ASSIGNMENT_RECORD = 60 << 10;
+
+/** The modulo assignor as a record (§6.2): the i-th partition to member i mod m. */
+export function moduloAssignment(members, partitions, epoch) {
+  return { assignor: 'modulo', epoch, members, partitions, owners: partitions.map((_, j) => j % members.length) };
+}
+
+function ownerMap(a) {
+  const own = new Map();
+  a.partitions.forEach((q, j) => {
+    const o = a.owners?.[j];
+    if (Number.isInteger(o) && o >= 0 && o < a.members.length) own.set(q, a.members[o]);
+  });
+  return own;
+}
+
+/** §6.2.2: the fraction of the sample whose owner differs between two records (keys either leaves out do not count). */
+export function movedKeys(from, to, place) {
+  const pf = place(from.epoch);
+  const pt = place(to.epoch);
+  const of = ownerMap(from);
+  const ot = ownerMap(to);
+  let moved = 0;
+  let total = 0;
+  for (let k = 0; k < STICKY_SAMPLE.length; k++) {
+    const a = of.get(pf[k]);
+    const b = ot.get(pt[k]);
+    if (a === undefined || b === undefined) continue;
+    total++;
+    if (a !== b) moved++;
+  }
+  return total === 0 ? 0 : moved / total;
+}
+
+function sortedStrings(a) { for (let i = 1; i < a.length; i++) if (a[i - 1] >= a[i]) return false; return true; }
+function sortedInts(a) { for (let i = 1; i < a.length; i++) if (a[i - 1] >= a[i]) return false; return true; }
+
+/**
+ * The sticky assignor's next record (§6.2.1) from the previous one (null for the first), the
+ * sorted live members, the sorted assignable partitions and the current epoch; at is the RFC 3339
+ * time it records. Throws BadRequestError for no member or unsorted input.
+ */
+export function nextAssignment(prev, members, partitions, epoch, place, at) {
+  const m = members.length;
+  const n = partitions.length;
+  if (m === 0) throw new BadRequestError('an assignment needs at least one member');
+  if (!sortedStrings(members) || !sortedInts(partitions)) throw new BadRequestError('members and partitions must be sorted, without duplicates');
+  const next = { assignor: 'sticky', round: 1, epoch, members: [...members], partitions: [...partitions], owners: new Array(n).fill(0) };
+  const index = new Map(members.map((x, i) => [x, i]));
+  const slot = new Map(partitions.map((q, j) => [q, j]));
+  const cands = []; // {j, x, num, den}: w(partitions[j], members[x]) = num/den > 0
+  if (prev) {
+    next.round = prev.round + 1;
+    const prevOwner = new Map(); // partition -> index in members, live members only
+    for (const [q, who] of ownerMap(prev)) if (index.has(who)) prevOwner.set(q, index.get(who));
+    const direct = (j) => { if (prevOwner.has(partitions[j])) cands.push({ j, x: prevOwner.get(partitions[j]), num: 1, den: 1 }); };
+    if (prev.epoch === epoch) {
+      for (let j = 0; j < n; j++) direct(j);
+    } else {
+      const oldP = place(prev.epoch);
+      const newP = place(epoch);
+      const den = new Array(n).fill(0);
+      const num = new Map(); // j * m + x -> count
+      for (let k = 0; k < STICKY_SAMPLE.length; k++) {
+        const j = slot.get(newP[k]);
+        if (j === undefined) continue;
+        den[j]++;
+        const x = prevOwner.get(oldP[k]);
+        if (x !== undefined) num.set(j * m + x, (num.get(j * m + x) ?? 0) + 1);
+      }
+      for (const [jx, c] of num) cands.push({ j: Math.floor(jx / m), x: jx % m, num: c, den: den[Math.floor(jx / m)] });
+      for (let j = 0; j < n; j++) if (den[j] === 0) direct(j);
+    }
+  }
+  // Weights compared exactly: a/b > c/d iff a*d > c*b (both products stay below 2^24).
+  cands.sort((a, b) => (b.num * a.den - a.num * b.den) || (a.j - b.j) || (a.x - b.x));
+  const base = Math.floor(n / m);
+  const extra = n % m;
+  const count = new Array(m).fill(0);
+  let big = 0;
+  const mayTake = (x) => count[x] < base || (count[x] === base && big < extra);
+  const done = new Array(n).fill(false);
+  const give = (j, x) => {
+    next.owners[j] = x;
+    done[j] = true;
+    if (++count[x] === base + 1) big++;
+  };
+  for (const c of cands) if (!done[c.j] && mayTake(c.x)) give(c.j, c.x);
+  for (let j = 0; j < n; j++) {
+    if (done[j]) continue;
+    let best = -1;
+    for (let x = 0; x < m; x++) if (mayTake(x) && (best < 0 || count[x] < count[best])) best = x;
+    give(j, best);
+  }
+  if (prev) {
+    next.moved = movedKeys(prev, next, place);
+    next.moved_modulo = movedKeys(moduloAssignment(prev.members, prev.partitions, prev.epoch), moduloAssignment(next.members, next.partitions, next.epoch), place);
+  }
+  if (at) next.at = at;
+  const summary = { round: next.round, epoch, members: m, partitions: n };
+  if (prev) Object.assign(summary, { moved: next.moved, moved_modulo: next.moved_modulo });
+  if (at) summary.at = at;
+  next.history = [...(prev?.history ?? []), summary].slice(-ASSIGNMENT_HISTORY);
+  return next;
+}
+
+/** A record's JSON, or BadRequestError when it exceeds MAX_ASSIGNMENT_RECORD (§6.2.1: the group cannot use sticky on this topic). */
+export function encodeAssignment(rec, group = '') {
+  const body = JSON.stringify(rec);
+  const size = Buffer.byteLength(body);
+  if (size > MAX_ASSIGNMENT_RECORD) {
+    throw new BadRequestError(`group ${group}: the sticky assignment of ${rec.partitions.length} partitions over ${rec.members.length} members takes ${size} bytes, more than the group bucket holds (${MAX_ASSIGNMENT_RECORD}): use the modulo assignor for this topic`);
+  }
+  return body;
+}
+
+function sameList(a, b) { return a.length === b.length && a.every((v, i) => v === b[i]); }
+
+/** Whether a record no longer matches the group (§6.2.1, "Who writes"): none, or other members, partitions or epoch. */
+export function needsAssignment(rec, members, partitions, epoch) {
+  return !rec || rec.epoch !== epoch || !sameList(rec.members, members) || !sameList(rec.partitions, partitions);
+}
+
+/**
+ * Whether this member writes the next record (§6.2.1): it is the leader (first of the sorted live
+ * members), its view is complete (every member key read), the record no longer matches, and a
+ * member the record has and the view lacks was missed by the previous rebalance's view too.
+ */
+export function stickyWrites({ record, members, partitions, epoch, me, complete, previousView }) {
+  if (!complete || members.length === 0 || members[0] !== me || !needsAssignment(record, members, partitions, epoch)) return false;
+  if (!record) return true;
+  const live = new Set(members);
+  const drops = record.members.some((x) => !live.has(x));
+  return !drops || (!!previousView && sameList(previousView, members));
+}
+
+/** The partitions a record gives member me among the assignable ones, sorted (none without a record). */
+export function stickyWants(rec, me, assignable) {
+  if (!rec) return [];
+  const ok = new Set(assignable);
+  const out = [];
+  for (const [q, who] of ownerMap(rec)) if (who === me && ok.has(q)) out.push(q);
+  return out.sort((a, b) => a - b);
 }

@@ -9,9 +9,12 @@ sequences; ``pos(q)`` is the group's effective committed position of partition q
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+import json
+from functools import cmp_to_key
+from typing import Any, Callable, Optional, Sequence
 
 from . import wire
+from .errors import BadRequest
 
 Pos = Callable[[int], int]
 
@@ -205,3 +208,188 @@ def batches(recs: list, per_key: bool, size: int) -> list:
     if cur:
         out.append(cur)
     return out
+
+
+# --- the sticky assignor (spec/protocol.md §6.2.1, §6.2.2) -------------------------------------------
+#
+# Pure: the partitioners are a function argument, place(epoch) -> the partitions (a sequence of
+# 4096 ints) of STICKY_SAMPLE under that epoch of the topic. Records are the dicts of g.assignment,
+# with Go's field names (client/assign.go, broker/wire).
+
+STICKY_SAMPLE: tuple = tuple(str(i).encode() for i in range(4096))
+"""§6.2.1 step 1: the keys whose bytes are the ASCII decimal digits of 0..4095."""
+
+ASSIGNMENT_HISTORY = 16
+"""How many records' summaries a record's history keeps (§6.2.1)."""
+
+MAX_ASSIGNMENT_RECORD = 60 << 10
+"""The largest record (bytes of JSON) pctl's clients write: under the bucket's 64 KiB (§8.5)."""
+
+Place = Callable[[int], Sequence[int]]
+
+
+def modulo_assignment(members: Sequence[str], partitions: Sequence[int], epoch: int) -> dict:
+    """§6.2's modulo assignor as a record: the i-th partition to member i mod m."""
+    return {"assignor": "modulo", "epoch": epoch, "members": list(members), "partitions": list(partitions),
+            "owners": [j % len(members) for j in range(len(partitions))]}
+
+
+def _owner_map(a: dict) -> dict:
+    ms, owners = a.get("members") or [], a.get("owners") or []
+    out = {}
+    for j, q in enumerate(a.get("partitions") or []):
+        o = owners[j] if j < len(owners) else None
+        if isinstance(o, int) and 0 <= o < len(ms):
+            out[q] = ms[o]
+    return out
+
+
+def moved_keys(frm: dict, to: dict, place: Place) -> float:
+    """§6.2.2: the fraction of the sample whose owner differs between two records (keys either
+    leaves out do not count)."""
+    pf, pt = place(frm["epoch"]), place(to["epoch"])
+    of, ot = _owner_map(frm), _owner_map(to)
+    moved = total = 0
+    for k in range(len(STICKY_SAMPLE)):
+        a, b = of.get(pf[k]), ot.get(pt[k])
+        if a is None or b is None:
+            continue
+        total += 1
+        if a != b:
+            moved += 1
+    return 0.0 if total == 0 else moved / total
+
+
+def _strictly_sorted(xs: Sequence) -> bool:
+    return all(xs[i - 1] < xs[i] for i in range(1, len(xs)))
+
+
+def next_assignment(prev: Optional[dict], members: Sequence[str], partitions: Sequence[int], epoch: int,
+                    place: Place, at: str = "") -> dict:
+    """§6.2.1: the sticky assignor's next record from the previous one (None for the first), the
+    sorted live members, the sorted assignable partitions and the current epoch; ``at`` is the
+    RFC 3339 time it records. Raises BadRequest for no member or unsorted input."""
+    m, n = len(members), len(partitions)
+    if m == 0:
+        raise BadRequest("an assignment needs at least one member")
+    if not _strictly_sorted(members) or not _strictly_sorted(partitions):
+        raise BadRequest("members and partitions must be sorted, without duplicates")
+    nxt: dict = {"assignor": "sticky", "round": 1, "epoch": epoch, "members": list(members),
+                 "partitions": list(partitions), "owners": [0] * n}
+    index = {x: i for i, x in enumerate(members)}
+    slot = {q: j for j, q in enumerate(partitions)}
+    cands: list = []  # (j, x, num, den): w(partitions[j], members[x]) = num/den > 0
+    if prev is not None:
+        nxt["round"] = int(prev["round"]) + 1
+        prev_owner = {q: index[who] for q, who in _owner_map(prev).items() if who in index}
+
+        def direct(j: int) -> None:
+            if partitions[j] in prev_owner:
+                cands.append((j, prev_owner[partitions[j]], 1, 1))
+
+        if prev["epoch"] == epoch:
+            for j in range(n):
+                direct(j)
+        else:
+            old_p, new_p = place(prev["epoch"]), place(epoch)
+            den = [0] * n
+            num: dict = {}
+            for k in range(len(STICKY_SAMPLE)):
+                j = slot.get(new_p[k])
+                if j is None:
+                    continue
+                den[j] += 1
+                x = prev_owner.get(old_p[k])
+                if x is not None:
+                    num[(j, x)] = num.get((j, x), 0) + 1
+            cands = [(j, x, c, den[j]) for (j, x), c in num.items()]
+            for j in range(n):
+                if den[j] == 0:
+                    direct(j)
+
+    def order(a: tuple, b: tuple) -> int:
+        # Weights compared exactly, as fractions: a/b > c/d iff a*d > c*b; then q, then x ascending.
+        l, r = a[2] * b[3], b[2] * a[3]
+        if l != r:
+            return -1 if l > r else 1
+        return (a[0] - b[0]) or (a[1] - b[1])
+
+    cands.sort(key=cmp_to_key(order))
+    base, extra = divmod(n, m)
+    count = [0] * m
+    big = 0
+    done = [False] * n
+
+    def may_take(x: int) -> bool:
+        return count[x] < base or (count[x] == base and big < extra)
+
+    def give(j: int, x: int) -> None:
+        nonlocal big
+        nxt["owners"][j] = x
+        done[j] = True
+        count[x] += 1
+        if count[x] == base + 1:
+            big += 1
+
+    for j, x, _, _ in cands:
+        if not done[j] and may_take(x):
+            give(j, x)
+    for j in range(n):
+        if done[j]:
+            continue
+        best = -1
+        for x in range(m):
+            if may_take(x) and (best < 0 or count[x] < count[best]):
+                best = x
+        give(j, best)
+    summary: dict = {"round": nxt["round"], "epoch": epoch, "members": m, "partitions": n}
+    if prev is not None:
+        nxt["moved"] = moved_keys(prev, nxt, place)
+        nxt["moved_modulo"] = moved_keys(modulo_assignment(prev["members"], prev["partitions"], prev["epoch"]),
+                                         modulo_assignment(nxt["members"], nxt["partitions"], epoch), place)
+        summary["moved"], summary["moved_modulo"] = nxt["moved"], nxt["moved_modulo"]
+    if at:
+        nxt["at"] = summary["at"] = at
+    nxt["history"] = (list(prev.get("history") or []) if prev is not None else []) + [summary]
+    nxt["history"] = nxt["history"][-ASSIGNMENT_HISTORY:]
+    return nxt
+
+
+def encode_assignment(rec: dict, group: str = "") -> bytes:
+    """A record's JSON, or BadRequest when it exceeds MAX_ASSIGNMENT_RECORD (§6.2.1: the group
+    cannot use sticky on this topic)."""
+    body = json.dumps(rec, separators=(",", ":")).encode()
+    if len(body) > MAX_ASSIGNMENT_RECORD:
+        raise BadRequest(f"group {group}: the sticky assignment of {len(rec['partitions'])} partitions over "
+                         f"{len(rec['members'])} members takes {len(body)} bytes, more than the group bucket holds "
+                         f"({MAX_ASSIGNMENT_RECORD}): use the modulo assignor for this topic")
+    return body
+
+
+def needs_assignment(rec: Optional[dict], members: Sequence[str], partitions: Sequence[int], epoch: int) -> bool:
+    """§6.2.1, who writes: the record is missing or has other members, partitions or epoch."""
+    return (rec is None or rec.get("epoch") != epoch or list(rec.get("members") or []) != list(members)
+            or list(rec.get("partitions") or []) != list(partitions))
+
+
+def sticky_writes(record: Optional[dict], members: Sequence[str], partitions: Sequence[int], epoch: int, me: str,
+                  complete: bool, previous_view: Optional[Sequence[str]]) -> bool:
+    """§6.2.1: this member writes the next record: it is the leader (first of the sorted live
+    members), its view is whole, the record no longer matches, and a member the record has and
+    the view lacks was missed by the previous rebalance's view too."""
+    if not complete or not members or members[0] != me or not needs_assignment(record, members, partitions, epoch):
+        return False
+    if record is None:
+        return True
+    live = set(members)
+    drops = any(x not in live for x in record.get("members") or [])
+    return not drops or (previous_view is not None and list(previous_view) == list(members))
+
+
+def sticky_wants(rec: Optional[dict], me: str, assignable: Sequence[int]) -> list:
+    """The partitions a record gives member ``me`` among the assignable ones, sorted (none
+    without a record)."""
+    if rec is None:
+        return []
+    ok = set(assignable)
+    return sorted(q for q, who in _owner_map(rec).items() if who == me and q in ok)

@@ -331,6 +331,10 @@ class Client:
           older partitions (per-key order across epoch changes is then NOT kept; for benchmarks);
         - `max_buffered` [512]: records fetched ahead per partition;
         - `logf`: receives the member's decisions (acquire, release, lost, gates waiting long).
+        - `assignor` [None]: a new group's assignor (spec/protocol.md §6.2): "modulo" (the default)
+          or "sticky" (keeps each key with the member that holds its state, §6.2.1; the group's
+          leader records the assignment in ``g.assignment``); an existing group keeps its own, and
+          one that differs from the assignor given raises :class:`pctl.Conflict`.
 
         Needs the consumer or admin role."""
         from .consumer import Consumer

@@ -124,6 +124,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--heartbeat", default="1s", help="how often the member announces itself and rebalances (Go duration)")
     p.add_argument("--misplaced", default="stop", choices=["stop", "deliver", "skip"],
                    help="a record outside its key's partition (protocol §6.8): stop before it (default), deliver it flagged, or skip it")
+    p.add_argument("--assignor", default=None, choices=["modulo", "sticky"],
+                   help="a new group's assignor (protocol §6.2): modulo (default) or sticky; an existing group keeps its own")
     return p
 
 
@@ -163,7 +165,7 @@ async def _run(args: argparse.Namespace, idle: float, heartbeat: float, out: IO[
             cn = await c.consumer(args.topic, args.group, member=args.member, from_beginning=args.from_beginning,
                                   auto_commit=False, heartbeat=heartbeat, session_timeout=max(6.0, 3 * heartbeat),
                                   on_revoked=on_revoked, misplaced=args.misplaced, on_misplaced=on_misplaced,
-                                  start=args.start)
+                                  start=args.start, assignor=args.assignor)
         except PctlError as e:
             print(f"consume: {e}", file=sys.stderr)
             return 2 if isinstance(e, (BadRequest, NotFound)) else 1

@@ -75,6 +75,16 @@ class ConsumerStats:
     lost: int = 0
     resets: int = 0
     misplaced: int = 0
+    # Sticky groups (spec/protocol.md §6.2.1): the assignment records this member wrote as the
+    # leader, and the fractions of keys that changed member at the last one, under sticky and
+    # under modulo (§6.2.2).
+    assignments: int = 0
+    moved: Optional[float] = None
+    moved_modulo: Optional[float] = None
+
+
+# The assignors of spec/protocol.md §6.2 this SDK implements.
+ASSIGNORS = ("modulo", "sticky")
 
 
 class _PState:
@@ -174,8 +184,14 @@ class Consumer:
                  max_buffered: int, on_assigned: Optional[Callback], on_revoked: Optional[Callback],
                  on_keys_assigned: Optional[Callback], on_keys_revoked: Optional[Callback],
                  logf: Optional[Callable[[str], None]], misplaced: str = "stop", on_misplaced: Optional[Callback] = None,
-                 start: Optional[str] = None):
+                 start: Optional[str] = None, assignor: Optional[str] = None):
         self._c = client
+        self._assignor_asked = assignor
+        self._assignor = "modulo"  # the group's (_check_assignor)
+        self._record: Optional[dict] = None  # sticky: the last g.assignment read, and its revision
+        self._record_rev = 0
+        self._last_view: Optional[list] = None  # sticky: the live members of the previous rebalance
+        self._samples: dict = {}  # sticky: (digest, config, n) -> the key sample's partitions
         self._start_from = start
         self._start_epoch = 0  # the group reads the current epoch alone from this epoch on (g.start, §10.5)
         self._misplaced = misplaced
@@ -241,10 +257,13 @@ class Consumer:
                      on_revoked: Optional[Callback] = None, on_keys_assigned: Optional[Callback] = None,
                      on_keys_revoked: Optional[Callback] = None,
                      logf: Optional[Callable[[str], None]] = None, misplaced: str = "stop",
-                     on_misplaced: Optional[Callback] = None, start: Optional[str] = None) -> "Consumer":
+                     on_misplaced: Optional[Callback] = None, start: Optional[str] = None,
+                     assignor: Optional[str] = None) -> "Consumer":
         """Joins `group` on `topic` (see :meth:`pctl.Client.consumer`)."""
         if start is not None and start not in STARTS:
             raise BadRequest(f"start={start!r}: give \"now\", \"beginning\" or \"current-epoch\" (spec/protocol.md §6.1, §10.5)")
+        if assignor is not None and assignor not in ASSIGNORS:
+            raise BadRequest(f"assignor={assignor!r}: give \"modulo\" or \"sticky\" (spec/protocol.md §6.2)")
         if misplaced not in ("stop", "deliver", "skip"):
             raise BadRequest(f"misplaced={misplaced!r}: give \"stop\", \"deliver\" or \"skip\" (spec/protocol.md §6.8)")
         wire.valid_name("topic name", topic)
@@ -262,7 +281,7 @@ class Consumer:
                  session_timeout=session_timeout, commit_interval=commit_interval, gating=gating,
                  max_buffered=max_buffered, on_assigned=on_assigned, on_revoked=on_revoked,
                  on_keys_assigned=on_keys_assigned, on_keys_revoked=on_keys_revoked, logf=logf, misplaced=misplaced,
-                 on_misplaced=on_misplaced, start=start)
+                 on_misplaced=on_misplaced, start=start, assignor=assignor)
         await cn._start()
         return cn
 
@@ -326,7 +345,7 @@ class Consumer:
                                                                             separators=(",", ":")).encode())
             except _nats.KVConflict:
                 pass
-        for q in range(_max_partitions(self._desc)):
+        for q in range(_rules.max_partitions(self._desc)):
             start = 0
             if frm == "current-epoch":
                 start = compaction.current_epoch_start(raw, q)
@@ -336,6 +355,10 @@ class Consumer:
                 await self._kv.create(self._prefix + f"p.{q}", _pstate_json("", 0, start, 0))
             except _nats.KVConflict:
                 pass
+        try:  # the group's assignor, before g.created (§6.1; first writer wins)
+            await self._kv.create(self._prefix + "g.assignor", json.dumps({"assignor": self._assignor_asked or "modulo"}).encode())
+        except _nats.KVConflict:
+            pass
         try:
             await self._kv.create(marker, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ").encode())
         except _nats.KVConflict:
@@ -367,7 +390,8 @@ class Consumer:
         return not ((self._start_epoch > 0 and o[0] < self._start_epoch) or compaction.origin_retired(self._desc.raw, o[0]))
 
     async def _check_assignor(self) -> None:
-        """§6.1: join only a group whose assignor this SDK implements (modulo; no key: modulo)."""
+        """§6.1: join only a group whose assignor this SDK implements (modulo, sticky; no key:
+        modulo), and that is the one asked for, if any."""
         e = await self._kv.get(self._prefix + "g.assignor")
         a: Any = "modulo"
         if e is not None and not e.deleted:
@@ -375,11 +399,15 @@ class Consumer:
                 a = json.loads(e.value).get("assignor")
             except (ValueError, AttributeError):
                 a = e.value
-        if a != "modulo":
+        if a not in ASSIGNORS:
             err = PctlError(f"group {self.group} of topic {self.topic} uses the assignor {a!r}, which this client does not "
-                            "implement (it knows modulo): use a client that implements it (pctl's Go client), or another group")
+                            "implement (it knows modulo and sticky): use a client that implements it, or another group")
             err.code = "unsupported"
             raise err
+        if self._assignor_asked is not None and self._assignor_asked != a:
+            raise Conflict(f"group {self.group} of topic {self.topic} uses the assignor {a}, not the {self._assignor_asked} "
+                           f"this consumer asked for: ask for {a}, or use another group")
+        self._assignor = a
 
     # --- public API -------------------------------------------------------------------------------------
 
@@ -829,6 +857,11 @@ class Consumer:
             else:
                 self._members[rest] = raw.time_ns
             return
+        if kind == "g" and rest == "assignment":
+            if self._assignor == "sticky":  # the leader's new record
+                self._rebalance = True
+                self._wake.set()
+            return
         if kind == "p":
             try:
                 q = int(rest)
@@ -965,10 +998,71 @@ class Consumer:
     def _assignable(self) -> list:
         return _rules.assignable(self._desc, self._position)
 
-    def _wanted(self) -> set:
+    async def _wanted(self) -> set:
+        """§6.2: the partitions this member should read: by modulo, or by the sticky record, which
+        the leader rewrites when it no longer matches the group (§6.2.1)."""
         members = self._live_members()
-        me = members.index(self.member)
-        return {q for i, q in enumerate(self._assignable()) if i % len(members) == me}
+        parts = self._assignable()
+        if self._assignor != "sticky":
+            me = members.index(self.member)
+            return {q for i, q in enumerate(parts) if i % len(members) == me}
+        key = self._prefix + "g.assignment"
+        rec, rev, read_ok = self._record, self._record_rev, True
+        try:
+            e = await self._kv.get(key)
+            rec, rev = None, 0
+            if e is not None:
+                rev = e.revision
+                if not e.deleted:
+                    rec = json.loads(e.value)
+        except (PctlError, ValueError) as err:
+            if isinstance(err, PermissionDenied):
+                raise
+            read_ok = False
+            rec, rev = self._record, self._record_rev
+            self._logf(f"member {self.member}: read the group's assignment: {err} (keeping the last one)")
+        desc = self._desc
+        epoch = desc.current.epoch
+        previous_view, self._last_view = self._last_view, members
+        # The view is whole once the group watch has delivered every member key (its snapshot).
+        complete = read_ok and self._watch is not None and self._watch.caught_up.is_set()
+        if _rules.sticky_writes(rec, members, parts, epoch, self.member, complete, previous_view):
+            samples: dict = {}
+            for ep in desc.epochs:
+                if rec is not None and ep.epoch in (rec.get("epoch"), epoch):
+                    samples[ep.epoch] = await self._sample_partitions(ep)
+            def place(e: int) -> list:
+                if e not in samples:
+                    raise NotFound(f"topic {self.topic} has no epoch {e}")
+                return samples[e]
+
+            nxt = _rules.next_assignment(rec, members, parts, epoch, place,
+                                         datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+            body = _rules.encode_assignment(nxt, self.group)  # BadRequest: no retry mends it
+            try:
+                rev = await (self._kv.update(key, body, rev) if rec is not None else self._kv.create(key, body))
+                rec = nxt
+                self.stats.assignments += 1
+                if "moved" in nxt:
+                    self.stats.moved, self.stats.moved_modulo = nxt["moved"], nxt["moved_modulo"]
+                self._logf(f"member {self.member}: wrote assignment round {nxt['round']} (epoch {epoch}, {len(members)} members, "
+                           f"{len(parts)} partitions, moved {nxt.get('moved', '-')}, modulo would move {nxt.get('moved_modulo', '-')})")
+            except PermissionDenied:
+                raise
+            except (PctlError, _nats.KVConflict) as err:
+                self._logf(f"member {self.member}: write the group's assignment: {err} (the next rebalance reads the winner)")
+        self._record, self._record_rev = rec, rev
+        return set(_rules.sticky_wants(rec, self.member, parts))
+
+    async def _sample_partitions(self, ep: wire.Epoch) -> list:
+        """§6.2.1 step 1: the partitions of the sticky assignor's key sample under epoch ep."""
+        k = (ep.partitioner.digest, ep.partitioner.config, ep.partitions)
+        out = self._samples.get(k)
+        if out is None:
+            p = await self._partitioner(ep)
+            out = p.partition_many(list(_rules.STICKY_SAMPLE), ep.partitions)
+            self._samples[k] = out
+        return out
 
     async def _control(self) -> None:
         """Seeks and rebalances, in the iterator's task (between two records)."""
@@ -977,7 +1071,11 @@ class Consumer:
         if not self._rebalance or self._closed:
             return
         self._rebalance = False
-        want = self._wanted()
+        try:
+            want = await self._wanted()
+        except BadRequest as e:  # a sticky record over the bucket's limit: this group cannot use sticky here
+            self._fail(e)
+            return
         drop = [p for p in self._parts.values() if p.lost or p.q not in want]
         if drop:
             for part in drop:
@@ -1499,24 +1597,6 @@ def _ended(t: wire.Topic):
             yield es[i], es[i + 1]
 
 
-def _max_partitions(t: wire.Topic) -> int:
-    m = max((e.partitions for e in t.epochs), default=0)
-    ch = t.change or {}
-    try:
-        m = max(m, int(ch.get("partitions") or 0))
-    except (TypeError, ValueError):
-        pass
-    return m
-
-
-def _final_boundary(t: wire.Topic, q: int) -> int:
-    last = 0
-    for e in t.epochs[:-1]:
-        if e.boundaries is not None and q < len(e.boundaries):
-            last = e.boundaries[q]
-    return last
-
-
 def _now_rfc3339() -> str:
     return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
 
@@ -1611,7 +1691,7 @@ async def reset_group(client: "Client", topic: str, group: str, kind: str, tms: 
                 gen = int(json.loads(g.value).get("generation") or 0)
             except (ValueError, TypeError, AttributeError):
                 gen = 0
-        m = _max_partitions(desc)
+        m = _rules.max_partitions(desc)
         positions = list(await asyncio.gather(*(_target(client, topic, q, kind, tms) for q in range(m))))
         body: dict[str, Any] = {"generation": gen + 1, "to": kind, "positions": positions, "by": by, "at": _now_rfc3339()}
         if kind == "time":

@@ -147,6 +147,14 @@ public final class Consumer implements AutoCloseable {
     private int depth; // re-entry of the owning thread (callbacks calling commit)
     private final AtomicInteger refreshing = new AtomicInteger(); // 0 idle, 1 refreshing, 2 one more wanted
     private StreamReader watch;
+    private volatile boolean sticky; // the group's assignor is sticky (checkAssignor)
+    private Map<String, Object> record; // sticky, polling thread: the last g.assignment read, and its revision
+    private long recordRev;
+    private List<String> lastView; // sticky, polling thread: the live members of the previous rebalance
+    private final Map<String, int[]> samples = new java.util.concurrent.ConcurrentHashMap<>(); // sticky: the key sample's partitions
+    private long assignments; // mu
+    private Double moved; // mu
+    private Double movedModulo; // mu
     private Thread watchThread;
     private final List<StreamReader> readers = Collections.synchronizedList(new ArrayList<>());
     private final AtomicLong retiredRecoveries = new AtomicLong();
@@ -357,6 +365,11 @@ public final class Consumer implements AutoCloseable {
                 // another member was first
             }
         }
+        try { // the group's assignor, before g.created (§6.1; first writer wins)
+            kv.create(prefix + "g.assignor", GroupKv.utf8("{\"assignor\":\"" + (o.assignor() != null ? o.assignor() : "modulo") + "\"}"));
+        } catch (GroupKv.Conflict e) {
+            // another member was first
+        }
         try {
             kv.create(marker, GroupKv.utf8(JsApi.now()));
         } catch (GroupKv.Conflict e) {
@@ -400,7 +413,7 @@ public final class Consumer implements AutoCloseable {
         }
     }
 
-    /** §6.1: join only a group whose assignor this SDK implements (modulo; no key: modulo). */
+    /** §6.1: join only a group whose assignor this SDK implements (modulo, sticky; no key: modulo), and the one asked for, if any. */
     private void checkAssignor() {
         GroupKv.Entry e = kv.get(prefix + "g.assignor");
         Object a = "modulo";
@@ -411,10 +424,99 @@ public final class Consumer implements AutoCloseable {
                 a = new String(e.value(), StandardCharsets.UTF_8);
             }
         }
-        if (!"modulo".equals(a)) {
+        if (!"modulo".equals(a) && !"sticky".equals(a)) {
             throw new PctlException(ErrorCode.INTERNAL, "unsupported", "group " + group + " of topic " + topic + " uses the assignor " + a
-                    + ", which this client does not implement (it knows modulo): use a client that implements it (pctl's Go client), or another group", null, null);
+                    + ", which this client does not implement (it knows modulo and sticky): use a client that implements it, or another group", null, null);
         }
+        if (o.assignor() != null && !o.assignor().equals(a)) {
+            throw new ConflictException("group " + group + " of topic " + topic + " uses the assignor " + a + ", not the " + o.assignor()
+                    + " this consumer asked for: ask for " + a + ", or use another group");
+        }
+        sticky = "sticky".equals(a);
+    }
+
+    /**
+     * §6.2.1: the partitions the group's sticky record gives this member; as the leader (first of
+     * the live members, its view whole) it first writes the next record by compare-and-set when
+     * the last one no longer matches. Network calls: no lock held. Throws BadRequestException for
+     * a record over the bucket's limit (no retry mends it).
+     */
+    private Set<Integer> stickyWanted(List<String> ms, List<Integer> as, TopicDescriptor d) {
+        String key = prefix + "g.assignment";
+        Map<String, Object> rec = record;
+        long rev = recordRev;
+        boolean readOk = true;
+        try {
+            GroupKv.Entry e = kv.get(key);
+            rec = null;
+            rev = 0;
+            if (e != null) {
+                rev = e.revision();
+                if (!e.deleted()) {
+                    @SuppressWarnings("unchecked")
+                    Map<String, Object> m = (Map<String, Object>) dev.pctl.internal.Json.parse(new String(e.value(), StandardCharsets.UTF_8));
+                    rec = m;
+                }
+            }
+        } catch (PermissionDeniedException e) {
+            throw e;
+        } catch (RuntimeException | dev.pctl.internal.Json.JsonException e) {
+            readOk = false;
+            rec = record;
+            rev = recordRev;
+            log("member " + member + ": read the group's assignment: " + e.getMessage() + " (keeping the last one)");
+        }
+        int epoch = d.current().number();
+        List<String> previousView = lastView;
+        lastView = ms;
+        // The view is whole once the group watch has delivered every member key (its snapshot).
+        boolean complete = readOk && watch != null && watch.caughtUp();
+        if (StickyAssignor.writes(rec, ms, as, epoch, member, complete, previousView)) {
+            Map<String, Object> next = null;
+            try {
+                next = StickyAssignor.next(rec, ms, as, epoch, e -> samplePartitions(d, e), java.time.Instant.now().truncatedTo(java.time.temporal.ChronoUnit.SECONDS).toString());
+            } catch (BadRequestException x) {
+                throw x;
+            } catch (RuntimeException x) {
+                log("member " + member + ": compute the group's assignment: " + x.getMessage() + " (the next rebalance retries)");
+            }
+            if (next != null) {
+                byte[] body = StickyAssignor.encode(next, group);
+                try {
+                    rev = rec != null ? kv.update(key, body, rev) : kv.create(key, body);
+                    rec = next;
+                    mu.lock();
+                    try {
+                        assignments++;
+                        if (next.get("moved") instanceof Double mv) {
+                            moved = mv;
+                            movedModulo = (Double) next.get("moved_modulo");
+                        }
+                    } finally {
+                        mu.unlock();
+                    }
+                    log("member " + member + ": wrote assignment round " + next.get("round") + " (epoch " + epoch + ", " + ms.size() + " members, "
+                            + as.size() + " partitions, moved " + next.get("moved") + ", modulo would move " + next.get("moved_modulo") + ")");
+                } catch (PermissionDeniedException x) {
+                    throw x;
+                } catch (GroupKv.Conflict | RuntimeException x) {
+                    log("member " + member + ": write the group's assignment: " + x.getMessage() + " (the next rebalance reads the winner)");
+                }
+            }
+        }
+        record = rec;
+        recordRev = rev;
+        return new HashSet<>(StickyAssignor.wants(rec, member, as));
+    }
+
+    /** §6.2.1 step 1: the partitions of the sticky assignor's key sample under epoch e of d. */
+    private int[] samplePartitions(TopicDescriptor d, int e) {
+        TopicDescriptor.Epoch ep = d.epoch(e);
+        if (ep == null) {
+            throw new NotFoundException("topic " + topic + " has no epoch " + e);
+        }
+        String k = ep.partitioner().digest() + "/" + java.util.Arrays.toString(ep.partitioner().config()) + "/" + ep.partitions();
+        return samples.computeIfAbsent(k, x -> c.partitioner(ep.partitioner()).partitionAll(StickyAssignor.SAMPLE, ep.partitions()));
     }
 
     // ---- public API ---------------------------------------------------------------------------
@@ -481,7 +583,7 @@ public final class Consumer implements AutoCloseable {
         }
         mu.lock();
         try {
-            return new ConsumerStats(delivered, gated, totalWait, maxWait, commits, lostCount, resets, misplacedCount, rec);
+            return new ConsumerStats(delivered, gated, totalWait, maxWait, commits, lostCount, resets, misplacedCount, rec, assignments, moved, movedModulo);
         } finally {
             mu.unlock();
         }
@@ -1472,6 +1574,11 @@ public final class Consumer implements AutoCloseable {
                     }
                     return;
                 case "g":
+                    if (rest.equals("assignment") && sticky) {
+                        rebalance = true; // the leader's new record
+                        wakeAllLocked();
+                        return;
+                    }
                     if (rest.equals("reset") && op.isEmpty()) {
                         seeResetLocked(raw.seq(), raw.data());
                     }
@@ -1774,13 +1881,37 @@ public final class Consumer implements AutoCloseable {
         }
         Set<Integer> want;
         List<Part> drop = new ArrayList<>();
+        Set<Integer> stickyWant = null;
+        if (sticky) {
+            List<String> ms;
+            List<Integer> as;
+            TopicDescriptor d;
+            mu.lock();
+            try {
+                if (!rebalance || closed) {
+                    return;
+                }
+                rebalance = false;
+                ms = liveMembersLocked();
+                as = assignableLocked();
+                d = desc;
+            } finally {
+                mu.unlock();
+            }
+            try {
+                stickyWant = stickyWanted(ms, as, d);
+            } catch (BadRequestException e) {
+                fail(e);
+                return;
+            }
+        }
         mu.lock();
         try {
-            if (!rebalance || closed) {
+            if (stickyWant == null && (!rebalance || closed)) {
                 return;
             }
             rebalance = false;
-            want = wantedLocked();
+            want = stickyWant != null ? stickyWant : wantedLocked();
             for (Part p : parts.values()) {
                 if (p.lost || !want.contains(p.q)) {
                     drop.add(p);

@@ -37,6 +37,7 @@ public final class ConsumerOptions {
     private final int maxPollRecords;
     private final RebalanceListener listener;
     private final MisplacedPolicy misplaced;
+    private final String assignor;
     private final java.util.function.Consumer<ConsumerRecord> onMisplaced;
     private final java.util.function.Consumer<String> logger;
 
@@ -54,6 +55,7 @@ public final class ConsumerOptions {
         this.maxPollRecords = b.maxPollRecords;
         this.listener = b.listener;
         this.misplaced = b.misplaced;
+        this.assignor = b.assignor;
         this.onMisplaced = b.onMisplaced;
         this.logger = b.logger;
     }
@@ -134,6 +136,11 @@ public final class ConsumerOptions {
         return misplaced;
     }
 
+    /** The assignor asked for ("modulo" or "sticky"), or null: a new group's, checked against an existing group's (§6.1). */
+    public String assignor() {
+        return assignor;
+    }
+
     /** Called with every misplaced record read, or null. */
     public java.util.function.Consumer<ConsumerRecord> onMisplaced() {
         return onMisplaced;
@@ -159,6 +166,7 @@ public final class ConsumerOptions {
         private int maxPollRecords = 500;
         private RebalanceListener listener = NONE;
         private MisplacedPolicy misplaced = MisplacedPolicy.STOP;
+        private String assignor;
         private java.util.function.Consumer<ConsumerRecord> onMisplaced;
         private java.util.function.Consumer<String> logger;
 
@@ -273,6 +281,19 @@ public final class ConsumerOptions {
         /** What to do with a misplaced record (spec/protocol.md §6.8). Default {@link MisplacedPolicy#STOP}. */
         public Builder misplaced(MisplacedPolicy p) {
             this.misplaced = Objects.requireNonNull(p, "misplaced policy");
+            return this;
+        }
+
+        /**
+         * A new group's assignor (spec/protocol.md §6.2): "modulo" (the default) or "sticky" (keeps
+         * each key with the member that holds its state, §6.2.1). An existing group keeps its own;
+         * one whose assignor differs from the one given refuses the member ({@link ConflictException}).
+         */
+        public Builder assignor(String a) {
+            if (a != null && !a.equals("modulo") && !a.equals("sticky")) {
+                throw new BadRequestException("assignor " + a + ": give modulo or sticky (spec/protocol.md §6.2)");
+            }
+            this.assignor = a;
             return this;
         }
 

@@ -234,6 +234,16 @@ final class StreamReader implements AutoCloseable {
         }
     }
 
+    /** Whether the reader has seen the end of the stream once. */
+    boolean caughtUp() {
+        lock.lock();
+        try {
+            return caughtUp;
+        } finally {
+            lock.unlock();
+        }
+    }
+
     /** Waits up to timeoutNanos until the reader has seen the end of the stream once. */
     boolean awaitCaughtUp(long timeoutNanos) throws InterruptedException {
         long deadline = System.nanoTime() + timeoutNanos;

@@ -42,7 +42,7 @@ import java.util.regex.Pattern;
  *
  * <pre>
  *   consume --server URL --creds FILE --topic T --group G [--from-beginning] [--from now|beginning|current-epoch] [--idle-exit D] [--max N]
- *           [--member ID] [--heartbeat D] [--misplaced stop|deliver|skip]
+ *           [--member ID] [--heartbeat D] [--misplaced stop|deliver|skip] [--assignor modulo|sticky]
  * </pre>
  *
  * <p>Runs one member of consumer group G on topic T and prints every record it is given as one
@@ -79,7 +79,7 @@ public final class Consume {
     static final int EXIT_USAGE = 2;
 
     private static final String USAGE = "usage: consume --server URL --creds FILE --topic T --group G [--from-beginning] [--from now|beginning|current-epoch] [--idle-exit D] [--max N] "
-            + "[--member ID] [--heartbeat D] [--misplaced stop|deliver|skip] [--verbose]";
+            + "[--member ID] [--heartbeat D] [--misplaced stop|deliver|skip] [--assignor modulo|sticky] [--verbose]";
 
     private Consume() {}
 
@@ -136,6 +136,7 @@ public final class Consume {
         String hbArg = "1s";
         String misplacedArg = "stop";
         String startArg = null;
+        String assignorArg = null;
         boolean verbose = false;
         int first = args.length > 0 && args[0].equals("consume") ? 1 : 0;
         for (int i = first; i < args.length; i++) {
@@ -202,6 +203,9 @@ public final class Consume {
                 case "--from":
                     startArg = value;
                     break;
+                case "--assignor":
+                    assignorArg = value;
+                    break;
                 default:
                     return usage(stderr, "unknown flag " + flag);
             }
@@ -241,7 +245,8 @@ public final class Consume {
         ConsumerOptions.Builder ob;
         try {
             ob = ConsumerOptions.builder(group).member(member).fromBeginning(fromBeginning).start(startArg).autoCommit(false)
-                    .heartbeat(Duration.ofNanos(hb)).sessionTimeout(Duration.ofNanos(Math.max(6_000_000_000L, 3 * hb))).misplaced(policy);
+                    .heartbeat(Duration.ofNanos(hb)).sessionTimeout(Duration.ofNanos(Math.max(6_000_000_000L, 3 * hb))).misplaced(policy)
+                    .assignor(assignorArg);
         } catch (BadRequestException e) {
             return usage(stderr, e.getMessage());
         }
