@@ -16,6 +16,7 @@ import (
 
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/conformance"
+	"pctl.dev/pctl/internal/proto"
 )
 
 // Status is a snapshot of what the broker can see: every topic with its descriptor, its
@@ -46,7 +47,10 @@ type TopicStatus struct {
 	Revision uint64         `json:"revision"`
 	Streams  []StreamStatus `json:"streams"` // by partition, every stream the topic ever had
 	Groups   []GroupStatus  `json:"groups"`
-	Error    string         `json:"error,omitempty"` // what could not be read
+	// Backfills is every backfill the descriptor records, newest first, as `pctl topic
+	// describe` words it (spec/protocol.md §10.3).
+	Backfills []wire.BackfillProgress `json:"backfills"`
+	Error     string                  `json:"error,omitempty"` // what could not be read
 }
 
 // StreamStatus is one partition stream.
@@ -99,6 +103,19 @@ type PluginStatus struct {
 	Report *conformance.Report `json:"report,omitempty"`
 }
 
+// leaseOwner is the owner a snapshot shows for a partition: its lease's holder while the lease
+// is live as another member counts it (spec/protocol.md §6.3, §9: now < lease_end + S, S =
+// min(1 s, session / 6), proto.LeaseLive), else none. lease_end is by the holder's clock, now by
+// this broker's. The group's session timeout is not recorded, so S is the default session's
+// (1 s), which is also the largest S of any session: the page shows an owner as long as some
+// member may still count its lease as held, and never one that every member counts expired.
+func leaseOwner(ps wire.PartitionState, now time.Time) string {
+	if proto.LeaseLive(ps.Owner, ps.LeaseEnd, now.UnixMilli(), proto.MaxClockSkew(memberLive)) {
+		return ps.Owner
+	}
+	return ""
+}
+
 // memberLive is how recent a member's heartbeat must be to count as live in a snapshot (the
 // default session timeout).
 const memberLive = 6 * time.Second
@@ -119,7 +136,7 @@ func (b *Broker) Status(ctx context.Context) (*Status, error) {
 		if err != nil {
 			continue // deleted meanwhile, or unreadable now
 		}
-		ts := TopicStatus{Topic: *t, Revision: rev, Streams: []StreamStatus{}, Groups: []GroupStatus{}}
+		ts := TopicStatus{Topic: *t, Revision: rev, Streams: []StreamStatus{}, Groups: []GroupStatus{}, Backfills: t.BackfillsProgress(time.Now())}
 		if err := b.streamStatus(ctx, &ts); err != nil {
 			ts.Error = err.Error()
 		}
@@ -221,9 +238,7 @@ loop:
 				}
 				gp := &get(g).Partitions[q]
 				gp.Position = ps.Position
-				if ps.LeaseEnd > now.UnixMilli() {
-					gp.Owner = ps.Owner
-				}
+				gp.Owner = leaseOwner(ps, now)
 			case "g":
 				gs := get(g)
 				switch name {

@@ -26,6 +26,8 @@ two commands (spec/client-conformance.md is the full protocol):
       Run member M of group G; print each record as 'pctl consume --format jsonl --timestamps'
       does ({"topic","partition","epoch","seq","key"|"key_b64","value","producer","pseq","ts"}),
       acknowledging it only after its line is written. SIGTERM: commit, leave, exit 0.
+      A tombstone prints "tombstone": true. (compacted row: also --from current-epoch instead of
+      --from-beginning; the producer's --tombstone-marker M makes a line key<TAB>M a tombstone.)
 
 Writing a client for it: a thin wrapper around your producer and consumer that speaks these two
 protocols is enough; sdk/node/bin/produce.js and consume.js are about 150 lines each, and
@@ -40,9 +42,14 @@ Scenarios (rows), each on a topic of its own with 3 partitions (kafka-murmur2):
   epochs          grow 3->5, swap the function, shrink 5->2 in the middle of traffic
   member-crash    one of 3 members killed with SIGKILL; duplicates only of its deliveries
   late-member     a second member joins after 2 phases
+  compacted       a compacted topic: many updates per key and tombstones through grow 3->5 and a
+                  function swap, each with its backfill (the producer gets --tombstone-marker M);
+                  then a new group --from current-epoch must get exactly each key's latest value
+                  and no deleted key's value
 Checks: a result per record; placement of acknowledged and delivered records against their
 epoch's module; 'pctl verify' (nothing acknowledged lost, per-key order across members, wrong
-keys, unexpected records, duplicates); members exit 0 on SIGTERM and never by themselves.
+keys, unexpected records, duplicates; --compacted in the compacted row); members exit 0 on
+SIGTERM and never by themselves.
 
 The commands are split on spaces ("node my/produce.js") and run in their own process group with
 PCTL set to this pctl executable. Exit status: 0 every row passed, 1 a row failed, 2 bad usage.

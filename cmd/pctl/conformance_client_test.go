@@ -11,7 +11,7 @@ import (
 func TestConformanceClientUsage(t *testing.T) {
 	ctx := context.Background()
 	expect(t, runCLI(ctx, nil, nil, "conformance", "client", "--help"), exitOK,
-		"PRODUCER --server URL --creds FILE --topic T --producer-id ID", "CONSUMER --server URL", "Writing a client for it", "member-crash")
+		"PRODUCER --server URL --creds FILE --topic T --producer-id ID", "CONSUMER --server URL", "Writing a client for it", "member-crash", "compacted", "--from current-epoch")
 	cases := []struct {
 		name string
 		args []string

@@ -41,6 +41,8 @@ for them); an empty key before the tab is the empty key, which is a key like any
 sends a tombstone for each: a record that deletes its key (spec/protocol.md §10.2; on a
 compacted topic the key's value is gone at once and the tombstone after the topic's delete
 retention). On a compacted topic every record needs a key: a line without a tab is refused.
+--tombstone-marker M mixes both in one input, as every SDK's produce command does: a line
+"key<TAB>M" sends a tombstone for key, any other line is a record as usual.
 
 Records with the same key are stored, and delivered to every consumer group, in line order,
 across epoch changes.
@@ -107,6 +109,7 @@ func cmdProduce(e *env, args []string) int {
 	logPath := fs.String("log", "", "write one JSON line per record's fate to `FILE` (input for 'pctl verify --sent')")
 	timeout := fs.Duration("timeout", 60*time.Second, "how long a record may go unacknowledged, retries included, before it fails; and how long produce waits without any acknowledgement before it gives up")
 	tombstones := fs.Bool("tombstones", false, "every line is a key (hex with --hex): send a tombstone that deletes it")
+	marker := fs.String("tombstone-marker", "", "a line key<TAB>`M` sends a tombstone for key (M as given, not hex)")
 	verbose := fs.Bool("verbose", false, "log retries, fences and re-sends under a new epoch on standard error")
 	pos, st := parse(fs, args)
 	if st >= 0 {
@@ -118,6 +121,9 @@ func cmdProduce(e *env, args []string) int {
 	}
 	if *timeout <= 0 {
 		return usageErr(e, cmd, "--timeout %v: give a positive duration such as 60s", *timeout)
+	}
+	if *tombstones && *marker != "" {
+		return usageErr(e, cmd, "--tombstones and --tombstone-marker exclude each other (--tombstones: every line is a key to delete)")
 	}
 	if *id != "" && wire.ValidGroup(*id) != nil {
 		return usageErr(e, cmd, "--producer-id %q: 1 to 64 characters of A-Z a-z 0-9 _ -", *id)
@@ -177,6 +183,14 @@ func cmdProduce(e *env, args []string) int {
 	parseLine := parseRecord
 	if *tombstones {
 		parseLine = parseTombstone
+	}
+	if m := *marker; m != "" {
+		parseLine = func(line []byte, hexIn bool) (client.Record, error) {
+			if k, v, keyed := bytes.Cut(line, []byte{'\t'}); keyed && string(v) == m {
+				return parseTombstone(k, hexIn)
+			}
+			return parseRecord(line, hexIn)
+		}
 	}
 	go readRecords(e.stdin, *hexIn, parseLine, lines, stop)
 	sendCtx := w.start(e.ctx) // cancelled on SIGINT or when nothing is acknowledged for --timeout

@@ -157,36 +157,20 @@ func describeEpochBackfill(w io.Writer, t *wire.Topic, ep *wire.Epoch) {
 		fmt.Fprintf(w, "  backfill\trunning: %s\n", backfillProgress(t, ep))
 	default:
 		took := ""
-		if bf.Ended != nil {
-			took = fmt.Sprintf(", took %v", bf.Ended.Sub(bf.Started).Round(time.Millisecond))
+		if p := t.BackfillProgress(ep.Epoch, time.Now()); bf.Ended != nil {
+			took = fmt.Sprintf(", took %v (%.0f keys/s)", p.Elapsed.Round(time.Millisecond), p.KeysPerSecond)
 		}
 		fmt.Fprintf(w, "  backfill\tdone: %d copies, %d refused (the key had a newer record), %d tombstones expired%s\n", bf.Copied, bf.Newer, bf.Expired, took)
 	}
 }
 
 // backfillProgress words a running backfill: partitions done, records handled of the old
-// epoch's, copies, and how long it runs.
+// epoch's, copies, and how long it runs (wire.Topic.BackfillProgress, which the status page
+// shows too).
 func backfillProgress(t *wire.Topic, ep *wire.Epoch) string {
-	bf := ep.Backfill
-	prev := t.Epoch(ep.Epoch - 1)
-	parts, handled, total := 0, uint64(0), uint64(0)
-	for q, d := range bf.Done {
-		if prev == nil || q >= len(prev.Boundaries) {
-			continue
-		}
-		start, last := t.EpochStart(prev.Epoch, q), prev.Boundaries[q]
-		if last+1 > start {
-			total += last + 1 - start
-			if d+1 > start {
-				handled += min(d, last) + 1 - start
-			}
-		}
-		if d >= last || start > last {
-			parts++
-		}
-	}
-	return fmt.Sprintf("%d of %d old partitions done, %d of %d stored messages of epoch %d handled, %d copies, %d refused as older, running %v",
-		parts, len(bf.Done), handled, total, ep.Epoch-1, bf.Copied, bf.Newer, time.Since(bf.Started).Round(time.Second))
+	p := t.BackfillProgress(ep.Epoch, time.Now())
+	return fmt.Sprintf("%d of %d old partitions done, %d of %d stored messages of epoch %d handled, %d copies, %d refused as older, running %v, %.0f keys/s",
+		p.PartitionsDone, len(p.Partitions), p.Handled, p.Total, p.From, p.Copied, p.Newer, p.Elapsed.Round(time.Second), p.KeysPerSecond)
 }
 
 func cmdTopicRetire(e *env, args []string) int {

@@ -95,6 +95,9 @@ type scenario struct {
 	allowUnacked      bool // the fault may fail records (fewer than half)
 	dups              dupRule
 	run               func(r *run) error
+	compact           bool               // a compacted topic (spec/protocol.md §10)
+	prodArgs          []string           // extra producer arguments
+	after             func(r *run) error // after the producer is done and the group stopped
 }
 
 type dupRule int

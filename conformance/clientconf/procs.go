@@ -52,6 +52,8 @@ type delivery struct {
 	Producer  string  `json:"producer"`
 	PSeq      uint64  `json:"pseq"`
 	TS        int64   `json:"ts"`
+	Value     *string `json:"value"`
+	Tombstone bool    `json:"tombstone"` // a compacted topic's delete (spec/protocol.md §10.2)
 
 	member string
 }

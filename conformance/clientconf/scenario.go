@@ -157,6 +157,7 @@ var scenarios = []scenario{
 		}
 		return fmt.Errorf("the late member delivered nothing in 10 phases after it joined (it should take partitions over); stderr: %s", m.stderrTail(3))
 	}},
+	compactedScenario, // compact.go
 }
 
 // run is one scenario in progress.
@@ -177,6 +178,7 @@ type run struct {
 	members []*member
 	victim  *member
 	late    *member
+	fresh   *member // compacted: the member of a new group reading the current epoch alone
 	faults  []string
 	fail    []string
 }
@@ -268,6 +270,9 @@ func (r *run) distinct() int {
 // caughtUp waits until the group delivered all that was written but half a phase (a client
 // reading its input in 64 KiB blocks holds up to 64 KiB of it back: 10 lines).
 func (r *run) caughtUp() error {
+	if r.s.compact {
+		return r.caughtUpKeys(len(r.prod.sent) - (numKeys+1)/2)
+	}
 	want := len(r.prod.sent) - (numKeys+1)/2
 	deadline := time.Now().Add(catchUpWait)
 	for r.distinct() < want {
@@ -337,7 +342,7 @@ func runScenario(ctx context.Context, opts Options, s scenario, dir string, rng 
 		}
 		defer r.proxy.Close()
 	}
-	if _, err := r.admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: r.topic, Partitions: 3, Partitioner: "kafka-murmur2"}); err != nil {
+	if _, err := r.admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: r.topic, Partitions: 3, Partitioner: "kafka-murmur2", Compact: s.compact}); err != nil {
 		return Row{}, fmt.Errorf("create topic %s: %w", r.topic, err)
 	}
 	defer func() {
@@ -346,6 +351,9 @@ func runScenario(ctx context.Context, opts Options, s scenario, dir string, rng 
 		}
 		if r.prod != nil {
 			r.prod.stop(syscall.SIGKILL, stopWait)
+		}
+		if r.fresh != nil {
+			r.fresh.stop(syscall.SIGKILL, stopWait)
 		}
 	}()
 
@@ -363,6 +371,7 @@ func runScenario(ctx context.Context, opts Options, s scenario, dir string, rng 
 		if s.name == "ack-timeout" {
 			pargv = append(pargv, opts.AckArgs...)
 		}
+		pargv = append(pargv, s.prodArgs...)
 		if r.prod, err = startProducer(pargv, r.env(), dir, "cc-"+s.name); err != nil {
 			return err
 		}
@@ -375,6 +384,11 @@ func runScenario(ctx context.Context, opts Options, s scenario, dir string, rng 
 		r.fault("no --ack-args: the producer ran with its default acknowledgement timeout")
 	}
 	r.finish()
+	if s.after != nil && stopped == nil {
+		if err := s.after(r); err != nil {
+			r.failf("stopped: %v", err)
+		}
+	}
 	row := r.check()
 	row.Name, row.Description = s.name, s.description
 	row.DurationMS = time.Since(start).Milliseconds()
@@ -401,7 +415,15 @@ func (r *run) finish() {
 				acked[p] = true
 			}
 		}
+		latest := latestAcked(r.prod.sent, res)
 		delivered := func() int {
+			if r.s.compact { // every key's latest acknowledged record, or a later one
+				want := map[string]uint64{}
+				for k, w := range latest {
+					want[k] = w.pseq
+				}
+				return len(acked) - r.keysBehind(want)
+			}
 			n := 0
 			seen := map[uint64]bool{}
 			for _, m := range r.members {
@@ -635,7 +657,7 @@ func (r *run) check() (row Row) {
 			dels = append(dels, verify.Delivered{Group: r.group, Member: m.name, Order: d.TS, Producer: d.Producer, PSeq: d.PSeq, Key: k, NoKey: !keyed})
 		}
 	}
-	vr := verify.Check(sent, dels, verify.Options{Groups: []string{r.group}, NoDuplicates: r.s.dups == dupFail})
+	vr := verify.Check(sent, dels, verify.Options{Groups: []string{r.group}, NoDuplicates: r.s.dups == dupFail, Compacted: r.s.compact})
 	if g := vr.Group(r.group); g != nil {
 		row.Delivered, row.Duplicates = g.Distinct, g.Duplicates
 		var what []string
@@ -710,6 +732,35 @@ func (r *run) check() (row Row) {
 		}
 		if r.s.name == "epochs" && (epochs != 4 || len(seenEpochs) != 4) {
 			r.failf("epochs: the topic has %d epochs and records of %d were delivered; want 4 and 4 (the changes came in the middle of traffic)", epochs, len(seenEpochs))
+		}
+	}
+
+	// 4b. The group that read the current epoch alone (compacted): every key's latest value.
+	if r.fresh != nil {
+		r.fresh.mu.Lock()
+		if r.fresh.nbad > 0 {
+			r.failf("member %s: %d stdout lines that are not deliveries: %s", r.fresh.name, r.fresh.nbad, strings.Join(r.fresh.bad, "; "))
+		}
+		r.fresh.mu.Unlock()
+		fresh := r.fresh.deliveries()
+		for _, f := range checkCurrentEpoch(latestAcked(r.prod.sent, res), fresh, epochs) {
+			r.failf("%s", f)
+		}
+		if part != nil {
+			wrong, ex := 0, []string{}
+			for _, d := range fresh {
+				if k, keyed := d.key(); keyed {
+					if want, err := part(d.Epoch, k); err != nil || want != d.Partition {
+						wrong++
+						if len(ex) < 3 {
+							ex = append(ex, placementText(d.PSeq, k, d.Epoch, d.Partition, want, err))
+						}
+					}
+				}
+			}
+			if wrong > 0 {
+				r.failf("placement (current-epoch consumer): %d deliveries from another partition than their epoch's module gives: %s", wrong, strings.Join(ex, "; "))
+			}
 		}
 	}
 

@@ -117,11 +117,14 @@ func TestStatefulWarmUp(t *testing.T) {
 	if rep.WarmUp.Rounds == 0 || rep.WarmUp.Skipped {
 		t.Fatalf("the fourth member did not warm up: %+v", rep.WarmUp)
 	}
+	if rep.WarmLoads == 0 || rep.OldFlushes == 0 {
+		t.Fatalf("at the cut-over the warmed member loaded %d times and the others flushed %d times: want both (the handover of §6.9 at every cut-over)", rep.WarmLoads, rep.OldFlushes)
+	}
 	t.Logf("%d records, %d keys, a history of %d changelog records: applied %d, duplicates %d, loads %d",
 		rep.Records, rep.Keys, rep.Prefill, rep.Stats.Applied, rep.Stats.Duplicates, rep.Stats.Loads)
-	t.Logf("join without warm-up: longest per-key pause %v (key %s, its loads took %v); with warm-up (%v warming, %d rounds, lag %d at the cut-over): %v (key %s, loads after the cut-over %v); ratio %.2f",
+	t.Logf("join without warm-up: longest per-key pause %v (key %s, its loads took %v); with warm-up (%v warming, %d rounds, lag %d at the cut-over): %v (key %s, %d loads after the cut-over taking %v, %d flushes by the old owners); ratio %.2f",
 		rep.Cold.Round(time.Millisecond), rep.ColdKey, rep.ColdLoad.Round(time.Millisecond), rep.WarmUp.Warmed.Round(time.Millisecond), rep.WarmUp.Rounds, rep.WarmUp.Lag,
-		rep.Warm.Round(time.Millisecond), rep.WarmKey, rep.WarmLoad.Round(time.Millisecond), rep.Ratio)
+		rep.Warm.Round(time.Millisecond), rep.WarmKey, rep.WarmLoads, rep.WarmLoad.Round(time.Millisecond), rep.OldFlushes, rep.Ratio)
 }
 
 // The checker of TestStatefulWarmUp catches a wrong warm-up: a member that uses the state it read

@@ -60,6 +60,10 @@ type WarmUpReport struct {
 	WarmUp   client.WarmUpStats `json:"warm_up"`   // the warmed member's
 	ColdLoad time.Duration      `json:"cold_load"` // the cold member's time in Load
 	WarmLoad time.Duration      `json:"warm_load"` // the warmed member's time in Load after its cut-over
+	// WarmLoads counts the warmed member's Load calls after its cut-over (the keys it took, each
+	// loaded after its gate), OldFlushes the other members' Flush calls meanwhile (the keys they
+	// gave up): the state handover at the cut-over.
+	WarmLoads, OldFlushes int64
 	Stats    Stats              `json:"stats"`     // summed over every member
 	// MemberErrors are errors members stopped with.
 	MemberErrors []string `json:"member_errors,omitempty"`
@@ -285,11 +289,21 @@ func RunWarmUp(ctx context.Context, b *broker.Broker, cfg WarmUpConfig) (*WarmUp
 		time.Sleep(20 * time.Millisecond)
 	}
 	rep.WarmUp = m4.cn.WarmUpStats()
-	loadBefore := m4.proc.Stats().LoadTime
+	loadBefore, loadsBefore := m4.proc.Stats().LoadTime, m4.proc.Stats().Loads
+	flushes := func() (n int64) {
+		for _, m := range members {
+			if m != m4 && m != m3 {
+				n += m.proc.Stats().Flushes
+			}
+		}
+		return n
+	}
+	flushesBefore := flushes()
 	logf("m4 warmed up in %v (%d rounds, lag %d): cut-over", rep.WarmUp.Warmed.Round(time.Millisecond), rep.WarmUp.Rounds, rep.WarmUp.Lag)
 	time.Sleep(cfg.Phase)
 	rep.Warm, rep.WarmKey = pz.longest(from, time.Now())
 	rep.WarmLoad = m4.proc.Stats().LoadTime - loadBefore
+	rep.WarmLoads, rep.OldFlushes = m4.proc.Stats().Loads-loadsBefore, flushes()-flushesBefore
 	if rep.Cold > 0 {
 		rep.Ratio = float64(rep.Warm) / float64(rep.Cold)
 	}
