@@ -6,7 +6,9 @@
 // (Client.NewCoConsumer, spec/protocol.md §6.2.3): an input and its changelog with the same
 // partition function, whose partition p goes to one member in every topic, also while the topics
 // are expanded one after the other. Stateful processors hand per-key state over with a
-// StateHandler (§6.9).
+// StateHandler (§6.9), and a member that joins can warm up first (ConsumerOptions.WarmUp, §6.10):
+// as a standby that takes no partition it builds the state of the keys it will own, and joins
+// within a lag threshold.
 //
 // Everything a client computes about partitions it computes with the same module bytes as the
 // broker and every other client, fetched by digest and verified against it.

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,6 +40,8 @@ type warmState struct {
 	Heartbeat time.Time `json:"heartbeat"`
 	Lag       int64     `json:"lag"`
 	Warming   bool      `json:"warming"`
+	// SessionMS is the writer's session timeout: the key is gone once it is older (§6.10).
+	SessionMS int64 `json:"session_ms,omitempty"`
 }
 
 func warmKey(topicID, group, member string) string {
@@ -65,7 +69,18 @@ func (cn *Consumer) warmUp(ctx context.Context, kv jetstream.KeyValue) error {
 		slots = 2
 	}
 	key := warmKey(cn.topicID, cn.opts.Group, cn.opts.Member)
-	st := warmState{ID: cn.opts.Member, Started: time.Now().UTC()}
+	var stMu sync.Mutex // st, shared with the heartbeat that runs while Warm does
+	st := warmState{ID: cn.opts.Member, Started: time.Now().UTC(), SessionMS: cn.opts.SessionTimeout.Milliseconds()}
+	put := func(ctx context.Context) error {
+		stMu.Lock()
+		st.Heartbeat = time.Now().UTC()
+		body, _ := json.Marshal(st)
+		stMu.Unlock()
+		octx, cancel := cn.op(ctx)
+		defer cancel()
+		_, err := kv.Put(octx, key, body)
+		return err
+	}
 	begin := time.Now()
 	var warmFrom time.Time
 	defer func() {
@@ -92,16 +107,17 @@ func (cn *Consumer) warmUp(ctx context.Context, kv jetstream.KeyValue) error {
 			cn.mu.Unlock()
 			return nil
 		}
-		st.Heartbeat = time.Now().UTC()
-		st.Warming = cn.warmRank(ctx, kv, st) < slots
-		body, _ := json.Marshal(st)
-		octx, cancel := cn.op(ctx)
-		_, err := kv.Put(octx, key, body)
-		cancel()
-		if err != nil && IsPermission(err) {
+		stMu.Lock()
+		me := st
+		stMu.Unlock()
+		warming := cn.warmRank(ctx, kv, me) < slots
+		stMu.Lock()
+		st.Warming = warming
+		stMu.Unlock()
+		if err := put(ctx); err != nil && IsPermission(err) {
 			return err
 		}
-		if !st.Warming {
+		if !warming {
 			continue
 		}
 		if warmFrom.IsZero() {
@@ -113,14 +129,36 @@ func (cn *Consumer) warmUp(ctx context.Context, kv jetstream.KeyValue) error {
 			cn.opts.Logf("member %s: warm-up: the assignment it would join: %v (again at the next heartbeat)", cn.opts.Member, err)
 			continue
 		}
+		// The w. key is re-put every heartbeat while Warm runs, however long one call takes (a
+		// first call reads the whole history): a standby that only reads is alive, and must
+		// neither lose its slot nor look crashed to the queue and to operators (§6.10, step 1).
+		bctx, stopBeat := context.WithCancel(ctx)
+		beatDone := make(chan struct{})
+		go func() {
+			defer close(beatDone)
+			t := time.NewTicker(cn.opts.Heartbeat)
+			defer t.Stop()
+			for {
+				select {
+				case <-bctx.Done():
+					return
+				case <-t.C:
+					_ = put(bctx)
+				}
+			}
+		}()
 		lag, err := wu.Warm(ctx, parts)
+		stopBeat()
+		<-beatDone
 		if err != nil {
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
 			}
 			return fmt.Errorf("warm-up of member %s (partitions %v): %w", cn.opts.Member, parts, err)
 		}
+		stMu.Lock()
 		st.Lag = lag
+		stMu.Unlock()
 		cn.mu.Lock()
 		cn.warm.Rounds++
 		cn.warm.Lag = lag
@@ -220,6 +258,85 @@ func (cn *Consumer) prospective(ctx context.Context, kv jetstream.KeyValue, live
 		if a.Owner(q) == cn.opts.Member {
 			out = append(out, q)
 		}
+	}
+	return out, nil
+}
+
+// Standby is a member warming up before it joins its group (spec/protocol.md §6.10), as its live
+// w. key reports it.
+type Standby struct {
+	Member string `json:"member"`
+	// Warming is false while the standby waits in the queue for a slot (it reads nothing).
+	Warming bool `json:"warming"`
+	// Lag is what the standby had still to read of the state it will own at its last report (0
+	// before its first).
+	Lag       int64     `json:"lag"`
+	Started   time.Time `json:"started"`
+	Heartbeat time.Time `json:"heartbeat"`
+}
+
+// standbyLive is how long a w. key without session_ms stays live for readers that are not
+// members (the broker's rule for member keys in group lists).
+const standbyLive = 30 * time.Second
+
+// Standbys returns the live standbys of every consumer group of topic (spec/protocol.md §6.10),
+// by group, each group's in queue order (the order in which they get a slot). A w. key older
+// than its writer's session timeout (session_ms; 30 s without one) is a standby that crashed or
+// left without deleting it, and is left out. It reads the group bucket (the admin or consumer
+// role; a scoped consumer sees its own group's).
+func (c *Client) Standbys(ctx context.Context, topic string) (map[string][]Standby, error) {
+	t, _, err := c.Topic(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := c.js.KeyValue(ctx, wire.GroupsBucket)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the group bucket: %v", wire.ErrUnavailable, err)
+	}
+	lister, err := kv.ListKeysFiltered(ctx, t.ID+".*.w.*")
+	if err != nil {
+		return nil, fmt.Errorf("%w: the standbys of topic %s: %v", wire.ErrUnavailable, topic, err)
+	}
+	type entry struct {
+		group string
+		ws    warmState
+	}
+	var found []entry
+	for k := range lister.Keys() {
+		parts := strings.Split(strings.TrimPrefix(k, t.ID+"."), ".")
+		if len(parts) != 3 || parts[1] != "w" {
+			continue
+		}
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var ws warmState
+		if json.Unmarshal(e.Value(), &ws) != nil || ws.ID == "" {
+			continue
+		}
+		live := standbyLive
+		if ws.SessionMS > 0 {
+			live = time.Duration(ws.SessionMS) * time.Millisecond
+		}
+		if time.Since(e.Created()) >= live {
+			continue
+		}
+		found = append(found, entry{parts[0], ws})
+	}
+	sort.Slice(found, func(i, j int) bool {
+		a, b := found[i], found[j]
+		if a.group != b.group {
+			return a.group < b.group
+		}
+		if !a.ws.Started.Equal(b.ws.Started) {
+			return a.ws.Started.Before(b.ws.Started)
+		}
+		return a.ws.ID < b.ws.ID
+	})
+	out := map[string][]Standby{}
+	for _, f := range found {
+		out[f.group] = append(out[f.group], Standby{Member: f.ws.ID, Warming: f.ws.Warming, Lag: f.ws.Lag, Started: f.ws.Started, Heartbeat: f.ws.Heartbeat})
 	}
 	return out, nil
 }

@@ -24,7 +24,7 @@ import (
 // processes in every language — Go (`pctl consume --assignor sticky`) and every SDK's consume
 // command with --assignor sticky — on a linear-murmur2 topic of 4 partitions that grows to 8
 // while a producer writes, once with each SDK as the leader that writes g.assignment (every
-// other member follows its record); the expansion must move no key between members: the leader's record says
+// other member follows its record), and then loses a member; the expansion must move no key between members: the leader's record says
 // moved 0, every key is delivered by one member only, and `pctl verify` finds every acknowledged
 // record delivered in per-key order. Before the SDKs implemented sticky they refused to join
 // (code unsupported), and a member that assigned by modulo beside them would move keys.
@@ -181,6 +181,36 @@ func stickyExpansion(t *testing.T, ctx context.Context, b *broker.Broker, sdks [
 		if !m.alive() {
 			t.Errorf("%s member %s exited early: %v; stderr: %s", m.lang, m.name, m.waitErr, m.stderr())
 		}
+	}
+	// A member that leaves (SIGTERM: it commits and deletes its member key) has its partitions
+	// spread over the others; nobody else's move (§6.2.1). The leader drops it from the record
+	// only once two rebalances in a row miss it.
+	if len(members) > 2 {
+		leaver := members[len(members)-1]
+		leaver.kill(syscall.SIGTERM)
+		var rest []string
+		for _, n := range names {
+			if n != leaver.name {
+				rest = append(rest, n)
+			}
+		}
+		var left *wire.Assignment
+		waitUntil(t, 60*time.Second, leaver.name+" dropped from the record, every partition leased by its member", func() bool {
+			left = record()
+			return left != nil && sameStrings(left.Members, rest) && settled(left, 8)
+		}, func() string { return fmt.Sprintf("record %+v; stderr: %s", record(), allStderr(members)) })
+		for _, q := range after.Partitions {
+			if was := after.Owner(q); was != leaver.name && left.Owner(q) != was {
+				t.Errorf("partition %d moved from %s to %s when %s left", q, was, left.Owner(q), leaver.name)
+			}
+		}
+		if left.Round != after.Round+1 || left.Moved == nil || *left.Moved <= 0 || *left.Moved >= *left.MovedModulo {
+			t.Errorf("the record after %s left: round %d (want %d), moved %v, moved_modulo %v: want only the leaver's keys moved, fewer than modulo moves",
+				leaver.name, left.Round, after.Round+1, deref(left.Moved), deref(left.MovedModulo))
+		}
+		t.Logf("after %s left: round %d, members %v, owners %v, moved %v, moved_modulo %v", leaver.name, left.Round, left.Members, left.Owners, deref(left.Moved), deref(left.MovedModulo))
+	}
+	for _, m := range members {
 		m.kill(syscall.SIGTERM)
 	}
 

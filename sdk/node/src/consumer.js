@@ -1,5 +1,6 @@
-// A member of a pctl consumer group (spec/protocol.md §6): membership and assignment (the i-th
-// assignable partition to member i mod M), leases and commits by compare-and-set in KV
+// A member of a pctl consumer group (spec/protocol.md §6): membership and assignment (modulo: the
+// i-th assignable partition to member i mod M; sticky: the leader's g.assignment record, §6.2.1,
+// computed by rules.nextAssignment), leases and commits by compare-and-set in KV
 // pctl-groups, fence markers, per-key gating on every undrained older epoch with the epoch's own
 // WebAssembly partitioner, retired partitions drained after a shrink, KIP-253's key-level
 // callbacks, seek/reset by group generations (§6.6), and readers that never stall (§6.7).
