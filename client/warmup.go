@@ -409,3 +409,20 @@ func (c *Client) Standbys(ctx context.Context, topic string) (map[string][]Stand
 	}
 	return out, nil
 }
+
+// ChangelogReadStart is where a reader of a changelog topic's latest state per key (a warm-up,
+// spec/protocol.md §6.10 step 3, or a state load) starts in partition stream q: the first
+// sequence it must read, and false when the stream holds nothing it needs. On a topic that
+// backfills (§10.3) while no backfill runs, the current epoch alone holds every live key's
+// latest record (§10.5): the reader starts one past the stream's last fence marker and skips the
+// streams the current epoch does not have, reading none of the older layouts. Otherwise (a plain
+// topic, or a backfill still copying) it reads the whole stream from 1.
+func ChangelogReadStart(t *wire.Topic, q int) (first uint64, needed bool) {
+	if !t.Backfills() || t.Backfilling() != nil {
+		return 1, true
+	}
+	if q >= t.Current().Partitions {
+		return 0, false
+	}
+	return t.CurrentEpochStart(q) + 1, true
+}
