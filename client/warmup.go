@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -24,8 +25,14 @@ type WarmUp struct {
 	// computed from the group's current assignment with this member added) up to date without
 	// delivering anything, and returns its lag: how many records of that state it has not read.
 	// It is called about once a heartbeat, with the partitions of the moment, until the lag is at
-	// most MaxLag; an error stops Run. Required.
+	// most MaxLag; an error stops Run.
 	Warm func(ctx context.Context, partitions []int) (lag int64, err error)
+	// WarmTopics, if set, is called instead of Warm with the partitions of every topic the member
+	// will own, by topic: for a member of a co-partitioned group (Client.NewCoConsumer) its lead
+	// topic's and, for each follower topic, those §6.2.3 derives from that lead record (a
+	// co-partitioned changelog is then warmed partition by partition); for a Consumer, its one
+	// topic's. Warm or WarmTopics is required; a CoConsumer with Warm alone gets the lead's.
+	WarmTopics func(ctx context.Context, partitions map[string][]int) (lag int64, err error)
 	// MaxLag is the lag under which the member joins. Default 10000 (KIP-441's).
 	MaxLag int64
 	// MaxConcurrent is how many members of the group warm up at once; the others wait their
@@ -88,6 +95,7 @@ func (cn *Consumer) warmUp(ctx context.Context, kv jetstream.KeyValue) error {
 		_ = kv.Delete(octx, key)
 		cancel()
 	}()
+	seen := map[string]bool{} // w. keys live at an earlier heartbeat
 	ticker := time.NewTicker(cn.opts.Heartbeat)
 	defer ticker.Stop()
 	for first := true; ; first = false {
@@ -110,7 +118,10 @@ func (cn *Consumer) warmUp(ctx context.Context, kv jetstream.KeyValue) error {
 		stMu.Lock()
 		me := st
 		stMu.Unlock()
-		warming := cn.warmRank(ctx, kv, me) < slots
+		// The first heartbeat only announces the standby: it warms after it has read the queue
+		// twice (a listing can miss a key re-put while it runs; warmRank reads the keys an
+		// earlier listing had directly).
+		warming := cn.warmRank(ctx, kv, me, seen) < slots && !first
 		stMu.Lock()
 		st.Warming = warming
 		stMu.Unlock()
@@ -124,7 +135,7 @@ func (cn *Consumer) warmUp(ctx context.Context, kv jetstream.KeyValue) error {
 			warmFrom = time.Now()
 			cn.opts.Logf("member %s: warming up before joining group %s (waited %v for a slot)", cn.opts.Member, cn.opts.Group, warmFrom.Sub(begin).Round(time.Millisecond))
 		}
-		parts, err := cn.prospective(ctx, kv, members)
+		parts, byTopic, err := cn.prospectiveAll(ctx, kv, members)
 		if err != nil {
 			cn.opts.Logf("member %s: warm-up: the assignment it would join: %v (again at the next heartbeat)", cn.opts.Member, err)
 			continue
@@ -147,14 +158,19 @@ func (cn *Consumer) warmUp(ctx context.Context, kv jetstream.KeyValue) error {
 				}
 			}
 		}()
-		lag, err := wu.Warm(ctx, parts)
+		var lag int64
+		if wu.WarmTopics != nil {
+			lag, err = wu.WarmTopics(ctx, byTopic)
+		} else {
+			lag, err = wu.Warm(ctx, parts)
+		}
 		stopBeat()
 		<-beatDone
 		if err != nil {
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
 			}
-			return fmt.Errorf("warm-up of member %s (partitions %v): %w", cn.opts.Member, parts, err)
+			return fmt.Errorf("warm-up of member %s (partitions %v): %w", cn.opts.Member, byTopic, err)
 		}
 		stMu.Lock()
 		st.Lag = lag
@@ -167,7 +183,7 @@ func (cn *Consumer) warmUp(ctx context.Context, kv jetstream.KeyValue) error {
 			cn.mu.Lock()
 			cn.warm.Waited, cn.warm.Warmed, cn.warm.Finished = warmFrom.Sub(begin), time.Since(warmFrom), time.Now()
 			cn.mu.Unlock()
-			cn.opts.Logf("member %s: warmed up partitions %v (lag %d <= %d): joining group %s", cn.opts.Member, parts, lag, maxLag, cn.opts.Group)
+			cn.opts.Logf("member %s: warmed up partitions %v (lag %d <= %d): joining group %s", cn.opts.Member, byTopic, lag, maxLag, cn.opts.Group)
 			return nil
 		}
 	}
@@ -192,8 +208,11 @@ func (cn *Consumer) liveMembers(ctx context.Context, kv jetstream.KeyValue) ([]s
 	return out, complete
 }
 
-// warmRank is this member's place in the queue of live warming members (§6.10, step 2).
-func (cn *Consumer) warmRank(ctx context.Context, kv jetstream.KeyValue, me warmState) int {
+// warmRank is this member's place in the queue of live warming members (§6.10, step 2). seen
+// holds the w. keys live at earlier calls, and is updated: a key listing of the bucket can miss a
+// key that is re-put while it runs (nats.go's watcher counts the messages pending when it
+// starts), so a key seen before and missing from the listing is read directly.
+func (cn *Consumer) warmRank(ctx context.Context, kv jetstream.KeyValue, me warmState, seen map[string]bool) int {
 	ctx, cancel := cn.op(ctx)
 	defer cancel()
 	prefix := wire.GroupPrefix(cn.topicID, cn.opts.Group) + "w."
@@ -201,17 +220,28 @@ func (cn *Consumer) warmRank(ctx context.Context, kv jetstream.KeyValue, me warm
 	if err != nil {
 		return 0
 	}
-	queue := []warmState{me}
+	keys := map[string]bool{}
 	for k := range lister.Keys() {
+		keys[k] = true
+	}
+	for k := range seen {
+		keys[k] = true
+	}
+	queue := []warmState{me}
+	for k := range keys {
 		if k == prefix+cn.opts.Member {
 			continue
 		}
 		e, err := kv.Get(ctx, k)
 		if err != nil || time.Since(e.Created()) >= cn.opts.SessionTimeout {
+			if err == nil || errors.Is(err, jetstream.ErrKeyNotFound) {
+				delete(seen, k) // gone (§6.10, step 1), or deleted: it joined or left
+			}
 			continue
 		}
 		var ws warmState
 		if json.Unmarshal(e.Value(), &ws) == nil && ws.ID != "" {
+			seen[k] = true
 			queue = append(queue, ws)
 		}
 	}
@@ -229,16 +259,65 @@ func (cn *Consumer) warmRank(ctx context.Context, kv jetstream.KeyValue, me warm
 	return 0
 }
 
-// prospective is the partitions this member would own if it joined the live members now (§6.10,
-// step 3).
-func (cn *Consumer) prospective(ctx context.Context, kv jetstream.KeyValue, live []string) ([]int, error) {
+// prospectiveAll is prospective for every topic of the member (§6.10, step 3): its own, and for
+// the lead of a co-partitioned group each follower's partitions in the record §6.2.3 derives
+// from the lead record the member would join. parts is its own topic's.
+func (cn *Consumer) prospectiveAll(ctx context.Context, kv jetstream.KeyValue, live []string) (parts []int, byTopic map[string][]int, err error) {
+	a, err := cn.prospective(ctx, kv, live)
+	if err != nil {
+		return nil, nil, err
+	}
+	parts = ownedIn(a, cn.opts.Member)
+	byTopic = map[string][]int{cn.topic: parts}
+	if cn.co == nil {
+		return parts, byTopic, nil
+	}
+	cn.mu.Lock()
+	ldesc := cn.desc
+	cn.mu.Unlock()
+	for _, f := range cn.co.all {
+		if f == cn {
+			continue
+		}
+		f.refresh(ctx)
+		frec, _, err := f.readAssignment(ctx, kv)
+		if err != nil {
+			return nil, nil, fmt.Errorf("topic %s: %w", f.topic, err)
+		}
+		f.mu.Lock()
+		fdesc := f.desc
+		f.mu.Unlock()
+		if frec != nil && fdesc.Epoch(frec.Epoch) == nil {
+			return nil, nil, fmt.Errorf("%w: topic %s: the group's record is of epoch %d, newer than the descriptor read", wire.ErrUnavailable, f.topic, frec.Epoch)
+		}
+		next, err := CoPartitionedAssignment(a, cn.c.TopicPlacer(ctx, ldesc), frec, fdesc, f.assignable(), f.c.TopicPlacer(ctx, fdesc), time.Now())
+		if err != nil {
+			return nil, nil, fmt.Errorf("topic %s: %w", f.topic, err)
+		}
+		byTopic[f.topic] = ownedIn(next, cn.opts.Member)
+	}
+	return parts, byTopic, nil
+}
+
+func ownedIn(a *wire.Assignment, member string) []int {
+	out := []int{}
+	for _, q := range a.Partitions {
+		if a.Owner(q) == member {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// prospective is the assignment the group would have if this member joined the live members now
+// (§6.10, step 3).
+func (cn *Consumer) prospective(ctx context.Context, kv jetstream.KeyValue, live []string) (*wire.Assignment, error) {
 	members := append(append([]string(nil), live...), cn.opts.Member)
 	sort.Strings(members)
 	parts := cn.assignable()
 	cn.mu.Lock()
 	assignor, desc := cn.assignor, cn.desc
 	cn.mu.Unlock()
-	var a *wire.Assignment
 	if assignor == wire.AssignorSticky || assignor == AssignorCopartitioned {
 		rec, _, err := cn.readAssignment(ctx, kv)
 		if err != nil {
@@ -247,19 +326,9 @@ func (cn *Consumer) prospective(ctx context.Context, kv jetstream.KeyValue, live
 		if rec != nil && desc.Epoch(rec.Epoch) == nil {
 			return nil, fmt.Errorf("%w: the group's record is of epoch %d, newer than the descriptor read", wire.ErrUnavailable, rec.Epoch)
 		}
-		if a, err = NextAssignment(rec, members, parts, desc.Current().Epoch, cn.c.TopicPlacer(ctx, desc), time.Now()); err != nil {
-			return nil, err
-		}
-	} else {
-		a = ModuloAssignment(members, parts, desc.Current().Epoch)
+		return NextAssignment(rec, members, parts, desc.Current().Epoch, cn.c.TopicPlacer(ctx, desc), time.Now())
 	}
-	var out []int
-	for _, q := range a.Partitions {
-		if a.Owner(q) == cn.opts.Member {
-			out = append(out, q)
-		}
-	}
-	return out, nil
+	return ModuloAssignment(members, parts, desc.Current().Epoch), nil
 }
 
 // Standby is a member warming up before it joins its group (spec/protocol.md §6.10), as its live
