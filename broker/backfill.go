@@ -74,6 +74,14 @@ func backfillPartitionsDone(t *wire.Topic, ep *wire.Epoch) int {
 // until the backfill ends.
 func startBackfill(t *wire.Topic, next *wire.Epoch, from int) {
 	next.Backfill = &wire.Backfill{State: wire.BackfillRunning, Started: next.Started, Done: make([]uint64, from)}
+	holdTombstones(t)
+}
+
+// holdTombstones gives a compacted topic's producers TombstoneHoldMS as tombstone TTL (spec §10.2),
+// from the write that plans an epoch change on: a producer that learns of the change before its
+// fence already sends its tombstones held, so that fewer of the tombstones it re-sends into the new
+// epoch after the fence carry the retention they were created with.
+func holdTombstones(t *wire.Topic) {
 	if c := t.Compact; c != nil && !c.Held() {
 		c.HeldRetentionMS, c.DeleteRetentionMS = c.DeleteRetentionMS, wire.TombstoneHoldMS
 	}
