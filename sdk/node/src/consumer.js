@@ -305,6 +305,21 @@ async function applyResetToKey(kv, tid, group, q, reset, expectRev) {
  * unix milliseconds; `storedTime` is always the latter. ack() acknowledges it (needed when
  * autoCommit is off); commit() acknowledges it and commits its partition at once.
  */
+/**
+ * The keys of one state handover (spec/protocol.md §6.9): {topic, reason, partition, fromEpoch,
+ * toEpoch, keys, contains(key)}. reason is 'key-arrives' (load), 'partition-revoked' or
+ * 'keys-revoked' (flush); fromEpoch/toEpoch are set for 'keys-revoked'; keys are Buffers, sorted.
+ */
+function keySet(topic, reason, partition, ks, fromEpoch = null, toEpoch = null) {
+  const sorted = [...ks].sort((a, b) => Buffer.compare(Buffer.from(a, 'latin1'), Buffer.from(b, 'latin1')));
+  const set = new Set(sorted);
+  return {
+    topic, reason, partition, fromEpoch, toEpoch,
+    keys: sorted.map((k) => Buffer.from(k, 'latin1')),
+    contains: (key) => set.has(Buffer.isBuffer(key) ? key.toString('latin1') : Buffer.from(String(key)).toString('latin1')),
+  };
+}
+
 export class Message {
   constructor(worker, e, epoch) {
     this.worker = worker;
@@ -390,6 +405,16 @@ export class Message {
  * Callbacks (all optional, may be async; the member waits for them): onAssigned(partitions),
  * onRevoked(partitions, {lost}), onKeysRevoked(change), onKeysAssigned(change) where change is
  * {topic, fromEpoch, toEpoch, partition, parent, moved(key)} (KIP-253), onReset(reset).
+ *
+ * State handover (spec/protocol.md §6.9), option state: {load(keySet), flush(keySet)} (may be
+ * async; one call at a time per consumer, never while a record of a key in the set is being
+ * delivered). load before a record of a key the member does not hold is delivered, after the
+ * record passed its epoch gate; flush of the keys held for a partition after its worker stopped
+ * and before it is released (a failed flush does not release it: its lease expires), and at keys
+ * revoked of the keys that move to a partition this member does not own, before the member
+ * commits past the boundary (keys moving between two partitions of this member stay held). A
+ * lost partition's keys are forgotten without a flush; a reset flushes every held key. A load or
+ * flush that throws stops the member; a consumer with state cannot set gating: false.
  */
 export class Consumer {
   /** @private use client.consumer(). */
@@ -412,6 +437,14 @@ export class Consumer {
     }
     if (opts.assignor !== undefined && opts.assignor !== null && !ASSIGNORS.includes(opts.assignor)) {
       throw new BadRequestError(`consumer option assignor: ${JSON.stringify(opts.assignor)}: give 'modulo' or 'sticky' (spec/protocol.md §6.2)`);
+    }
+    if (opts.state !== undefined && opts.state !== null) {
+      if (typeof opts.state !== 'object' || typeof opts.state.load !== 'function' || typeof opts.state.flush !== 'function') {
+        throw new BadRequestError('consumer option state: give an object with load(keySet) and flush(keySet) functions (spec/protocol.md §6.9)');
+      }
+      if (opts.gating === false) {
+        throw new BadRequestError('consumer option state: a state handler needs the epoch gate (a key\'s state is loaded after it): drop gating: false (spec/protocol.md §6.9)');
+      }
     }
     if (opts.misplaced !== undefined && !MISPLACED_POLICIES.includes(opts.misplaced)) {
       throw new BadRequestError(`consumer option misplaced: ${JSON.stringify(opts.misplaced)}: give 'stop', 'deliver' or 'skip' (spec/protocol.md §6.8)`);
@@ -453,6 +486,11 @@ export class Consumer {
       onAssigned: opts.onAssigned, onRevoked: opts.onRevoked, onKeysRevoked: opts.onKeysRevoked,
       onKeysAssigned: opts.onKeysAssigned, onReset: opts.onReset, onLog: opts.onLog, onMisplaced: opts.onMisplaced,
     };
+    // State handovers (spec/protocol.md §6.9): stateQ serialises the calls; home maps every key
+    // this member holds (latin1 string of its bytes) to the partition it holds it for.
+    this.state = opts.state ?? null;
+    this.stateQ = Promise.resolve();
+    this.home = new Map();
     this.opTimeout = Math.max(this.o.sessionTimeout, 2000);
     this.kv = new KV(client.nc, GROUPS_BUCKET, this.opTimeout);
     this.prefix = `$KV.${GROUPS_BUCKET}.${groupPrefix(this.topicId, this.group)}`;
@@ -909,12 +947,16 @@ export class Consumer {
     const drop = [...this.owned.values()].filter((w) => reset || !want.has(w.partition) || w.lost || w.gen !== this.gen);
     if (drop.length > 0) {
       await Promise.all(drop.map((w) => w.stop()));
+      // A lost partition's new owner loads its keys itself: what this member holds of them may
+      // be stale, and is loaded again if the partition comes back (spec/protocol.md §6.9).
+      for (const w of drop) if (w.lost) this.stateForget(w.partition);
       const lost = drop.filter((w) => w.lost).map((w) => w.partition).sort((a, b) => a - b);
       const revoked = drop.map((w) => w.partition).sort((a, b) => a - b);
       await this.callback('onRevoked', revoked, { lost });
       await Promise.all(drop.map((w) => (w.lost ? null : this.release(w))));
       for (const w of drop) if (this.owned.get(w.partition) === w) this.owned.delete(w.partition);
     }
+    if (reset) this.home.clear(); // lost partitions' keys too: every key is loaded again after a reset
     if (reset) await this.callback('onReset', { ...reset });
     if (this.closing) return;
     const fresh = [];
@@ -992,6 +1034,16 @@ export class Consumer {
       // Keys revoked runs before a release at or past a boundary (spec/protocol.md §6.5): a
       // drained retired partition has no next owner to run it.
       if (w.gen === this.gen) await this.passBoundaries(w);
+      if (this.state) {
+        try {
+          await this.statePartition(w.partition);
+        } catch (e) {
+          // Not released: its lease expires, the next owner loads what is durable.
+          this.log(`${e.message} (partition ${w.partition} not released: its lease expires)`);
+          this.fail(e);
+          return;
+        }
+      }
       await w.commitIdle();
       const key = partitionKey(this.topicId, this.group, w.partition);
       const gen = this.gen;
@@ -1232,8 +1284,84 @@ export class Consumer {
           moved: (key) => fOld.partition(key, e.partitions) === q && fNew.partition(key, next.partitions) !== q,
         });
       }
+      // The state handover runs after the application's keys-revoked callback (which may still
+      // write the state), before the member commits past the boundary.
+      if (this.state && !(await this.stateKeysRevoked(w, e, next))) break;
     }
     return list.length > 0;
+  }
+
+  // ---- state handover (spec/protocol.md §6.9) ----
+
+  // Runs fn after every earlier state call has returned: one call at a time per consumer.
+  stateRun(fn) {
+    const p = this.stateQ.then(fn);
+    this.stateQ = p.catch(() => {});
+    return p;
+  }
+
+  // Loads a key's state before its record is delivered from w's partition (after its gate);
+  // the member then holds it for that partition. False when the load failed (the member stops).
+  async stateLoad(w, m, k) {
+    try {
+      await this.stateRun(() => this.state.load(keySet(this.topic, 'key-arrives', w.partition, [k])));
+    } catch (e) {
+      this.fail(new PctlError('internal', `state load of key ${goQuote(k)} (partition ${w.partition}) failed: ${e?.message ?? e}`, { cause: e }));
+      w.halt();
+      return false;
+    }
+    this.home.set(k, w.partition);
+    return true;
+  }
+
+  // Keys revoked (q, e): the held keys of q that move to a partition this member does not own
+  // are flushed; the others stay, held for their new partition. False when the flush failed.
+  async stateKeysRevoked(w, e, next) {
+    const q = w.partition;
+    try {
+      await this.stateRun(async () => {
+        const fOld = await this.partitionerOf(e);
+        const fNew = await this.partitionerOf(next);
+        const leave = [];
+        for (const [k, h] of this.home) {
+          if (h !== q) continue;
+          const key = Buffer.from(k, 'latin1');
+          if (fOld.partition(key, e.partitions) !== q) continue;
+          const p = fNew.partition(key, next.partitions);
+          if (p === q) continue;
+          if (this.owned.has(p)) this.home.set(k, p);
+          else leave.push(k);
+        }
+        if (leave.length === 0) return;
+        await this.state.flush(keySet(this.topic, 'keys-revoked', q, leave, e.epoch, next.epoch));
+        for (const k of leave) if (this.home.get(k) === q) this.home.delete(k);
+      });
+    } catch (err) {
+      this.fail(new PctlError('internal', `state flush (keys revoked from partition ${q}, epoch ${e.epoch}) failed: ${err?.message ?? err}`, { cause: err }));
+      w.halt();
+      return false;
+    }
+    return true;
+  }
+
+  // Flushes the keys held for partition q (its worker has stopped); throws when the flush fails.
+  async statePartition(q) {
+    await this.stateRun(async () => {
+      const keys = [];
+      for (const [k, h] of this.home) if (h === q) keys.push(k);
+      if (keys.length === 0) return;
+      try {
+        await this.state.flush(keySet(this.topic, 'partition-revoked', q, keys));
+      } catch (e) {
+        throw new PctlError('internal', `state flush of partition ${q} failed: ${e?.message ?? e}`, { cause: e });
+      }
+      for (const k of keys) if (this.home.get(k) === q) this.home.delete(k);
+    });
+  }
+
+  // Stops holding the keys held for q without flushing them (q's lease was lost).
+  stateForget(q) {
+    for (const [k, h] of this.home) if (h === q) this.home.delete(k);
   }
 
   // At a partition's start: boundaries below the position were passed by an earlier owner, who
@@ -1620,9 +1748,23 @@ class Worker {
 
   deliver(m) {
     if (this.halted) return null;
+    const cn = this.cn;
+    if (cn.state && m.key !== null && !m.misplaced) {
+      // The key's state, after its gate: every older record of it is committed (§6.9).
+      const k = m.key.toString('latin1');
+      const h = cn.home.get(k);
+      if (h === undefined) return this.loadThenDeliver(m, k);
+      if (h !== this.partition) cn.home.set(k, this.partition); // it moved here from a partition of ours
+    }
     if (!this.leaseOk()) return this.deliverLater(m);
     this.track(m.seq);
     return this.cn.deliver(this, m);
+  }
+
+  async loadThenDeliver(m, k) {
+    if (!(await this.cn.stateLoad(this, m, k)) || this.halted) return;
+    const p = this.deliver(m);
+    if (p) await p;
   }
 
   async deliverLater(m) {

@@ -245,6 +245,32 @@ export interface KeyChange {
   moved(key: Uint8Array): boolean;
 }
 
+/** The keys of one state handover (spec/protocol.md §6.9). */
+export interface KeySet {
+  topic: string;
+  /** 'key-arrives' (load), 'partition-revoked' or 'keys-revoked' (flush). */
+  reason: 'key-arrives' | 'partition-revoked' | 'keys-revoked';
+  partition: number;
+  /** For 'keys-revoked': the epoch change; else null. */
+  fromEpoch: number | null;
+  toEpoch: number | null;
+  /** The keys, sorted by their bytes. */
+  keys: Buffer[];
+  /** Whether a key (bytes, or a string as UTF-8) is in the set. */
+  contains(key: Uint8Array | string): boolean;
+}
+
+/**
+ * A stateful processor's per-key state (spec/protocol.md §6.9): load(ks) before a record of a key
+ * the member does not hold is delivered (after its epoch gate); flush(ks) when keys leave the
+ * member (a partition given up, keys moving at an epoch change to a partition of another member).
+ * Calls are serialised; a call that throws stops the member.
+ */
+export interface StateHandler {
+  load(ks: KeySet): void | Promise<void>;
+  flush(ks: KeySet): void | Promise<void>;
+}
+
 /** A group reset (spec/protocol.md §6.6). */
 export interface Reset {
   generation: number;
@@ -288,6 +314,8 @@ export interface ConsumerOptions {
   assignor?: 'modulo' | 'sticky';
   /** Per-key gating (default true). false breaks per-key order: for benchmarks only. */
   gating?: boolean;
+  /** Per-key state handover (spec/protocol.md §6.9); needs gating. */
+  state?: StateHandler;
   /** Milliseconds between heartbeats and rebalances. Default 1000. */
   heartbeat?: number;
   /** Milliseconds after which a silent member is gone. Default 6000 (the same in every member). */

@@ -22,10 +22,11 @@ from .errors import (BadRequest, ChangeInProgress, Conflict, Exists, Fenced, Int
 from .partitioner import Partitioner, builtin_names
 from .producer import Producer, RecordMetadata
 from .record import KeyChange, Misplacement, Record
+from .state import KeySet, StateHandler, StateReason
 from .wire import Epoch, PartitionerRef, Topic
 
 __version__ = "0.1.0"
 
-__all__ = ["BadRequest", "ChangeInProgress", "Client", "CommitFailed", "Conflict", "Consumer", "ConsumerStats", "KeyChange", "Misplacement", "MisplacedRecord", "Record", "reset_group", "Epoch", "Exists", "Fenced", "InUse", "InternalError",
+__all__ = ["BadRequest", "ChangeInProgress", "Client", "CommitFailed", "Conflict", "Consumer", "ConsumerStats", "KeyChange", "KeySet", "Misplacement", "MisplacedRecord", "Record", "reset_group", "Epoch", "Exists", "Fenced", "InUse", "InternalError",
            "NotFound", "PartitionerRef", "Partitioner", "PctlError", "PermissionDenied", "PluginFailed", "PluginRejected",
-           "Producer", "RecordMetadata", "Topic", "Unavailable", "builtin_names", "connect", "error_from_code"]
+           "Producer", "RecordMetadata", "StateHandler", "StateReason", "Topic", "Unavailable", "builtin_names", "connect", "error_from_code"]

@@ -335,6 +335,8 @@ class Client:
           or "sticky" (keeps each key with the member that holds its state, §6.2.1; the group's
           leader records the assignment in ``g.assignment``); an existing group keeps its own, and
           one that differs from the assignor given raises :class:`pctl.Conflict`.
+        - `state` [None]: a :class:`pctl.StateHandler` (``load(ks)``, ``flush(ks)``): the per-key
+          state handover of spec/protocol.md §6.9 (needs gating).
 
         Needs the consumer or admin role."""
         from .consumer import Consumer

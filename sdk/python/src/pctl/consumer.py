@@ -33,6 +33,7 @@ from . import compact as compaction
 from .errors import BadRequest, Conflict, InternalError, NotFound, PctlError, PermissionDenied, Unavailable
 from .reader import RawRecord, ReaderClosed, StreamReader
 from .record import HEADER_FENCE, HEADER_TIME, KeyChange, Misplacement, Record, decode_key, parse_time
+from .state import KeySet, StateHandler, StateReason
 
 if TYPE_CHECKING:
     from .client import Client
@@ -174,7 +175,9 @@ class Consumer:
       partitions (revoked runs before the final commit, so a manual committer can commit in it;
       it also runs for partitions lost to another member and at a seek);
     - ``on_keys_revoked(change)`` / ``on_keys_assigned(change)``: :class:`pctl.KeyChange`, KIP-253's
-      key-level handover at an epoch change (spec/protocol.md §6.5).
+      key-level handover at an epoch change (spec/protocol.md §6.5);
+    - ``state``: a :class:`pctl.StateHandler` (``load(ks)`` / ``flush(ks)``), the per-key state
+      handover of spec/protocol.md §6.9 (see :class:`pctl.StateHandler` for when each runs).
 
     Rebalances and seeks take effect while the application iterates (or waits in the iterator);
     a member that stops iterating without closing keeps its partitions."""
@@ -184,8 +187,12 @@ class Consumer:
                  max_buffered: int, on_assigned: Optional[Callback], on_revoked: Optional[Callback],
                  on_keys_assigned: Optional[Callback], on_keys_revoked: Optional[Callback],
                  logf: Optional[Callable[[str], None]], misplaced: str = "stop", on_misplaced: Optional[Callback] = None,
-                 start: Optional[str] = None, assignor: Optional[str] = None):
+                 start: Optional[str] = None, assignor: Optional[str] = None, state: Optional[StateHandler] = None):
         self._c = client
+        # State handovers (spec/protocol.md §6.9): _home maps every key this member holds to the
+        # partition it holds it for. Every call runs in the iterator's task: one at a time.
+        self._state = state
+        self._home: dict[bytes, int] = {}
         self._assignor_asked = assignor
         self._assignor = "modulo"  # the group's (_check_assignor)
         self._record: Optional[dict] = None  # sticky: the last g.assignment read, and its revision
@@ -258,8 +265,13 @@ class Consumer:
                      on_keys_revoked: Optional[Callback] = None,
                      logf: Optional[Callable[[str], None]] = None, misplaced: str = "stop",
                      on_misplaced: Optional[Callback] = None, start: Optional[str] = None,
-                     assignor: Optional[str] = None) -> "Consumer":
+                     assignor: Optional[str] = None, state: Optional[StateHandler] = None) -> "Consumer":
         """Joins `group` on `topic` (see :meth:`pctl.Client.consumer`)."""
+        if state is not None:
+            if not callable(getattr(state, "load", None)) or not callable(getattr(state, "flush", None)):
+                raise BadRequest("state: give an object with load(ks) and flush(ks) methods (pctl.StateHandler, spec/protocol.md §6.9)")
+            if not gating:
+                raise BadRequest("state: a state handler needs the epoch gate (a key's state is loaded after it): drop gating=False (spec/protocol.md §6.9)")
         if start is not None and start not in STARTS:
             raise BadRequest(f"start={start!r}: give \"now\", \"beginning\" or \"current-epoch\" (spec/protocol.md §6.1, §10.5)")
         if assignor is not None and assignor not in ASSIGNORS:
@@ -281,7 +293,7 @@ class Consumer:
                  session_timeout=session_timeout, commit_interval=commit_interval, gating=gating,
                  max_buffered=max_buffered, on_assigned=on_assigned, on_revoked=on_revoked,
                  on_keys_assigned=on_keys_assigned, on_keys_revoked=on_keys_revoked, logf=logf, misplaced=misplaced,
-                 on_misplaced=on_misplaced, start=start, assignor=assignor)
+                 on_misplaced=on_misplaced, start=start, assignor=assignor, state=state)
         await cn._start()
         return cn
 
@@ -462,6 +474,11 @@ class Consumer:
                     await self._keys_assigned(part, item)
                     if part.stopped:
                         continue
+                rec = item.record
+                if self._state is not None and rec.key is not None and rec.misplaced is None:
+                    # The key's state, after its gate: every older record of it is committed (§6.9).
+                    if not await self._state_ensure(part, rec.key) or part.stopped:
+                        continue
                 part.delivered = part.last_record = item.seq
                 self._in_hand = item
                 self.stats.delivered += 1
@@ -575,13 +592,22 @@ class Consumer:
         revoked = sorted(p.q for p in parts if not p.lost)
         if revoked:
             await self._callback(self._on_revoked, revoked)
+        flushed = []
+        for part in sorted(parts, key=lambda p: p.q):
+            if part.lost:
+                continue
+            try:
+                await self._state_partition(part.q)
+                flushed.append(part)
+            except PctlError as e:
+                self._logf(f"member {self.member}: {e} (partition {part.q} not released: its lease expires)")
         async def release(part: _Part) -> None:
             try:
                 await self._release(part)
             except PctlError:
                 pass
         try:
-            await asyncio.wait_for(asyncio.gather(*(release(p) for p in parts if not p.lost)), self._session)
+            await asyncio.wait_for(asyncio.gather(*(release(p) for p in flushed if not p.lost)), self._session)
         except asyncio.TimeoutError:
             pass  # the broker is away: the leases expire by themselves
         self._parts = {}
@@ -666,6 +692,10 @@ class Consumer:
                 ch = await self._key_change(e, nxt, part.q, part.q, revoked=True)
                 if ch is not None:
                     await self._callback(self._on_keys_revoked, ch)
+            # After the application's keys-revoked callback (which may still write the state),
+            # before the member commits past the boundary.
+            if self._state is not None and not await self._state_keys_revoked(part, e, nxt):
+                return
         self._compute_next_boundary(part)
         if ran and not part.lost and not part.stopped:
             await self._commit_part(part)
@@ -923,12 +953,20 @@ class Consumer:
         owned = sorted(p.q for p in parts if not p.lost)
         if owned:
             await self._callback(self._on_revoked, owned)
+        unflushed = set()
+        for q in owned:
+            try:
+                await self._state_partition(q)
+            except PctlError as e:
+                self._fail(e)
+                unflushed.add(q)
+        self._home.clear()  # lost partitions' keys too: every key is loaded again after a reset
         self._gen, self._reset_positions, self._reset_rev = gen, positions, rev
         self._drained = (gen, 0)
         self._revoked_done.clear()
         self._assigned_done.clear()
         for part in parts:
-            if part.lost:
+            if part.lost or part.q in unflushed:
                 continue
             pos = positions[part.q] if part.q < len(positions) else 0
             try:
@@ -1086,9 +1124,21 @@ class Consumer:
                         await part.task
                     except BaseException:  # noqa: BLE001
                         pass
+            for part in drop:
+                if part.lost:
+                    # Its new owner loads its keys itself: what this member holds of them may be
+                    # stale, and is loaded again if the partition comes back (§6.9).
+                    self._state_forget(part.q)
             await self._callback(self._on_revoked, sorted(p.q for p in drop))
             for part in drop:
                 if not part.lost:
+                    try:
+                        await self._state_partition(part.q)
+                    except PctlError as e:
+                        self._fail(e)  # not released: its lease expires, the next owner loads what is durable
+                        if self._parts.get(part.q) is part:
+                            del self._parts[part.q]
+                        continue
                     try:
                         await self._release(part)
                     except PctlError as e:
@@ -1420,6 +1470,85 @@ class Consumer:
 
     async def _partitioner(self, ep: wire.Epoch) -> "Partitioner":
         return await self._c.partitioner(ep.partitioner)
+
+    # --- state handover (spec/protocol.md §6.9) ---------------------------------------------------------
+
+    async def _state_call(self, what: str, ks: KeySet) -> None:
+        assert self._state is not None
+        r = getattr(self._state, what)(ks)
+        if inspect.isawaitable(r):
+            await r
+
+    async def _state_ensure(self, part: _Part, key: bytes) -> bool:
+        """Loads a key's state before its record is delivered from `part`, unless the member holds
+        it; it then holds it for that partition. False when the load failed (the member stops)."""
+        h = self._home.get(key)
+        if h is not None:
+            if h != part.q:
+                self._home[key] = part.q  # it moved here from a partition of ours
+            return True
+        try:
+            await self._state_call("load", KeySet(self.topic, StateReason.KEY_ARRIVES, part.q, [key]))
+        except Exception as e:  # noqa: BLE001 - the application's error stops the member
+            err = InternalError(f"state load of key {key!r} (partition {part.q}) failed: {e}")
+            err.__cause__ = e
+            self._fail(err)
+            return False
+        self._home[key] = part.q
+        return True
+
+    async def _state_keys_revoked(self, part: _Part, e: wire.Epoch, nxt: wire.Epoch) -> bool:
+        """Keys revoked (q, e): the held keys of q that move to a partition this member does not
+        own are flushed; the others stay, held for their new partition. False when it failed."""
+        q = part.q
+        try:
+            f_old, f_new = await self._partitioner(e), await self._partitioner(nxt)
+            leave = []
+            for k, h in list(self._home.items()):
+                if h != q or f_old.partition(k, e.partitions) != q:
+                    continue
+                p = f_new.partition(k, nxt.partitions)
+                if p == q:
+                    continue
+                if p in self._parts:
+                    self._home[k] = p
+                else:
+                    leave.append(k)
+            if not leave:
+                return True
+            await self._state_call("flush", KeySet(self.topic, StateReason.KEYS_REVOKED, q, leave, e.epoch, nxt.epoch))
+        except Exception as ex:  # noqa: BLE001
+            err = InternalError(f"state flush (keys revoked from partition {q}, epoch {e.epoch}) failed: {ex}")
+            err.__cause__ = ex
+            self._fail(err)
+            return False
+        for k in leave:
+            if self._home.get(k) == q:
+                del self._home[k]
+        return True
+
+    async def _state_partition(self, q: int) -> None:
+        """Flushes the keys held for partition q (its reading has stopped); raises InternalError
+        when the flush fails."""
+        if self._state is None:
+            return
+        keys = [k for k, h in self._home.items() if h == q]
+        if not keys:
+            return
+        try:
+            await self._state_call("flush", KeySet(self.topic, StateReason.PARTITION_REVOKED, q, keys))
+        except Exception as e:  # noqa: BLE001
+            err = InternalError(f"state flush of partition {q} failed: {e}")
+            err.__cause__ = e
+            raise err from e
+        for k in keys:
+            if self._home.get(k) == q:
+                del self._home[k]
+
+    def _state_forget(self, q: int) -> None:
+        """Stops holding the keys held for q without flushing them (q's lease was lost)."""
+        for k in [k for k, h in self._home.items() if h == q]:
+            del self._home[k]
 
     # --- errors and callbacks ---------------------------------------------------------------------------
 
