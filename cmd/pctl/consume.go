@@ -80,7 +80,8 @@ member of the group, running or not, goes on from there; records of one key stil
 The same as 'pctl topic groups TOPIC --group GROUP --reset ...' followed by this command.
 
 It runs until interrupted (SIGINT/SIGTERM: it commits and leaves the group; exit 0), --max N
-records were printed (exit 0), or --idle-exit D passed without a new record (exit 0). Needs the
+records were printed (exit 0), or --idle-exit D passed without a new record (exit 0; counted from
+the member's first partitions, or from the start plus 30s for a member given none). Needs the
 consumer or admin role. Exit 2: bad flags, unknown topic, bad group name; exit 1: refused, broker
 unreachable or failed.
 ` + connHelp
@@ -221,12 +222,28 @@ func cmdConsume(e *env, args []string) int {
 		}
 		t := time.NewTicker(every)
 		defer t.Stop()
+		joined := false
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if since := out.flushAndIdle(); *idle > 0 && since >= *idle {
+				if !joined {
+					select {
+					case <-settled:
+						// Idleness counts from the member's first partitions: joining a
+						// loaded cluster can take seconds (CI, 2026-12-01: a README run
+						// with --idle-exit 2s ended with "0 records" before it had joined).
+						joined = true
+						out.idleFromNow()
+					default:
+					}
+				}
+				limit := *idle
+				if !joined {
+					limit += idleJoinGrace // a member given no partition still exits
+				}
+				if since := out.flushAndIdle(); *idle > 0 && since >= limit {
 					cancel(errIdle)
 					return
 				}
@@ -315,6 +332,19 @@ func (r *recordWriter) handle(ctx context.Context, m *client.Message) error {
 		r.onMax()
 	}
 	return nil
+}
+
+// idleJoinGrace is how much longer --idle-exit waits for a member that has not yet taken a
+// partition (still joining, or given none).
+const idleJoinGrace = 30 * time.Second
+
+// idleFromNow restarts the idle clock when no record came yet.
+func (r *recordWriter) idleFromNow() {
+	r.mu.Lock()
+	if r.n == 0 {
+		r.last = time.Now()
+	}
+	r.mu.Unlock()
 }
 
 // flushAndIdle flushes the output and returns the time since the last record.

@@ -116,7 +116,7 @@ func TestConsumeErrors(t *testing.T) {
 		{"bad group", cons, []string{"consume", "t", "--group", "a.b"}, exitUsage, "--group:"},
 		{"bad format", cons, []string{"consume", "t", "--group", "g", "--format", "csv"}, exitUsage, `--format "csv"`},
 		{"negative max", cons, []string{"consume", "t", "--group", "g", "--max", "-1"}, exitUsage, "--max -1"},
-		{"producer may not consume", cliFor(t, b, broker.RoleProducer), []string{"consume", "t", "--group", "g", "--idle-exit", "20s"}, exitFailure, "consuming needs the consumer or admin role"},
+		{"producer may not consume", cliFor(t, b, broker.RoleProducer), []string{"consume", "t", "--group", "g", "--idle-exit", "20s"}, exitFailure, "needs the consumer or admin role"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
