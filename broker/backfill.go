@@ -74,6 +74,14 @@ func backfillPartitionsDone(t *wire.Topic, ep *wire.Epoch) int {
 // until the backfill ends.
 func startBackfill(t *wire.Topic, next *wire.Epoch, from int) {
 	next.Backfill = &wire.Backfill{State: wire.BackfillRunning, Started: next.Started, Done: make([]uint64, from)}
+	holdTombstones(t)
+}
+
+// holdTombstones gives a compacted topic's producers TombstoneHoldMS as tombstone TTL (spec §10.2),
+// from the write that plans an epoch change on: a producer that learns of the change before its
+// fence already sends its tombstones held, so that fewer of the tombstones it re-sends into the new
+// epoch after the fence carry the retention they were created with.
+func holdTombstones(t *wire.Topic) {
 	if c := t.Compact; c != nil && !c.Held() {
 		c.HeldRetentionMS, c.DeleteRetentionMS = c.DeleteRetentionMS, wire.TombstoneHoldMS
 	}
@@ -149,6 +157,12 @@ func (p *bfProgress) handled(q int, seq uint64) {
 	p.mu.Unlock()
 }
 
+func (p *bfProgress) doneOf(q int) uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done[q]
+}
+
 func (p *bfProgress) count(copied, newer, expired int64) {
 	p.mu.Lock()
 	p.copied += copied
@@ -156,6 +170,9 @@ func (p *bfProgress) count(copied, newer, expired int64) {
 	p.expired += expired
 	p.mu.Unlock()
 }
+
+// errCodeMsgIDInProcess is JetStream's "duplicate message id is in process" (10158).
+const errCodeMsgIDInProcess jetstream.ErrorCode = 10158
 
 // errBackfillGone: the topic was deleted (or re-created) or the backfill finished elsewhere.
 var errBackfillGone = errors.New("backfill no longer needed")
@@ -409,6 +426,7 @@ type bfCopy struct {
 	key    []byte
 	skip   bool // nothing to publish (a marker, a keyless or misplaced record, an expired tombstone)
 	msg    *nats.Msg
+	id     string // the copy's first deduplication id
 	stream string
 	expect uint64
 	fut    jetstream.PubAckFuture
@@ -437,11 +455,16 @@ func (j *bfJob) partition(ctx context.Context, q int) error {
 	if err != nil {
 		return fmt.Errorf("%w: read partition %d: %v", wire.ErrUnavailable, q, err)
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(backfillWindow))
+	// Heartbeats every second: nats.go notices missing ones only within one Next call (after two
+	// intervals), so with its default for ordered consumers (5 s, noticed after 10 s) no 5-second
+	// Next ever noticed them, and a read whose consumer went silent (its stream's leader stepped
+	// down) waited forever (CI, 2026-12-01: a resumed backfill stuck in Next, partition 2 at 0).
+	it, err := cons.Messages(jetstream.PullMaxMessages(backfillWindow), jetstream.PullHeartbeat(time.Second))
 	if err != nil {
 		return fmt.Errorf("%w: read partition %d: %v", wire.ErrUnavailable, q, err)
 	}
 	defer it.Stop()
+	silent := 0 // Next calls in a row that timed out
 	compact := j.t.Compact != nil
 	var window []*bfCopy
 	busy := map[string]*bfCopy{}    // key -> its copy in flight (plain topics chain a key's copies)
@@ -470,10 +493,16 @@ func (j *bfJob) partition(ctx context.Context, q int) error {
 				return context.Cause(ctx)
 			}
 			if errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
-				continue // the ordered consumer recovers by itself; the marker at last+1 ends the read
+				// The ordered consumer recovers by itself (the marker at last+1 ends the read);
+				// one silent for 30 s is given up, and the retry loop resumes from the progress.
+				if silent++; silent >= 6 {
+					return fmt.Errorf("%w: read partition %d: nothing delivered for %v from sequence %d (boundary %d)", wire.ErrUnavailable, q, 6*5*time.Second, j.prog.doneOf(q)+1, last)
+				}
+				continue
 			}
 			return fmt.Errorf("%w: read partition %d: %v", wire.ErrUnavailable, q, err)
 		}
+		silent = 0
 		md, err := msg.Metadata()
 		if err != nil {
 			continue
@@ -586,7 +615,8 @@ func (j *bfJob) prepare(msg jetstream.Msg, md *jetstream.MsgMetadata, q int, com
 		m.Header.Set(wire.HeaderTTL, strconv.FormatInt(int64((left+time.Second-1)/time.Second), 10))
 	}
 	m.Header.Set(wire.HeaderBackfill, wire.FormatOrigin(j.prev.Epoch, q, seq))
-	m.Header.Set(wire.HeaderMsgID, fmt.Sprintf("pctl-bf-%s-%d-%d-%d", j.t.ID, j.next.Epoch, q, seq))
+	c.id = fmt.Sprintf("pctl-bf-%s-%d-%d-%d", j.t.ID, j.next.Epoch, q, seq)
+	m.Header.Set(wire.HeaderMsgID, c.id)
 	m.Data = msg.Data()
 	c.skip, c.key, c.msg, c.stream = false, key, m, wire.StreamName(j.t.Name, int(p))
 	return c
@@ -668,6 +698,13 @@ func (j *bfJob) finish(ctx context.Context, c *bfCopy, compact bool, lastCopy ma
 				return nil
 			}
 			c.expect = again
+		} else if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeMsgIDInProcess && attempt >= 4 {
+			// The stream holds the copy's id as "in process" without a sequence: a proposal
+			// lost in a leader change, which the server forgets only when its duplicate window
+			// (2 minutes by default) ends, refusing every re-send until then (seen after
+			// step-downs, 2026-12-01). A new id is safe: the expected last subject sequence
+			// still refuses a second copy if the lost one was stored after all.
+			c.msg.Header.Set(wire.HeaderMsgID, fmt.Sprintf("%s-r%d", c.id, attempt))
 		} else if attempt > 0 && attempt%10 == 0 {
 			j.b.cfg.Logger.Warn("backfill copy keeps failing; retrying", "topic", j.t.Name, "subject", c.msg.Subject, "err", err)
 		}

@@ -92,6 +92,7 @@ func (b *Broker) apiTopicRepartition(ctx context.Context, m *nats.Msg) (any, err
 		}
 		t.Change = &wire.Change{To: cur.Epoch + 1, Partitions: n, Partition: p, State: statePlanned,
 			Boundaries: make([]uint64, cur.Partitions), Started: time.Now().UTC(), FenceToken: fenceToken()}
+		holdTombstones(t) // a compacted topic's tombstones are held from here to the backfill's end (§10.2)
 		_, err = b.putTopic(ctx, t, rev)
 		if err == nil {
 			break

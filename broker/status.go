@@ -76,6 +76,17 @@ type GroupStatus struct {
 	// that changed member (§6.2.2).
 	Assignor   string                  `json:"assignor,omitempty"`
 	Assignment *wire.AssignmentSummary `json:"assignment,omitempty"`
+	// Standbys are the members warming up before they join (spec/protocol.md §6.10), in queue
+	// order: live w. keys (younger than their session_ms, else the members' rule).
+	Standbys []StandbyStatus `json:"standbys"`
+}
+
+// StandbyStatus is one standby of a group: warming (with the lag it last reported) or queued.
+type StandbyStatus struct {
+	ID      string    `json:"id"`
+	Warming bool      `json:"warming"`
+	Lag     int64     `json:"lag"`
+	Started time.Time `json:"started"`
 }
 
 // MemberStatus is one live member.
@@ -193,7 +204,7 @@ func (b *Broker) groupStatus(ctx context.Context, ts *TopicStatus) error {
 	groups := map[string]*GroupStatus{}
 	get := func(g string) *GroupStatus {
 		if groups[g] == nil {
-			gs := &GroupStatus{Group: g, Members: []MemberStatus{}, Partitions: make([]GroupPartition, t.MaxPartitions())}
+			gs := &GroupStatus{Group: g, Members: []MemberStatus{}, Standbys: []StandbyStatus{}, Partitions: make([]GroupPartition, t.MaxPartitions())}
 			for q := range gs.Partitions {
 				gs.Partitions[q].Partition = q
 			}
@@ -230,6 +241,25 @@ loop:
 				gs.Members = append(gs.Members, MemberStatus{ID: name, Heartbeat: ms.Heartbeat, Owns: ms.Owns, Gated: ms.Gated, GateWait: time.Duration(ms.GateWaitMS) * time.Millisecond})
 				gs.Gated += ms.Gated
 				gs.GateWait += time.Duration(ms.GateWaitMS) * time.Millisecond
+			case "w":
+				var ws struct {
+					ID        string    `json:"id"`
+					Started   time.Time `json:"started"`
+					Lag       int64     `json:"lag"`
+					Warming   bool      `json:"warming"`
+					SessionMS int64     `json:"session_ms"`
+				}
+				live := memberLive
+				if json.Unmarshal(e.Value(), &ws) != nil || ws.ID == "" {
+					continue
+				}
+				if ws.SessionMS > 0 {
+					live = time.Duration(ws.SessionMS) * time.Millisecond
+				}
+				if now.Sub(e.Created()) < live {
+					gs := get(g)
+					gs.Standbys = append(gs.Standbys, StandbyStatus{ID: ws.ID, Warming: ws.Warming, Lag: ws.Lag, Started: ws.Started})
+				}
 			case "p":
 				var ps wire.PartitionState
 				q, err := strconv.Atoi(name)
@@ -266,6 +296,13 @@ loop:
 			gs.Lag += gp.Lag
 		}
 		sort.Slice(gs.Members, func(i, j int) bool { return gs.Members[i].ID < gs.Members[j].ID })
+		sort.Slice(gs.Standbys, func(i, j int) bool {
+			a, b := gs.Standbys[i], gs.Standbys[j]
+			if !a.Started.Equal(b.Started) {
+				return a.Started.Before(b.Started)
+			}
+			return a.ID < b.ID
+		})
 		ts.Groups = append(ts.Groups, *gs)
 	}
 	sort.Slice(ts.Groups, func(i, j int) bool { return ts.Groups[i].Group < ts.Groups[j].Group })

@@ -378,8 +378,8 @@ func (c *Client) NewConsumer(ctx context.Context, topic string, opts ConsumerOpt
 	if opts.Assignor != "" && !knownAssignor(opts.Assignor) {
 		return nil, fmt.Errorf("%w: assignor %q: give %q or %q", wire.ErrBadRequest, opts.Assignor, wire.AssignorModulo, wire.AssignorSticky)
 	}
-	if opts.WarmUp != nil && opts.WarmUp.Warm == nil {
-		return nil, fmt.Errorf("%w: WarmUp needs a Warm function (it builds the state of the partitions the member will own)", wire.ErrBadRequest)
+	if opts.WarmUp != nil && opts.WarmUp.Warm == nil && opts.WarmUp.WarmTopics == nil {
+		return nil, fmt.Errorf("%w: WarmUp needs a Warm or WarmTopics function (it builds the state of the partitions the member will own)", wire.ErrBadRequest)
 	}
 	if opts.Heartbeat <= 0 {
 		opts.Heartbeat = time.Second
@@ -564,11 +564,20 @@ func (cn *Consumer) Run(ctx context.Context, h Handler) error {
 	// A member that warms up first does so as a standby (spec/protocol.md §6.10): no member
 	// key, no partition, until its state is within the lag threshold.
 	if cn.opts.WarmUp != nil {
-		if err := cn.warmUp(runCtx, kv); err != nil {
+		if cn.co != nil && cn.co.index > 0 {
+			// A co-partitioned member warms once, in its lead topic's group (§6.10, step 3).
+			select {
+			case <-cn.co.warmed:
+			case <-runCtx.Done():
+				return refusal(nil)
+			}
+		} else if err := cn.warmUp(runCtx, kv); err != nil {
 			if runCtx.Err() != nil {
 				return refusal(nil)
 			}
 			return refusal(err)
+		} else if cn.co != nil {
+			cn.co.warmOnce.Do(func() { close(cn.co.warmed) })
 		}
 	}
 

@@ -33,9 +33,13 @@ type coAssignorState struct {
 // coGroup is what one topic's member of a co-partitioned group knows of the others.
 type coGroup struct {
 	topics []string
-	index  int       // this topic's place in topics; 0 is the lead
-	lead   *Consumer // the lead topic's member in this process
-	skew   int       // test hook: rotate a follower's owners by this much (a wrong assignment)
+	index  int         // this topic's place in topics; 0 is the lead
+	lead   *Consumer   // the lead topic's member in this process
+	all    []*Consumer // every topic's, the lead first
+	// warmed is closed when the lead's warm-up has ended (§6.10): the followers join then.
+	warmed   chan struct{}
+	warmOnce *sync.Once
+	skew     int // test hook: rotate a follower's owners by this much (a wrong assignment)
 }
 
 // CoConsumer is a member of one consumer group over several co-partitioned topics
@@ -78,9 +82,6 @@ func (c *Client) NewCoConsumer(ctx context.Context, topics []string, opts Consum
 	if opts.State != nil {
 		return nil, fmt.Errorf("%w: a state handler is not supported on a co-partitioned group yet: use NewConsumer on the input topic with State, or keep the state in the handler", wire.ErrBadRequest)
 	}
-	if opts.WarmUp != nil {
-		return nil, fmt.Errorf("%w: warm-up is not supported on a co-partitioned group yet: warm up a NewConsumer member", wire.ErrBadRequest)
-	}
 	if opts.Member == "" {
 		opts.Member = nuid.Next()
 	}
@@ -106,8 +107,9 @@ func (c *Client) NewCoConsumer(ctx context.Context, topics []string, opts Consum
 		cn.co = &coGroup{topics: cc.topics, index: i, skew: opts.testCoSkew}
 		cc.cs = append(cc.cs, cn)
 	}
+	warmed, once := make(chan struct{}), &sync.Once{}
 	for _, cn := range cc.cs {
-		cn.co.lead = cc.cs[0]
+		cn.co.lead, cn.co.all, cn.co.warmed, cn.co.warmOnce = cc.cs[0], cc.cs, warmed, once
 	}
 	return cc, nil
 }
@@ -134,6 +136,9 @@ func (cc *CoConsumer) Consumer(topic string) *Consumer {
 	}
 	return nil
 }
+
+// WarmUpStats returns what the member's warm-up did (the lead topic's member warms for all).
+func (cc *CoConsumer) WarmUpStats() WarmUpStats { return cc.cs[0].WarmUpStats() }
 
 // Member returns the member id (the same in every topic's group).
 func (cc *CoConsumer) Member() string { return cc.cs[0].Member() }

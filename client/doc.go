@@ -8,7 +8,9 @@
 // are expanded one after the other. Stateful processors hand per-key state over with a
 // StateHandler (§6.9), and a member that joins can warm up first (ConsumerOptions.WarmUp, §6.10):
 // as a standby that takes no partition it builds the state of the keys it will own, and joins
-// within a lag threshold.
+// within a lag threshold (a co-partitioned member warms once for all its topics; Client.Standbys
+// lists a topic's standbys; ChangelogReadStart says where a reader of a backfilled changelog can
+// start).
 //
 // Everything a client computes about partitions it computes with the same module bytes as the
 // broker and every other client, fetched by digest and verified against it.

@@ -19,6 +19,10 @@ type GroupLag struct {
 	// changes with the fractions of keys that changed member, and what modulo would have moved.
 	Assignor    string                   `json:"assignor"`
 	Assignments []wire.AssignmentSummary `json:"assignments,omitempty"`
+	// Standbys are the members warming up before they join (spec/protocol.md §6.10), in queue
+	// order: each warming or queued, with the lag it last reported. Nil when the caller may not
+	// read the group bucket (the producer role).
+	Standbys []Standby `json:"standbys,omitempty"`
 }
 
 // PartitionLag is one partition stream's row of a GroupLag.
@@ -31,7 +35,8 @@ type PartitionLag struct {
 
 // GroupLags returns the progress of every consumer group of a topic (what `pctl topic groups`
 // shows): the broker's group list, the topic's descriptor and each partition stream's last
-// sequence, read now.
+// sequence, read now, and each group's standbys (Standbys; left out when the group bucket
+// cannot be read).
 func (c *Client) GroupLags(ctx context.Context, topic string) ([]GroupLag, error) {
 	groups, err := c.Groups(ctx, topic)
 	if err != nil {
@@ -64,6 +69,11 @@ func (c *Client) GroupLags(ctx context.Context, topic string) ([]GroupLag, error
 			v.Partitions = append(v.Partitions, pv)
 		}
 		out = append(out, v)
+	}
+	if sb, err := c.Standbys(ctx, topic); err == nil {
+		for i := range out {
+			out[i].Standbys = sb[out[i].Group]
+		}
 	}
 	return out, nil
 }

@@ -44,8 +44,9 @@ Scenarios (rows), each on a topic of its own with 3 partitions (kafka-murmur2):
   late-member     a second member joins after 2 phases
   compacted       a compacted topic: many updates per key and tombstones through grow 3->5 and a
                   function swap, each with its backfill (the producer gets --tombstone-marker M);
-                  then a new group --from current-epoch must get exactly each key's latest value
-                  and no deleted key's value
+                  tombstones written while a backfill is held must carry the descriptor's hold
+                  TTL; then a new group --from current-epoch must get exactly each key's latest
+                  value and no deleted key's value
 Checks: a result per record; placement of acknowledged and delivered records against their
 epoch's module; 'pctl verify' (nothing acknowledged lost, per-key order across members, wrong
 keys, unexpected records, duplicates; --compacted in the compacted row); members exit 0 on

@@ -678,7 +678,9 @@ Shows a topic's consumer groups: live members, and for each partition stream the
 position (every record up to it is drained), the stream's last sequence and the lag between them,
 and the group's assignor (spec/protocol.md §6.1). For a group with the sticky assignor it also
 shows the last recorded assignments, each with the fraction of keys that changed member and what
-the default modulo assignor would have moved.
+the default modulo assignor would have moved. Members warming up before they join (standbys,
+spec/protocol.md §6.10) are listed in queue order, each warming (with what it has left to read)
+or queued for a slot; a standby that crashed drops off within its session timeout.
 
 With --reset, moves consumer group GROUP as a whole (spec/protocol.md §6.6) instead: to earliest
 (every record of every epoch is delivered again), latest (only records that come next), or a
@@ -746,6 +748,9 @@ consumer or admin role. It prints the group's new generation and positions.
 		for _, line := range assignmentLines(v.Assignments, 5) {
 			fmt.Fprintln(e.stdout, line)
 		}
+		for _, line := range standbyLines(v.Standbys, time.Now()) {
+			fmt.Fprintln(e.stdout, line)
+		}
 		w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(w, "PARTITION\tPOSITION\tEND\tLAG\t")
 		for _, p := range v.Partitions {
@@ -770,6 +775,20 @@ func assignmentLines(as []wire.AssignmentSummary, max int) []string {
 			moved = fmt.Sprintf("keys that changed member %.1f%% (modulo: %.1f%%)", 100**a.Moved, 100**a.MovedModulo)
 		}
 		out = append(out, fmt.Sprintf("  assignment %d: epoch %d, %d member(s), %d partition(s): %s", a.Round, a.Epoch, a.Members, a.Partitions, moved))
+	}
+	return out
+}
+
+// standbyLines describes a group's standbys (spec/protocol.md §6.10), in queue order: warming
+// ones with the lag they last reported, queued ones waiting for a slot.
+func standbyLines(sb []client.Standby, now time.Time) []string {
+	var out []string
+	for _, s := range sb {
+		state := "queued (waits for a warm-up slot, reads nothing)"
+		if s.Warming {
+			state = fmt.Sprintf("warming up, lag %d record(s)", s.Lag)
+		}
+		out = append(out, fmt.Sprintf("  standby %s: %s; a standby for %s", s.Member, state, now.Sub(s.Started).Round(time.Second)))
 	}
 	return out
 }

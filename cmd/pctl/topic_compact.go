@@ -78,7 +78,7 @@ func describeCompaction(w io.Writer, t *wire.Topic) {
 	case t.Compact != nil:
 		held := ""
 		if t.Compact.Held() {
-			held = " (a tombstone written while the backfill runs is held until the next epoch change: spec/protocol.md §10.2)"
+			held = " (a tombstone written while the backfill runs is held: kept until its epoch is retired, spec/protocol.md §10.2)"
 		}
 		fmt.Fprintf(w, "compaction\tcompacted: the latest record of every key; tombstones kept %v%s\n", time.Duration(t.Compact.Retention())*time.Millisecond, held)
 	case t.Backfill:

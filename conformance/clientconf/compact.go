@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -26,19 +27,23 @@ const compactPhases = 6
 
 // compactKeys is how many keys phase i writes (k00 up): later phases leave the last keys alone,
 // so that the current epoch holds them only through the backfills (k20..k23 last written in epoch
-// 1, two backfills ago; k16..k19 in epoch 2).
+// 1, two backfills ago; k16..k19 in phase 3, in epoch 2 while its backfill was held).
 func compactKeys(phase int) int {
 	switch {
 	case phase <= 2:
 		return numKeys
-	case phase <= 4:
+	case phase <= 3:
 		return numKeys - 4
 	}
 	return numKeys - 8
 }
 
+// heldPhase is the phase written while the first backfill is held at its start.
+const heldPhase = 3
+
 // compactLines are phase i of the compacted row: a value for every key of the phase, then for
-// every key a second value or, for every fourth key (another quarter each phase), a tombstone.
+// every key a second value or, for every fourth key (another quarter each phase), a tombstone;
+// the held phase also deletes k16 and k18, which no later phase writes.
 func compactLines(phase int) []line {
 	pad := func(s string) string { return s + strings.Repeat(".", max(0, valueBytes-len(s))) }
 	n := compactKeys(phase)
@@ -48,7 +53,7 @@ func compactLines(phase int) []line {
 	}
 	for k := 0; k < n; k++ {
 		v := pad(fmt.Sprintf("%db-k%02d-", phase, k))
-		if (k+phase)%4 == 0 {
+		if (k+phase)%4 == 0 || (phase == heldPhase && k >= numKeys-8 && k%2 == 0) {
 			v = tombstoneMarker
 		}
 		out = append(out, line{key: fmt.Sprintf("k%02d", k), value: v})
@@ -57,7 +62,7 @@ func compactLines(phase int) []line {
 }
 
 var compactedScenario = scenario{name: "compacted", description: "compacted topic: updates and tombstones through grow 3->5 and a function swap with backfill; a fresh current-epoch group sees each key's latest value",
-	members: 2, compact: true, dups: dupFail, prodArgs: []string{"--tombstone-marker", tombstoneMarker},
+	members: 2, compact: true, hold: true, dups: dupFail, prodArgs: []string{"--tombstone-marker", tombstoneMarker},
 	run: func(r *run) error {
 		changes := []struct {
 			what string
@@ -67,6 +72,7 @@ var compactedScenario = scenario{name: "compacted", description: "compacted topi
 			{"swap kafka-murmur2 -> librdkafka-consistent", wire.RepartitionRequest{Partitioner: "librdkafka-consistent"}},
 		}
 		for i := 1; i <= compactPhases; i++ {
+			from := len(r.prod.sent)
 			if err := r.prod.write(compactLines(i)); err != nil {
 				return err
 			}
@@ -78,6 +84,28 @@ var compactedScenario = scenario{name: "compacted", description: "compacted topi
 					return fmt.Errorf("%s: %w", c.what, err)
 				}
 				r.fault("phase %d: %s (backfill)", i, c.what)
+			}
+			if i == 2 {
+				// The grow's backfill is held at its start while the next phase is written: its
+				// tombstones must carry the hold the descriptor gives while a backfill runs.
+				select {
+				case <-r.held:
+				case <-time.After(catchUpWait):
+					return fmt.Errorf("the backfill of the grow did not start within %v", catchUpWait)
+				case <-r.ctx.Done():
+					return r.ctx.Err()
+				}
+				time.Sleep(500 * time.Millisecond) // the producer learns the new descriptor (its event)
+			}
+			if i == heldPhase {
+				if err := r.caughtUp(); err != nil {
+					return err
+				}
+				if err := r.checkHeldTombstones(from, len(r.prod.sent)); err != nil {
+					return err
+				}
+				r.releaseBackfill()
+				r.fault("phase %d: written while the backfill was held; released", i)
 			}
 			if i < compactPhases {
 				if err := r.caughtUp(); err != nil {
@@ -299,4 +327,114 @@ func (r *run) keysBehind(want map[string]uint64) int {
 		}
 	}
 	return n
+}
+
+// holdFirstBackfill is the broker's step hook of the compacted row: the first backfill waits at
+// its start until releaseBackfill.
+func (r *run) holdFirstBackfill() func(topic, step string) error {
+	r.held, r.release = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	return func(topic, step string) error {
+		if step != "backfill-start" {
+			return nil
+		}
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			close(r.held)
+			select {
+			case <-r.release:
+			case <-r.ctx.Done():
+			}
+		}
+		return nil
+	}
+}
+
+func (r *run) releaseBackfill() {
+	if r.release != nil {
+		r.relOnce.Do(func() { close(r.release) })
+	}
+}
+
+// checkHeldTombstones checks the acknowledged tombstones of lines [from, to) (written while the
+// backfill is held; all but the last half phase have results) as stored: each is its key's last record in the current epoch, with Nats-TTL the
+// descriptor's delete_retention_ms / 1000, which is the hold while a backfill runs
+// (spec/protocol.md §10.2). A producer that kept the retention it read before the epoch change
+// gives them the topic's own retention: they would expire before a long backfill reaches their
+// keys, and the keys' old values would be copied back. A wrong TTL is a failure of the row; an
+// error stops it.
+func (r *run) checkHeldTombstones(from, to int) error {
+	deadline := time.Now().Add(catchUpWait)
+	for {
+		res, _, _ := r.prod.snapshot()
+		n := 0
+		for p := from + 1; p <= to; p++ {
+			if _, ok := res[uint64(p)]; ok {
+				n++
+			}
+		}
+		if n >= to-from-(numKeys+1)/2 { // a client may hold back up to half a phase of its input (§3)
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the producer reported %d of the %d results of the held phase within %v", n, to-from, catchUpWait)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	desc, _, err := r.admin.Topic(r.ctx, r.topic)
+	if err != nil {
+		return err
+	}
+	if desc.Compact == nil || !desc.Compact.Held() {
+		return fmt.Errorf("the descriptor holds no tombstones while the backfill is held: %+v", desc.Compact)
+	}
+	want := fmt.Sprint(desc.Compact.DeleteRetentionMS / 1000)
+	cur := desc.Current()
+	part, _, err := r.partitionFunc()
+	if err != nil {
+		return err
+	}
+	res, _, _ := r.prod.snapshot()
+	wrong, checked, ex := 0, 0, []string{}
+	for p := from + 1; p <= to; p++ {
+		l := r.prod.sent[p-1]
+		if l.value != tombstoneMarker || !res[uint64(p)].Acked {
+			continue
+		}
+		q, err := part(cur.Epoch, []byte(l.key))
+		if err != nil {
+			return err
+		}
+		s, err := r.admin.JetStream().Stream(r.ctx, wire.StreamName(r.topic, q))
+		if err != nil {
+			return err
+		}
+		m, err := s.GetLastMsgForSubject(r.ctx, wire.RecordSubject(r.topic, cur.Epoch, q, true, []byte(l.key)))
+		checked++
+		var got string
+		switch {
+		case err != nil:
+			got = fmt.Sprintf("not stored (%v)", err)
+		case m.Header.Get(wire.HeaderTombstone) == "" || m.Header.Get(wire.HeaderSeq) != fmt.Sprint(p):
+			got = fmt.Sprintf("another record (pseq %s, tombstone %q)", m.Header.Get(wire.HeaderSeq), m.Header.Get(wire.HeaderTombstone))
+		case m.Header.Get(wire.HeaderTTL) != want:
+			got = fmt.Sprintf("Nats-TTL %q", m.Header.Get(wire.HeaderTTL))
+		default:
+			continue
+		}
+		wrong++
+		if len(ex) < 3 {
+			ex = append(ex, fmt.Sprintf("key %q pseq %d: %s", l.key, p, got))
+		}
+	}
+	if checked == 0 {
+		return fmt.Errorf("no tombstone of the held phase was acknowledged")
+	}
+	r.logf("held phase: %d acknowledged tombstones checked, %d without Nats-TTL %s", checked, wrong, want)
+	if wrong > 0 {
+		r.failf("tombstone TTL: %d of %d tombstones written while a backfill ran are not stored with Nats-TTL %s (the descriptor's delete_retention_ms / 1000: the hold, spec/protocol.md §10.2): %s",
+			wrong, checked, want, strings.Join(ex, "; "))
+	}
+	return nil
 }

@@ -98,6 +98,7 @@ type scenario struct {
 	compact           bool               // a compacted topic (spec/protocol.md §10)
 	prodArgs          []string           // extra producer arguments
 	after             func(r *run) error // after the producer is done and the group stopped
+	hold              bool               // the broker holds the first backfill at its start (run.held, run.release)
 }
 
 type dupRule int
@@ -198,12 +199,12 @@ func freePort() (string, error) {
 }
 
 // startBroker starts the embedded broker, retrying briefly while the port is still held by the
-// one before (a restart).
-func startBroker(ctx context.Context, dataDir, listen string) (*broker.Broker, error) {
+// one before (a restart); hook (may be nil) is its step hook (the compacted row holds a backfill).
+func startBroker(ctx context.Context, dataDir, listen string, hook func(topic, step string) error) (*broker.Broker, error) {
 	var err error
 	for i := 0; i < 50; i++ {
 		var b *broker.Broker
-		b, err = broker.Start(ctx, broker.Config{DataDir: dataDir, Listen: listen, ConformanceKeys: 2000})
+		b, err = broker.Start(ctx, broker.Config{DataDir: dataDir, Listen: listen, ConformanceKeys: 2000, StepHook: hook})
 		if err == nil {
 			return b, nil
 		}

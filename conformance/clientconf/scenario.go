@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -68,7 +69,7 @@ var scenarios = []scenario{
 			r.sleepUpTo(150 * time.Millisecond)
 			r.b.Abort()
 			time.Sleep(300 * time.Millisecond)
-			b, err := startBroker(r.ctx, r.dataDir, r.listen)
+			b, err := startBroker(r.ctx, r.dataDir, r.listen, nil)
 			if err != nil {
 				return err
 			}
@@ -178,7 +179,10 @@ type run struct {
 	members []*member
 	victim  *member
 	late    *member
-	fresh   *member // compacted: the member of a new group reading the current epoch alone
+	fresh   *member       // compacted: the member of a new group reading the current epoch alone
+	held    chan struct{} // compacted: closed when the first backfill is held at its start
+	release chan struct{} // compacted: closing it lets that backfill go on
+	relOnce sync.Once
 	faults  []string
 	fail    []string
 }
@@ -328,10 +332,15 @@ func runScenario(ctx context.Context, opts Options, s scenario, dir string, rng 
 	if r.listen, err = freePort(); err != nil {
 		return Row{}, err
 	}
-	if r.b, err = startBroker(ctx, r.dataDir, r.listen); err != nil {
+	var hook func(topic, step string) error
+	if s.hold {
+		hook = r.holdFirstBackfill()
+	}
+	if r.b, err = startBroker(ctx, r.dataDir, r.listen, hook); err != nil {
 		return Row{}, err
 	}
 	defer func() { r.b.Close() }()
+	defer r.releaseBackfill() // before the broker closes: it waits for its backfill
 	if r.admin, err = connectAdmin(ctx, r.b); err != nil {
 		return Row{}, fmt.Errorf("connect to the broker: %w", err)
 	}

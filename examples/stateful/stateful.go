@@ -236,8 +236,15 @@ func (p *Processor) catchUp(ctx context.Context) error {
 
 // ReadChangelog brings index (every key's highest-count state) up to date with the changelog
 // topic's streams, reading each from read[stream]+1 to its current last sequence and recording
-// the new positions in read. It returns index and the number of records read.
+// the new positions in read. It returns index and the number of records read. A stream it has
+// not read yet is read from client.ChangelogReadStart: on a compacted changelog whose backfill
+// has ended, the current epoch alone (its copies hold every key's latest state), not every older
+// layout.
 func ReadChangelog(ctx context.Context, c *client.Client, topic string, read map[int]uint64, index map[string]State) (map[string]State, int, error) {
+	return readChangelog(ctx, c, topic, read, index, true)
+}
+
+func readChangelog(ctx context.Context, c *client.Client, topic string, read map[int]uint64, index map[string]State, currentEpoch bool) (map[string]State, int, error) {
 	t, _, err := c.Topic(ctx, topic)
 	if err != nil {
 		return index, 0, err
@@ -250,6 +257,16 @@ func ReadChangelog(ctx context.Context, c *client.Client, topic string, read map
 			return index, n, fmt.Errorf("changelog %s partition %d: %w", topic, q, err)
 		}
 		last := s.CachedInfo().State.LastSeq
+		if _, started := read[q]; !started && currentEpoch {
+			// A stream not read yet: from where the latest state per key starts (§10.5).
+			first, needed := client.ChangelogReadStart(t, q)
+			switch {
+			case !needed:
+				read[q] = last
+			case first > 1:
+				read[q] = first - 1
+			}
+		}
 		if last <= read[q] {
 			continue
 		}
@@ -258,13 +275,20 @@ func ReadChangelog(ctx context.Context, c *client.Client, topic string, read map
 		if err != nil {
 			return index, n, fmt.Errorf("changelog %s partition %d: %w", topic, q, err)
 		}
+		// want is how many messages the next fetch asks for: one at first, then what the last
+		// message said was pending. Sequences are not a count (a compacted stream has gaps),
+		// and a fetch for more than is there waits its whole 2 s.
+		want := uint64(1)
 		for empty := 0; read[q] < last; {
 			if empty == 3 {
 				return index, n, fmt.Errorf("%w: changelog %s partition %d: nothing read past sequence %d, the stream's last is %d", wire.ErrUnavailable, topic, q, read[q], last)
 			}
-			// The filter matches every message of the stream (records and fence markers), so
-			// asking for exactly what is left returns as soon as it has arrived.
-			batch, err := cons.Fetch(int(min(last-read[q], 1000)), jetstream.FetchMaxWait(2*time.Second))
+			if want == 0 {
+				read[q] = last // nothing is pending: the rest of the range holds no message
+				break
+			}
+			// The filter matches every message of the stream (records and fence markers).
+			batch, err := cons.Fetch(int(min(want, last-read[q], 1000)), jetstream.FetchMaxWait(2*time.Second))
 			if err != nil {
 				return index, n, fmt.Errorf("changelog %s partition %d: %w", topic, q, err)
 			}
@@ -276,6 +300,7 @@ func ReadChangelog(ctx context.Context, c *client.Client, topic string, read map
 					continue
 				}
 				read[q] = md.Sequence.Stream
+				want = md.NumPending
 				kh := m.Headers().Get(wire.HeaderKey)
 				if kh == "" {
 					continue // a fence marker or a keyless record

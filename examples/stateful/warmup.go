@@ -64,7 +64,7 @@ type WarmUpReport struct {
 	// loaded after its gate), OldFlushes the other members' Flush calls meanwhile (the keys they
 	// gave up): the state handover at the cut-over.
 	WarmLoads, OldFlushes int64
-	Stats    Stats              `json:"stats"`     // summed over every member
+	Stats                 Stats `json:"stats"` // summed over every member
 	// MemberErrors are errors members stopped with.
 	MemberErrors []string `json:"member_errors,omitempty"`
 }
