@@ -435,6 +435,7 @@ func (p *Producer) assignLocked(pd *pending) error {
 		part = int(r)
 	}
 	pd.epoch, pd.partition = cur.Epoch, part
+	p.refreshTTL(pd)
 	s := p.sinks[part]
 	if s == nil {
 		s = newSink(p, cur.Epoch, part)
@@ -816,6 +817,35 @@ func checkCompaction(topic string, compact bool, rec Record) error {
 	return nil
 }
 
+// refreshTTL gives a tombstone of a compacted topic the Nats-TTL of the descriptor it is (re-)sent
+// under (spec/protocol.md §10.2): a tombstone created under an earlier descriptor and re-sent into
+// a later epoch gets the hold of a backfill that runs there, not the first send's delete
+// retention, which could expire before the backfill reaches its key. The TTL is the only header
+// that changes: the duplicate check (sameRecord) does not compare it. p.mu is held; the header is
+// copied, not changed, as a reader of the old one may still hold it; no sink has pd now (a new
+// record, or one an old sink handed back), so pd.hdr itself is not read meanwhile.
+func (p *Producer) refreshTTL(pd *pending) {
+	if !pd.rec.Tombstone || p.desc.Compact == nil {
+		return
+	}
+	ttl := tombstoneTTL(p.desc.Compact)
+	if pd.hdr.Get(wire.HeaderTTL) == ttl {
+		return
+	}
+	h := make(nats.Header, len(pd.hdr))
+	for k, v := range pd.hdr {
+		h[k] = v
+	}
+	h.Set(wire.HeaderTTL, ttl)
+	pd.hdr = h
+}
+
+// tombstoneTTL is a compacted topic's tombstone Nats-TTL: its delete retention in whole seconds,
+// at least 1.
+func tombstoneTTL(compact *wire.Compaction) string {
+	return strconv.FormatInt(max(compact.DeleteRetentionMS/1000, 1), 10)
+}
+
 // setTombstone marks a tombstone's message: on a compacted topic with its delete retention as
 // JetStream's message TTL.
 func setTombstone(h nats.Header, tombstone bool, compact *wire.Compaction) {
@@ -824,6 +854,6 @@ func setTombstone(h nats.Header, tombstone bool, compact *wire.Compaction) {
 	}
 	h.Set(wire.HeaderTombstone, "true")
 	if compact != nil {
-		h.Set(wire.HeaderTTL, strconv.FormatInt(max(compact.DeleteRetentionMS/1000, 1), 10))
+		h.Set(wire.HeaderTTL, tombstoneTTL(compact))
 	}
 }

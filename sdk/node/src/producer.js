@@ -279,6 +279,15 @@ export class Producer {
     return h;
   }
 
+  // Gives a tombstone of a compacted topic the Nats-TTL of the descriptor it is (re-)sent under
+  // (spec/protocol.md §10.2): one created under an earlier descriptor and handed back by a fenced
+  // partition gets the hold of the new epoch's backfill, not the first send's delete retention,
+  // which could expire before the backfill reaches its key. Its headers are made again (the same
+  // identity: producer, sequence, deduplication id, key; sameRecord does not compare Nats-TTL).
+  refreshTTL(pd) {
+    if (pd.tombstone && pd.hdr && this.desc.compact && pd.hdr.get('Nats-TTL') !== tombstoneTTL(this.desc.compact)) pd.hdr = null;
+  }
+
   // Gives a record that is provably not stored a new deduplication id (a fresh token; the
   // producer id and sequence stay): the server may still count its old id as being stored.
   renew(pd) {
@@ -301,6 +310,7 @@ export class Producer {
     }
     pd.epoch = cur.epoch;
     pd.partition = part;
+    this.refreshTTL(pd);
     let s = this.sinks.get(part);
     if (!s) {
       s = new Sink(this, cur.epoch, part);
