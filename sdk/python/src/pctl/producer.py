@@ -472,10 +472,31 @@ class Producer:
             except PluginFailed as e:
                 raise PluginFailed(f"record {pd.seq} of producer {self.id}: {e}", plugin=e.plugin, digest=e.digest) from None
         pd.epoch, pd.partition = cur.epoch, part
+        self._refresh_ttl(pd)
         s = self._sinks.get(part)
         if s is None:
             s = self._sinks[part] = _Sink(self, cur.epoch, part)
         s.push(pd)
+
+    def _refresh_ttl(self, pd: _Pending) -> None:
+        """Gives a tombstone of a compacted topic the Nats-TTL of the descriptor it is (re-)sent
+        under (spec/protocol.md §10.2): one made under an earlier descriptor (handed back by a
+        fenced partition, or held during the switch) gets the hold of the new epoch's backfill, not
+        its first delete retention, which could expire before the backfill reaches its key. Only
+        that header changes (same_record does not compare it)."""
+        compact = self._desc.raw.get("compact") if self._desc else None
+        if not compact or (compaction.HEADER_TOMBSTONE, "true") not in pd.hdrs:
+            return
+        ttl = compaction.tombstone_ttl(compact)
+        changed = False
+        hdrs = []
+        for k, v in pd.hdrs:
+            if k == compaction.HEADER_TTL and v != ttl:
+                v, changed = ttl, True
+            hdrs.append((k, v))
+        if changed:
+            pd.hdrs = hdrs
+            pd.block = _nats.encode_header_block(hdrs)
 
     def _renew(self, pd: _Pending) -> None:
         """Gives a record that is provably not stored a new deduplication id (a fresh token; the
