@@ -138,6 +138,51 @@ describe('state handover', { skip, timeout: 300_000 }, () => {
     assert.notDeepEqual(Object.fromEntries(got), Object.fromEntries(expected));
   });
 
+  test('one member across 4 -> 8: loads and flushes alternate per key, and the close flushes every held key', async () => {
+    await broker.admin(['topic', 'create', 'rtone', '--partitions', '4', '--partitioner', 'linear-murmur2']);
+    const p = await admin.producer('rtone', { id: 'rtone-p' });
+    const held = new Map(); // key -> partition it is held for, by the handler's calls
+    const wrong = [];
+    let delivering = null;
+    const state = {
+      load: (ks) => {
+        for (const k of ks.keys) {
+          if (held.has(String(k))) wrong.push(`load of ${k}, held for ${held.get(String(k))}`);
+          if (delivering === String(k)) wrong.push(`load of ${k} while a record of it is delivered`);
+          held.set(String(k), ks.partition);
+        }
+      },
+      flush: (ks) => {
+        for (const k of ks.keys) {
+          if (!held.has(String(k))) wrong.push(`flush (${ks.reason}) of ${k}, not held`);
+          if (delivering === String(k)) wrong.push(`flush of ${k} while a record of it is delivered`);
+          held.delete(String(k));
+        }
+      },
+    };
+    let n = 0;
+    const cn = await admin.consumer('rtone', { group: 'g', fromBeginning: true, heartbeat: 150, state });
+    const done = cn.run(async (m) => {
+      if (!held.has(String(m.key))) wrong.push(`record of ${m.key} delivered without its state loaded`);
+      delivering = String(m.key);
+      await new Promise((r) => setImmediate(r));
+      delivering = null;
+      n++;
+    });
+    for (let i = 0; i < 40; i++) p.send({ key: `k${i % 20}`, value: '1' });
+    await p.flush();
+    await waitFor(() => n === 40, 20_000, () => `40 deliveries, have ${n}`);
+    assert.equal(held.size, 20);
+    await broker.admin(['topic', 'expand', 'rtone', '--partitions', '8']);
+    for (let i = 0; i < 40; i++) p.send({ key: `k${i % 20}`, value: '1' });
+    await p.close();
+    await waitFor(() => n === 80, 20_000, () => `80 deliveries, have ${n}`);
+    await cn.close();
+    await done;
+    assert.deepEqual(wrong, []);
+    assert.equal(held.size, 0, `held after close: ${[...held.keys()]}`);
+  });
+
   test('a state handler needs gating and load/flush functions', async () => {
     await broker.admin(['topic', 'create', 'rtopt', '--partitions', '2', '--partitioner', 'kafka-murmur2']);
     const state = { load: async () => {}, flush: async () => {} };

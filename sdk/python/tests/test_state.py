@@ -201,3 +201,60 @@ def test_load_error_stops_the_member(broker):
             assert delivered == []
             await cn.close()
     asyncio.run(go())
+
+
+def test_one_member_across_an_expansion_loads_and_flushes_alternate(broker):
+    """One member across 4 -> 8: the handler's calls alternate per key (no load of a held key, no
+    flush of a key not held), every record comes with its key loaded, the close flushes every held
+    key. Fails when keys revoked flushes a key and keeps holding it."""
+    topic = broker.create_topic(4, "linear-murmur2")
+
+    class Log:
+        def __init__(self):
+            self.held: dict = {}
+            self.wrong: list = []
+
+        def load(self, ks):
+            for k in ks.keys:
+                if k in self.held:
+                    self.wrong.append(f"load of {k!r}, held for {self.held[k]}")
+                self.held[k] = ks.partition
+
+        async def flush(self, ks):
+            for k in ks.keys:
+                if k not in self.held:
+                    self.wrong.append(f"flush ({ks.reason.value}) of {k!r}, not held")
+                self.held.pop(k, None)
+
+    async def go():
+        st = Log()
+        async with await pctl.connect(broker.url, broker.admin) as c:
+            p = await c.producer(topic, producer_id=f"{topic}-p")
+            cn = await c.consumer(topic, "g", from_beginning=True, heartbeat=0.15, state=st)
+            n = [0]
+
+            async def send():
+                await asyncio.gather(*[await p.send(f"k{i % 20}".encode(), b"1") for i in range(40)])
+
+            async def drain(want: int) -> None:
+                deadline = time.monotonic() + 20
+                while n[0] < want:
+                    assert time.monotonic() < deadline, f"{want} deliveries, have {n[0]}"
+                    r = await cn.next(timeout=0.2)
+                    if r is None:
+                        continue
+                    if r.key not in st.held:
+                        st.wrong.append(f"record of {r.key!r} delivered without its state loaded")
+                    n[0] += 1
+
+            await send()
+            await drain(40)
+            assert len(st.held) == 20
+            broker.pctl("topic", "expand", topic, "--partitions", "8")
+            await send()
+            await drain(80)
+            await p.close()
+            await cn.close()
+        assert st.wrong == []
+        assert st.held == {}, f"held after close: {sorted(st.held)}"
+    asyncio.run(go())

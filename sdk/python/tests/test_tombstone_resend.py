@@ -3,9 +3,10 @@
 tombstone is made while the producer switches epochs (held, its headers made under the topic's own
 descriptor: delete retention 60 s), then placed as the repartition places held and handed-back
 records, under a descriptor that holds tombstones (a backfill running: H = 100 years); the stored
-tombstone must carry H. Arranging the fence itself is covered by the Go client's
-TestTombstoneResentIntoNewEpochIsHeld and by the conformance suite's compacted row. Before the fix
-the producer kept the first headers and stored Nats-TTL 60."""
+tombstone must carry H. The fence itself (a tombstone unacknowledged at it) is arranged only by the
+Go client's TestTombstoneResentIntoNewEpochIsHeld; the conformance suite's compacted row checks the
+TTL of every tombstone acknowledged while a backfill is held, but does not force a re-send. Before
+the fix the producer kept the first headers and stored Nats-TTL 60."""
 
 from __future__ import annotations
 

@@ -88,6 +88,10 @@ public final class Consumer implements AutoCloseable {
     private final String member;
     private final ConsumerOptions o;
     private final RebalanceListener listener;
+    // State handovers (spec/protocol.md §6.9): every call runs on the polling thread, one at a time;
+    // home (guarded by mu) maps every key this member holds (KeySet.id) to the partition it holds it for.
+    private final StateHandler state;
+    private final Map<String, Integer> home = new HashMap<>();
     private final boolean announce; // the listener wants keys-assigned (so records' previous partitions are computed)
     private final boolean wantsRevoked;
     private final GroupKv kv;
@@ -237,6 +241,7 @@ public final class Consumer implements AutoCloseable {
         this.member = o.member();
         this.o = o;
         this.listener = o.listener();
+        this.state = o.state();
         this.announce = overrides(listener, "onKeysAssigned");
         this.wantsRevoked = overrides(listener, "onKeysRevoked");
         this.desc = t;
@@ -792,9 +797,18 @@ public final class Consumer implements AutoCloseable {
             if (!revoked.isEmpty()) {
                 callback(() -> listener.onPartitionsRevoked(Collections.unmodifiableList(revoked)));
             }
+            Set<Integer> unflushed = new HashSet<>();
+            for (int q : revoked) {
+                try {
+                    statePartition(q);
+                } catch (PctlException e) {
+                    log("member " + member + ": " + e.getMessage() + " (partition " + q + " not released: its lease expires)");
+                    unflushed.add(q);
+                }
+            }
             List<CompletableFuture<Void>> fs = new ArrayList<>();
             for (Part p : ps) {
-                if (!isLost(p)) {
+                if (!isLost(p) && !unflushed.contains(p.q)) {
                     fs.add(CompletableFuture.runAsync(() -> {
                         try {
                             release(p);
@@ -913,7 +927,8 @@ public final class Consumer implements AutoCloseable {
                             item = null;
                             continue;
                         }
-                        if (item.kind == Kind.RECORD && item.parent < 0 && Rules.mayDeliver(p.leaseUntil, System.nanoTime(), sessionNanos)) {
+                        if (item.kind == Kind.RECORD && item.parent < 0 && Rules.mayDeliver(p.leaseUntil, System.nanoTime(), sessionNanos)
+                                && !needsLoadLocked(p, item.record)) {
                             p.delivered = item.seq;
                             p.lastRecord = item.seq;
                             delivered++;
@@ -1025,6 +1040,9 @@ public final class Consumer implements AutoCloseable {
         }
         if (item.parent >= 0) {
             keysAssigned(p, item);
+        }
+        if (state != null && item.kind == Kind.RECORD && item.record.key() != null && !stateEnsure(p, item.record.key())) {
+            return null;
         }
         mu.lock();
         try {
@@ -1173,6 +1191,11 @@ public final class Consumer implements AutoCloseable {
                     callback(() -> listener.onKeysRevoked(ch));
                 }
             }
+            // After the application's keys-revoked callback (which may still write the state),
+            // before the member commits past the boundary.
+            if (state != null && !stateKeysRevoked(p, todo[0], todo[1])) {
+                return;
+            }
         }
         boolean go;
         mu.lock();
@@ -1183,6 +1206,157 @@ public final class Consumer implements AutoCloseable {
         }
         if (go) {
             commitPart(p);
+        }
+    }
+
+    // ---- state handover (spec/protocol.md §6.9) ------------------------------------------------
+
+    /**
+     * The fast path's check: whether a record's key must be loaded before it is delivered (then
+     * handle() does it). A key held for another partition of this member is now held for p.
+     */
+    private boolean needsLoadLocked(Part p, ConsumerRecord r) {
+        if (state == null || r.key() == null) {
+            return false;
+        }
+        String id = KeySet.id(r.key());
+        Integer h = home.get(id);
+        if (h == null) {
+            return true;
+        }
+        if (h != p.q) {
+            home.put(id, p.q); // it moved here from a partition of ours
+        }
+        return false;
+    }
+
+    /** Loads a key's state before its record is delivered from p, unless held; false when the load failed. */
+    private boolean stateEnsure(Part p, byte[] key) {
+        String id = KeySet.id(key);
+        mu.lock();
+        try {
+            Integer h = home.get(id);
+            if (h != null) {
+                if (h != p.q) {
+                    home.put(id, p.q);
+                }
+                return true;
+            }
+        } finally {
+            mu.unlock();
+        }
+        try {
+            state.load(new KeySet(topic, StateReason.KEY_ARRIVES, p.q, List.of(id), -1, -1));
+        } catch (Exception e) {
+            fail(new InternalException("state load of key " + ConsumerRecord.show(key) + " (partition " + p.q + ") failed: " + e, e));
+            return false;
+        }
+        mu.lock();
+        try {
+            home.put(id, p.q);
+        } finally {
+            mu.unlock();
+        }
+        return true;
+    }
+
+    /**
+     * Keys revoked (q, e): the held keys of q that move to a partition this member does not own are
+     * flushed; the others stay, held for their new partition. False when the flush failed.
+     */
+    private boolean stateKeysRevoked(Part p, TopicDescriptor.Epoch old, TopicDescriptor.Epoch nu) {
+        int q = p.q;
+        List<String> leave = new ArrayList<>();
+        try {
+            Partitioner fOld = c.partitioner(old.partitioner());
+            Partitioner fNew = c.partitioner(nu.partitioner());
+            mu.lock();
+            try {
+                for (Map.Entry<String, Integer> en : home.entrySet()) {
+                    if (en.getValue() != q) {
+                        continue;
+                    }
+                    byte[] k = en.getKey().getBytes(java.nio.charset.StandardCharsets.ISO_8859_1);
+                    if (fOld.partition(k, old.partitions()) != q) {
+                        continue;
+                    }
+                    int np = fNew.partition(k, nu.partitions());
+                    if (np == q) {
+                        continue;
+                    }
+                    if (parts.containsKey(np)) {
+                        en.setValue(np);
+                    } else {
+                        leave.add(en.getKey());
+                    }
+                }
+            } finally {
+                mu.unlock();
+            }
+            if (leave.isEmpty()) {
+                return true;
+            }
+            state.flush(new KeySet(topic, StateReason.KEYS_REVOKED, q, leave, old.number(), nu.number()));
+        } catch (Exception e) {
+            fail(new InternalException("state flush (keys revoked from partition " + q + ", epoch " + old.number() + ") failed: " + e, e));
+            return false;
+        }
+        mu.lock();
+        try {
+            for (String k : leave) {
+                if (Integer.valueOf(q).equals(home.get(k))) {
+                    home.remove(k);
+                }
+            }
+        } finally {
+            mu.unlock();
+        }
+        return true;
+    }
+
+    /** Flushes the keys held for partition q (its reading has stopped); throws when the flush fails. */
+    private void statePartition(int q) {
+        if (state == null) {
+            return;
+        }
+        List<String> keys = new ArrayList<>();
+        mu.lock();
+        try {
+            for (Map.Entry<String, Integer> en : home.entrySet()) {
+                if (en.getValue() == q) {
+                    keys.add(en.getKey());
+                }
+            }
+        } finally {
+            mu.unlock();
+        }
+        if (keys.isEmpty()) {
+            return;
+        }
+        try {
+            state.flush(new KeySet(topic, StateReason.PARTITION_REVOKED, q, keys, -1, -1));
+        } catch (Exception e) {
+            throw new InternalException("state flush of partition " + q + " failed: " + e, e);
+        }
+        mu.lock();
+        try {
+            for (String k : keys) {
+                if (Integer.valueOf(q).equals(home.get(k))) {
+                    home.remove(k);
+                }
+            }
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    /** Stops holding the keys held for q without flushing them (q's lease was lost). */
+    private void stateForget(int q) {
+        mu.lock();
+        try {
+            home.values().removeIf(h -> h == q);
+        } finally {
+            mu.unlock();
         }
     }
 
@@ -1681,8 +1855,18 @@ public final class Consumer implements AutoCloseable {
         if (!owned.isEmpty()) {
             callback(() -> listener.onPartitionsRevoked(Collections.unmodifiableList(owned)));
         }
+        Set<Integer> unflushed = new HashSet<>();
+        for (int q : owned) {
+            try {
+                statePartition(q);
+            } catch (PctlException e) {
+                fail(e);
+                unflushed.add(q);
+            }
+        }
         mu.lock();
         try {
+            home.clear(); // lost partitions' keys too: every key is loaded again after a seek
             gen = r.gen;
             resetPositions = r.positions;
             resetRev = r.rev;
@@ -1693,7 +1877,7 @@ public final class Consumer implements AutoCloseable {
             mu.unlock();
         }
         for (Part p : ps) {
-            if (isLost(p)) {
+            if (isLost(p) || unflushed.contains(p.q)) {
                 continue;
             }
             long pos = p.q < r.positions.length ? r.positions[p.q] : 0;
@@ -1932,6 +2116,11 @@ public final class Consumer implements AutoCloseable {
             }
             Collections.sort(lostQs);
             Collections.sort(revokedQs);
+            for (int q : lostQs) {
+                // Its new owner loads its keys itself: what this member holds of them may be
+                // stale, and is loaded again if the partition comes back (§6.9).
+                stateForget(q);
+            }
             if (!lostQs.isEmpty()) {
                 callback(() -> listener.onPartitionsLost(Collections.unmodifiableList(lostQs)));
             }
@@ -1939,7 +2128,16 @@ public final class Consumer implements AutoCloseable {
                 callback(() -> listener.onPartitionsRevoked(Collections.unmodifiableList(revokedQs)));
             }
             for (Part p : drop) {
+                boolean flushed = true;
                 if (!isLost(p)) {
+                    try {
+                        statePartition(p.q);
+                    } catch (PctlException e) {
+                        fail(e); // not released: its lease expires, the next owner loads what is durable
+                        flushed = false;
+                    }
+                }
+                if (flushed && !isLost(p)) {
                     try {
                         release(p);
                     } catch (PctlException e) {

@@ -36,6 +36,7 @@ public final class ConsumerOptions {
     private final int maxBuffered;
     private final int maxPollRecords;
     private final RebalanceListener listener;
+    private final StateHandler state;
     private final MisplacedPolicy misplaced;
     private final String assignor;
     private final java.util.function.Consumer<ConsumerRecord> onMisplaced;
@@ -54,6 +55,7 @@ public final class ConsumerOptions {
         this.maxBuffered = b.maxBuffered;
         this.maxPollRecords = b.maxPollRecords;
         this.listener = b.listener;
+        this.state = b.state;
         this.misplaced = b.misplaced;
         this.assignor = b.assignor;
         this.onMisplaced = b.onMisplaced;
@@ -131,6 +133,11 @@ public final class ConsumerOptions {
         return listener;
     }
 
+    /** The state handler (spec/protocol.md §6.9), or null. */
+    public StateHandler state() {
+        return state;
+    }
+
     /** What to do with a misplaced record. */
     public MisplacedPolicy misplaced() {
         return misplaced;
@@ -165,6 +172,7 @@ public final class ConsumerOptions {
         private int maxBuffered = 512;
         private int maxPollRecords = 500;
         private RebalanceListener listener = NONE;
+        private StateHandler state;
         private MisplacedPolicy misplaced = MisplacedPolicy.STOP;
         private String assignor;
         private java.util.function.Consumer<ConsumerRecord> onMisplaced;
@@ -278,6 +286,16 @@ public final class ConsumerOptions {
             return this;
         }
 
+        /**
+         * The per-key state handover (spec/protocol.md §6.9): the consumer loads a key's state before
+         * it delivers a record of a key it does not hold and flushes the state of keys leaving the
+         * member ({@link StateHandler}). Needs gating. Default: none.
+         */
+        public Builder state(StateHandler h) {
+            this.state = h;
+            return this;
+        }
+
         /** What to do with a misplaced record (spec/protocol.md §6.8). Default {@link MisplacedPolicy#STOP}. */
         public Builder misplaced(MisplacedPolicy p) {
             this.misplaced = Objects.requireNonNull(p, "misplaced policy");
@@ -317,6 +335,9 @@ public final class ConsumerOptions {
             if (sessionTimeout.compareTo(heartbeat) <= 0) {
                 throw new BadRequestException("session timeout " + sessionTimeout.toMillis() + " ms must be longer than the heartbeat ("
                         + heartbeat.toMillis() + " ms)");
+            }
+            if (state != null && !gating) {
+                throw new BadRequestException("state: a state handler needs the epoch gate (a key's state is loaded after it): drop gating(false) (spec/protocol.md §6.9)");
             }
             return new ConsumerOptions(this);
         }

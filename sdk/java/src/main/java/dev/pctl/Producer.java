@@ -421,6 +421,7 @@ public final class Producer implements AutoCloseable {
         }
         pd.epoch = cur.number();
         pd.partition = p;
+        refreshTTL(pd);
         Sink s = sinks.get(p);
         if (s == null) {
             s = new Sink(cur.number(), p);
@@ -453,7 +454,51 @@ public final class Producer implements AutoCloseable {
         pd.block = headerBlock(pd);
     }
 
+    /**
+     * Gives a tombstone of a compacted topic the Nats-TTL of the descriptor it is (re-)sent under
+     * (spec/protocol.md §10.2, lock held): one made under an earlier descriptor (handed back by a
+     * fenced partition, or held during the switch) gets the hold of the new epoch's backfill, not
+     * its first delete retention, which could expire before the backfill reaches its key. The
+     * block is made again with the same identity (producer, sequence, deduplication id, key; the
+     * duplicate check does not compare Nats-TTL), as a new array: no sink holds the record now.
+     */
+    private void refreshTTL(Pending pd) {
+        if (pd.rec.isTombstone() && compacted && pd.blockRetentionMs != deleteRetentionMs) {
+            pd.block = headerBlock(pd);
+        }
+    }
+
+    /** Test hook: whether records sent from now on are held, as while a repartition switches epochs. */
+    void switchingForTest(boolean on) {
+        lock.lock();
+        try {
+            switching = on;
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /**
+     * Test hook: places the held records as a repartition does once it has installed a descriptor
+     * whose tombstone retention (delete_retention_ms) is deleteRetentionMs.
+     */
+    void placeHeldForTest(long deleteRetentionMs) {
+        this.deleteRetentionMs = deleteRetentionMs;
+        lock.lock();
+        try {
+            switching = false;
+            for (Pending pd : held) {
+                assignLocked(pd);
+            }
+            held.clear();
+        } finally {
+            lock.unlock();
+        }
+    }
+
     private byte[] headerBlock(Pending pd) {
+        long retention = deleteRetentionMs;
+        pd.blockRetentionMs = retention;
         StringBuilder b = new StringBuilder(160).append("NATS/1.0\r\n");
         if (pd.keyHeader != null) {
             b.append("Pctl-Key: ").append(pd.keyHeader).append("\r\n");
@@ -465,7 +510,7 @@ public final class Producer implements AutoCloseable {
             // topic's delete retention.
             b.append(Compaction.HEADER_TOMBSTONE).append(": true\r\n");
             if (compacted) {
-                b.append(Compaction.HEADER_TTL).append(": ").append(Compaction.tombstoneTTL(deleteRetentionMs)).append("\r\n");
+                b.append(Compaction.HEADER_TTL).append(": ").append(Compaction.tombstoneTTL(retention)).append("\r\n");
             }
         }
         for (String[] kv : pd.rec.headers()) {
@@ -1120,7 +1165,8 @@ public final class Producer implements AutoCloseable {
         long ts; // Pctl-Time
         String keyHeader; // Pctl-Key, null for a keyless record
         String msgId; // Nats-Msg-Id
-        byte[] block; // the header block: the record's identity, the same for every send
+        byte[] block; // the header block: the record's identity, the same for every send but a tombstone's Nats-TTL
+        long blockRetentionMs; // the tombstone retention block was made with
         int sends; // publishes so far, in any partition
         /** Stream -> the sink's floor at the record's first send there: a stored copy is above it. */
         final Map<String, Long> floors = new HashMap<>(2);
