@@ -193,6 +193,10 @@ func TestPlainHistoryCheckersFail(t *testing.T) {
 //     full old history in order; for every key, a prefix of its old history, then all its new
 //     records: no copy after a newer record of its key;
 //   - some keys were overtaken (the producers wrote to the new epoch before the copying began).
+//
+// With the copies' expected last subject sequence left out (a copier that does not chain), the
+// current-epoch check fails: old records of overtaken keys arrive among their new ones (tried by
+// hand, 2026-12-01).
 func TestPlainBackfillCarriesEveryKeysHistory(t *testing.T) {
 	skipShortCluster(t)
 	const keys, perKey = 80, 4
