@@ -599,7 +599,7 @@ func (j *bfJob) prepare(msg jetstream.Msg, md *jetstream.MsgMetadata, q int, com
 	if err != nil {
 		return c
 	}
-	m := nats.NewMsg(wire.RecordSubject(j.t.Name, j.next.Epoch, int(p), compact, key))
+	m := nats.NewMsg(wire.RecordSubject(j.t.Name, j.next.Epoch, int(p), j.t.KeySubjects(), key))
 	for name, vs := range hdr {
 		if strings.HasPrefix(strings.ToLower(name), "nats-") || name == wire.HeaderBackfill {
 			continue

@@ -156,7 +156,7 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 				if err := b.partitionHook(name, step, q); err != nil {
 					return err
 				}
-				subj := wire.StreamSubject(t.Name, ch.To, q, t.Compact != nil)
+				subj := wire.StreamSubject(t.Name, ch.To, q, t.KeySubjects())
 				exact, err := b.createStream(ctx, t, q, subj, ch.To)
 				if err != nil {
 					return err
@@ -186,9 +186,9 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 				if err := b.partitionHook(name, step, q); err != nil {
 					return err
 				}
-				subj := wire.StreamRetiredSubject(t.Name, q, t.Compact != nil)
+				subj := wire.StreamRetiredSubject(t.Name, q, t.KeySubjects())
 				if q < ch.Partitions {
-					subj = wire.StreamSubject(t.Name, ch.To, q, t.Compact != nil)
+					subj = wire.StreamSubject(t.Name, ch.To, q, t.KeySubjects())
 				}
 				// Moving the stream off the old subject is the fence: from now on JetStream
 				// refuses old-epoch publishes to it. But publishes the stream accepted just

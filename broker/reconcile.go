@@ -186,9 +186,9 @@ func (b *Broker) enableBatches(ctx context.Context, name string) error {
 	}
 	cur := t.Current()
 	return b.forPartitions(ctx, t.MaxPartitions(), func(q int) error {
-		subject := wire.StreamRetiredSubject(t.Name, q, t.Compact != nil)
+		subject := wire.StreamRetiredSubject(t.Name, q, t.KeySubjects())
 		if q < cur.Partitions {
-			subject = wire.StreamSubject(t.Name, cur.Epoch, q, t.Compact != nil)
+			subject = wire.StreamSubject(t.Name, cur.Epoch, q, t.KeySubjects())
 		}
 		return b.allowBatches(ctx, wire.StreamName(t.Name, q), subject)
 	})

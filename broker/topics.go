@@ -83,10 +83,11 @@ func (b *Broker) apiTopicCreate(ctx context.Context, m *nats.Msg) (any, error) {
 	switch {
 	case req.Compact && req.Backfill:
 		return nil, fmt.Errorf("%w: --backfill is for plain topics; a compacted topic always backfills at epoch changes", wire.ErrBadRequest)
+	case req.Backfill && req.DeleteRetentionMS != 0:
+		return nil, fmt.Errorf("%w: --delete-retention is for compacted topics (--compact), not --backfill", wire.ErrBadRequest)
 	case req.Backfill:
-		// spec/protocol.md §10.3: a plain topic's records share one subject per partition, so
-		// JetStream cannot check a copy against the newer records of its key alone.
-		return nil, fmt.Errorf("%w: backfill of a plain topic is not supported: its copies cannot be ordered against producers' newer records of their keys (a plain partition has one subject for all keys); create a compacted topic (--compact), whose every key is carried into each new epoch", wire.ErrBadRequest)
+		// A plain topic with backfill has key subjects (spec/protocol.md §10.1) without
+		// compaction: its copies are chained per key subject (§10.3).
 	case req.Compact:
 		d := req.DeleteRetentionMS
 		if d == 0 {
@@ -150,7 +151,7 @@ func (b *Broker) apiTopicCreate(ctx context.Context, m *nats.Msg) (any, error) {
 func (b *Broker) finishCreate(ctx context.Context, t *wire.Topic, rev uint64) error {
 	cur := t.Current()
 	err := b.forPartitions(ctx, cur.Partitions, func(q int) error {
-		return b.ensureStream(ctx, t, q, wire.StreamSubject(t.Name, cur.Epoch, q, t.Compact != nil), cur.Epoch)
+		return b.ensureStream(ctx, t, q, wire.StreamSubject(t.Name, cur.Epoch, q, t.KeySubjects()), cur.Epoch)
 	})
 	if err != nil {
 		return err

@@ -2110,13 +2110,13 @@ func (w *worker) placement(ctx context.Context, m *Message, subject string, hdr 
 		return &Misplacement{Expected: -1, Reason: fmt.Sprintf("its subject %q names partition %d", subject, q)}, nil
 	}
 	cn.mu.Lock()
-	compact := cn.desc.Compact != nil
+	keys := cn.desc.KeySubjects()
 	cn.mu.Unlock()
 	switch {
-	case compact && token != wire.KeyToken(k):
-		return &Misplacement{Expected: -1, Reason: fmt.Sprintf("its subject %.80q does not end with its key's token (a compacted topic's record subject names its key, spec/protocol.md §10.1)", subject)}, nil
-	case !compact && token != "":
-		return &Misplacement{Expected: -1, Reason: fmt.Sprintf("its subject %.80q has a key token, but the topic is not compacted", subject)}, nil
+	case keys && token != wire.KeyToken(k):
+		return &Misplacement{Expected: -1, Reason: fmt.Sprintf("its subject %.80q does not end with its key's token (a compacted or backfilled topic's record subject names its key, spec/protocol.md §10.1)", subject)}, nil
+	case !keys && token != "":
+		return &Misplacement{Expected: -1, Reason: fmt.Sprintf("its subject %.80q has a key token, but the topic has no key subjects (neither compacted nor backfilled)", subject)}, nil
 	}
 	for {
 		cn.mu.Lock()

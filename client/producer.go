@@ -800,15 +800,17 @@ func descEpoch(t *wire.Topic) string {
 // §10): a keyless record on a compacted topic, a keyless tombstone, a tombstone with a value.
 func (p *Producer) checkCompaction(rec Record) error {
 	p.mu.Lock()
-	compact := p.desc.Compact != nil
+	compact, backfill := p.desc.Compact != nil, p.desc.Backfill
 	p.mu.Unlock()
-	return checkCompaction(p.topic, compact, rec)
+	return checkCompaction(p.topic, compact, backfill, rec)
 }
 
-func checkCompaction(topic string, compact bool, rec Record) error {
+func checkCompaction(topic string, compact, backfill bool, rec Record) error {
 	switch {
 	case compact && rec.NoKey:
 		return fmt.Errorf("%w: topic %s is compacted: every record needs a key (a keyless record cannot be compacted)", wire.ErrBadRequest, topic)
+	case backfill && rec.NoKey:
+		return fmt.Errorf("%w: topic %s backfills at epoch changes: a keyless record cannot be backfilled: give it a key, or create the topic without --backfill", wire.ErrBadRequest, topic)
 	case rec.Tombstone && rec.NoKey:
 		return fmt.Errorf("%w: a tombstone deletes a key: it needs one", wire.ErrBadRequest)
 	case rec.Tombstone && len(rec.Value) > 0:

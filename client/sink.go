@@ -29,7 +29,8 @@ type sink struct {
 	partition int
 	subject   string // where the batch's EOB goes (wire.BatchEndSubject)
 	stream    string
-	compact   bool // a compacted topic: each record goes to its key's subject (spec §10.1)
+	compact   bool // a compacted topic: a record superseded in its batch counts as stored (spec §10.1)
+	keys      bool // key subjects (compacted or backfilled): each record goes to its key's subject (spec §10.1)
 
 	mu        sync.Mutex
 	queue     []*pending
@@ -81,9 +82,9 @@ type batch struct {
 }
 
 func newSink(p *Producer, epoch, partition int) *sink {
-	compact := p.desc.Compact != nil
-	return &sink{p: p, epoch: epoch, partition: partition, compact: compact,
-		subject: wire.BatchEndSubject(p.topic, epoch, partition, compact), stream: wire.StreamName(p.topic, partition),
+	compact, keys := p.desc.Compact != nil, p.desc.KeySubjects()
+	return &sink{p: p, epoch: epoch, partition: partition, compact: compact, keys: keys,
+		subject: wire.BatchEndSubject(p.topic, epoch, partition, keys), stream: wire.StreamName(p.topic, partition),
 		wake: make(chan struct{}, 1), replies: make(chan fbReply, 2*p.opts.MaxInFlight+256), done: make(chan struct{})}
 }
 
@@ -348,7 +349,7 @@ func (s *sink) fill() {
 				op = fbCommit // a batch of one record: stored and committed by one message
 			}
 		}
-		m := &nats.Msg{Subject: wire.RecordSubject(s.p.topic, s.epoch, s.partition, s.compact, pd.rec.Key), Reply: fbReplySubject(s.p.inbox, b.id, flow, seq, op), Header: pd.hdr, Data: pd.rec.Value}
+		m := &nats.Msg{Subject: wire.RecordSubject(s.p.topic, s.epoch, s.partition, s.keys, pd.rec.Key), Reply: fbReplySubject(s.p.inbox, b.id, flow, seq, op), Header: pd.hdr, Data: pd.rec.Value}
 		if err := s.p.c.nc.PublishMsg(m); err != nil {
 			if errors.Is(err, nats.ErrMaxPayload) {
 				s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: fmt.Errorf("%w: record %d cannot be published: %v", wire.ErrBadRequest, pd.seq, err)})
@@ -777,7 +778,7 @@ func (s *sink) learn(ctx context.Context, desc, fenced **wire.Topic, exact map[i
 		if d := *desc; d != nil && d.Current().Epoch > s.epoch {
 			*fenced = d
 			cur := d.Current()
-			subject = wire.BatchEndSubject(s.p.topic, cur.Epoch, s.partition, s.compact)
+			subject = wire.BatchEndSubject(s.p.topic, cur.Epoch, s.partition, s.keys)
 			if s.partition >= cur.Partitions {
 				// Shrunk away: the retired subject takes no publishes (not even an EOB), and
 				// nothing more of the batch can be stored: read the partition back.

@@ -825,7 +825,7 @@ func thinMessage(subject string, rec Record, id string, seq uint64) (*nats.Msg, 
 		h[wire.HeaderSeq] = []string{strconv.FormatUint(seq, 10)}
 	}
 	if rec.Tombstone {
-		if err := checkCompaction("", false, rec); err != nil {
+		if err := checkCompaction("", false, false, rec); err != nil {
 			return nil, err
 		}
 		h[wire.HeaderTombstone] = []string{"true"}

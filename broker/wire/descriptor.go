@@ -95,6 +95,12 @@ const (
 // Backfills reports whether the topic backfills at epoch changes.
 func (t *Topic) Backfills() bool { return t.Compact != nil || t.Backfill }
 
+// KeySubjects reports whether the topic's record subjects carry key tokens (spec/protocol.md
+// §10.1): a compacted topic, or a plain topic with backfill (whose copies are chained per key
+// subject, §10.3). Every decision on subjects (records, EOBs, stream bindings, fence markers,
+// consumers' token checks) asks this, never Compact alone.
+func (t *Topic) KeySubjects() bool { return t.Compact != nil || t.Backfill }
+
 // Backfilling returns the epoch whose backfill runs, or nil.
 func (t *Topic) Backfilling() *Epoch {
 	for i := range t.Epochs {

@@ -92,7 +92,7 @@ func KeyToken(key []byte) string {
 }
 
 // RecordSubject is the subject of a record of (topic, epoch, partition): with the key's token on a
-// compacted topic.
+// topic with key subjects (compact: Topic.KeySubjects, a compacted or backfilled topic).
 func RecordSubject(topic string, epoch, partition int, compact bool, key []byte) string {
 	s := DataSubject(topic, epoch, partition)
 	if compact {
@@ -102,8 +102,8 @@ func RecordSubject(topic string, epoch, partition int, compact bool, key []byte)
 }
 
 // BatchEndSubject is where a producer publishes the end-of-batch (EOB) commit of a fast batch to
-// partition `partition` of epoch `epoch`: the partition subject, or on a compacted topic (whose
-// streams take only six-token subjects) that subject with the token "end", which no key token
+// partition `partition` of epoch `epoch`: the partition subject, or on a topic with key subjects
+// (Topic.KeySubjects; whose streams take only six-token subjects) that subject with the token "end", which no key token
 // ("k…", "h…") or fence marker ("f…") is. An EOB is never stored (spec/protocol.md §5.1.1).
 func BatchEndSubject(topic string, epoch, partition int, compact bool) string {
 	s := DataSubject(topic, epoch, partition)
@@ -114,7 +114,7 @@ func BatchEndSubject(topic string, epoch, partition int, compact bool) string {
 }
 
 // StreamSubject is the subject a partition stream is bound to for an epoch (a pattern with one
-// wildcard token on a compacted topic).
+// wildcard token on a topic with key subjects, Topic.KeySubjects).
 func StreamSubject(topic string, epoch, partition int, compact bool) string {
 	return bindSubject(DataSubject(topic, epoch, partition), compact)
 }

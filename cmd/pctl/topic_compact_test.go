@@ -66,7 +66,7 @@ func TestCompactedTopicCLI(t *testing.T) {
 		{[]string{"--compact", "--backfill"}, "a compacted topic (--compact) always backfills"},
 		{[]string{"--delete-retention", "1h"}, "give --compact too"},
 		{[]string{"--compact", "--delete-retention", "10ms"}, "give at least 1s"},
-		{[]string{"--backfill"}, "backfill of a plain topic is not supported"}, // the broker's refusal
+		{[]string{"--backfill", "--delete-retention", "1h"}, "give --compact too"},
 	} {
 		args := append([]string{"topic", "create", "bad", "--partitions", "2", "--partitioner", "kafka-murmur2"}, c.args...)
 		expect(t, admin.run("", args...), exitUsage, c.want)
@@ -74,6 +74,11 @@ func TestCompactedTopicCLI(t *testing.T) {
 	expect(t, admin.run("", "topic", "create", "kv", "--partitions", "2", "--partitioner", "kafka-murmur2", "--compacted", "--delete-retention", "1h"),
 		exitOK, "compacted (tombstones kept 1h0m0s)")
 	expect(t, admin.run("", "topic", "create", "plain", "--partitions", "1", "--partitioner", "jump"), exitOK)
+	// A plain topic with --backfill (spec/protocol.md §10.3): created, described as such, and a
+	// keyless record is refused on it.
+	expect(t, admin.run("", "topic", "create", "hist", "--partitions", "2", "--partitioner", "kafka-murmur2", "--backfill"),
+		exitOK, "backfills its history at epoch changes")
+	expect(t, admin.run("", "topic", "describe", "hist"), exitOK, "none (plain topic); epoch changes backfill its history")
 
 	prod := cliFor(t, b, broker.RoleProducer)
 	dir := t.TempDir()
@@ -84,6 +89,8 @@ func TestCompactedTopicCLI(t *testing.T) {
 	expect(t, prod.run("e\n", "produce", "kv", "--tombstones", "--log", sent2), exitOK)
 	// A keyless record cannot be compacted: refused, with the line.
 	expect(t, prod.run("keyless\n", "produce", "kv"), exitFailure, "every record needs a key")
+	expect(t, prod.run("keyless\n", "produce", "hist"), exitFailure, "a keyless record cannot be backfilled")
+	expect(t, prod.run("a\t1\n", "produce", "hist"), exitOK)
 
 	// Written by hand: the latest of every key, e deleted.
 	want := map[string]string{"a": "2", "b": "1", "c": "1", "d": "1", "e": "<tombstone>"}

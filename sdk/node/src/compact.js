@@ -17,7 +17,16 @@ export function keyToken(key) {
   return `h${createHash('sha256').update(b).digest('base64url')}`;
 }
 
-/** The subject of a record of (topic, epoch, partition): with the key's token on a compacted topic. */
+/**
+ * Whether a topic's record subjects carry key tokens (spec/protocol.md §10.1): a compacted topic,
+ * or a plain topic with backfill. Every subject decision asks this, never `compact` alone (Go:
+ * wire.Topic.KeySubjects).
+ */
+export function keySubjects(desc) {
+  return !!(desc?.compact || desc?.backfill);
+}
+
+/** The subject of a record of (topic, epoch, partition): with the key's token on a topic with key subjects. */
 export function recordSubject(topic, epoch, partition, compact, key) {
   const s = `pctl.data.${topic}.${epoch}.${partition}`;
   return compact ? `${s}.${keyToken(key)}` : s;

@@ -20,7 +20,7 @@ import { streamInfo, jsRequest, JsApiError, JS } from './jsapi.js';
 import { goQuote } from './jsonl.js';
 import { appHeaders, parseTime, TIME_HEADER } from './records.js';
 import { BadRequestError, ConflictError, NotFoundError, PctlError, UnavailableError, InternalError, permissionError } from './errors.js';
-import { keyToken, parseOrigin, backfilling, originRetired, currentEpochStart } from './compact.js';
+import { keyToken, keySubjects, parseOrigin, backfilling, originRetired, currentEpochStart } from './compact.js';
 
 const NAME_RE = /^[A-Za-z0-9_-]{1,64}$/;
 const decoder = new TextDecoder();
@@ -1090,8 +1090,8 @@ export class Consumer {
     if (!sub) return { expected: -1, reason: `its subject ${goQuote(m.raw.subject)} is not an epoch's record subject` };
     if (sub.partition !== w.partition) return { expected: -1, reason: `its subject ${goQuote(m.raw.subject)} names partition ${sub.partition}` };
     const t = this.desc;
-    if (t.compact && sub.token !== keyToken(m.key)) return { expected: -1, reason: `its subject ${goQuote(m.raw.subject.slice(0, 80))} does not end with its key's token (a compacted topic's record subject names its key, spec/protocol.md §10.1)` };
-    if (!t.compact && sub.token !== '') return { expected: -1, reason: `its subject ${goQuote(m.raw.subject.slice(0, 80))} has a key token, but the topic is not compacted` };
+    if (keySubjects(t) && sub.token !== keyToken(m.key)) return { expected: -1, reason: `its subject ${goQuote(m.raw.subject.slice(0, 80))} does not end with its key's token (a compacted or backfilled topic's record subject names its key, spec/protocol.md §10.1)` };
+    if (!keySubjects(t) && sub.token !== '') return { expected: -1, reason: `its subject ${goQuote(m.raw.subject.slice(0, 80))} has a key token, but the topic has no key subjects (neither compacted nor backfilled)` };
     const ep = epochOf(t, sub.epoch);
     if (!ep) {
       if (sub.epoch <= t.epochs[t.epochs.length - 1].epoch) return { expected: -1, reason: `the topic has no epoch ${sub.epoch}` };

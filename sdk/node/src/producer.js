@@ -213,7 +213,7 @@ export class Producer {
       if (record.key !== undefined && record.key !== null) key = keyBytes(record.key);
       value = valueBytes(record.value);
       tomb = !!record.tombstone;
-      checkCompaction(this.topic, !!this.desc?.compact, key, value, tomb);
+      checkCompaction(this.topic, !!this.desc?.compact, !!this.desc?.backfill, key, value, tomb);
       if (key && key.length > 65536) throw new BadRequestError(`key of ${key.length} bytes; keys are at most 65536 bytes (spec/abi-v1.md §1.1)`);
       hdrs = headerPairs(record.headers);
       time = timeHeader(record.timestamp);
@@ -561,8 +561,9 @@ export class Producer {
 // Refuses what a tombstone or a compacted topic cannot carry (spec/protocol.md §10), worded as
 // the Go client words it: a keyless record on a compacted topic, a keyless tombstone, a tombstone
 // with a value.
-function checkCompaction(topic, compact, key, value, tomb) {
+function checkCompaction(topic, compact, backfill, key, value, tomb) {
   if (compact && key === null) throw new BadRequestError(`topic ${topic} is compacted: every record needs a key (a keyless record cannot be compacted)`);
+  if (backfill && key === null) throw new BadRequestError(`topic ${topic} backfills at epoch changes: a keyless record cannot be backfilled: give it a key, or create the topic without --backfill`);
   if (tomb && key === null) throw new BadRequestError('a tombstone deletes a key: it needs one');
   if (tomb && value.length > 0) throw new BadRequestError(`a tombstone has no value (${value.length} bytes given)`);
 }

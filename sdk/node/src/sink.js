@@ -11,7 +11,7 @@ import { OP, ERR, KIND, replySubject, randomHex, sameRecord, leaderGet } from '.
 import { streamInfo, directGet, JsApiError, JS } from './jsapi.js';
 import { BadRequestError, ConflictError, NotFoundError, UnavailableError, PctlError } from './errors.js';
 import * as rules from './rules.js';
-import { recordSubject, batchEndSubject, supersededInBatch } from './compact.js';
+import { recordSubject, batchEndSubject, supersededInBatch, keySubjects } from './compact.js';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const current = (desc) => desc.epochs[desc.epochs.length - 1];
@@ -50,8 +50,9 @@ export class Sink {
     this.p = p;
     this.epoch = epoch;
     this.partition = partition;
-    this.compact = !!p.desc?.compact; // records go to their keys' subjects (spec/protocol.md §10.1)
-    this.subject = batchEndSubject(p.topic, epoch, partition, this.compact); // EOBs (and records of a plain topic)
+    this.compact = !!p.desc?.compact; // a record superseded in its batch counts as stored (spec §10.1)
+    this.keys = keySubjects(p.desc); // records go to their keys' subjects (compacted or backfilled, spec/protocol.md §10.1)
+    this.subject = batchEndSubject(p.topic, epoch, partition, this.keys); // EOBs (and records of a plain topic)
     this.stream = `PCTL_${p.topic}_${partition}`;
     this.queue = []; // records not yet sent, in order, from index qi
     this.qi = 0;
@@ -292,7 +293,7 @@ export class Sink {
         if (this.queued === 0 || seq >= size || (perKey && after.keyHdr !== null && after.keyHdr === pd.keyHdr)) op = OP.commit;
       }
       try {
-        nc.publish(this.compact ? recordSubject(p.topic, this.epoch, this.partition, true, pd.key) : this.subject, pd.value, { reply: replySubject(p.inbox, b.id, flow, seq, op), headers: p.headersOf(pd) });
+        nc.publish(this.keys ? recordSubject(p.topic, this.epoch, this.partition, true, pd.key) : this.subject, pd.value, { reply: replySubject(p.inbox, b.id, flow, seq, op), headers: p.headersOf(pd) });
       } catch (e) {
         if (/max_payload|payload size|too large/i.test(String(e?.message))) {
           p.finish(pd, null, new BadRequestError(`record ${pd.pseq} cannot be published: ${e.message}`, { cause: e }));
@@ -605,7 +606,7 @@ export class Sink {
       if (d && current(d).epoch > this.epoch) {
         st.fenced = d;
         const cur = current(d);
-        subject = batchEndSubject(p.topic, cur.epoch, this.partition, this.compact);
+        subject = batchEndSubject(p.topic, cur.epoch, this.partition, this.keys);
         if (this.partition >= cur.partitions) {
           // Shrunk away: the retired subject takes no publishes (not even an EOB), and nothing
           // more of the batch can be stored: read the partition back.

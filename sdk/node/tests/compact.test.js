@@ -189,6 +189,53 @@ describe('compacted topics against a real broker', { skip, timeout: 600_000 }, (
     assert.deepEqual(latest(liveGot), want);
   });
 
+  test('a plain topic with --backfill: key subjects, keyless refused, full history carried', async () => {
+    await broker.admin(['topic', 'create', 'pbf', '--partitions', '2', '--partitioner', 'kafka-murmur2', '--backfill']);
+    const p = await prod.producer('pbf', { id: 'pbf-p' });
+    await assert.rejects(p.send({ key: null, value: 'x' }), (e) => e instanceof BadRequestError && /cannot be backfilled/.test(e.message));
+    const keys = Array.from({ length: 12 }, (_, i) => `k${i}`);
+    const hist = new Map(keys.map((k) => [k, []]));
+    const sends = [];
+    for (let u = 0; u < 3; u++) {
+      for (const k of keys) {
+        sends.push(p.send({ key: k, value: `${k}:${u}` }));
+        hist.get(k).push(`${k}:${u}`);
+      }
+    }
+    await Promise.all(sends);
+    // Stored under key subjects (the stream takes nothing else), every record kept: the last of
+    // each subject is the key's last value, and the stream holds all 36.
+    const parts = (await broker.pctl(['partition', '--plugin', 'kafka-murmur2', '--partitions', '2'], { input: keys.map((k) => `${k}\n`).join('') })).stdout.trim().split('\n').map(Number);
+    for (const [i, k] of keys.entries()) {
+      const subj = `pctl.data.pbf.1.${parts[i]}.${keyToken(Buffer.from(k))}`;
+      const m = await directGet(prod.nc, `PCTL_pbf_${parts[i]}`, null, { lastBySubject: subj, timeout: 5000 });
+      assert.ok(m, `no message on ${subj}`);
+      assert.equal(Buffer.from(m.data).toString(), `${k}:2`);
+    }
+    await broker.admin(['topic', 'repartition', 'pbf', '--partitions', '3']);
+    for (const end = Date.now() + 60_000; ; await sleep(200)) {
+      const d = await describeTopic('pbf');
+      const bf = d.epochs[d.epochs.length - 1].backfill;
+      if (bf?.state === 'done') break;
+      assert.ok(Date.now() < end, `backfill not done: ${JSON.stringify(bf)}`);
+    }
+    const r2 = await Promise.all(keys.slice(0, 4).map((k) => p.send({ key: k, value: `${k}:e2` })));
+    assert.ok(r2.every((r) => r.epoch === 2));
+    for (const k of keys.slice(0, 4)) hist.get(k).push(`${k}:e2`);
+    await p.close();
+    // A group at the current epoch: every key's full history, in order (copies first, flagged),
+    // then the records written in epoch 2; the same from the Go client.
+    const c = await cons.consumer('pbf', { group: 'pbf-fresh', from: 'current-epoch' });
+    const got = await drain(c);
+    await c.close();
+    assert.ok(got.every((m) => m.epoch === 2 && m.misplaced == null), 'only the current epoch, nothing misplaced');
+    const by = (ms, val) => { const o = new Map(keys.map((k) => [k, []])); for (const m of ms) o.get(m.key.toString()).push(val(m)); return o; };
+    assert.deepEqual(by(got, (m) => m.value.toString()), hist);
+    assert.equal(got.filter((m) => m.backfill !== null).length, 36, 'every old record is a copy');
+    const go = await goConsume('pbf', 'pbf-gofresh', 'current-epoch');
+    assert.deepEqual(by(go, (m) => m.value), hist);
+  });
+
   test('a record under another key\'s token is misplaced', async () => {
     await broker.admin(['topic', 'create', 'cptmis', '--partitions', '1', '--partitioner', 'kafka-murmur2', '--compact']);
     const p = await prod.producer('cptmis', { id: 'mis-p' });

@@ -29,6 +29,13 @@ def key_token(key: bytes) -> str:
     return "h" + base64.urlsafe_b64encode(hashlib.sha256(key).digest()).decode("ascii").rstrip("=")
 
 
+def key_subjects(desc: Optional[dict]) -> bool:
+    """Whether a topic's record subjects carry key tokens (spec/protocol.md §10.1): a compacted
+    topic, or a plain topic with backfill. Every subject decision asks this, never "compact"
+    alone (Go: wire.Topic.KeySubjects). desc is the raw descriptor."""
+    return bool(desc and (desc.get("compact") or desc.get("backfill")))
+
+
 def record_subject(topic: str, epoch: int, partition: int, compact: bool, key: Optional[bytes]) -> str:
     """The subject of a record of (topic, epoch, partition): with the key's token on a compacted topic."""
     s = wire.data_subject(topic, epoch, partition)

@@ -1247,8 +1247,8 @@ class Consumer:
         try:
             while not part.stopped:
                 batch = await reader.next_batch()
-                compact = bool(self._desc.raw.get("compact"))
-                items = [_parse(raw, topic, q, token, compact) for raw in batch]
+                keys = compaction.key_subjects(self._desc.raw)
+                items = [_parse(raw, topic, q, token, keys) for raw in batch]
                 await self._place(items, q)
                 parents = await self._parents(items) if (self._gating or self._on_keys_assigned) else None
                 for i, it in enumerate(items):
@@ -1676,10 +1676,10 @@ def _parse(raw: RawRecord, topic: str, q: int, owner: int, compact: bool = False
             mp = Misplacement(-1, f"its subject {_go_quote(raw.subject.decode('utf-8', 'replace'))} names partition {sub[1]}")
         elif compact and sub[2] != compaction.key_token(key):
             mp = Misplacement(-1, f"its subject {_go_quote(raw.subject.decode('utf-8', 'replace')[:80])} does not end with its key's "
-                                  f"token (a compacted topic's record subject names its key, spec/protocol.md §10.1)")
+                                  f"token (a compacted or backfilled topic's record subject names its key, spec/protocol.md §10.1)")
         elif not compact and sub[2]:
             mp = Misplacement(-1, f"its subject {_go_quote(raw.subject.decode('utf-8', 'replace')[:80])} has a key token, but the "
-                                  f"topic is not compacted")
+                                  f"topic has no key subjects (neither compacted nor backfilled)")
     r = Record(topic, q, epoch, raw.seq, key, raw.data, headers, ts, raw.time_ns, producer, pseq, owner)
     r.tombstone = tomb
     if mp is not None:

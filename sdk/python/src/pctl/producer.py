@@ -286,6 +286,8 @@ class Producer:
         compact = self._desc.raw.get("compact") if self._desc else None
         if compact and k is None:
             raise BadRequest(f"topic {self.topic} is compacted: every record needs a key (a keyless record cannot be compacted)")
+        if k is None and self._desc and self._desc.raw.get("backfill"):
+            raise BadRequest(f"topic {self.topic} backfills at epoch changes: a keyless record cannot be backfilled: give it a key, or create the topic without --backfill")
         if tombstone and k is None:
             raise BadRequest("a tombstone deletes a key: it needs one")
         if tombstone and v:
@@ -666,9 +668,11 @@ class _Sink:
 
     def __init__(self, p: Producer, epoch: int, partition: int):
         self.p, self.epoch, self.partition = p, epoch, partition
-        # A compacted topic's records go to their keys' subjects, its EOBs to ".end" (spec/protocol.md §10.1).
+        # A compacted or backfilled topic's records go to their keys' subjects, its EOBs to ".end"
+        # (spec/protocol.md §10.1); only a compacted one removes a record superseded in its batch.
         self.compact = bool(p._desc and p._desc.raw.get("compact"))
-        self.subject = compaction.batch_end_subject(p.topic, epoch, partition, self.compact)
+        self.keys = compaction.key_subjects(p._desc.raw if p._desc else None)
+        self.subject = compaction.batch_end_subject(p.topic, epoch, partition, self.keys)
         self.stream = wire.stream_name(p.topic, partition)
         self.queue: deque = deque()
         self.replies: deque = deque()
@@ -924,7 +928,7 @@ class _Sink:
                 nxt = self.queue[0] if self.queue else None
                 alone = nxt is None or size == 1 or (one_key and nxt.key_hdr is not None and nxt.key_hdr == pd.key_hdr)
                 op = fb.OP_COMMIT if alone else fb.OP_START
-            subject = compaction.record_subject(p.topic, self.epoch, self.partition, True, pd.key) if self.compact else self.subject
+            subject = compaction.record_subject(p.topic, self.epoch, self.partition, True, pd.key) if self.keys else self.subject
             msgs.append((subject, fb.reply_subject(p._inbox, b.id, flow, seq, op), pd.block, pd.value))
             pd.sends += 1
             if self.stream not in pd.floors:
@@ -1316,7 +1320,7 @@ class _Sink:
             if d is not None and d.current.epoch > self.epoch:
                 fenced[0] = d
                 cur = d.current
-                subject = compaction.batch_end_subject(p.topic, cur.epoch, self.partition, self.compact)
+                subject = compaction.batch_end_subject(p.topic, cur.epoch, self.partition, self.keys)
                 if self.partition >= cur.partitions:
                     # Shrunk away: the retired subject takes no publishes (not even an EOB), and
                     # nothing more of the batch can be stored: read the partition back.

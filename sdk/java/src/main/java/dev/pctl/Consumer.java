@@ -105,6 +105,8 @@ public final class Consumer implements AutoCloseable {
     private final ScheduledExecutorService timer;
     /** A compacted topic (fixed at creation): record subjects end with their key's token (§10.1). */
     private final boolean compacted;
+    /** Key subjects (compacted, or a plain topic with backfill; fixed at creation): record subjects end with their key's token (§10.1). */
+    private final boolean keySubjects;
     /** The group reads the current epoch alone from this epoch on (its g.start, §10.5); 0: it does not. */
     private volatile int startEpoch;
 
@@ -246,6 +248,7 @@ public final class Consumer implements AutoCloseable {
         this.wantsRevoked = overrides(listener, "onKeysRevoked");
         this.desc = t;
         this.compacted = t.compacted;
+        this.keySubjects = t.keySubjects();
         this.hbNanos = o.heartbeat().toNanos();
         this.sessionNanos = o.sessionTimeout().toNanos();
         // Group-state requests time out after the session timeout (at least 2 s), as the Go
@@ -2601,11 +2604,11 @@ public final class Consumer implements AutoCloseable {
             } else {
                 String token = sub.length == 3 ? raw.subject().substring(raw.subject().lastIndexOf('.') + 1) : "";
                 String shown = raw.subject().length() > 80 ? raw.subject().substring(0, 80) : raw.subject();
-                if (compacted && !token.equals(Compaction.keyToken(key))) {
+                if (keySubjects && !token.equals(Compaction.keyToken(key))) {
                     mp = new Misplacement(-1, "its subject " + goQuote(shown)
-                            + " does not end with its key's token (a compacted topic's record subject names its key, spec/protocol.md §10.1)");
-                } else if (!compacted && !token.isEmpty()) {
-                    mp = new Misplacement(-1, "its subject " + goQuote(shown) + " has a key token, but the topic is not compacted");
+                            + " does not end with its key's token (a compacted or backfilled topic's record subject names its key, spec/protocol.md §10.1)");
+                } else if (!keySubjects && !token.isEmpty()) {
+                    mp = new Misplacement(-1, "its subject " + goQuote(shown) + " has a key token, but the topic has no key subjects (neither compacted nor backfilled)");
                 }
             }
         }

@@ -119,6 +119,10 @@ public final class Producer implements AutoCloseable {
     private final String topic;
     /** A compacted topic (spec/protocol.md §10): records go to their keys' subjects, tombstones expire. Fixed at creation. */
     private boolean compacted;
+    /** Key subjects (compacted, or a plain topic with backfill: spec §10.1): records go to their keys' subjects. Fixed at creation. */
+    private boolean keySubjects;
+    /** A plain topic with backfill: keyless records are refused. Fixed at creation. */
+    private boolean backfill;
     private volatile long deleteRetentionMs;
     private final String id;
     private final ProducerOptions opts;
@@ -168,6 +172,8 @@ public final class Producer implements AutoCloseable {
         this.maxRecord = maxRecord(client, topic);
         TopicDescriptor d = fetch();
         this.compacted = d.compacted;
+        this.keySubjects = d.keySubjects();
+        this.backfill = d.backfill;
         this.deleteRetentionMs = d.deleteRetentionMs;
         install(d);
         // Records go on the raw connection: a message written before a lost connection is never
@@ -331,6 +337,9 @@ public final class Producer implements AutoCloseable {
         }
         if (key == null && compacted) {
             refused = new BadRequestException("topic " + topic + " is compacted: every record needs a key (a keyless record cannot be compacted)");
+        }
+        if (key == null && backfill) {
+            refused = new BadRequestException("topic " + topic + " backfills at epoch changes: a keyless record cannot be backfilled: give it a key, or create the topic without --backfill");
         }
         Pending pd;
         lock.lock();
@@ -1266,7 +1275,7 @@ public final class Producer implements AutoCloseable {
         Sink(int epoch, int partition) {
             this.epoch = epoch;
             this.partition = partition;
-            this.subject = Compaction.batchEndSubject(topic, epoch, partition, compacted);
+            this.subject = Compaction.batchEndSubject(topic, epoch, partition, keySubjects);
             this.stream = "PCTL_" + topic + "_" + partition;
             this.thread = new Thread(this::run, "pctl-producer-" + id + "-e" + epoch + "p" + partition);
             thread.setDaemon(true);
@@ -1635,7 +1644,7 @@ public final class Producer implements AutoCloseable {
                     }
                 }
                 try {
-                    raw.publishDeferred(compacted ? Compaction.recordSubject(topic, epoch, partition, true, pd.rec.key()) : subject,
+                    raw.publishDeferred(keySubjects ? Compaction.recordSubject(topic, epoch, partition, true, pd.rec.key()) : subject,
                             replySubject(inbox, bt.id, flow, bseq, op), pd.block, pd.rec.value());
                 } catch (IOException e) {
                     // Not sent (not connected): put it back and settle.
@@ -1993,7 +2002,7 @@ public final class Producer implements AutoCloseable {
                 TopicDescriptor cur = d[0];
                 if (cur != null && cur.current().number() > epoch) {
                     fenced[0] = cur;
-                    subj = Compaction.batchEndSubject(topic, cur.current().number(), partition, compacted);
+                    subj = Compaction.batchEndSubject(topic, cur.current().number(), partition, keySubjects);
                     if (partition >= cur.current().partitions()) {
                         // Shrunk away: the retired subject takes no publishes (not even an EOB),
                         // and nothing more of the batch can be stored: read the partition back.

@@ -23,10 +23,21 @@ public final class TopicDescriptor {
     private final int changePartitions;
     /** A compacted topic (spec/protocol.md §10: the descriptor has {@code compact}). */
     boolean compacted;
+    /** A plain topic that backfills its history at epoch changes (the descriptor's {@code backfill: true}). */
+    boolean backfill;
     /** A compacted topic's delete retention (how long a tombstone is kept), milliseconds. */
     long deleteRetentionMs;
     /** The epoch whose backfill runs (§10.3), 0 if none. */
     int backfilling;
+
+    /**
+     * Whether record subjects carry key tokens (spec/protocol.md §10.1): a compacted topic, or a
+     * plain topic with backfill. Every subject decision asks this, never {@code compacted} alone
+     * (Go: wire.Topic.KeySubjects).
+     */
+    boolean keySubjects() {
+        return compacted || backfill;
+    }
     /** Epochs up to this one are being retired (§10.7), 0 if none. */
     int retiringThrough;
     /** Epochs whose records are retired (§10.7). */
@@ -291,6 +302,7 @@ public final class TopicDescriptor {
         TopicDescriptor d = new TopicDescriptor(str(t.get("name")), str(t.get("id")), epochs, r.get("revision") == null ? 0 : num(r.get("revision"), "revision"),
                 Boolean.TRUE.equals(t.get("creating")), Boolean.TRUE.equals(t.get("deleting")), t.get("change") != null, changeParts);
         d.compacted = t.get("compact") instanceof Map;
+        d.backfill = Boolean.TRUE.equals(t.get("backfill"));
         if (d.compacted && ((Map<String, Object>) t.get("compact")).get("delete_retention_ms") instanceof Long) {
             d.deleteRetentionMs = (Long) ((Map<String, Object>) t.get("compact")).get("delete_retention_ms");
         }

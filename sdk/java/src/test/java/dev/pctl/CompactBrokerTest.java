@@ -105,6 +105,92 @@ class CompactBrokerTest {
         return m;
     }
 
+    /**
+     * A plain topic with --backfill (spec/protocol.md §10.1, §10.3): keyless records refused,
+     * every record stored under its key's subject, and after a grow a group at the current epoch
+     * (this SDK's and the Go client's) gets every key's full history in order.
+     */
+    @Test
+    @Tag("broker")
+    @SuppressWarnings("unchecked")
+    void plainBackfillTopicKeySubjectsAndFullHistory() throws Exception {
+        String topic = "pbfj";
+        broker.pctlOk(null, "topic", "create", topic, "--partitions", "2", "--partitioner", "kafka-murmur2", "--backfill");
+        List<String> keys = new ArrayList<>();
+        Map<String, List<String>> hist = new LinkedHashMap<>();
+        for (int i = 0; i < 12; i++) {
+            keys.add("k" + i);
+            hist.put("k" + i, new ArrayList<>());
+        }
+        try (PctlClient pc = PctlClient.connect(broker.options(broker.producer));
+                Producer p = pc.producer(topic, ProducerOptions.builder().id("pbfj-p").build());
+                PctlClient cc = PctlClient.connect(broker.options(broker.consumer))) {
+            java.util.concurrent.ExecutionException kl = assertThrows(java.util.concurrent.ExecutionException.class,
+                    () -> p.send(ProducerRecord.keyless("x")).get(30, TimeUnit.SECONDS));
+            assertTrue(kl.getCause() instanceof BadRequestException && kl.getCause().getMessage().contains("cannot be backfilled"), String.valueOf(kl.getCause()));
+            List<CompletableFuture<RecordMetadata>> fs = new ArrayList<>();
+            for (int u = 0; u < 3; u++) {
+                for (String k : keys) {
+                    fs.add(p.send(ProducerRecord.keyed(k, k + ":" + u)));
+                    hist.get(k).add(k + ":" + u);
+                }
+            }
+            for (CompletableFuture<RecordMetadata> f : fs) {
+                f.get(60, TimeUnit.SECONDS);
+            }
+            String[] parts = broker.pctlOffline(String.join("\n", keys) + "\n", "partition", "--plugin", "kafka-murmur2", "--partitions", "2").trim().split("\n");
+            Connection nc = pc.connection();
+            for (int i = 0; i < keys.size(); i++) {
+                String k = keys.get(i);
+                String subj = "pctl.data." + topic + ".1." + parts[i] + "." + Compaction.keyToken(k.getBytes(StandardCharsets.UTF_8));
+                Message m = nc.request("$JS.API.DIRECT.GET.PCTL_" + topic + "_" + parts[i] + "." + subj, new byte[0], Duration.ofSeconds(5));
+                assertTrue(m != null && m.getHeaders() != null && m.getHeaders().getFirst("Status") == null, subj);
+                assertEquals(k + ":2", new String(m.getData(), StandardCharsets.UTF_8));
+            }
+            broker.pctlOk(null, "topic", "repartition", topic, "--partitions", "3");
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+            while (true) {
+                Map<String, Object> d = (Map<String, Object>) Json.parse(broker.pctlOk(null, "topic", "describe", topic, "--json"));
+                List<Object> eps = (List<Object>) d.get("epochs");
+                Object bf = ((Map<String, Object>) eps.get(eps.size() - 1)).get("backfill");
+                if (bf instanceof Map && "done".equals(((Map<String, Object>) bf).get("state"))) {
+                    break;
+                }
+                assertTrue(System.nanoTime() < deadline, "backfill not done: " + bf);
+                Thread.sleep(200);
+            }
+            for (String k : keys.subList(0, 4)) {
+                assertEquals(2, p.send(ProducerRecord.keyed(k, k + ":e2")).get(60, TimeUnit.SECONDS).epoch());
+                hist.get(k).add(k + ":e2");
+            }
+            List<ConsumerRecord> got;
+            try (Consumer c = cc.consumer(topic, ConsumerOptions.builder("pbfj-fresh").start("current-epoch").build())) {
+                got = drain(c, Duration.ofSeconds(3));
+            }
+            assertTrue(got.stream().allMatch(r -> r.epoch() == 2));
+            Map<String, List<String>> by = new LinkedHashMap<>();
+            for (String k : keys) {
+                by.put(k, new ArrayList<>());
+            }
+            for (ConsumerRecord r : got) {
+                by.get(new String(r.key(), StandardCharsets.UTF_8)).add(new String(r.value(), StandardCharsets.UTF_8));
+            }
+            assertEquals(hist, by);
+            assertEquals(36, got.stream().filter(r -> r.backfill() != null).count());
+            Map<String, List<String>> goBy = new LinkedHashMap<>();
+            for (String k : keys) {
+                goBy.put(k, new ArrayList<>());
+            }
+            for (String line : broker.pctlOk(null, "consume", topic, "--group", "pbfj-gofresh", "--from", "current-epoch", "--format", "jsonl", "--idle-exit", "3s").split("\n")) {
+                if (!line.isEmpty()) {
+                    Map<String, Object> d = (Map<String, Object>) Json.parse(line);
+                    goBy.get((String) d.get("key")).add((String) d.get("value"));
+                }
+            }
+            assertEquals(hist, goBy);
+        }
+    }
+
     @Test
     @Tag("broker")
     @SuppressWarnings("unchecked")
