@@ -362,7 +362,10 @@ func TestCompactedTopicKeepsTheLatestRecordOfEveryKey(t *testing.T) {
 	perKey := map[string][]uint64{}
 	actx, astop := context.WithTimeout(ctx, 5*time.Second)
 	copies := 0
+	var mu sync.Mutex // the handler runs on every partition's worker at once
 	_ = all.Run(actx, func(_ context.Context, m *client.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
 		perKey[string(m.Key)] = append(perKey[string(m.Key)], m.ProducerSeq)
 		if m.Backfill != nil {
 			copies++
