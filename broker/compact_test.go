@@ -157,12 +157,32 @@ func readCurrentEpoch(t *testing.T, ctx context.Context, c *client.Client, topic
 	if err != nil {
 		t.Fatal(err)
 	}
+	// What the current epoch's streams hold now: the group has read it all when it delivered each
+	// stream's last sequence (a compacted stream's last message is a record; the current epoch
+	// has no fence marker yet).
+	desc, _, err := c.Topic(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := desc.Current()
+	ends := map[int]uint64{}
+	for q := 0; q < cur.Partitions; q++ {
+		s, err := c.JetStream().Stream(ctx, wire.StreamName(topic, q))
+		if err != nil {
+			t.Fatalf("partition stream %d: %v", q, err)
+		}
+		if st := s.CachedInfo().State; st.LastSeq > 0 && st.LastSeq >= desc.EpochStart(cur.Epoch, q) {
+			ends[q] = st.LastSeq
+		}
+	}
 	var mu sync.Mutex
 	var got []*client.Message
-	// Quiet is counted from the last record, and only once one came: joining the group (its keys
-	// for every partition, the readers) can take seconds on a loaded cluster under -race, and a
-	// window counted from the start stopped the group before its first record (CI, 2026-12-01:
-	// "14 keys missing" with the stored state correct). The first record may take up to 30s.
+	reached := map[int]bool{}
+	// The group stops once it delivered every stream's end and then nothing for quiet; or, if
+	// an end never comes, quiet after its last record but not before 30 s (a reader that starts
+	// late on a loaded cluster, after leader changes, delivered nothing within a 1-second window:
+	// CI, 2026-12-01, "41 keys missing" with the stored state correct). Joining can take seconds
+	// under -race too: the first record may take up to 30 s.
 	began, last := time.Now(), time.Time{}
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -170,7 +190,9 @@ func readCurrentEpoch(t *testing.T, ctx context.Context, c *client.Client, topic
 		for rctx.Err() == nil {
 			time.Sleep(quiet / 4)
 			mu.Lock()
-			idle := (!last.IsZero() && time.Since(last) > quiet) || (last.IsZero() && time.Since(began) > 30*time.Second)
+			all := len(reached) == len(ends)
+			quietNow := !last.IsZero() && time.Since(last) > quiet
+			idle := (quietNow && (all || time.Since(began) > 30*time.Second)) || (last.IsZero() && time.Since(began) > 30*time.Second)
 			mu.Unlock()
 			if idle {
 				stop()
@@ -181,6 +203,9 @@ func readCurrentEpoch(t *testing.T, ctx context.Context, c *client.Client, topic
 		mu.Lock()
 		got = append(got, m)
 		last = time.Now()
+		if end, ok := ends[m.Partition]; ok && m.Seq >= end {
+			reached[m.Partition] = true
+		}
 		mu.Unlock()
 		return nil
 	}); err != nil {
@@ -403,12 +428,32 @@ func readFrom(t *testing.T, ctx context.Context, c *client.Client, topic, group 
 	if err != nil {
 		t.Fatal(err)
 	}
+	// What the current epoch's streams hold now: the group has read it all when it delivered each
+	// stream's last sequence (a compacted stream's last message is a record; the current epoch
+	// has no fence marker yet).
+	desc, _, err := c.Topic(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := desc.Current()
+	ends := map[int]uint64{}
+	for q := 0; q < cur.Partitions; q++ {
+		s, err := c.JetStream().Stream(ctx, wire.StreamName(topic, q))
+		if err != nil {
+			t.Fatalf("partition stream %d: %v", q, err)
+		}
+		if st := s.CachedInfo().State; st.LastSeq > 0 && st.LastSeq >= desc.EpochStart(cur.Epoch, q) {
+			ends[q] = st.LastSeq
+		}
+	}
 	var mu sync.Mutex
 	var got []*client.Message
-	// Quiet is counted from the last record, and only once one came: joining the group (its keys
-	// for every partition, the readers) can take seconds on a loaded cluster under -race, and a
-	// window counted from the start stopped the group before its first record (CI, 2026-12-01:
-	// "14 keys missing" with the stored state correct). The first record may take up to 30s.
+	reached := map[int]bool{}
+	// The group stops once it delivered every stream's end and then nothing for quiet; or, if
+	// an end never comes, quiet after its last record but not before 30 s (a reader that starts
+	// late on a loaded cluster, after leader changes, delivered nothing within a 1-second window:
+	// CI, 2026-12-01, "41 keys missing" with the stored state correct). Joining can take seconds
+	// under -race too: the first record may take up to 30 s.
 	began, last := time.Now(), time.Time{}
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -416,7 +461,9 @@ func readFrom(t *testing.T, ctx context.Context, c *client.Client, topic, group 
 		for rctx.Err() == nil {
 			time.Sleep(quiet / 4)
 			mu.Lock()
-			idle := (!last.IsZero() && time.Since(last) > quiet) || (last.IsZero() && time.Since(began) > 30*time.Second)
+			all := len(reached) == len(ends)
+			quietNow := !last.IsZero() && time.Since(last) > quiet
+			idle := (quietNow && (all || time.Since(began) > 30*time.Second)) || (last.IsZero() && time.Since(began) > 30*time.Second)
 			mu.Unlock()
 			if idle {
 				stop()
@@ -427,6 +474,9 @@ func readFrom(t *testing.T, ctx context.Context, c *client.Client, topic, group 
 		mu.Lock()
 		got = append(got, m)
 		last = time.Now()
+		if end, ok := ends[m.Partition]; ok && m.Seq >= end {
+			reached[m.Partition] = true
+		}
 		mu.Unlock()
 		return nil
 	}); err != nil {
