@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"pctl.dev/pctl/broker/wire"
-	"pctl.dev/pctl/client"
 	"pctl.dev/pctl/partitioner"
 )
 
@@ -13,8 +12,9 @@ import (
 // hook is any value, and implements only the interfaces below that it cares about; the broker
 // calls each implemented method of each hook, in order, synchronously, so a hook must be quick
 // and must not block (count, observe, return). Metrics come out this way (internal/metrics).
-// A hook that also implements the client package's hooks (client.HookProduceRecordUnbuffered,
-// ...) sees the produce service's own producers too.
+// The produce service's producers (internal/produce) call a hook's OnProduceRepartitioned
+// (client.HookProduceRepartitioned) and, for each record, OnProduceRecord of the engine's
+// produce.HookRecord, which in-repo metrics (internal/metrics) implement.
 //
 // Hooks run concurrently from many goroutines.
 
@@ -153,13 +153,4 @@ func (b *Broker) producePartitioner(ctx context.Context, wp wire.Partitioner) (p
 		return nil, err
 	}
 	return b.metered(w), nil
-}
-
-// clientHooks passes Config.Hooks on to the produce service's producers.
-func (b *Broker) clientHooks() []client.Hook {
-	hs := make([]client.Hook, len(b.cfg.Hooks))
-	for i, h := range b.cfg.Hooks {
-		hs[i] = h
-	}
-	return hs
 }

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/produce"
 	"pctl.dev/pctl/partitioner"
 	"pctl.dev/pctl/runtime"
 )
@@ -66,6 +65,9 @@ type Client struct {
 	vlisteners map[int]func(subject string)
 	clisteners map[int]func(connected bool)
 	cnext      int
+
+	pconnOnce sync.Once
+	pconn     *produce.Conn // the producer engine's view of the connection (producer.go)
 
 	thin thinIdentity // ProduceBrokerSide's producer id and sequence (thin.go)
 }
@@ -164,17 +166,11 @@ func (c *Client) Close() error {
 	return nil
 }
 
-var violationRE = regexp.MustCompile(`(?i)permissions violation for (publish|subscription) to "([^"]+)"`)
-
 func (c *Client) onAsyncError(_ *nats.Conn, _ *nats.Subscription, err error) {
-	if !errors.Is(err, nats.ErrPermissionViolation) {
+	subject, ok := produce.ViolationSubject(err)
+	if !ok {
 		return
 	}
-	m := violationRE.FindStringSubmatch(err.Error())
-	if m == nil {
-		return
-	}
-	subject := m[2]
 	c.vmu.Lock()
 	for _, ch := range c.violations[subject] {
 		select {
@@ -263,37 +259,11 @@ func (c *Client) connEvent(connected bool) {
 }
 
 // MinServerVersion is the oldest nats-server pctl's producer runs on: fast batch publishing
-// (spec/protocol.md §5.1) came in 2.14.
-const MinServerVersion = "2.14.0"
+// (spec/protocol.md §5.1).
+const MinServerVersion = produce.MinServerVersion
 
-// requireFastBatches fails unless the connected server is nats-server 2.14 or later.
-func (c *Client) requireFastBatches() error {
-	v := c.nc.ConnectedServerVersion()
-	if !versionAtLeast(v, 2, 14) {
-		return fmt.Errorf("%w: the server at %s runs nats-server %q; pctl's producer needs %s or later on every node (fast batch publishing, spec/protocol.md §5.1): upgrade the NATS servers", wire.ErrUnavailable, c.nc.ConnectedUrlRedacted(), v, MinServerVersion)
-	}
-	return nil
-}
-
-// versionAtLeast reports whether a "major.minor.patch[-suffix]" version is at least major.minor.
-func versionAtLeast(v string, major, minor int) bool {
-	v = strings.TrimPrefix(v, "v")
-	parts := strings.SplitN(v, ".", 3)
-	if len(parts) < 2 {
-		return false
-	}
-	ma, err1 := strconv.Atoi(parts[0])
-	mi, err2 := strconv.Atoi(strings.SplitN(parts[1], "-", 2)[0])
-	if err1 != nil || err2 != nil {
-		return false
-	}
-	return ma > major || ma == major && mi >= minor
-}
-
-// PermissionError is returned when the connection's role may not use a subject.
-func permissionError(subject string) error {
-	return fmt.Errorf("%w: these credentials may not publish to %s: %s", wire.ErrPermission, subject, wire.RoleHint(subject))
-}
+// permissionError is returned when the connection's role may not use a subject.
+func permissionError(subject string) error { return produce.PermissionError(subject) }
 
 // request sends a JSON request (or raw bytes) and decodes a JSON reply into out (or returns the raw
 // message when out is nil). Broker errors come back as *wire.RemoteError.

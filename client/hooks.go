@@ -22,6 +22,7 @@ type HookProduceRecordUnbuffered interface {
 
 // HookProduceRepartitioned is called when a producer, fenced by an epoch change, has moved its
 // unacknowledged records to epoch `epoch` and re-sent `resent` of them in their original order.
+// The producer engine (internal/produce) calls it, for the broker's produce service too.
 type HookProduceRepartitioned interface {
 	OnProduceRepartitioned(topic string, epoch int, resent int)
 }
@@ -71,14 +72,6 @@ func (p *Producer) hookProduced(rec Record, done func(Result)) func(Result) {
 		}
 		if done != nil {
 			done(r)
-		}
-	}
-}
-
-func (p *Producer) hookRepartitioned(epoch, resent int) {
-	for _, h := range p.opts.Hooks {
-		if h, ok := h.(HookProduceRepartitioned); ok {
-			h.OnProduceRepartitioned(p.topic, epoch, resent)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/produce"
 )
 
 // This file is the thin-client side of the broker's produce service (spec/protocol.md): a
@@ -363,7 +364,7 @@ func (t *ThinProducer) Send(ctx context.Context, rec Record, done func(Result)) 
 	}
 	var token string
 	if t.tokens {
-		token = newToken()
+		token = produce.NewToken()
 		m.Header[wire.HeaderToken] = []string{token}
 	}
 	if max := t.c.nc.MaxPayload(); int64(m.Size()-len(m.Subject)) > max {

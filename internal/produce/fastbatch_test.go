@@ -1,4 +1,4 @@
-package client
+package produce
 
 import (
 	"context"
@@ -101,12 +101,12 @@ func TestRecordToken(t *testing.T) {
 			}
 		})
 	}
-	if a, b := newToken(), newToken(); a == b || len(a) != 32 || !ValidToken(a) {
+	if a, b := NewToken(), NewToken(); a == b || len(a) != 32 || !wire.ValidToken(a) {
 		t.Fatalf("random tokens %q %q", a, b)
 	}
 	for _, bad := range []string{"short", strings.Repeat("a", 65), "has.dot.in.it.xxxxxxx", "space in token xxxxx"} {
-		if ValidToken(bad) {
-			t.Errorf("ValidToken(%q) = true", bad)
+		if wire.ValidToken(bad) {
+			t.Errorf("wire.ValidToken(%q) = true", bad)
 		}
 	}
 }
