@@ -64,6 +64,12 @@ type Config struct {
 	// deleted, an epoch change, pending ancestry) that made no progress for two intervals, and
 	// retries it with a backoff of up to 30s. Default 2s.
 	RetryInterval time.Duration
+	// NativeBuiltins lets the produce service partition with a built-in's Go implementation for
+	// an epoch whose module is exactly that built-in's and has no config (partitioner.NativeFor;
+	// they agree bit for bit, spec/builtins.md), as client.Options.NativeBuiltins does for a Go
+	// client; any other module, including an upload claiming compatibility, runs as WebAssembly.
+	// Default false: every record is placed by the module.
+	NativeBuiltins bool
 	// Testing holds hooks for this module's own tests (internal/testhook: the epoch change's
 	// step hook); nil everywhere else.
 	Testing *testhook.Broker
