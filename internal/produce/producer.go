@@ -510,9 +510,6 @@ func keylessPartition(rec Record, partitions int) int {
 // identity is a record's headers, fixed for all its sends (spec/protocol.md §5.1 step 3).
 func (p *Producer) identity(pd *pending) nats.Header {
 	h := nats.Header{}
-	if !pd.rec.NoKey {
-		h.Set(wire.HeaderKey, wire.EncodeKey(pd.rec.Key))
-	}
 	setTombstone(h, pd.rec.Tombstone, p.desc.Compact)
 	id, n, token := p.id, pd.seq, ""
 	if o := pd.rec.Origin; o != nil {
@@ -525,11 +522,22 @@ func (p *Producer) identity(pd *pending) nats.Header {
 	} else {
 		token = NewToken()
 	}
-	seq := strconv.FormatUint(n, 10)
-	h.Set(wire.HeaderProducer, id)
-	h.Set(wire.HeaderSeq, seq)
-	h.Set(wire.HeaderMsgID, id+"-"+seq+"-"+token)
+	SetIdentity(h, pd.rec.Key, pd.rec.NoKey, id, n, token)
 	return h
+}
+
+// SetIdentity sets a record's protocol headers (spec/protocol.md §5.1 step 3): its key (none for
+// a keyless record), its producer id and sequence, and its deduplication id
+// "<producer>-<seq>-<token>". The producer and 'pctl bench produce' (its raw baselines) build
+// their headers with it, so that the benchmark publishes what the product does.
+func SetIdentity(h nats.Header, key []byte, noKey bool, producer string, seq uint64, token string) {
+	if !noKey {
+		h.Set(wire.HeaderKey, wire.EncodeKey(key))
+	}
+	n := strconv.FormatUint(seq, 10)
+	h.Set(wire.HeaderProducer, producer)
+	h.Set(wire.HeaderSeq, n)
+	h.Set(wire.HeaderMsgID, producer+"-"+n+"-"+token)
 }
 
 // renew gives a record that is provably not stored a new deduplication id (a fresh token; the
