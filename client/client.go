@@ -62,9 +62,7 @@ type Client struct {
 
 	vmu        sync.Mutex
 	violations map[string][]chan struct{} // subject -> waiters
-	vlisteners map[int]func(subject string)
-	clisteners map[int]func(connected bool)
-	cnext      int
+	listeners  produce.Listeners          // violation and connection listeners
 
 	pconnOnce sync.Once
 	pconn     *produce.Conn // the producer engine's view of the connection (producer.go)
@@ -178,14 +176,8 @@ func (c *Client) onAsyncError(_ *nats.Conn, _ *nats.Subscription, err error) {
 		default:
 		}
 	}
-	ls := make([]func(string), 0, len(c.vlisteners))
-	for _, l := range c.vlisteners {
-		ls = append(ls, l)
-	}
 	c.vmu.Unlock()
-	for _, l := range ls {
-		l(subject)
-	}
+	c.listeners.Violation(subject)
 }
 
 func (c *Client) watchViolation(subject string) (chan struct{}, func()) {
@@ -212,51 +204,13 @@ func (c *Client) watchViolation(subject string) (chan struct{}, func()) {
 // onViolation registers f to be called with the subject of every permissions violation the
 // server reports on this connection; the returned function unregisters it (a producer's Close,
 // the end of a consumer's Run), so a long-lived client does not collect listeners.
-func (c *Client) onViolation(f func(subject string)) func() {
-	c.vmu.Lock()
-	defer c.vmu.Unlock()
-	if c.vlisteners == nil {
-		c.vlisteners = map[int]func(string){}
-	}
-	id := c.cnext
-	c.cnext++
-	c.vlisteners[id] = f
-	return func() {
-		c.vmu.Lock()
-		delete(c.vlisteners, id)
-		c.vmu.Unlock()
-	}
-}
+func (c *Client) onViolation(f func(subject string)) func() { return c.listeners.OnViolation(f) }
 
 // onConnEvent registers f to be called when the connection is lost (false) and back (true);
 // the returned function unregisters it.
-func (c *Client) onConnEvent(f func(connected bool)) func() {
-	c.vmu.Lock()
-	defer c.vmu.Unlock()
-	if c.clisteners == nil {
-		c.clisteners = map[int]func(bool){}
-	}
-	id := c.cnext
-	c.cnext++
-	c.clisteners[id] = f
-	return func() {
-		c.vmu.Lock()
-		delete(c.clisteners, id)
-		c.vmu.Unlock()
-	}
-}
+func (c *Client) onConnEvent(f func(connected bool)) func() { return c.listeners.OnConnEvent(f) }
 
-func (c *Client) connEvent(connected bool) {
-	c.vmu.Lock()
-	ls := make([]func(bool), 0, len(c.clisteners))
-	for _, f := range c.clisteners {
-		ls = append(ls, f)
-	}
-	c.vmu.Unlock()
-	for _, f := range ls {
-		f(connected)
-	}
-}
+func (c *Client) connEvent(connected bool) { c.listeners.ConnEvent(connected) }
 
 // MinServerVersion is the oldest nats-server pctl's producer runs on: fast batch publishing
 // (spec/protocol.md §5.1).

@@ -68,17 +68,9 @@ type ProducerOptions struct {
 	// fails the records still outstanding. Default 30s.
 	CloseIdle time.Duration
 
-	// noKeyRule is a test hook: batches on a cluster may hold several records of one key (the
-	// per-key rule of spec/protocol.md §5.1.2 off), for the control that shows the failover
-	// test catches what the rule prevents.
-	noKeyRule bool
-	// testVerify (test hook) makes every stream count as clustered: batches are confirmed by
-	// reading them back (a stream without cluster info is never trusted) and the per-key rule holds.
-	testVerify bool
-	// testHoles (test hook) runs after the clean PubAck of a batch that stored stream sequences
-	// first..last, before the batch is confirmed: it may delete stored records of it, as
-	// nats-server 2.15.2 loses records it counted around a raft term change.
-	testHoles func(stream string, first, last uint64)
+	// test holds the engine's test hooks (produce.Options NoKeyRule, TestVerify, TestHoles),
+	// set by this package's tests (export_test.go).
+	test produce.Options
 }
 
 // Producer produces keyed records to one topic, partitioning them on the client with the
@@ -101,9 +93,10 @@ type ProducerOptions struct {
 // its public face. A Producer is safe for concurrent use; records sent from different goroutines are ordered by
 // the order their Send calls took effect.
 type Producer struct {
-	e     *produce.Producer
-	topic string
-	opts  ProducerOptions
+	e           *produce.Producer
+	topic       string
+	opts        ProducerOptions
+	recordHooks []HookProduceRecordUnbuffered // opts.Hooks that want records
 }
 
 // ErrProducerClosed is what Send returns after Close: a bad request (errors.Is works with both).
@@ -119,12 +112,12 @@ func (c *Client) NewProducer(ctx context.Context, topic string, opts ProducerOpt
 	e, err := produce.New(ctx, c.produceConn(), topic, produce.Options{
 		ID: opts.ID, ContentTokens: opts.ContentTokens, MaxInFlight: opts.MaxInFlight, MaxBuffered: opts.MaxBuffered,
 		BatchSize: opts.BatchSize, StallTimeout: opts.StallTimeout, Logf: opts.Logf, Hooks: hooks, CloseIdle: opts.CloseIdle,
-		NoKeyRule: opts.noKeyRule, TestVerify: opts.testVerify, TestHoles: opts.testHoles,
+		NoKeyRule: opts.test.NoKeyRule, TestVerify: opts.test.TestVerify, TestHoles: opts.test.TestHoles,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &Producer{e: e, topic: topic, opts: opts}, nil
+	return &Producer{e: e, topic: topic, opts: opts, recordHooks: produce.Hooks[HookProduceRecordUnbuffered](hooks)}, nil
 }
 
 // produceConn is the client's connection as the producer engine sees it.
@@ -172,16 +165,7 @@ func (p *Producer) Send(ctx context.Context, rec Record, done func(Result)) erro
 
 // Produce sends one record and waits for its result.
 func (p *Producer) Produce(ctx context.Context, rec Record) (Result, error) {
-	ch := make(chan Result, 1)
-	if err := p.Send(ctx, rec, func(r Result) { ch <- r }); err != nil {
-		return Result{}, err
-	}
-	select {
-	case r := <-ch:
-		return r, r.Err
-	case <-ctx.Done():
-		return Result{}, ctx.Err()
-	}
+	return produce.Await(ctx, func(done func(Result)) error { return p.Send(ctx, rec, done) })
 }
 
 // Flush waits until every record sent so far is acknowledged or failed.

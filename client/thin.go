@@ -521,16 +521,7 @@ func (t *ThinProducer) resume() {
 
 // Produce sends one record and waits for its result.
 func (t *ThinProducer) Produce(ctx context.Context, rec Record) (Result, error) {
-	ch := make(chan Result, 1)
-	if err := t.Send(ctx, rec, func(r Result) { ch <- r }); err != nil {
-		return Result{}, err
-	}
-	select {
-	case r := <-ch:
-		return r, r.Err
-	case <-ctx.Done():
-		return Result{}, ctx.Err()
-	}
+	return produce.Await(ctx, func(done func(Result)) error { return t.Send(ctx, rec, done) })
 }
 
 // Flush waits until every record sent so far has its result, delivered (its done function has

@@ -24,7 +24,8 @@ func ViolationSubject(err error) (subject string, ok bool) {
 }
 
 // Listeners is a registry of a connection's violation and connection listeners, for a Conn's
-// OnViolation and OnConnEvent: the connection's handlers call Violation and ConnEvent.
+// OnViolation and OnConnEvent: the connection's handlers call Violation and ConnEvent. Listeners
+// are called outside the registry's lock.
 type Listeners struct {
 	mu   sync.Mutex
 	next int
@@ -33,62 +34,55 @@ type Listeners struct {
 }
 
 // OnViolation registers f for permission violations; the returned func removes it.
-func (l *Listeners) OnViolation(f func(subject string)) func() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.v == nil {
-		l.v = map[int]func(string){}
-	}
-	id := l.next
-	l.next++
-	l.v[id] = f
-	return func() {
-		l.mu.Lock()
-		delete(l.v, id)
-		l.mu.Unlock()
-	}
-}
+func (l *Listeners) OnViolation(f func(subject string)) func() { return add(l, &l.v, f) }
 
 // OnConnEvent registers f for disconnects (false) and reconnects (true); the returned func
 // removes it.
-func (l *Listeners) OnConnEvent(f func(connected bool)) func() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.c == nil {
-		l.c = map[int]func(bool){}
-	}
-	id := l.next
-	l.next++
-	l.c[id] = f
-	return func() {
-		l.mu.Lock()
-		delete(l.c, id)
-		l.mu.Unlock()
-	}
-}
+func (l *Listeners) OnConnEvent(f func(connected bool)) func() { return add(l, &l.c, f) }
 
-// Violation tells the violation listeners (outside the lock).
+// Violation tells the violation listeners.
 func (l *Listeners) Violation(subject string) {
-	l.mu.Lock()
-	fs := make([]func(string), 0, len(l.v))
-	for _, f := range l.v {
-		fs = append(fs, f)
-	}
-	l.mu.Unlock()
-	for _, f := range fs {
+	for _, f := range snapshot(l, &l.v) {
 		f(subject)
 	}
 }
 
-// ConnEvent tells the connection listeners (outside the lock).
+// ConnEvent tells the connection listeners.
 func (l *Listeners) ConnEvent(connected bool) {
-	l.mu.Lock()
-	fs := make([]func(bool), 0, len(l.c))
-	for _, f := range l.c {
-		fs = append(fs, f)
-	}
-	l.mu.Unlock()
-	for _, f := range fs {
+	for _, f := range snapshot(l, &l.c) {
 		f(connected)
 	}
+}
+
+// Count returns how many violation and connection listeners are registered.
+func (l *Listeners) Count() (violation, conn int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.v), len(l.c)
+}
+
+func add[F any](l *Listeners, m *map[int]F, f F) func() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if *m == nil {
+		*m = map[int]F{}
+	}
+	id := l.next
+	l.next++
+	(*m)[id] = f
+	return func() {
+		l.mu.Lock()
+		delete(*m, id)
+		l.mu.Unlock()
+	}
+}
+
+func snapshot[F any](l *Listeners, m *map[int]F) []F {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fs := make([]F, 0, len(*m))
+	for _, f := range *m {
+		fs = append(fs, f)
+	}
+	return fs
 }

@@ -1,6 +1,9 @@
 package produce
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // HookRecord is called once for every record sent, when its fate is known (acknowledged:
 // res.Err == nil; or failed), just before the record's own done callback, with the time from Send
@@ -18,33 +21,57 @@ type HookRepartitioned interface {
 	OnProduceRepartitioned(topic string, epoch int, resent int)
 }
 
-// hookProduced wraps a record's done callback so that hooks see its fate first; without hooks it
-// returns done as it is. The record is passed by value and copied only when a hook wants it, so
-// that a producer without hooks allocates nothing more per record.
+// hookProduced wraps a record's done callback so that the HookRecord hooks see its fate first.
 func (p *Producer) hookProduced(rec Record, done func(Result)) func(Result) {
-	if len(p.opts.Hooks) == 0 {
-		return done
-	}
-	var hs []HookRecord
-	for _, h := range p.opts.Hooks {
-		if h, ok := h.(HookRecord); ok {
-			hs = append(hs, h)
-		}
-	}
+	return Observe(p.recordHooks, rec, done, func(h HookRecord, rec *Record, r Result, took time.Duration) {
+		h.OnProduceRecord(p.topic, rec, r, took)
+	})
+}
+
+// Observe wraps a record's done callback so that each of hs sees its fate first (call, with the
+// time from now to then); without hooks it returns done as it is. The record is passed by value
+// and copied only when there are hooks, so that a producer without hooks allocates nothing more
+// per record. client.Producer uses it for its public record hook.
+func Observe[R, H any](hs []H, rec R, done func(Result), call func(h H, rec *R, r Result, took time.Duration)) func(Result) {
 	if len(hs) == 0 {
 		return done
 	}
 	start := time.Now()
-	kept := new(Record)
+	kept := new(R)
 	*kept = rec
 	return func(r Result) {
 		took := time.Since(start)
 		for _, h := range hs {
-			h.OnProduceRecord(p.topic, kept, r, took)
+			call(h, kept, r, took)
 		}
 		if done != nil {
 			done(r)
 		}
+	}
+}
+
+// Hooks returns those of hooks that implement H.
+func Hooks[H any](hooks []any) []H {
+	var hs []H
+	for _, h := range hooks {
+		if h, ok := h.(H); ok {
+			hs = append(hs, h)
+		}
+	}
+	return hs
+}
+
+// Await sends one record with send and waits for its result (a producer's Produce).
+func Await(ctx context.Context, send func(done func(Result)) error) (Result, error) {
+	ch := make(chan Result, 1)
+	if err := send(func(r Result) { ch <- r }); err != nil {
+		return Result{}, err
+	}
+	select {
+	case r := <-ch:
+		return r, r.Err
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
 	}
 }
 

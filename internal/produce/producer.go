@@ -141,20 +141,21 @@ type Producer struct {
 	opts  Options
 	inbox string // replies to fast batches arrive under inbox.>
 
-	mu        sync.Mutex
-	cond      *sync.Cond
-	desc      *wire.Topic
-	part      partitioner.Partitioner
-	sinks     map[int]*sink
-	held      []*pending // records sent while the producer repartitions
-	switching bool
-	seq       uint64
-	buffered  int
-	rr        uint64
-	fatal     error
-	closing   bool   // Close was called
-	closed    bool   // Close stopped taking records
-	finished  uint64 // records finished (acknowledged or failed) so far
+	mu          sync.Mutex
+	cond        *sync.Cond
+	desc        *wire.Topic
+	part        partitioner.Partitioner
+	sinks       map[int]*sink
+	recordHooks []HookRecord // opts.Hooks that want records
+	held        []*pending   // records sent while the producer repartitions
+	switching   bool
+	seq         uint64
+	buffered    int
+	rr          uint64
+	fatal       error
+	closing     bool   // Close was called
+	closed      bool   // Close stopped taking records
+	finished    uint64 // records finished (acknowledged or failed) so far
 
 	batches  sync.Map // open batch id -> *sink
 	subs     []*nats.Subscription
@@ -228,6 +229,7 @@ func New(ctx context.Context, conn *Conn, topic string, opts Options) (*Producer
 	p := &Producer{conn: conn, topic: topic, id: opts.ID, opts: opts, sinks: map[int]*sink{}, inbox: nc.NewInbox(),
 		events: make(chan event, 64), checks: make(chan struct{}, 1), done: make(chan struct{})}
 	p.cond = sync.NewCond(&p.mu)
+	p.recordHooks = Hooks[HookRecord](opts.Hooks)
 	desc, err := p.fetch(ctx)
 	if err != nil {
 		return nil, err
@@ -450,16 +452,7 @@ func (p *Producer) Send(ctx context.Context, rec Record, done func(Result)) erro
 
 // Produce sends one record and waits for its result.
 func (p *Producer) Produce(ctx context.Context, rec Record) (Result, error) {
-	ch := make(chan Result, 1)
-	if err := p.Send(ctx, rec, func(r Result) { ch <- r }); err != nil {
-		return Result{}, err
-	}
-	select {
-	case r := <-ch:
-		return r, r.Err
-	case <-ctx.Done():
-		return Result{}, ctx.Err()
-	}
+	return Await(ctx, func(done func(Result)) error { return p.Send(ctx, rec, done) })
 }
 
 // assignLocked partitions a record under the current epoch and queues it on its sink.
