@@ -223,6 +223,7 @@ type storedMsg struct {
 	tombstone bool
 	fence     bool
 	ttl       string
+	backfill  string // a copy's origin (wire.HeaderBackfill), "" for a record its producer wrote
 }
 
 // readAllStreams reads every message of every partition stream, in stream order, by direct
@@ -256,7 +257,8 @@ func readAllStreams(t *testing.T, ctx context.Context, c *client.Client, topic s
 			next = m.Sequence + 1
 			h := m.Header
 			r := storedMsg{partition: q, seq: m.Sequence, subject: m.Subject, value: string(m.Data), producer: h.Get(wire.HeaderProducer),
-				tombstone: h.Get(wire.HeaderTombstone) != "", fence: h.Get(wire.HeaderFence) != "", ttl: h.Get(wire.HeaderTTL)}
+				tombstone: h.Get(wire.HeaderTombstone) != "", fence: h.Get(wire.HeaderFence) != "", ttl: h.Get(wire.HeaderTTL),
+				backfill: h.Get(wire.HeaderBackfill)}
 			fmt.Sscan(h.Get(wire.HeaderSeq), &r.pseq)
 			if v := h.Get(wire.HeaderKey); v != "" {
 				k, err := wire.DecodeKey(v)
