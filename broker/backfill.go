@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/produce"
 	"pctl.dev/pctl/partitioner"
 )
 
@@ -170,9 +171,6 @@ func (p *bfProgress) count(copied, newer, expired int64) {
 	p.expired += expired
 	p.mu.Unlock()
 }
-
-// errCodeMsgIDInProcess is JetStream's "duplicate message id is in process" (10158).
-const errCodeMsgIDInProcess jetstream.ErrorCode = 10158
 
 // errBackfillGone: the topic was deleted (or re-created) or the backfill finished elsewhere.
 var errBackfillGone = errors.New("backfill no longer needed")
@@ -429,7 +427,10 @@ type bfCopy struct {
 	id     string // the copy's first deduplication id
 	stream string
 	expect uint64
-	fut    jetstream.PubAckFuture
+	// inProcess counts the copy's consecutive 10158 answers (produce.InProcess, the rule the
+	// producer engine shares).
+	inProcess produce.InProcess
+	fut       jetstream.PubAckFuture
 	// the answer, once taken from fut
 	answered bool
 	ack      *jetstream.PubAck
@@ -688,8 +689,22 @@ func (j *bfJob) finish(ctx context.Context, c *bfCopy, compact bool, lastCopy ma
 		}
 		err := c.err
 		var apiErr *jetstream.APIError
-		wrongLast := errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
-		if wrongLast {
+		code := 0
+		if errors.As(err, &apiErr) {
+			code = int(apiErr.ErrorCode)
+		}
+		wrongLast := code == int(jetstream.JSErrCodeStreamWrongLastSequence) || code == int(jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+		if c.inProcess.Note(code) {
+			// The stream holds the copy's id as "in process" without a sequence: a proposal
+			// lost in a leader change, which the server forgets only when its duplicate window
+			// (2 minutes by default) ends, refusing every re-send until then (seen after
+			// step-downs, 2026-12-01). The shared rule (produce.InProcess, spec/protocol.md
+			// §5.1.5) allows a new id here because the copy carries its guard: the expected
+			// last subject sequence (c.expect) refuses the renewed copy if the lost one was
+			// stored after all, and refused below then finds it.
+			c.msg.Header.Set(wire.HeaderMsgID, fmt.Sprintf("%s-r%d", c.id, attempt))
+			c.inProcess.Renewed()
+		} else if wrongLast {
 			decided, again, err := j.refused(ctx, c, compact, lastCopy, overtaken)
 			if err != nil {
 				return err
@@ -698,13 +713,6 @@ func (j *bfJob) finish(ctx context.Context, c *bfCopy, compact bool, lastCopy ma
 				return nil
 			}
 			c.expect = again
-		} else if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeMsgIDInProcess && attempt >= 4 {
-			// The stream holds the copy's id as "in process" without a sequence: a proposal
-			// lost in a leader change, which the server forgets only when its duplicate window
-			// (2 minutes by default) ends, refusing every re-send until then (seen after
-			// step-downs, 2026-12-01). A new id is safe: the expected last subject sequence
-			// still refuses a second copy if the lost one was stored after all.
-			c.msg.Header.Set(wire.HeaderMsgID, fmt.Sprintf("%s-r%d", c.id, attempt))
 		} else if attempt > 0 && attempt%10 == 0 {
 			j.b.cfg.Logger.Warn("backfill copy keeps failing; retrying", "topic", j.t.Name, "subject", c.msg.Subject, "err", err)
 		}

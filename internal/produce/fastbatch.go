@@ -38,7 +38,7 @@ const (
 // JetStream API error codes the producer acts on (spec/protocol.md §5.1.1).
 const (
 	errCodeTooLarge      = 10054 // message size exceeds maximum allowed
-	errCodeDupConflict   = 10071 // duplicate message id is still being replicated
+	errCodeDupConflict   = 10071 // wrong last sequence (pctl's batches carry no expected sequence)
 	errCodeBatchDisabled = 10205 // batch publish is disabled on the stream
 	errCodeBadPattern    = 10206 // batch publish pattern is invalid
 	errCodeBadBatchID    = 10207

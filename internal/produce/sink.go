@@ -575,6 +575,14 @@ func (s *sink) refused(r fbReply) {
 	if r.kind == replyFlowErr {
 		seq = r.gapGot
 	}
+	if seq >= 1 && seq <= uint64(len(b.recs)) {
+		pd := b.recs[seq-1]
+		if pd.inProcess.Note(r.errCode) {
+			// Stuck (spec/protocol.md §5.1.5): a fast batch has no expected-sequence guard to
+			// renew the id under, so settle fails the record unless it finds it stored.
+			s.logf("record %d (id %s): JetStream answered 10158 %d times in a row; failing it unless it is found stored", pd.seq, pd.hdr.Get(wire.HeaderMsgID), pd.inProcess.Count())
+		}
+	}
 	switch r.errCode {
 	case errCodeTooLarge:
 		if seq >= 1 && seq <= uint64(len(b.recs)) {
@@ -821,6 +829,10 @@ func (s *sink) finishStored(stored map[int]uint64) []*pending {
 			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: pd.failed})
 		case ok:
 			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Seq: seq})
+		case pd.inProcess.Count() >= InProcessLimit:
+			// Not found stored, and its id is stuck "in process" (inprocess.go): fail it now
+			// rather than re-send it with the same id until the duplicate window ends.
+			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: inProcessError(pd.seq, pd.hdr.Get(wire.HeaderMsgID), s.partition, pd.inProcess.Count())})
 		default:
 			rest = append(rest, pd)
 		}

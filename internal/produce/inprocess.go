@@ -1,0 +1,65 @@
+package produce
+
+import (
+	"errors"
+	"fmt"
+
+	"pctl.dev/pctl/broker/wire"
+)
+
+// ErrCodeMsgIDInProcess is JetStream's "duplicate message id is in process" (API error 10158):
+// the stream leader holds the publish's Nats-Msg-Id as being stored, without a stream sequence.
+// On a cluster that is a raft proposal with the id still in flight, or one that a leader change
+// dropped: the leader then refuses every re-send with that id until its duplicate window (2
+// minutes by default) forgets it (spec/protocol.md §5.1.5).
+const ErrCodeMsgIDInProcess = 10158
+
+// InProcessLimit is how many consecutive 10158 answers for one id make the id stuck
+// (spec/protocol.md §5.1.5): a proposal in flight is decided in milliseconds, so after this many
+// answers, with the back-off between them, the proposal is taken as lost.
+const InProcessLimit = 4
+
+// ErrMsgIDInProcess marks a record that the producer stopped re-sending because JetStream kept
+// answering 10158 for its id (spec/protocol.md §5.1.5). Its fate is unknown: errors.Is(err,
+// wire.ErrUnavailable) holds as well.
+var ErrMsgIDInProcess = errors.New("JetStream keeps answering 'duplicate message id is in process' (10158)")
+
+// InProcess is the one rule for 10158 that the producer engine and the broker's backfill share
+// (spec/protocol.md §5.1.5). It counts one message id's consecutive 10158 answers; Note says when
+// the id is stuck. A stuck id may then be renewed (re-sent under a new Nats-Msg-Id) only by a
+// sender whose publish carries a guard that makes a second copy impossible: an expected last
+// (subject) sequence the original publish was also sent with. If the lost-looking original is
+// stored after all, the renewed publish is refused for the wrong last sequence, and the sender's
+// usual wrong-last-sequence path reads what is stored and finds the original (the backfill's
+// refused): no record stored twice, none lost, order kept. Without such a guard (the producer's
+// fast batches: records are pipelined and other producers write to the same partition, so no
+// expected sequence holds for a record) a new id could store the record twice; such a sender
+// fails the record with ErrMsgIDInProcess instead of re-sending it until the duplicate window
+// ends. The zero value is ready to use.
+type InProcess struct {
+	n int
+}
+
+// Note takes one answer for the id (code: its JetStream API error code, 0 for anything else, a
+// success included) and reports whether the id is now stuck: InProcessLimit consecutive 10158
+// answers. Any other answer starts the count again.
+func (c *InProcess) Note(code int) bool {
+	if code != ErrCodeMsgIDInProcess {
+		c.n = 0
+		return false
+	}
+	c.n++
+	return c.n >= InProcessLimit
+}
+
+// Renewed starts the count again for a new id.
+func (c *InProcess) Renewed() { c.n = 0 }
+
+// Count is the number of consecutive 10158 answers so far.
+func (c *InProcess) Count() int { return c.n }
+
+// inProcessError is the error of a record failed by the rule (no guard to renew it under).
+func inProcessError(seq uint64, id string, partition, answers int) error {
+	return fmt.Errorf("%w: %w: record %d (id %s) refused %d times in a row by partition %d; a raft proposal with this id was lost in a stream leader change and the server refuses the id until its duplicate window (2 minutes) ends. The record's fate is unknown (it may be stored): read partition %d to check before producing it again",
+		wire.ErrUnavailable, ErrMsgIDInProcess, seq, id, answers, partition, partition)
+}
