@@ -427,7 +427,7 @@ type bfCopy struct {
 	id     string // the copy's first deduplication id
 	stream string
 	expect uint64
-	// inProcess counts the copy's consecutive 10158 answers (produce.InProcess, the rule the
+	// inProcess counts the 10158 answers for the copy's id (produce.InProcess, the rule the
 	// producer engine shares).
 	inProcess produce.InProcess
 	fut       jetstream.PubAckFuture

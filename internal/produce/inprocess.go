@@ -14,9 +14,9 @@ import (
 // minutes by default) forgets it (spec/protocol.md §5.1.5).
 const ErrCodeMsgIDInProcess = 10158
 
-// InProcessLimit is how many consecutive 10158 answers for one id make the id stuck
-// (spec/protocol.md §5.1.5): a proposal in flight is decided in milliseconds, so after this many
-// answers, with the back-off between them, the proposal is taken as lost.
+// InProcessLimit is how many 10158 answers for one id make the id stuck (spec/protocol.md
+// §5.1.5): a proposal in flight is decided in milliseconds, so after this many answers, with the
+// back-off between them, the proposal is taken as lost.
 const InProcessLimit = 4
 
 // ErrMsgIDInProcess marks a record that the producer stopped re-sending because JetStream kept
@@ -25,7 +25,7 @@ const InProcessLimit = 4
 var ErrMsgIDInProcess = errors.New("JetStream keeps answering 'duplicate message id is in process' (10158)")
 
 // InProcess is the one rule for 10158 that the producer engine and the broker's backfill share
-// (spec/protocol.md §5.1.5). It counts one message id's consecutive 10158 answers; Note says when
+// (spec/protocol.md §5.1.5). It counts one message id's 10158 answers; Note says when
 // the id is stuck. A stuck id may then be renewed (re-sent under a new Nats-Msg-Id) only by a
 // sender whose publish carries a guard that makes a second copy impossible: an expected last
 // (subject) sequence the original publish was also sent with. If the lost-looking original is
@@ -40,26 +40,26 @@ type InProcess struct {
 	n int
 }
 
-// Note takes one answer for the id (code: its JetStream API error code, 0 for anything else, a
-// success included) and reports whether the id is now stuck: InProcessLimit consecutive 10158
-// answers. Any other answer starts the count again.
+// Note takes one answer for the id (code: its JetStream API error code; 0 for no answer, a
+// timeout or a lost connection) and reports whether the id is now stuck: InProcessLimit 10158
+// answers for it. Other answers in between do not start the count again: a stuck id whose
+// expected sequence is also out of date is answered 10158 and "wrong last sequence" by turns
+// (seen in the backfill under load, 2026-12-01), and neither says the proposal is decided.
 func (c *InProcess) Note(code int) bool {
-	if code != ErrCodeMsgIDInProcess {
-		c.n = 0
-		return false
+	if code == ErrCodeMsgIDInProcess {
+		c.n++
 	}
-	c.n++
 	return c.n >= InProcessLimit
 }
 
 // Renewed starts the count again for a new id.
 func (c *InProcess) Renewed() { c.n = 0 }
 
-// Count is the number of consecutive 10158 answers so far.
+// Count is the number of 10158 answers for the id so far.
 func (c *InProcess) Count() int { return c.n }
 
 // inProcessError is the error of a record failed by the rule (no guard to renew it under).
 func inProcessError(seq uint64, id string, partition, answers int) error {
-	return fmt.Errorf("%w: %w: record %d (id %s) refused %d times in a row by partition %d; a raft proposal with this id was lost in a stream leader change and the server refuses the id until its duplicate window (2 minutes) ends. The record's fate is unknown (it may be stored): read partition %d to check before producing it again",
+	return fmt.Errorf("%w: %w: record %d (id %s) refused %d times by partition %d as 'in process'; a raft proposal with this id was lost in a stream leader change and the server refuses the id until its duplicate window (2 minutes) ends. The record's fate is unknown (it may be stored): read partition %d to check before producing it again",
 		wire.ErrUnavailable, ErrMsgIDInProcess, seq, id, answers, partition, partition)
 }

@@ -8,9 +8,9 @@ import (
 	"pctl.dev/pctl/broker/wire"
 )
 
-// TestInProcessRule: an id is stuck after InProcessLimit consecutive 10158 answers and not
-// before; any other answer (a success, a wrong last sequence 10071, a timeout) starts the count
-// again, and so does a renewed id. The expected answers are written out by hand from
+// TestInProcessRule: an id is stuck after InProcessLimit 10158 answers and not before; other
+// answers in between (a wrong last sequence 10071, no answer) do not start the count again (a
+// stuck id with an out-of-date expected sequence gets both by turns); a renewed id does. The expected answers are written out by hand from
 // spec/protocol.md §5.1.5, not computed with the rule.
 func TestInProcessRule(t *testing.T) {
 	const inProc, wrongLast, none = 10158, 10071, 0
@@ -20,8 +20,9 @@ func TestInProcessRule(t *testing.T) {
 		stuck   []bool
 	}{
 		{"four in a row", []int{inProc, inProc, inProc, inProc}, []bool{false, false, false, true}},
-		{"broken by a wrong last sequence", []int{inProc, inProc, inProc, wrongLast, inProc, inProc, inProc, inProc}, []bool{false, false, false, false, false, false, false, true}},
-		{"broken by a success", []int{inProc, inProc, none, inProc, inProc, inProc}, []bool{false, false, false, false, false, false}},
+		{"by turns with a wrong last sequence", []int{inProc, wrongLast, inProc, wrongLast, inProc, wrongLast, inProc}, []bool{false, false, false, false, false, false, true}},
+		{"with no answer between", []int{inProc, none, inProc, none, inProc, inProc}, []bool{false, false, false, false, false, true}},
+		{"three", []int{inProc, inProc, inProc, wrongLast, none}, []bool{false, false, false, false, false}},
 		{"stays stuck", []int{inProc, inProc, inProc, inProc, inProc}, []bool{false, false, false, true, true}},
 	}
 	for _, tc := range cases {

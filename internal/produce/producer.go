@@ -182,7 +182,7 @@ type pending struct {
 	// there: a copy of it stored in that stream is above this sequence.
 	floors map[string]uint64
 	failed error // set when the server refused the record for good
-	// inProcess counts the consecutive 10158 answers for the record's id (inprocess.go).
+	// inProcess counts the 10158 answers for the record's id (inprocess.go).
 	inProcess InProcess
 }
 

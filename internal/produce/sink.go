@@ -580,7 +580,7 @@ func (s *sink) refused(r fbReply) {
 		if pd.inProcess.Note(r.errCode) {
 			// Stuck (spec/protocol.md §5.1.5): a fast batch has no expected-sequence guard to
 			// renew the id under, so settle fails the record unless it finds it stored.
-			s.logf("record %d (id %s): JetStream answered 10158 %d times in a row; failing it unless it is found stored", pd.seq, pd.hdr.Get(wire.HeaderMsgID), pd.inProcess.Count())
+			s.logf("record %d (id %s): JetStream answered 10158 %d times; failing it unless it is found stored", pd.seq, pd.hdr.Get(wire.HeaderMsgID), pd.inProcess.Count())
 		}
 	}
 	switch r.errCode {
