@@ -29,7 +29,8 @@ import (
 // more such topic read b.N times each way in alternating order after a warm-up read. Both report
 // medians, their ratio (target >= 0.95), the process's CPU time per read (the broker is in this
 // process too: CPU equal and wall time longer means the gated group idled) and the gate waits.
-// PCTL_BENCH_COLD_PAIRS sets the number of cold pairs (default 3).
+// PCTL_BENCH_COLD_PAIRS sets the number of cold pairs (default 3); PCTL_BENCH_VERBOSE names a
+// file that gets the members' logs of every read that took more than 3 s.
 //
 //	go test -run '^$' -bench GatedReplay -benchtime 3x ./client/
 func BenchmarkGatedReplay(b *testing.B) {
@@ -99,7 +100,9 @@ func BenchmarkGatedReplay(b *testing.B) {
 	type result struct {
 		wall, cpu time.Duration
 		stats     client.ConsumerStats
+		log       []string
 	}
+	verbose := os.Getenv("PCTL_BENCH_VERBOSE") != ""
 	round := 0
 	replay := func(topic string, gated bool) result {
 		round++
@@ -113,9 +116,17 @@ func BenchmarkGatedReplay(b *testing.B) {
 		start := time.Now()
 		var end atomic.Int64
 		var cpuEnd atomic.Int64
+		var log []string
+		logf := func(f string, a ...any) {
+			if verbose {
+				mu.Lock()
+				log = append(log, time.Since(start).Round(time.Millisecond).String()+" "+fmt.Sprintf(f, a...))
+				mu.Unlock()
+			}
+		}
 		for m := 0; m < members; m++ {
 			cn, err := cons.NewConsumer(rctx, topic, client.ConsumerOptions{Group: fmt.Sprint("g", round), Member: fmt.Sprint("m", m),
-				FromBeginning: true, Heartbeat: 200 * time.Millisecond, DisableGating: !gated})
+				FromBeginning: true, Heartbeat: 200 * time.Millisecond, DisableGating: !gated, Logf: logf})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -139,7 +150,7 @@ func BenchmarkGatedReplay(b *testing.B) {
 		if got.Load() < records {
 			b.Fatalf("round %d: %d of %d records delivered", round, got.Load(), records)
 		}
-		r := result{wall: time.Duration(end.Load()), cpu: time.Duration(cpuEnd.Load())}
+		r := result{wall: time.Duration(end.Load()), cpu: time.Duration(cpuEnd.Load()), log: log}
 		for _, s := range stats {
 			r.stats.Gated += s.Gated
 			r.stats.TotalWait += s.TotalWait
@@ -170,6 +181,17 @@ func BenchmarkGatedReplay(b *testing.B) {
 		for i := range g {
 			b.Logf("  %s read %d: gated %v (CPU %v), ungated %v (CPU %v)", kind, i+1, g[i].wall.Round(time.Millisecond), g[i].cpu.Round(time.Millisecond),
 				u[i].wall.Round(time.Millisecond), u[i].cpu.Round(time.Millisecond))
+			for _, r := range []result{g[i], u[i]} {
+				if r.wall > 3*time.Second {
+					if f, err := os.OpenFile(os.Getenv("PCTL_BENCH_VERBOSE"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+						fmt.Fprintf(f, "== %s read %d (%v)\n", kind, i+1, r.wall)
+						for _, l := range r.log {
+							fmt.Fprintln(f, l)
+						}
+						f.Close()
+					}
+				}
+			}
 		}
 		return gr / ur
 	}
