@@ -12,6 +12,7 @@ import (
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/testhook"
 	"pctl.dev/pctl/partitioner"
 )
 
@@ -71,7 +72,7 @@ func TestBackfillCopyWhoseAnswerNeverComes(t *testing.T) {
 	}
 	var err error
 	b, err = broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000, Logf: t.Logf,
-		StepHook: hook, ProduceTimeout: 300 * time.Millisecond, RetryInterval: 100 * time.Millisecond})
+		Testing: testhook.Steps(hook), ProduceTimeout: 300 * time.Millisecond, RetryInterval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

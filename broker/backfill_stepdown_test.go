@@ -9,6 +9,7 @@ import (
 
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/testhook"
 	"pctl.dev/pctl/partitioner"
 )
 
@@ -29,7 +30,7 @@ func TestClusterBackfillReadsOnAcrossStepDowns(t *testing.T) {
 	cfg := cfgDefault()
 	cfg.Replicas = 3
 	cfg.RetryInterval = 150 * time.Millisecond
-	cfg.StepHook = func(tp, s string) error {
+	cfg.Testing = testhook.Steps(func(tp, s string) error {
 		if tp != topic || s != "backfill-copy" {
 			return nil
 		}
@@ -42,7 +43,7 @@ func TestClusterBackfillReadsOnAcrossStepDowns(t *testing.T) {
 			}
 		}
 		return nil
-	}
+	})
 	b := startClusterBroker(t, c, cfg)
 	defer b.Close()
 	if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: topic, Partitions: 3, Partitioner: "kafka-murmur2", Compact: true}); err != nil {

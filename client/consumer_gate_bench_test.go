@@ -17,6 +17,7 @@ import (
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/testhook"
 )
 
 // BenchmarkGatedReplay measures what epoch gating costs a replay (issue 17 item 2): topics
@@ -126,7 +127,7 @@ func BenchmarkGatedReplay(b *testing.B) {
 		}
 		for m := 0; m < members; m++ {
 			cn, err := cons.NewConsumer(rctx, topic, client.ConsumerOptions{Group: fmt.Sprint("g", round), Member: fmt.Sprint("m", m),
-				FromBeginning: true, Heartbeat: 200 * time.Millisecond, DisableGating: !gated, Logf: logf})
+				FromBeginning: true, Heartbeat: 200 * time.Millisecond, Testing: &testhook.Consumer{DisableGating: !gated}, Logf: logf})
 			if err != nil {
 				b.Fatal(err)
 			}

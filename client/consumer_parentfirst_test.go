@@ -12,6 +12,7 @@ import (
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
 	"pctl.dev/pctl/client/verify"
+	"pctl.dev/pctl/internal/testhook"
 )
 
 // TestParentFirstReplayKeepsOrder tries to break parent-first scheduling (parentfirst.go): a
@@ -54,7 +55,7 @@ func TestParentFirstReplayKeepsOrder(t *testing.T) {
 			var msgs []*client.Message
 			for m := 0; m < tc.members; m++ {
 				id := fmt.Sprint("m", m)
-				opts := client.ConsumerOptions{Group: group, Member: id, FromBeginning: true, DisableGating: tc.mutant}
+				opts := client.ConsumerOptions{Group: group, Member: id, FromBeginning: true, Testing: &testhook.Consumer{DisableGating: tc.mutant}}
 				record := d.handler(group, id)
 				h := func(ctx context.Context, msg *client.Message) error {
 					if msg.Partition == 0 && msg.Epoch == 1 {
