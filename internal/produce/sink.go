@@ -974,23 +974,30 @@ func (s *sink) seqAt(ctx context.Context, t time.Time) (uint64, error) {
 	return seq, nil
 }
 
+// getWindow reads stream messages lo..hi from the stream leader at once (getMsg): msgs[i] is
+// message lo+i (nil when it does not exist), errs[i] its read's error.
+func (s *sink) getWindow(ctx context.Context, lo, hi uint64) ([]*jetstream.RawStreamMsg, []error) {
+	msgs := make([]*jetstream.RawStreamMsg, hi-lo+1)
+	errs := make([]error, len(msgs))
+	var wg sync.WaitGroup
+	for i := range msgs {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			msgs[i], errs[i] = s.getMsg(ctx, lo+uint64(i))
+		}(i)
+	}
+	wg.Wait()
+	return msgs, errs
+}
+
 // readRange reads stream messages first..last from the stream leader (direct gets may be
 // answered by a replica that lags), 64 at a time, and calls f for each one that exists.
 func (s *sink) readRange(ctx context.Context, first, last uint64, f func(seq uint64, m *jetstream.RawStreamMsg)) error {
 	const window = 64
 	for lo := first; lo <= last; lo += window {
 		hi := min(last, lo+window-1)
-		msgs := make([]*jetstream.RawStreamMsg, hi-lo+1)
-		errs := make([]error, len(msgs))
-		var wg sync.WaitGroup
-		for i := range msgs {
-			wg.Add(1)
-			go func(i int) {
-				defer wg.Done()
-				msgs[i], errs[i] = s.getMsg(ctx, lo+uint64(i))
-			}(i)
-		}
-		wg.Wait()
+		msgs, errs := s.getWindow(ctx, lo, hi)
 		for i, m := range msgs {
 			if errs[i] != nil {
 				return errs[i]
@@ -1179,17 +1186,7 @@ func (s *sink) search(ctx context.Context, fenced *wire.Topic) (int, uint64, err
 		if hi-low > window {
 			lo = hi - window + 1
 		}
-		msgs := make([]*jetstream.RawStreamMsg, hi-lo+1)
-		errs := make([]error, len(msgs))
-		var wg sync.WaitGroup
-		for i := range msgs {
-			wg.Add(1)
-			go func(i int) {
-				defer wg.Done()
-				msgs[i], errs[i] = s.getMsg(ctx, lo+uint64(i))
-			}(i)
-		}
-		wg.Wait()
+		msgs, errs := s.getWindow(ctx, lo, hi)
 		for i := len(msgs) - 1; i >= 0; i-- {
 			if errs[i] != nil {
 				return 0, 0, errs[i]
