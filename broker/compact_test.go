@@ -120,6 +120,28 @@ func (l *latestLog) done(id string, rec client.Record) func(client.Result) {
 	}
 }
 
+// writeRounds writes rounds values of keys k0 .. k<keys-1> (one round after the other) with one
+// producer, waits for every acknowledgement, and returns what was acknowledged.
+func writeRounds(t *testing.T, ctx context.Context, c *client.Client, topic string, keys, rounds int) *latestLog {
+	t.Helper()
+	p, err := c.NewProducer(ctx, topic, client.ProducerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	latest := &latestLog{}
+	for n := 0; n < rounds*keys; n++ {
+		k := []byte(fmt.Sprintf("k%d", n%keys))
+		rec := client.Record{Key: k, Value: []byte(fmt.Sprintf("%s=%d", k, n))}
+		if err := p.Send(ctx, rec, latest.done(p.ID(), rec)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return latest
+}
+
 func (l *latestLog) snapshot() map[string]latestRec {
 	l.mu.Lock()
 	defer l.mu.Unlock()
