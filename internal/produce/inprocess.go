@@ -43,8 +43,8 @@ type InProcess struct {
 // Note takes one answer for the id (code: its JetStream API error code; 0 for no answer, a
 // timeout or a lost connection) and reports whether the id is now stuck: InProcessLimit 10158
 // answers for it. Other answers in between do not start the count again: a stuck id whose
-// expected sequence is also out of date is answered 10158 and "wrong last sequence" by turns
-// (seen in the backfill under load, 2026-12-01), and neither says the proposal is decided.
+// expected sequence is also out of date can be answered 10158 and "wrong last sequence" by
+// turns, and neither says the proposal is decided.
 func (c *InProcess) Note(code int) bool {
 	if code == ErrCodeMsgIDInProcess {
 		c.n++
