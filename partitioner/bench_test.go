@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"pctl.dev/pctl/internal/rthook"
 	"pctl.dev/pctl/partitioner"
 	"pctl.dev/pctl/plugins"
 	"pctl.dev/pctl/runtime"
@@ -30,7 +31,7 @@ import (
 func BenchmarkPartition(b *testing.B) {
 	ctx := context.Background()
 	guarded, _ := runtime.New(ctx, runtime.Config{})
-	unguarded, _ := runtime.New(ctx, runtime.Config{Unguarded: true})
+	unguarded, _ := runtime.New(rthook.WithUnguarded(ctx), runtime.Config{})
 	defer guarded.Close(ctx)
 	defer unguarded.Close(ctx)
 	results := map[string]float64{} // "plugin/path/keylen" -> ns per key
