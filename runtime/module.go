@@ -58,6 +58,9 @@ func (md Metadata) CompatibleWith() []string {
 type Module struct {
 	rt       *Runtime
 	compiled wazero.CompiledModule
+	// growsMemory: the code has a memory.grow. Without one (the built-ins) an instance's memory
+	// never moves, and its buffer view, once taken, stays valid.
+	growsMemory bool
 
 	Digest       string   // hex SHA-256 of the module bytes
 	Size         int      // bytes

@@ -219,6 +219,7 @@ func (r *Runtime) load(ctx context.Context, wasm []byte, digest string) (*Module
 	if err := m.checkExports(parsed); err != nil {
 		return nil, &LoadError{Digest: digest, Err: errOf(err), Detail: err.Error()}
 	}
+	m.growsMemory = parsed.GrowsMemory
 	exp, _ := parsed.Export("memory")
 	mem, _ := parsed.Memory(exp.Index)
 	m.InitialPages = uint32(mem.Min)

@@ -506,6 +506,7 @@ func (in *instrumenter) function(out []byte, b []byte, start int, fn uint32) ([]
 		default:
 			if op == 0x40 {
 				needScratch = true
+				in.m.GrowsMemory = true
 			}
 			if op == 0xfc {
 				pr := &reader{b: b, pos: r.pos}
