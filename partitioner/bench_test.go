@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"pctl.dev/pctl/internal/cputime"
 	"pctl.dev/pctl/internal/rthook"
 	"pctl.dev/pctl/partitioner"
 	"pctl.dev/pctl/plugins"
@@ -84,9 +85,9 @@ func BenchmarkPartition(b *testing.B) {
 				b.Run(fmt.Sprintf("%s/%s/%d", name, path, keyLen), func(b *testing.B) {
 					goruntime.LockOSThread()
 					defer goruntime.UnlockOSThread()
-					c0, cpu := threadCPU()
+					c0, cpu := cputime.Thread()
 					loop(b)
-					c1, _ := threadCPU()
+					c1, _ := cputime.Thread()
 					keys := float64(b.N * keysPerOp)
 					perKey := float64(b.Elapsed().Nanoseconds()) / keys
 					if cpu {
