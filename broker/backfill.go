@@ -324,19 +324,19 @@ func (b *Broker) runBackfill(ctx context.Context, name string, epoch int) error 
 	copied, newer := prog.totalCopied, prog.totalNewer
 	prog.mu.Unlock()
 	b.cfg.Logger.Info("backfill done", "topic", name, "epoch", epoch, "copied", copied, "newer", newer, "took", time.Since(started).Round(time.Millisecond))
-	if b.cfg.StepHook != nil {
-		_ = b.cfg.StepHook(name, "backfilled")
+	if b.cfg.Testing.StepHook() != nil {
+		_ = b.cfg.Testing.StepHook()(name, "backfilled")
 	}
 	return nil
 }
 
-// backfillStep runs the step hook at a backfill's step (Config.StepHook); its error stops the
+// backfillStep runs the step hook at a backfill's step (Config.Testing: testhook.Broker.Step); its error stops the
 // backfill as if the broker had died there.
 func (b *Broker) backfillStep(topic, step string) error {
-	if b.cfg.StepHook == nil {
+	if b.cfg.Testing.StepHook() == nil {
 		return nil
 	}
-	if err := b.cfg.StepHook(topic, step); err != nil {
+	if err := b.cfg.Testing.StepHook()(topic, step); err != nil {
 		return fmt.Errorf("%w at %s: %v", errBackfillDied, step, err)
 	}
 	return nil

@@ -17,6 +17,7 @@ import (
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/testhook"
 	"pctl.dev/pctl/partitioner"
 )
 
@@ -89,7 +90,7 @@ func runCrashCase(t *testing.T, c *testCluster, tc crashCase, keys, replicas int
 		cfg := cfgDefault()
 		cfg.Replicas = replicas
 		cfg.RetryInterval = 150 * time.Millisecond
-		cfg.StepHook = func(tp, s string) error {
+		cfg.Testing = testhook.Steps(func(tp, s string) error {
 			if tp != topic {
 				return nil
 			}
@@ -116,7 +117,7 @@ func runCrashCase(t *testing.T, c *testCluster, tc crashCase, keys, replicas int
 				return errors.New("dies here")
 			}
 			return nil
-		}
+		})
 		bs[i] = startClusterBroker(t, c, cfg)
 	}
 	defer func() {

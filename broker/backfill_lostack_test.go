@@ -11,7 +11,7 @@ import (
 
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
-	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/testhook"
 	"pctl.dev/pctl/partitioner"
 )
 
@@ -71,7 +71,7 @@ func TestBackfillCopyWhoseAnswerNeverComes(t *testing.T) {
 	}
 	var err error
 	b, err = broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000, Logf: t.Logf,
-		StepHook: hook, ProduceTimeout: 300 * time.Millisecond, RetryInterval: 100 * time.Millisecond})
+		Testing: testhook.Steps(hook), ProduceTimeout: 300 * time.Millisecond, RetryInterval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,21 +80,7 @@ func TestBackfillCopyWhoseAnswerNeverComes(t *testing.T) {
 	if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: topic, Partitions: 2, Partitioner: "kafka-murmur2", Compact: true}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := admin.NewProducer(ctx, topic, client.ProducerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var latest latestLog
-	for n := 0; n < 3*keys; n++ {
-		k := []byte(fmt.Sprintf("k%d", n%keys))
-		rec := client.Record{Key: k, Value: []byte(fmt.Sprintf("%s=%d", k, n))}
-		if err := p.Send(ctx, rec, latest.done(p.ID(), rec)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := p.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
+	latest := writeRounds(t, ctx, admin, topic, keys, 3)
 	// The streams 2 and 3 must exist before the hook switches them: the change creates them
 	// before the backfill starts.
 	if _, err := admin.Repartition(ctx, wire.RepartitionRequest{Topic: topic, Partitions: 4, Partitioner: "jump"}); err != nil {

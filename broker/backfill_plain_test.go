@@ -14,6 +14,7 @@ import (
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/testhook"
 )
 
 // histRec is one acknowledged record of a key, as its producer saw it.
@@ -216,7 +217,7 @@ func TestPlainBackfillCarriesEveryKeysHistory(t *testing.T) {
 		cfg := cfgDefault()
 		cfg.Replicas = 1
 		cfg.RetryInterval = 150 * time.Millisecond
-		cfg.StepHook = func(tp, s string) error {
+		cfg.Testing = testhook.Steps(func(tp, s string) error {
 			if tp != topic {
 				return nil
 			}
@@ -237,7 +238,7 @@ func TestPlainBackfillCarriesEveryKeysHistory(t *testing.T) {
 				}
 			}
 			return nil
-		}
+		})
 		bs[i] = startClusterBroker(t, c, cfg)
 	}
 	defer func() {

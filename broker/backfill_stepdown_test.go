@@ -2,13 +2,12 @@ package broker_test
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"pctl.dev/pctl/broker/wire"
-	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/testhook"
 	"pctl.dev/pctl/partitioner"
 )
 
@@ -29,7 +28,7 @@ func TestClusterBackfillReadsOnAcrossStepDowns(t *testing.T) {
 	cfg := cfgDefault()
 	cfg.Replicas = 3
 	cfg.RetryInterval = 150 * time.Millisecond
-	cfg.StepHook = func(tp, s string) error {
+	cfg.Testing = testhook.Steps(func(tp, s string) error {
 		if tp != topic || s != "backfill-copy" {
 			return nil
 		}
@@ -42,27 +41,13 @@ func TestClusterBackfillReadsOnAcrossStepDowns(t *testing.T) {
 			}
 		}
 		return nil
-	}
+	})
 	b := startClusterBroker(t, c, cfg)
 	defer b.Close()
 	if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: topic, Partitions: 3, Partitioner: "kafka-murmur2", Compact: true}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := admin.NewProducer(ctx, topic, client.ProducerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var latest latestLog
-	for n := 0; n < 2*keys; n++ {
-		k := []byte(fmt.Sprintf("k%d", n%keys))
-		rec := client.Record{Key: k, Value: []byte(fmt.Sprintf("%s=%d", k, n))}
-		if err := p.Send(ctx, rec, latest.done(p.ID(), rec)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := p.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
+	latest := writeRounds(t, ctx, admin, topic, keys, 2)
 	if _, err := admin.Repartition(ctx, wire.RepartitionRequest{Topic: topic, Partitions: 5, Partitioner: "jump"}); err != nil {
 		t.Fatal(err)
 	}

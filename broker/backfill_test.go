@@ -13,6 +13,7 @@ import (
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
 	"pctl.dev/pctl/client/verify"
+	"pctl.dev/pctl/internal/testhook"
 	"pctl.dev/pctl/partitioner"
 )
 
@@ -85,7 +86,7 @@ func TestBackfillKeepsCompactedTopicCorrectAcrossChanges(t *testing.T) {
 		return nil
 	}
 	b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000,
-		RetryInterval: 100 * time.Millisecond, StepHook: hook, Logf: t.Logf})
+		RetryInterval: 100 * time.Millisecond, Testing: testhook.Steps(hook), Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}

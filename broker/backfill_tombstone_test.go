@@ -10,6 +10,7 @@ import (
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/testhook"
 )
 
 // TestBackfillNeverResurrectsAKeyDeletedWhileItRuns (spec/protocol.md §10.2): keys k0..k9 live in
@@ -42,7 +43,7 @@ func TestBackfillNeverResurrectsAKeyDeletedWhileItRuns(t *testing.T) {
 		}
 		return nil
 	}
-	b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000, StepHook: hook, Logf: t.Logf})
+	b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000, Testing: testhook.Steps(hook), Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -333,8 +333,8 @@ func (b *Broker) Abort() {
 	if b.nc != nil {
 		b.nc.Close()
 	}
-	if b.ps.cl != nil {
-		b.ps.cl.Conn().Close()
+	if b.ps.nc != nil {
+		b.ps.nc.Close()
 	}
 	if b.srv != nil {
 		b.srv.Shutdown()

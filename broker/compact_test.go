@@ -120,6 +120,28 @@ func (l *latestLog) done(id string, rec client.Record) func(client.Result) {
 	}
 }
 
+// writeRounds writes rounds values of keys k0 .. k<keys-1> (one round after the other) with one
+// producer, waits for every acknowledgement, and returns what was acknowledged.
+func writeRounds(t *testing.T, ctx context.Context, c *client.Client, topic string, keys, rounds int) *latestLog {
+	t.Helper()
+	p, err := c.NewProducer(ctx, topic, client.ProducerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	latest := &latestLog{}
+	for n := 0; n < rounds*keys; n++ {
+		k := []byte(fmt.Sprintf("k%d", n%keys))
+		rec := client.Record{Key: k, Value: []byte(fmt.Sprintf("%s=%d", k, n))}
+		if err := p.Send(ctx, rec, latest.done(p.ID(), rec)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return latest
+}
+
 func (l *latestLog) snapshot() map[string]latestRec {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -130,20 +152,34 @@ func (l *latestLog) snapshot() map[string]latestRec {
 	return out
 }
 
-// waitBackfilled waits until the current epoch's backfill (if any) has ended.
+// waitBackfilled waits until the current epoch's backfill (if any) has ended. It fails when the
+// backfill's progress (its per-partition positions and counts) stays the same for 2 minutes: a
+// stuck backfill, not a slow one. A slow one (CI's race step on a loaded 2-core machine, every
+// write fsynced while the test's producers keep writing: 68 copies in 2 minutes, moving) may
+// take up to 8 minutes.
 func waitBackfilled(t *testing.T, ctx context.Context, c *client.Client, topic string) *wire.Topic {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
+	const stall, limit = 2 * time.Minute, 8 * time.Minute
+	began, moved := time.Now(), time.Now()
+	var seen string
 	for {
 		desc, _, err := c.Topic(ctx, topic)
 		if err == nil && desc.Change == nil && desc.Backfilling() == nil {
 			return desc
 		}
-		if time.Now().After(deadline) {
+		var bf *wire.Backfill
+		if err == nil {
+			bf = desc.Current().Backfill
+			if now := fmt.Sprintf("%+v", bf); now != seen {
+				seen, moved = now, time.Now()
+			}
+		}
+		if time.Since(moved) > stall || time.Since(began) > limit {
 			buf := make([]byte, 8<<20)
 			buf = buf[:goruntime.Stack(buf, true)]
 			t.Logf("goroutines of the test process (brokers included) when the backfill was seen stuck:\n%s", buf)
-			t.Fatalf("topic %s: the backfill did not end in 2 minutes: %+v (%v)", topic, desc.Current().Backfill, err)
+			t.Fatalf("topic %s: the backfill did not end (no progress for %v, %v in all): %+v (%v)", topic,
+				time.Since(moved).Round(time.Second), time.Since(began).Round(time.Second), bf, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -153,65 +189,7 @@ func waitBackfilled(t *testing.T, ctx context.Context, c *client.Client, topic s
 // record came for quiet, and returns the deliveries in order.
 func readCurrentEpoch(t *testing.T, ctx context.Context, c *client.Client, topic, group string, quiet time.Duration) []*client.Message {
 	t.Helper()
-	cn, err := c.NewConsumer(ctx, topic, client.ConsumerOptions{Group: group, Start: client.StartCurrentEpoch, Heartbeat: 100 * time.Millisecond, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// What the current epoch's streams hold now: the group has read it all when it delivered each
-	// stream's last sequence (a compacted stream's last message is a record; the current epoch
-	// has no fence marker yet).
-	desc, _, err := c.Topic(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur := desc.Current()
-	ends := map[int]uint64{}
-	for q := 0; q < cur.Partitions; q++ {
-		s, err := c.JetStream().Stream(ctx, wire.StreamName(topic, q))
-		if err != nil {
-			t.Fatalf("partition stream %d: %v", q, err)
-		}
-		if st := s.CachedInfo().State; st.LastSeq > 0 && st.LastSeq >= desc.EpochStart(cur.Epoch, q) {
-			ends[q] = st.LastSeq
-		}
-	}
-	var mu sync.Mutex
-	var got []*client.Message
-	reached := map[int]bool{}
-	// The group stops once it delivered every stream's end and then nothing for quiet; or, if
-	// an end never comes, quiet after its last record but not before 30 s (a reader that starts
-	// late on a loaded cluster, after leader changes, delivered nothing within a 1-second window:
-	// CI, 2026-12-01, "41 keys missing" with the stored state correct). Joining can take seconds
-	// under -race too: the first record may take up to 30 s.
-	began, last := time.Now(), time.Time{}
-	rctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go func() {
-		for rctx.Err() == nil {
-			time.Sleep(quiet / 4)
-			mu.Lock()
-			all := len(reached) == len(ends)
-			quietNow := !last.IsZero() && time.Since(last) > quiet
-			idle := (quietNow && (all || time.Since(began) > 30*time.Second)) || (last.IsZero() && time.Since(began) > 30*time.Second)
-			mu.Unlock()
-			if idle {
-				stop()
-			}
-		}
-	}()
-	if err := cn.Run(rctx, func(_ context.Context, m *client.Message) error {
-		mu.Lock()
-		got = append(got, m)
-		last = time.Now()
-		if end, ok := ends[m.Partition]; ok && m.Seq >= end {
-			reached[m.Partition] = true
-		}
-		mu.Unlock()
-		return nil
-	}); err != nil {
-		t.Fatalf("current-epoch group %s: %v", group, err)
-	}
-	return got
+	return readFrom(t, ctx, c, topic, group, client.StartCurrentEpoch, quiet)
 }
 
 // checkLatest requires that the deliveries hold exactly one record per key, the key's latest
@@ -421,10 +399,11 @@ func TestCompactedTopicKeepsTheLatestRecordOfEveryKey(t *testing.T) {
 	checkLatest(t, "from the beginning after retiring", readFrom(t, ctx, connect(t, b, broker.RoleConsumer), "c", "late", client.StartBeginning, 2*time.Second), want)
 }
 
-// readFrom is readCurrentEpoch with another start.
+// readFrom reads the topic with a new group that starts at start, until it delivered every
+// current stream's last record and then nothing for quiet, and returns the deliveries in order.
 func readFrom(t *testing.T, ctx context.Context, c *client.Client, topic, group string, start client.Start, quiet time.Duration) []*client.Message {
 	t.Helper()
-	cn, err := c.NewConsumer(ctx, topic, client.ConsumerOptions{Group: group, Start: start, Heartbeat: 100 * time.Millisecond})
+	cn, err := c.NewConsumer(ctx, topic, client.ConsumerOptions{Group: group, Start: start, Heartbeat: 100 * time.Millisecond, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}

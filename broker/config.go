@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"pctl.dev/pctl/internal/logging"
+
+	"pctl.dev/pctl/internal/testhook"
 )
 
 // Config configures a Broker. The zero value runs an embedded server on 127.0.0.1:4222 with its
@@ -62,15 +64,15 @@ type Config struct {
 	// deleted, an epoch change, pending ancestry) that made no progress for two intervals, and
 	// retries it with a backoff of up to 30s. Default 2s.
 	RetryInterval time.Duration
-	// StepHook, if set, runs after each recorded step of an epoch change (state "planned" when a
-	// request has planned it, then "created", "fenced", "active"). Returning an error stops the
-	// change there, as if the broker had died: fault-injection tests use it, and this or another
-	// broker finishes the change later (its retry loop, or Start). A backfill (spec/protocol.md
-	// §10.3) calls it with "backfill-start" before its first copy, "backfill-copy" after each
-	// copy is decided (stored or refused) and before its progress is recorded, "backfilling"
-	// after each recorded progress, "backfill-final" when every copy is decided but the end is
-	// not recorded, and "backfilled" after the end; an error stops the backfill there unrecorded.
-	StepHook func(topic, state string) error
+	// NativeBuiltins lets the produce service partition with a built-in's Go implementation for
+	// an epoch whose module is exactly that built-in's and has no config (partitioner.NativeFor;
+	// they agree bit for bit, spec/builtins.md), as client.Options.NativeBuiltins does for a Go
+	// client; any other module, including an upload claiming compatibility, runs as WebAssembly.
+	// Default false: every record is placed by the module.
+	NativeBuiltins bool
+	// Testing holds hooks for this module's own tests (internal/testhook: the epoch change's
+	// step hook); nil everywhere else.
+	Testing *testhook.Broker
 	// PartitionHook, if set, runs before each partition's work in an epoch change's create
 	// (step "create") and fence (step "fence") steps; returning an error fails that partition's
 	// work, as a stream that cannot be created or moved would. Fault-injection tests use it to

@@ -4,7 +4,9 @@
 //
 //   - a plugin registry (Object Store, named by digest; uploads must pass conformance);
 //   - topic descriptors (KV, changed only by compare-and-set), one stream per partition;
-//   - a produce service that partitions for thin clients with the topic's own module;
+//   - a produce service that partitions for thin clients with the topic's own module and
+//     publishes with the producer engine behind client.Producer (internal/produce; the broker
+//     does not import package client);
 //   - epoch changes that grow, shrink or swap a topic's partitioning without breaking per-key
 //     order (fencing, boundaries, ancestry);
 //   - role-based access: admin, producer and consumer credentials.

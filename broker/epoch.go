@@ -103,8 +103,8 @@ func (b *Broker) apiTopicRepartition(ctx context.Context, m *nats.Msg) (any, err
 	}
 	b.cfg.Logger.Info("epoch change planned", "topic", t.Name, "from", cur.Epoch, "to", cur.Epoch+1, "partitions_from", cur.Partitions, "partitions_to", n,
 		"partitioner_from", cur.Partitioner.Name, "partitioner_to", p.Name)
-	if b.cfg.StepHook != nil {
-		if err := b.cfg.StepHook(t.Name, statePlanned); err != nil {
+	if b.cfg.Testing.StepHook() != nil {
+		if err := b.cfg.Testing.StepHook()(t.Name, statePlanned); err != nil {
 			return nil, err
 		}
 	}
@@ -247,8 +247,8 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 				"boundaries", logging.Uints(cur.Boundaries), "ancestry", anc.Source, "change_took", time.Since(ch.Started).Round(time.Millisecond))
 			b.hookEpochStep(name, ch.To, "activate", time.Since(stepStart), nil)
 			b.hookEpochChange(name, ch.To, time.Since(ch.Started))
-			if b.cfg.StepHook != nil {
-				_ = b.cfg.StepHook(name, "active")
+			if b.cfg.Testing.StepHook() != nil {
+				_ = b.cfg.Testing.StepHook()(name, "active")
 			}
 			if anc.Source == "pending" {
 				b.observeInBackground(name, ch.To)
@@ -292,8 +292,8 @@ func (b *Broker) runChangeLocked(ctx context.Context, name string) error {
 		}
 		b.cfg.Logger.Info("epoch change step", "topic", name, "to", ch.To, "step", step, "state", ch.State, "partitions", ch.Partitions, "took", time.Since(stepStart).Round(time.Microsecond))
 		b.hookEpochStep(name, ch.To, step, time.Since(stepStart), nil)
-		if b.cfg.StepHook != nil {
-			if err := b.cfg.StepHook(name, ch.State); err != nil {
+		if b.cfg.Testing.StepHook() != nil {
+			if err := b.cfg.Testing.StepHook()(name, ch.State); err != nil {
 				return err
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/testhook"
 )
 
 // TestChangeResumesAfterDyingAtEachStep kills the broker (as far as the change is concerned)
@@ -38,7 +39,7 @@ func TestChangeResumesAfterDyingAtEachStep(t *testing.T) {
 					return nil
 				}
 			}
-			b, err := broker.Start(ctx, broker.Config{DataDir: dir, Listen: "127.0.0.1:0", StepHook: hook})
+			b, err := broker.Start(ctx, broker.Config{DataDir: dir, Listen: "127.0.0.1:0", Testing: testhook.Steps(hook)})
 			if err != nil {
 				t.Fatal(err)
 			}

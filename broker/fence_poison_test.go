@@ -12,6 +12,7 @@ import (
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/testhook"
 )
 
 // TestFenceMarkerPoisoning: a malicious client with the producer seed publishes look-alikes of
@@ -40,7 +41,7 @@ func TestFenceMarkerPoisoning(t *testing.T) {
 			var hookErr error
 			attacked := false
 			b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000, Logf: t.Logf,
-				StepHook: func(name, state string) error {
+				Testing: testhook.Steps(func(name, state string) error {
 					if tc.early || name != topic || state != "created" || attacked {
 						return nil
 					}
@@ -55,7 +56,7 @@ func TestFenceMarkerPoisoning(t *testing.T) {
 					}
 					hookErr = publishLookAlikes(ctx, attacker, d, id)
 					return nil
-				}})
+				})})
 			if err != nil {
 				t.Fatal(err)
 			}

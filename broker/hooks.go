@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"pctl.dev/pctl/broker/wire"
-	"pctl.dev/pctl/client"
 	"pctl.dev/pctl/partitioner"
 )
 
@@ -13,8 +12,9 @@ import (
 // hook is any value, and implements only the interfaces below that it cares about; the broker
 // calls each implemented method of each hook, in order, synchronously, so a hook must be quick
 // and must not block (count, observe, return). Metrics come out this way (internal/metrics).
-// A hook that also implements the client package's hooks (client.HookProduceRecordUnbuffered,
-// ...) sees the produce service's own producers too.
+// The produce service's producers (internal/produce) call a hook's OnProduceRepartitioned
+// (client.HookProduceRepartitioned) and, for each record, OnProduceRecord of the engine's
+// produce.HookRecord, which in-repo metrics (internal/metrics) implement.
 //
 // Hooks run concurrently from many goroutines.
 
@@ -146,20 +146,51 @@ func (m *meteredPartitioner) report(keys int, start time.Time, fuel int64, err e
 	}
 }
 
-// producePartitioner is what the produce service's producers partition with.
+// meteredNative measures the produce service's calls of a native built-in (Config.NativeBuiltins):
+// time and failures; it spends no work units (fuel -1).
+type meteredNative struct {
+	partitioner.Partitioner
+	hooks []HookPluginCall
+}
+
+func (m *meteredNative) Close() error { return nil }
+
+func (m *meteredNative) Partition(key []byte, n int32) (int32, error) {
+	start := time.Now()
+	p, err := m.Partitioner.Partition(key, n)
+	m.report(1, start, err)
+	return p, err
+}
+
+func (m *meteredNative) PartitionBatch(keys [][]byte, n int32, out []int32) error {
+	start := time.Now()
+	err := m.Partitioner.PartitionBatch(keys, n, out)
+	m.report(len(keys), start, err)
+	return err
+}
+
+func (m *meteredNative) report(keys int, start time.Time, err error) {
+	took := time.Since(start)
+	for _, h := range m.hooks {
+		h.OnPluginCall(m.Name(), keys, took, -1, err)
+	}
+}
+
+// producePartitioner is what the produce service's producers partition with: with
+// Config.NativeBuiltins a built-in's Go implementation for an epoch whose module is exactly a
+// built-in's without config (partitioner.NativeFor, spec/builtins.md), else the module.
 func (b *Broker) producePartitioner(ctx context.Context, wp wire.Partitioner) (partitioner.Partitioner, error) {
+	if b.cfg.NativeBuiltins {
+		if n, ok := partitioner.NativeFor(wp.Digest, wp.Config); ok {
+			if hs := b.pluginHooks(); len(hs) > 0 {
+				return &meteredNative{Partitioner: n, hooks: hs}, nil
+			}
+			return n, nil
+		}
+	}
 	w, err := b.partitionerFor(ctx, wp)
 	if err != nil {
 		return nil, err
 	}
 	return b.metered(w), nil
-}
-
-// clientHooks passes Config.Hooks on to the produce service's producers.
-func (b *Broker) clientHooks() []client.Hook {
-	hs := make([]client.Hook, len(b.cfg.Hooks))
-	for i, h := range b.cfg.Hooks {
-		hs[i] = h
-	}
-	return hs
 }

@@ -13,6 +13,7 @@ import (
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/testhook"
 )
 
 // TestAdminRequestFailsFastWhenItsBrokerDies: an epoch change request is taken by a broker that
@@ -33,7 +34,7 @@ func TestAdminRequestFailsFastWhenItsBrokerDies(t *testing.T) {
 	released := make(chan struct{})
 	var err error
 	b, err = broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000, Logf: t.Logf,
-		StepHook: func(name, state string) error {
+		Testing: testhook.Steps(func(name, state string) error {
 			if name != topic || state != "planned" {
 				return nil
 			}
@@ -46,7 +47,7 @@ func TestAdminRequestFailsFastWhenItsBrokerDies(t *testing.T) {
 				return errors.New("released")
 			}
 			return nil
-		}})
+		})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/testhook"
 )
 
 // BenchmarkLargeEpochChange measures epoch changes of a jump topic (issue 17 item 4): 1,024 ->
@@ -70,7 +71,7 @@ func BenchmarkLargeEpochChange(b *testing.B) {
 
 func bigBroker(b *testing.B, ctx context.Context, hook func(topic, state string) error, inFlight int) (*broker.Broker, *client.Client) {
 	br, err := broker.Start(ctx, broker.Config{DataDir: b.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000,
-		Logf: func(string, ...any) {}, StepHook: hook, StreamOpsInFlight: inFlight})
+		Logf: func(string, ...any) {}, Testing: testhook.Steps(hook), StreamOpsInFlight: inFlight})
 	if err != nil {
 		b.Fatal(err)
 	}

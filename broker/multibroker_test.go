@@ -16,6 +16,7 @@ import (
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/testhook"
 )
 
 // thinRun sends n records of `keys` keys through a pipelining thin producer and returns the
@@ -239,7 +240,7 @@ func TestClusterTwoBrokersFinishAChangeWhenOneDies(t *testing.T) {
 			for i := range bs {
 				cfg := cfgDefault()
 				cfg.RetryInterval = 150 * time.Millisecond
-				cfg.StepHook = func(tp, s string) error {
+				cfg.Testing = testhook.Steps(func(tp, s string) error {
 					if tp != topic {
 						return nil
 					}
@@ -250,7 +251,7 @@ func TestClusterTwoBrokersFinishAChangeWhenOneDies(t *testing.T) {
 					}
 					time.Sleep(400 * time.Millisecond) // slow: the other broker's loop joins in
 					return nil
-				}
+				})
 				bs[i] = startClusterBroker(t, c, cfg)
 			}
 			defer func() {

@@ -17,6 +17,8 @@ import (
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/produce"
+	"pctl.dev/pctl/partitioner"
 )
 
 // poisoner is a malicious client holding the producer seed: it reads the newest stored record of
@@ -261,14 +263,15 @@ func TestDuplicateOfAnotherRecordIsAConflict(t *testing.T) {
 	if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: "dup", Partitions: 1, Partitioner: "kafka-murmur2"}); err != nil {
 		t.Fatal(err)
 	}
+	// The produce service's engine, which alone sends records under a thin client's identity.
 	pc := connect(t, b, broker.RoleProducer)
-	p, err := pc.NewProducer(ctx, "dup", client.ProducerOptions{})
+	p, err := produce.New(ctx, engineConn(pc), "dup", produce.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close(ctx)
 	const token = "guessable-token-0001"
-	origin := func(seq uint64) *client.Origin { return &client.Origin{Producer: "thin", Seq: seq, Token: token} }
+	origin := func(seq uint64) *produce.Origin { return &produce.Origin{Producer: "thin", Seq: seq, Token: token} }
 	// The attacker stores a look-alike under the id record 1 will have.
 	m := nats.NewMsg(wire.DataSubject("dup", 1, 0))
 	m.Header.Set(wire.HeaderProducer, "thin")
@@ -278,7 +281,7 @@ func TestDuplicateOfAnotherRecordIsAConflict(t *testing.T) {
 	if _, err := connect(t, b, broker.RoleProducer).JetStream().PublishMsg(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	r, err := p.Produce(ctx, client.Record{Key: []byte("k"), Value: []byte("real"), Origin: origin(1)})
+	r, err := p.Produce(ctx, produce.Record{Key: []byte("k"), Value: []byte("real"), Origin: origin(1)})
 	if err == nil || !strings.Contains(err.Error(), "NOT stored") {
 		t.Fatalf("a duplicate of another record counted as stored: %+v, %v", r, err)
 	}
@@ -286,12 +289,25 @@ func TestDuplicateOfAnotherRecordIsAConflict(t *testing.T) {
 		t.Fatalf("error %v is not wire.ErrConflict", err)
 	}
 	// A genuine re-send of the same record is a verified duplicate.
-	r1, err := p.Produce(ctx, client.Record{Key: []byte("k"), Value: []byte("v2"), Origin: origin(2)})
+	r1, err := p.Produce(ctx, produce.Record{Key: []byte("k"), Value: []byte("v2"), Origin: origin(2)})
 	if err != nil || r1.Duplicate {
 		t.Fatalf("first send: %+v, %v", r1, err)
 	}
-	r2, err := p.Produce(ctx, client.Record{Key: []byte("k"), Value: []byte("v2"), Origin: origin(2)})
+	r2, err := p.Produce(ctx, produce.Record{Key: []byte("k"), Value: []byte("v2"), Origin: origin(2)})
 	if err != nil || !r2.Duplicate || r2.Seq != r1.Seq {
 		t.Fatalf("re-send of the same record: %+v, %v; want a duplicate of sequence %d", r2, err, r1.Seq)
 	}
+}
+
+// engineConn describes a client's connection to the producer engine (no violation or
+// connection events: the tests that use it need neither).
+func engineConn(c *client.Client) *produce.Conn {
+	return &produce.Conn{NC: c.Conn(), JS: c.JetStream(), Timeout: 30 * time.Second, AckTimeout: 5 * time.Second,
+		Topic: func(ctx context.Context, topic string) (*wire.Topic, error) {
+			t, _, err := c.Topic(ctx, topic)
+			return t, err
+		},
+		Partitioner: func(ctx context.Context, p wire.Partitioner) (partitioner.Partitioner, error) {
+			return c.Partitioner(ctx, p)
+		}}
 }

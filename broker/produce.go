@@ -11,26 +11,82 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
 	"pctl.dev/pctl/broker/wire"
-	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/produce"
 )
 
 // produceService partitions records for thin clients with the topic's own module and publishes
-// them with a client.Producer per topic, so it gets the same ordering and fencing behaviour as
-// client-side producers. Requests of one subscription are handled in arrival order, so the
+// them with a producer engine (internal/produce) per topic, the one behind client.Producer, so it
+// gets the same ordering and fencing behaviour as client-side producers. Requests of one subscription are handled in arrival order, so the
 // records of one thin producer keep their order at this broker; spec/protocol.md §5.2 says how a
 // pipelining thin client keeps them at one broker (subject pctl.produce.<topic>.<broker id>) and
 // how the per-producer sequence check below catches a request that never arrived.
 type produceService struct {
 	b    *Broker
 	once sync.Once
-	cl   *client.Client
+	nc   *nats.Conn    // the service's own connection
+	conn *produce.Conn // nc as the producer engine sees it
 	err  error
 	mu   sync.Mutex
-	prod map[string]*client.Producer
+	prod map[string]*produce.Producer
 	seqs producerSeqs
+}
+
+// Timeouts of the produce service's connection: those of a client.Client by default.
+const (
+	produceTimeout    = 30 * time.Second // descriptor reads that answered "unavailable" are retried this long
+	produceAckTimeout = 5 * time.Second  // a fast batch without a reply for this long is settled
+)
+
+// connectProduce opens the produce service's own connection to the broker's server, as the
+// broker role, and describes it to the producer engine: descriptors are read by this broker
+// (getTopic, as its topic API answers them), partitioners are the broker's own (hooks.go).
+func (b *Broker) connectProduce(ctx context.Context) (*nats.Conn, *produce.Conn, error) {
+	creds := b.cfg.Creds
+	if creds == "" {
+		creds = CredsPath(b.cfg.DataDir, roleBroker)
+	}
+	key, err := nats.NkeyOptionFromSeed(creds)
+	if err != nil {
+		return nil, nil, fmt.Errorf("credentials %s: %w", creds, err)
+	}
+	ls := &produce.Listeners{}
+	nc, err := nats.Connect(b.ClientURL(), key, nats.Name("pctl-broker-produce"), nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond), nats.ReconnectJitter(50*time.Millisecond, 50*time.Millisecond),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if subject, ok := produce.ViolationSubject(err); ok {
+				ls.Violation(subject)
+			}
+		}),
+		nats.DisconnectErrHandler(func(*nats.Conn, error) { ls.ConnEvent(false) }),
+		nats.ReconnectHandler(func(*nats.Conn) { ls.ConnEvent(true) }))
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to %s: %v", b.ClientURL(), err)
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1<<16), jetstream.WithPublishAsyncTimeout(produceAckTimeout))
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	conn := &produce.Conn{NC: nc, JS: js, Timeout: produceTimeout, AckTimeout: produceAckTimeout,
+		Topic: func(ctx context.Context, topic string) (*wire.Topic, error) {
+			t, _, err := b.getTopic(ctx, topic)
+			if err == nil && t.Creating {
+				err = fmt.Errorf("%w: topic %s is being created; retry in a moment", wire.ErrUnavailable, t.Name)
+			}
+			if errors.Is(err, wire.ErrUnavailable) {
+				// What a client reading it through the topic API gets: the broker's answer, which
+				// the producer retries.
+				return nil, &wire.RemoteError{Code: wire.Code(err), Message: err.Error()}
+			}
+			return t, err
+		},
+		Partitioner: b.producePartitioner, // hooks.go: measured when a hook wants plugin calls
+		OnViolation: ls.OnViolation, OnConnEvent: ls.OnConnEvent}
+	return nc, conn, nil
 }
 
 // seqMemory is how long the service remembers a producer's highest accepted sequence after its
@@ -87,14 +143,10 @@ func (ps *producerSeqs) accept(topic, producer string, seq uint64, prev *uint64)
 	return nil
 }
 
-func (b *Broker) producer(ctx context.Context, topic string) (*client.Producer, error) {
+func (b *Broker) producer(ctx context.Context, topic string) (*produce.Producer, error) {
 	ps := &b.ps
 	ps.once.Do(func() {
-		creds := b.cfg.Creds
-		if creds == "" {
-			creds = CredsPath(b.cfg.DataDir, roleBroker)
-		}
-		ps.cl, ps.err = client.Connect(ctx, client.Options{URL: b.ClientURL(), Creds: creds, Name: "pctl-broker-produce", Runtime: b.rt})
+		ps.nc, ps.conn, ps.err = b.connectProduce(ctx)
 	})
 	if ps.err != nil {
 		return nil, fmt.Errorf("%w: produce service: %v", wire.ErrUnavailable, ps.err)
@@ -102,18 +154,17 @@ func (b *Broker) producer(ctx context.Context, topic string) (*client.Producer, 
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.prod == nil {
-		ps.prod = map[string]*client.Producer{}
+		ps.prod = map[string]*produce.Producer{}
 	}
 	if p, ok := ps.prod[topic]; ok {
 		return p, nil
 	}
-	p, err := ps.cl.NewProducer(ctx, topic, client.ProducerOptions{
+	p, err := produce.New(ctx, ps.conn, topic, produce.Options{
 		// A fresh id for every producer the service creates: records without an origin of their
 		// own are deduplicated by this id, so reusing it after a restart would drop new records
 		// as duplicates of old ones.
-		ID:          "broker-" + nuid.Next(),
-		Partitioner: b.producePartitioner, // hooks.go: measured when a hook wants plugin calls
-		Hooks:       b.clientHooks(),
+		ID:    "broker-" + nuid.Next(),
+		Hooks: b.cfg.Hooks,
 	})
 	if err != nil {
 		return nil, err
@@ -143,15 +194,15 @@ func (b *Broker) produce(m *nats.Msg) {
 		b.produceBatch(m, p, topic, direct, v)
 		return
 	}
-	rec := client.Record{Value: m.Data, NoKey: true}
+	rec := produce.Record{Value: m.Data, NoKey: true}
 	if id := m.Header.Get(wire.HeaderProducer); id != "" {
 		seq, err := strconv.ParseUint(m.Header.Get(wire.HeaderSeq), 10, 64)
 		if err != nil || seq == 0 || wire.ValidGroup(id) != nil {
 			b.produceErr(m, fmt.Errorf("%w: a request with %s %q needs %s, a positive integer (got %q), and an id of 1 to 64 characters of A-Z a-z 0-9 _ -", wire.ErrBadRequest, wire.HeaderProducer, id, wire.HeaderSeq, m.Header.Get(wire.HeaderSeq)))
 			return
 		}
-		rec.Origin = &client.Origin{Producer: id, Seq: seq, Token: m.Header.Get(wire.HeaderToken)}
-		if tok := rec.Origin.Token; tok != "" && !client.ValidToken(tok) {
+		rec.Origin = &produce.Origin{Producer: id, Seq: seq, Token: m.Header.Get(wire.HeaderToken)}
+		if tok := rec.Origin.Token; tok != "" && !wire.ValidToken(tok) {
 			respondErr(m, fmt.Errorf("%w: %s %q: 16 to 64 characters of A-Z a-z 0-9 _ - (spec/protocol.md §5.2)", wire.ErrBadRequest, wire.HeaderToken, tok))
 			return
 		}
@@ -185,7 +236,7 @@ func (b *Broker) produce(m *nats.Msg) {
 			return
 		}
 	}
-	err = p.Send(b.ctx, rec, func(r client.Result) {
+	err = p.Send(b.ctx, rec, func(r produce.Result) {
 		if m.Reply == "" {
 			return
 		}
@@ -207,7 +258,7 @@ func (b *Broker) produce(m *nats.Msg) {
 // dropProducer forgets the topic's producer after Send refused a record because the producer
 // is closed or its topic is gone: the next request makes a new one.
 func (b *Broker) dropProducer(topic string, err error) {
-	if errors.Is(err, client.ErrProducerClosed) || errors.Is(err, wire.ErrNotFound) {
+	if errors.Is(err, produce.ErrProducerClosed) || errors.Is(err, wire.ErrNotFound) {
 		b.ps.mu.Lock()
 		delete(b.ps.prod, topic)
 		b.ps.mu.Unlock()
@@ -217,7 +268,7 @@ func (b *Broker) dropProducer(topic string, err error) {
 // produceBatch handles a batched request (spec/protocol.md §5.2): checked as a whole (the body,
 // the headers, the sequence check), then its records handed to the producer in body order, as
 // consecutive single requests would be, and answered once, when every record has its result.
-func (b *Broker) produceBatch(m *nats.Msg, p *client.Producer, topic string, direct bool, count string) {
+func (b *Broker) produceBatch(m *nats.Msg, p *produce.Producer, topic string, direct bool, count string) {
 	n, err := wire.ParseBatchCount(count)
 	if err != nil {
 		b.produceErr(m, err)
@@ -261,7 +312,7 @@ func (b *Broker) produceBatch(m *nats.Msg, p *client.Producer, topic string, dir
 	results := make([]wire.ProduceResult, n)
 	var mu sync.Mutex
 	left := n
-	finish := func(i int, r client.Result) {
+	finish := func(i int, r produce.Result) {
 		res := wire.ProduceResult{Partition: r.Partition, Epoch: r.Epoch, Seq: r.Seq, Duplicate: r.Duplicate}
 		if r.Err != nil {
 			res = wire.ProduceResult{Error: &wire.ErrorReply{Code: wire.Code(r.Err), Message: r.Err.Error()}}
@@ -280,13 +331,13 @@ func (b *Broker) produceBatch(m *nats.Msg, p *client.Producer, topic string, dir
 		_ = m.RespondMsg(out)
 	}
 	for i, r := range recs {
-		rec := client.Record{Key: r.Key, NoKey: r.NoKey, Value: r.Value,
-			Origin: &client.Origin{Producer: id, Seq: r.Seq, Token: r.Token}}
-		if err := p.Send(b.ctx, rec, func(res client.Result) { finish(i, res) }); err != nil {
+		rec := produce.Record{Key: r.Key, NoKey: r.NoKey, Value: r.Value,
+			Origin: &produce.Origin{Producer: id, Seq: r.Seq, Token: r.Token}}
+		if err := p.Send(b.ctx, rec, func(res produce.Result) { finish(i, res) }); err != nil {
 			// Send refused this record (it can never be sent, or the producer is closing, when
 			// it refuses the later ones too), as it would refuse it in a single request.
 			b.dropProducer(topic, err)
-			finish(i, client.Result{Err: err})
+			finish(i, produce.Result{Err: err})
 		}
 	}
 }
@@ -307,7 +358,11 @@ func (ps *produceService) close(ctx context.Context) {
 	for _, p := range prods {
 		_ = p.Close(ctx)
 	}
-	if ps.cl != nil {
-		_ = ps.cl.Close()
+	if ps.nc != nil {
+		_ = ps.nc.Drain()
+		for i := 0; i < 200 && !ps.nc.IsClosed(); i++ {
+			time.Sleep(5 * time.Millisecond)
+		}
+		ps.nc.Close()
 	}
 }

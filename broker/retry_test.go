@@ -9,6 +9,7 @@ import (
 
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/testhook"
 )
 
 // TestFailedChangeStepIsRetried: a step of an epoch change that fails once (as a step does while
@@ -27,7 +28,7 @@ func TestFailedChangeStepIsRetried(t *testing.T) {
 				}
 				return nil
 			}
-			b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", StepHook: hook,
+			b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Testing: testhook.Steps(hook),
 				RetryInterval: 100 * time.Millisecond, Logf: t.Logf})
 			if err != nil {
 				t.Fatal(err)

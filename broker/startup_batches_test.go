@@ -11,6 +11,7 @@ import (
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/testhook"
 )
 
 // TestStartUpKeepsSubjectsMovedByAChange: a broker stops right after an epoch change fenced the
@@ -27,7 +28,7 @@ func TestStartUpKeepsSubjectsMovedByAChange(t *testing.T) {
 	var admin *client.Client
 	stop := errors.New("test: the broker stops after the fence step")
 	b, err := broker.Start(ctx, broker.Config{DataDir: dir, Listen: "127.0.0.1:0", ConformanceKeys: 2000, Logf: t.Logf,
-		StepHook: func(name, state string) error {
+		Testing: testhook.Steps(func(name, state string) error {
 			if name != topic || state != "fenced" {
 				return nil
 			}
@@ -43,7 +44,7 @@ func TestStartUpKeepsSubjectsMovedByAChange(t *testing.T) {
 				}
 			}
 			return stop
-		}})
+		})})
 	if err != nil {
 		t.Fatal(err)
 	}

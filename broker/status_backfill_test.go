@@ -10,6 +10,7 @@ import (
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/testhook"
 )
 
 // TestStatusShowsBackfillProgress: the broker's status snapshot (what the status page shows)
@@ -36,7 +37,7 @@ func TestStatusShowsBackfillProgress(t *testing.T) {
 		}
 		return nil
 	}
-	b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000, StepHook: hook, Logf: t.Logf})
+	b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000, Testing: testhook.Steps(hook), Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/produce"
 	"pctl.dev/pctl/partitioner"
 	"pctl.dev/pctl/runtime"
 )
@@ -63,9 +62,10 @@ type Client struct {
 
 	vmu        sync.Mutex
 	violations map[string][]chan struct{} // subject -> waiters
-	vlisteners map[int]func(subject string)
-	clisteners map[int]func(connected bool)
-	cnext      int
+	listeners  produce.Listeners          // violation and connection listeners
+
+	pconnOnce sync.Once
+	pconn     *produce.Conn // the producer engine's view of the connection (producer.go)
 
 	thin thinIdentity // ProduceBrokerSide's producer id and sequence (thin.go)
 }
@@ -164,17 +164,11 @@ func (c *Client) Close() error {
 	return nil
 }
 
-var violationRE = regexp.MustCompile(`(?i)permissions violation for (publish|subscription) to "([^"]+)"`)
-
 func (c *Client) onAsyncError(_ *nats.Conn, _ *nats.Subscription, err error) {
-	if !errors.Is(err, nats.ErrPermissionViolation) {
+	subject, ok := produce.ViolationSubject(err)
+	if !ok {
 		return
 	}
-	m := violationRE.FindStringSubmatch(err.Error())
-	if m == nil {
-		return
-	}
-	subject := m[2]
 	c.vmu.Lock()
 	for _, ch := range c.violations[subject] {
 		select {
@@ -182,14 +176,8 @@ func (c *Client) onAsyncError(_ *nats.Conn, _ *nats.Subscription, err error) {
 		default:
 		}
 	}
-	ls := make([]func(string), 0, len(c.vlisteners))
-	for _, l := range c.vlisteners {
-		ls = append(ls, l)
-	}
 	c.vmu.Unlock()
-	for _, l := range ls {
-		l(subject)
-	}
+	c.listeners.Violation(subject)
 }
 
 func (c *Client) watchViolation(subject string) (chan struct{}, func()) {
@@ -216,84 +204,20 @@ func (c *Client) watchViolation(subject string) (chan struct{}, func()) {
 // onViolation registers f to be called with the subject of every permissions violation the
 // server reports on this connection; the returned function unregisters it (a producer's Close,
 // the end of a consumer's Run), so a long-lived client does not collect listeners.
-func (c *Client) onViolation(f func(subject string)) func() {
-	c.vmu.Lock()
-	defer c.vmu.Unlock()
-	if c.vlisteners == nil {
-		c.vlisteners = map[int]func(string){}
-	}
-	id := c.cnext
-	c.cnext++
-	c.vlisteners[id] = f
-	return func() {
-		c.vmu.Lock()
-		delete(c.vlisteners, id)
-		c.vmu.Unlock()
-	}
-}
+func (c *Client) onViolation(f func(subject string)) func() { return c.listeners.OnViolation(f) }
 
 // onConnEvent registers f to be called when the connection is lost (false) and back (true);
 // the returned function unregisters it.
-func (c *Client) onConnEvent(f func(connected bool)) func() {
-	c.vmu.Lock()
-	defer c.vmu.Unlock()
-	if c.clisteners == nil {
-		c.clisteners = map[int]func(bool){}
-	}
-	id := c.cnext
-	c.cnext++
-	c.clisteners[id] = f
-	return func() {
-		c.vmu.Lock()
-		delete(c.clisteners, id)
-		c.vmu.Unlock()
-	}
-}
+func (c *Client) onConnEvent(f func(connected bool)) func() { return c.listeners.OnConnEvent(f) }
 
-func (c *Client) connEvent(connected bool) {
-	c.vmu.Lock()
-	ls := make([]func(bool), 0, len(c.clisteners))
-	for _, f := range c.clisteners {
-		ls = append(ls, f)
-	}
-	c.vmu.Unlock()
-	for _, f := range ls {
-		f(connected)
-	}
-}
+func (c *Client) connEvent(connected bool) { c.listeners.ConnEvent(connected) }
 
 // MinServerVersion is the oldest nats-server pctl's producer runs on: fast batch publishing
-// (spec/protocol.md §5.1) came in 2.14.
-const MinServerVersion = "2.14.0"
+// (spec/protocol.md §5.1).
+const MinServerVersion = produce.MinServerVersion
 
-// requireFastBatches fails unless the connected server is nats-server 2.14 or later.
-func (c *Client) requireFastBatches() error {
-	v := c.nc.ConnectedServerVersion()
-	if !versionAtLeast(v, 2, 14) {
-		return fmt.Errorf("%w: the server at %s runs nats-server %q; pctl's producer needs %s or later on every node (fast batch publishing, spec/protocol.md §5.1): upgrade the NATS servers", wire.ErrUnavailable, c.nc.ConnectedUrlRedacted(), v, MinServerVersion)
-	}
-	return nil
-}
-
-// versionAtLeast reports whether a "major.minor.patch[-suffix]" version is at least major.minor.
-func versionAtLeast(v string, major, minor int) bool {
-	v = strings.TrimPrefix(v, "v")
-	parts := strings.SplitN(v, ".", 3)
-	if len(parts) < 2 {
-		return false
-	}
-	ma, err1 := strconv.Atoi(parts[0])
-	mi, err2 := strconv.Atoi(strings.SplitN(parts[1], "-", 2)[0])
-	if err1 != nil || err2 != nil {
-		return false
-	}
-	return ma > major || ma == major && mi >= minor
-}
-
-// PermissionError is returned when the connection's role may not use a subject.
-func permissionError(subject string) error {
-	return fmt.Errorf("%w: these credentials may not publish to %s: %s", wire.ErrPermission, subject, wire.RoleHint(subject))
-}
+// permissionError is returned when the connection's role may not use a subject.
+func permissionError(subject string) error { return produce.PermissionError(subject) }
 
 // request sends a JSON request (or raw bytes) and decodes a JSON reply into out (or returns the raw
 // message when out is nil). Broker errors come back as *wire.RemoteError.

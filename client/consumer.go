@@ -19,6 +19,7 @@ import (
 
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/internal/proto"
+	"pctl.dev/pctl/internal/testhook"
 	"pctl.dev/pctl/partitioner"
 )
 
@@ -215,9 +216,9 @@ type ConsumerOptions struct {
 	// CommitInterval is how often delivered positions are committed. Default 200ms. A member that
 	// crashes redelivers at most what it delivered since its last commit (in order).
 	CommitInterval time.Duration
-	// DisableGating delivers new-epoch records without waiting for their parents (for the
-	// benchmark that measures what gating costs: order is NOT guaranteed then).
-	DisableGating bool
+	// Testing holds hooks for this module's own tests and benchmarks (internal/testhook: the
+	// benchmark baseline without the epoch gate); nil everywhere else.
+	Testing *testhook.Consumer
 	// Misplaced is what the member does with a record stored in a partition its key does not
 	// map to under its epoch's partitioner (or with a key header it cannot decode). Default
 	// MisplacedStop; see RATIONALE.md for why.
@@ -332,7 +333,6 @@ type ConsumerStats struct {
 	Gated     int64         // records that waited for a parent partition
 	MaxWait   time.Duration // longest such wait
 	TotalWait time.Duration
-	Waits     []time.Duration // every wait (the first 100000), for percentiles
 	// ReaderRestarts counts partition readers replaced because they handed nothing over while
 	// their stream held records past the member's position; WatchRestarts counts re-made watches
 	// of the group's positions (after a reconnect, or when the watch fell behind).
@@ -369,8 +369,8 @@ func (c *Client) NewConsumer(ctx context.Context, topic string, opts ConsumerOpt
 	if err := wire.ValidGroup(opts.Member); err != nil {
 		return nil, fmt.Errorf("member id: %w", err)
 	}
-	if opts.State != nil && opts.DisableGating {
-		return nil, fmt.Errorf("%w: a state handler needs the epoch gate (a key's state is loaded after it): drop DisableGating", wire.ErrBadRequest)
+	if opts.State != nil && opts.Testing.Ungated() {
+		return nil, fmt.Errorf("%w: a state handler needs the epoch gate (a key's state is loaded after it): drop testhook.Consumer.DisableGating", wire.ErrBadRequest)
 	}
 	if opts.Assignor == AssignorCopartitioned {
 		return nil, fmt.Errorf("%w: assignor %q is for a group over several topics: use Client.NewCoConsumer", wire.ErrBadRequest, opts.Assignor)
@@ -443,7 +443,6 @@ func (cn *Consumer) Stats() ConsumerStats {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
 	s := cn.stats
-	s.Waits = append([]time.Duration(nil), s.Waits...)
 	return s
 }
 
@@ -2046,7 +2045,7 @@ func (w *worker) deliver(ctx context.Context, msg jetstream.Msg, h Handler, fail
 			}
 		}
 	}
-	if (!cn.opts.DisableGating || cn.opts.OnKeysAssigned != nil) && !m.NoKey && m.Misplaced == nil {
+	if (!cn.opts.Testing.Ungated() || cn.opts.OnKeysAssigned != nil) && !m.NoKey && m.Misplaced == nil {
 		if err := w.gate(ctx, m); err != nil {
 			if ctx.Err() == nil && !errors.Is(err, errStale) {
 				fail(err)
@@ -2377,8 +2376,8 @@ func (w *worker) gate(ctx context.Context, m *Message) error {
 		}
 		return int(pq), nil
 	}
-	drained := m.Epoch - 1 // DisableGating: no waits (the keys-assigned step below still runs)
-	if !cn.opts.DisableGating {
+	drained := m.Epoch - 1 // ungated (testhook): no waits (the keys-assigned step below still runs)
+	if !cn.opts.Testing.Ungated() {
 		drained = cn.drainedThrough(t)
 	}
 	// Not under cn.mu: partitionIn may fetch a module.
@@ -2405,9 +2404,6 @@ func (w *worker) gate(ctx context.Context, m *Message) error {
 		cn.stats.TotalWait += d
 		if d > cn.stats.MaxWait {
 			cn.stats.MaxWait = d
-		}
-		if len(cn.stats.Waits) < 100000 {
-			cn.stats.Waits = append(cn.stats.Waits, d)
 		}
 		cn.mu.Unlock()
 		cn.hookGateWait(w.partition, m.Epoch, d) // hooks.go

@@ -13,6 +13,7 @@ import (
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/testhook"
 )
 
 // BenchmarkGatedReplay measures what epoch gating costs a replay (issue 17 item 2): a topic
@@ -85,7 +86,7 @@ func BenchmarkGatedReplay(b *testing.B) {
 		var end atomic.Int64
 		for m := 0; m < members; m++ {
 			cn, err := cons.NewConsumer(rctx, "t", client.ConsumerOptions{Group: fmt.Sprint("g", round), Member: fmt.Sprint("m", m),
-				FromBeginning: true, Heartbeat: 200 * time.Millisecond, DisableGating: !gated})
+				FromBeginning: true, Heartbeat: 200 * time.Millisecond, Testing: &testhook.Consumer{DisableGating: !gated}})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -12,6 +12,9 @@
 // lists a topic's standbys; ChangelogReadStart says where a reader of a backfilled changelog can
 // start).
 //
+// The producer's engine (fencing, in-order re-send, the ambiguous search, fast batches) is
+// internal/produce, shared with the broker's produce service; Producer is its public face.
+//
 // Everything a client computes about partitions it computes with the same module bytes as the
 // broker and every other client, fetched by digest and verified against it.
 package client

@@ -24,7 +24,7 @@ func (c *Client) ResetGroupPartially(ctx context.Context, topic, group string, t
 // WithoutKeyRule turns off the per-key rule of fast batches on clusters (spec/protocol.md
 // §5.1.2): the control for the failover tests, which must then see keys out of order.
 func WithoutKeyRule(o ProducerOptions) ProducerOptions {
-	o.noKeyRule = true
+	o.test.NoKeyRule = true
 	return o
 }
 
@@ -33,7 +33,7 @@ func WithoutKeyRule(o ProducerOptions) ProducerOptions {
 // clean PubAck of a batch that stored stream sequences first..last, before the read-back: the
 // test deletes stored records there, as nats-server 2.15.2 loses records it counted.
 func WithServerHoles(o ProducerOptions, holes func(stream string, first, last uint64)) ProducerOptions {
-	o.testVerify, o.testHoles = true, holes
+	o.test.TestVerify, o.test.TestHoles = true, holes
 	return o
 }
 
@@ -50,9 +50,7 @@ func SlowReaderRestarts(o ConsumerOptions, d time.Duration) ConsumerOptions {
 
 // Listeners counts the client's registered violation and connection listeners.
 func (c *Client) Listeners() (violation, conn int) {
-	c.vmu.Lock()
-	defer c.vmu.Unlock()
-	return len(c.vlisteners), len(c.clisteners)
+	return c.listeners.Count()
 }
 
 // LoseCommitAnswers makes the member take every n-th stored commit of a partition's state as

@@ -2,6 +2,8 @@ package client
 
 import (
 	"time"
+
+	"pctl.dev/pctl/internal/produce"
 )
 
 // Hook observes a producer or a consumer (ProducerOptions.Hooks, ConsumerOptions.Hooks), the way
@@ -22,6 +24,7 @@ type HookProduceRecordUnbuffered interface {
 
 // HookProduceRepartitioned is called when a producer, fenced by an epoch change, has moved its
 // unacknowledged records to epoch `epoch` and re-sent `resent` of them in their original order.
+// The producer engine (internal/produce) calls it, for the broker's produce service too.
 type HookProduceRepartitioned interface {
 	OnProduceRepartitioned(topic string, epoch int, resent int)
 }
@@ -44,43 +47,12 @@ type HookLeaseChange interface {
 	OnLeaseChange(topic, group, member string, partition int, acquired bool)
 }
 
-// hookProduced wraps a record's done callback so that hooks see its fate first; without hooks it
-// returns done as it is.
-// The record is passed by value and copied only when a hook wants it, so that a producer without
-// hooks allocates nothing more per record.
+// hookProduced wraps a record's done callback so that the HookProduceRecordUnbuffered hooks see
+// its fate first (produce.Observe: without hooks done is returned as it is).
 func (p *Producer) hookProduced(rec Record, done func(Result)) func(Result) {
-	if len(p.opts.Hooks) == 0 {
-		return done
-	}
-	var hs []HookProduceRecordUnbuffered
-	for _, h := range p.opts.Hooks {
-		if h, ok := h.(HookProduceRecordUnbuffered); ok {
-			hs = append(hs, h)
-		}
-	}
-	if len(hs) == 0 {
-		return done
-	}
-	start := time.Now()
-	kept := new(Record)
-	*kept = rec
-	return func(r Result) {
-		took := time.Since(start)
-		for _, h := range hs {
-			h.OnProduceRecordUnbuffered(p.topic, kept, r, took)
-		}
-		if done != nil {
-			done(r)
-		}
-	}
-}
-
-func (p *Producer) hookRepartitioned(epoch, resent int) {
-	for _, h := range p.opts.Hooks {
-		if h, ok := h.(HookProduceRepartitioned); ok {
-			h.OnProduceRepartitioned(p.topic, epoch, resent)
-		}
-	}
+	return produce.Observe(p.recordHooks, rec, done, func(h HookProduceRecordUnbuffered, rec *Record, r Result, took time.Duration) {
+		h.OnProduceRecordUnbuffered(p.topic, rec, r, took)
+	})
 }
 
 func (cn *Consumer) hookConsumed(m *Message, took time.Duration) {

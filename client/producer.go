@@ -2,22 +2,11 @@ package client
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"errors"
-	"fmt"
-	"strconv"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nuid"
-
 	"pctl.dev/pctl/broker/wire"
-	"pctl.dev/pctl/internal/proto"
-	"pctl.dev/pctl/partitioner"
+	"pctl.dev/pctl/internal/produce"
 )
 
 // Record is one record to produce.
@@ -31,37 +20,22 @@ type Record struct {
 	// On a compacted topic it removes the key's value at once and is itself removed after the
 	// topic's delete retention.
 	Tombstone bool
-	// Origin, when set, is the identity the record carries instead of this producer's: the
-	// broker's produce service passes on its thin clients' producer id and sequence, so that
-	// their retries are deduplicated and their order can be checked.
-	Origin *Origin
-}
-
-// Origin identifies a record by its original producer and that producer's sequence number.
-type Origin struct {
-	Producer string
-	Seq      uint64
-	// Token is the record's deduplication token (spec/protocol.md §5.2: a thin client's
-	// Pctl-Token). Empty: RecordToken of the record's key and value.
-	Token string
 }
 
 // Result reports the fate of one record. Err == nil means the broker acknowledged it: it is
-// stored and will be delivered to every consumer group.
-type Result struct {
-	Partition int // partition (stream) the record is stored in
-	Epoch     int // epoch it was produced under
-	// Seq is the record's stream sequence when the producer learned it, else 0 ("stored, sequence
-	// not reported"). A fast batch's PubAck names the stream sequence of its last record only, so
-	// Seq is set for the last record of a batch (always for a record sent alone) and for a record
-	// found by a verification after a failure (spec/protocol.md §5.1.2).
-	Seq         uint64
-	ProducerSeq uint64 // this producer's sequence number of the record (1, 2, ...)
-	// Duplicate: the server reported the record as already stored, and the stored message was
-	// checked to be this very record (no second copy was written).
-	Duplicate bool
-	Err       error
-}
+// stored and will be delivered to every consumer group. Its fields:
+//
+//   - Partition: the partition (stream) the record is stored in; Epoch: the epoch it was
+//     produced under.
+//   - Seq: the record's stream sequence when the producer learned it, else 0 ("stored, sequence
+//     not reported"). A fast batch's PubAck names the stream sequence of its last record only,
+//     so Seq is set for the last record of a batch (always for a record sent alone) and for a
+//     record found by a verification after a failure (spec/protocol.md §5.1.2).
+//   - ProducerSeq: this producer's sequence number of the record (1, 2, ...).
+//   - Duplicate: the server reported the record as already stored, and the stored message was
+//     checked to be this very record (no second copy was written).
+//   - Err: why the record failed.
+type Result = produce.Result
 
 // ProducerOptions configures a producer. Zero values mean defaults.
 type ProducerOptions struct {
@@ -88,26 +62,15 @@ type ProducerOptions struct {
 	StallTimeout time.Duration
 	// Logf receives the producer's decisions after failures (settle, re-send, repartition).
 	Logf func(format string, args ...any)
-	// Partitioner overrides how the producer obtains a partitioner for an epoch (the broker's
-	// produce service passes its own, already loaded). Default: Client.Partitioner.
-	Partitioner func(ctx context.Context, p wire.Partitioner) (partitioner.Partitioner, error)
 	// Hooks observe the producer (hooks.go). Default: none.
 	Hooks []Hook
 	// CloseIdle: Close stops waiting for acknowledgements once none came for this long, and
 	// fails the records still outstanding. Default 30s.
 	CloseIdle time.Duration
 
-	// noKeyRule is a test hook: batches on a cluster may hold several records of one key (the
-	// per-key rule of spec/protocol.md §5.1.2 off), for the control that shows the failover
-	// test catches what the rule prevents.
-	noKeyRule bool
-	// testVerify (test hook) makes every stream count as clustered: batches are confirmed by
-	// reading them back (a stream without cluster info is never trusted) and the per-key rule holds.
-	testVerify bool
-	// testHoles (test hook) runs after the clean PubAck of a batch that stored stream sequences
-	// first..last, before the batch is confirmed: it may delete stored records of it, as
-	// nats-server 2.15.2 loses records it counted around a raft term change.
-	testHoles func(stream string, first, last uint64)
+	// test holds the engine's test hooks (produce.Options NoKeyRule, TestVerify, TestHoles),
+	// set by this package's tests (export_test.go).
+	test produce.Options
 }
 
 // Producer produces keyed records to one topic, partitioning them on the client with the
@@ -126,228 +89,70 @@ type ProducerOptions struct {
 // deduplication window, and a duplicate acknowledgement counts only once the stored message was
 // checked to be this record.
 //
-// A Producer is safe for concurrent use; records sent from different goroutines are ordered by
+// The engine is internal/produce's (shared with the broker's produce service); a Producer is
+// its public face. A Producer is safe for concurrent use; records sent from different goroutines are ordered by
 // the order their Send calls took effect.
 type Producer struct {
-	c     *Client
-	topic string
-	id    string
-	opts  ProducerOptions
-	inbox string // replies to fast batches arrive under inbox.>
-
-	mu        sync.Mutex
-	cond      *sync.Cond
-	desc      *wire.Topic
-	part      partitioner.Partitioner
-	sinks     map[int]*sink
-	held      []*pending // records sent while the producer repartitions
-	switching bool
-	seq       uint64
-	buffered  int
-	rr        uint64
-	fatal     error
-	closing   bool   // Close was called
-	closed    bool   // Close stopped taking records
-	finished  uint64 // records finished (acknowledged or failed) so far
-
-	batches  sync.Map // open batch id -> *sink
-	subs     []*nats.Subscription
-	unlisten func()
-	events   chan event
-	checks   chan struct{} // "re-read the descriptor" (coalesced)
-	done     chan struct{}
-	wg       sync.WaitGroup
-
-	resent  atomic.Int64 // records re-sent under a new epoch after a fence
-	settles atomic.Int64 // batches settled after an anomaly
-	holes   atomic.Int64 // records a committed batch claimed but the server did not store (re-sent)
+	e           *produce.Producer
+	topic       string
+	opts        ProducerOptions
+	recordHooks []HookProduceRecordUnbuffered // opts.Hooks that want records
 }
 
-type pending struct {
-	seq       uint64
-	rec       Record
-	done      func(Result)
-	epoch     int
-	partition int
-	hdr       nats.Header // the record's identity: the same for every send
-	sends     int         // publishes so far, in any partition
-	// floors maps each stream the record was sent to to its sink's floor at the first send
-	// there: a copy of it stored in that stream is above this sequence.
-	floors map[string]uint64
-	failed error // set when the server refused the record for good
-}
-
-// event is a sink's word to the control loop. A final event says the sink stopped and hands
-// back its records not acknowledged (in send order). A sink that finds its epoch fenced by
-// itself sends a non-final event with the descriptor and waits, sending nothing, until the
-// control loop stops it (records queued meanwhile stay with it and come back in its final event).
-type event struct {
-	s      *sink
-	left   []*pending
-	fenced *wire.Topic // the descriptor that showed the sink's epoch ended
-	final  bool
-}
+// ErrProducerClosed is what Send returns after Close: a bad request (errors.Is works with both).
+var ErrProducerClosed = produce.ErrProducerClosed
 
 // NewProducer fetches the topic's descriptor and partitioner and returns a producer. It fails
 // when the server is older than nats-server 2.14 (fast batches, spec/protocol.md §5.1).
 func (c *Client) NewProducer(ctx context.Context, topic string, opts ProducerOptions) (*Producer, error) {
-	if opts.ID == "" {
-		opts.ID = nuid.Next()
+	hooks := make([]any, len(opts.Hooks))
+	for i, h := range opts.Hooks {
+		hooks[i] = h
 	}
-	if opts.MaxInFlight <= 0 {
-		opts.MaxInFlight = 1024
-	}
-	if opts.MaxBuffered <= 0 {
-		opts.MaxBuffered = 65536
-	}
-	if opts.BatchSize <= 0 {
-		opts.BatchSize = 4096
-	}
-	if opts.StallTimeout <= 0 {
-		opts.StallTimeout = 250 * time.Millisecond
-	}
-	if opts.CloseIdle <= 0 {
-		opts.CloseIdle = 30 * time.Second
-	}
-	if opts.Logf == nil {
-		opts.Logf = func(string, ...any) {}
-	}
-	if opts.Partitioner == nil {
-		opts.Partitioner = func(ctx context.Context, p wire.Partitioner) (partitioner.Partitioner, error) {
-			return c.partitionerFor(ctx, p) // the native fast path when Options.NativeBuiltins (admin.go)
-		}
-	}
-	if err := wire.ValidGroup(opts.ID); err != nil {
-		return nil, fmt.Errorf("%w: producer id %q: 1 to 64 characters of A-Z a-z 0-9 _ - (spec/protocol.md §2)", wire.ErrBadRequest, opts.ID)
-	}
-	if err := c.requireFastBatches(); err != nil {
-		return nil, err
-	}
-	p := &Producer{c: c, topic: topic, id: opts.ID, opts: opts, sinks: map[int]*sink{}, inbox: c.nc.NewInbox(),
-		events: make(chan event, 64), checks: make(chan struct{}, 1), done: make(chan struct{})}
-	p.cond = sync.NewCond(&p.mu)
-	desc, err := p.fetch(ctx)
+	e, err := produce.New(ctx, c.produceConn(), topic, produce.Options{
+		ID: opts.ID, ContentTokens: opts.ContentTokens, MaxInFlight: opts.MaxInFlight, MaxBuffered: opts.MaxBuffered,
+		BatchSize: opts.BatchSize, StallTimeout: opts.StallTimeout, Logf: opts.Logf, Hooks: hooks, CloseIdle: opts.CloseIdle,
+		NoKeyRule: opts.test.NoKeyRule, TestVerify: opts.test.TestVerify, TestHoles: opts.test.TestHoles,
+	})
 	if err != nil {
 		return nil, err
 	}
-	if err := p.install(ctx, desc); err != nil {
-		return nil, err
-	}
-	replies, err := c.nc.Subscribe(p.inbox+".>", p.onReply)
-	if err != nil {
-		return nil, fmt.Errorf("%w: subscribe to the producer's replies: %v", wire.ErrUnavailable, err)
-	}
-	_ = replies.SetPendingLimits(1<<20, 256<<20)
-	// Topic events are hints: a refresh of the descriptor (read from the broker), coalesced; none
-	// for what JetStream relays (spec/protocol.md §8.4).
-	events, err := c.nc.Subscribe(wire.TopicEventSubject(topic), func(m *nats.Msg) {
-		if !strings.HasPrefix(m.Reply, "$JS.") {
-			p.requestCheck()
-		}
+	return &Producer{e: e, topic: topic, opts: opts, recordHooks: produce.Hooks[HookProduceRecordUnbuffered](hooks)}, nil
+}
+
+// produceConn is the client's connection as the producer engine sees it.
+func (c *Client) produceConn() *produce.Conn {
+	c.pconnOnce.Do(func() {
+		c.pconn = &produce.Conn{NC: c.nc, JS: c.js, Timeout: c.opts.Timeout, AckTimeout: c.opts.AckTimeout,
+			Topic: func(ctx context.Context, topic string) (*wire.Topic, error) {
+				t, _, err := c.Topic(ctx, topic)
+				return t, err
+			},
+			Partitioner: c.partitionerFor, // the native fast path when Options.NativeBuiltins (admin.go)
+			OnViolation: c.onViolation, OnConnEvent: c.onConnEvent}
 	})
-	if err != nil {
-		_ = replies.Unsubscribe()
-		return nil, fmt.Errorf("%w: subscribe to %s: %v", wire.ErrUnavailable, wire.TopicEventSubject(topic), err)
-	}
-	p.subs = []*nats.Subscription{replies, events}
-	unviolation := c.onViolation(func(subject string) {
-		if strings.HasPrefix(subject, wire.DataPrefix+"."+topic+".") {
-			p.fail(permissionError(subject))
-		}
-	})
-	unconn := c.onConnEvent(func(connected bool) {
-		p.mu.Lock()
-		sinks := make([]*sink, 0, len(p.sinks))
-		for _, s := range p.sinks {
-			sinks = append(sinks, s)
-		}
-		p.mu.Unlock()
-		for _, s := range sinks {
-			s.connChanged(connected)
-		}
-	})
-	p.unlisten = func() { unviolation(); unconn() }
-	p.wg.Add(1)
-	go p.control()
-	return p, nil
+	return c.pconn
 }
 
 // ID returns the producer's id.
-func (p *Producer) ID() string { return p.id }
+func (p *Producer) ID() string { return p.e.ID() }
 
 // Resent returns how many records were re-sent under a new epoch after a fence.
-func (p *Producer) Resent() int64 { return p.resent.Load() }
+func (p *Producer) Resent() int64 { return p.e.Resent() }
 
 // Settled returns how many fast batches the producer had to settle after an anomaly (a gap, a
 // refusal, a lost connection, a timeout, a fence).
-func (p *Producer) Settled() int64 { return p.settles.Load() }
+func (p *Producer) Settled() int64 { return p.e.Settled() }
 
 // Holes returns how many records the server acknowledged in a committed fast batch without
 // storing them (a nats-server 2.15 fault after a stream leader's term change), found by the
 // producer's check on clusters and sent again. Their keys stay in order: such a record is the
 // only one of its key in its batch, and its re-send goes ahead of that key's later records
 // (spec/protocol.md §5.1.2).
-func (p *Producer) Holes() int64 { return p.holes.Load() }
+func (p *Producer) Holes() int64 { return p.e.Holes() }
 
 // Epoch returns the epoch the producer currently produces to.
-func (p *Producer) Epoch() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.desc.Current().Epoch
-}
-
-// ErrProducerClosed is what Send returns after Close: a bad request (errors.Is works with both).
-var ErrProducerClosed = fmt.Errorf("%w: producer is closed", wire.ErrBadRequest)
-
-func (p *Producer) fetch(ctx context.Context) (*wire.Topic, error) {
-	retryUntil := time.Now().Add(p.c.opts.Timeout)
-	for {
-		t, _, err := p.c.Topic(ctx, p.topic)
-		if err != nil {
-			// The broker answered "unavailable" (a topic being created, a descriptor not yet
-			// readable): a state that passes, retried while ctx lasts, for at most the client's
-			// request timeout. A broker that does not answer at all is reported at once (the
-			// error is not a RemoteError then).
-			var remote *wire.RemoteError
-			if errors.Is(err, wire.ErrUnavailable) && errors.As(err, &remote) && ctx.Err() == nil && time.Now().Before(retryUntil) {
-				time.Sleep(50 * time.Millisecond)
-				continue
-			}
-			return nil, err
-		}
-		p.mu.Lock()
-		old := p.desc
-		p.mu.Unlock()
-		if old != nil && old.ID != "" && t.ID != old.ID {
-			return nil, fmt.Errorf("%w: topic %s was deleted and created again while producing (id %s, now %s); records not yet acknowledged are not sent to the new topic", wire.ErrNotFound, p.topic, old.ID, t.ID)
-		}
-		return t, nil
-	}
-}
-
-// fetchQuick reads the descriptor within the acknowledgement timeout (a request lost with a
-// connection would otherwise wait out the client's whole request timeout).
-func (p *Producer) fetchQuick(ctx context.Context) (*wire.Topic, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.c.opts.AckTimeout)
-	defer cancel()
-	return p.fetch(ctx)
-}
-
-// install makes desc the current layout (p.mu not held; called before the control loop starts
-// or from it).
-func (p *Producer) install(ctx context.Context, desc *wire.Topic) error {
-	cur := desc.Current()
-	part, err := p.opts.Partitioner(ctx, cur.Partitioner)
-	if err != nil {
-		return err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.desc = desc
-	p.part = part
-	p.sinks = map[int]*sink{}
-	return nil
-}
+func (p *Producer) Epoch() int { return p.e.Epoch() }
 
 // Send queues a record. done, if not nil, is called exactly once with the record's fate, from a
 // producer goroutine (records of one partition in order). Send blocks while MaxBuffered records
@@ -355,507 +160,32 @@ func (p *Producer) install(ctx context.Context, desc *wire.Topic) error {
 // KiB, a closed producer).
 func (p *Producer) Send(ctx context.Context, rec Record, done func(Result)) error {
 	done = p.hookProduced(rec, done) // hooks.go
-	if rec.NoKey && len(rec.Key) > 0 {
-		return fmt.Errorf("%w: a keyless record (NoKey) has no Key", wire.ErrBadRequest)
-	}
-	if err := p.checkCompaction(rec); err != nil {
-		return err
-	}
-	if len(rec.Key) > 65536 {
-		return fmt.Errorf("%w: key of %d bytes; keys are at most 65536 bytes", wire.ErrBadRequest, len(rec.Key))
-	}
-	if max := p.c.nc.MaxPayload(); int64(len(rec.Value)+len(rec.Key)) > max {
-		return fmt.Errorf("%w: record of %d bytes (key and value); the server takes messages of at most %d bytes", wire.ErrBadRequest, len(rec.Value)+len(rec.Key), max)
-	}
-	if o := rec.Origin; o != nil && o.Token != "" && !ValidToken(o.Token) {
-		return fmt.Errorf("%w: record token %q: 16 to 64 characters of A-Z a-z 0-9 _ - (spec/protocol.md §5.2)", wire.ErrBadRequest, o.Token)
-	}
-	p.mu.Lock()
-	for p.buffered >= p.opts.MaxBuffered && p.fatal == nil && !p.closed {
-		if ctx.Err() != nil {
-			p.mu.Unlock()
-			return ctx.Err()
-		}
-		waitCond(ctx, p.cond)
-	}
-	if p.closed {
-		p.mu.Unlock()
-		return ErrProducerClosed
-	}
-	if p.fatal != nil {
-		err := p.fatal
-		p.mu.Unlock()
-		return err
-	}
-	p.seq++
-	pd := &pending{seq: p.seq, rec: rec, done: done}
-	pd.hdr = p.identity(pd)
-	p.buffered++
-	if p.switching {
-		p.held = append(p.held, pd)
-		p.mu.Unlock()
-		return nil
-	}
-	err := p.assignLocked(pd)
-	p.mu.Unlock()
-	if err != nil {
-		p.finish(pd, Result{Err: err})
-	}
-	return nil
+	return p.e.Send(ctx, engineRecord(rec), done)
 }
 
 // Produce sends one record and waits for its result.
 func (p *Producer) Produce(ctx context.Context, rec Record) (Result, error) {
-	ch := make(chan Result, 1)
-	if err := p.Send(ctx, rec, func(r Result) { ch <- r }); err != nil {
-		return Result{}, err
-	}
-	select {
-	case r := <-ch:
-		return r, r.Err
-	case <-ctx.Done():
-		return Result{}, ctx.Err()
-	}
-}
-
-// assignLocked partitions a record under the current epoch and queues it on its sink.
-func (p *Producer) assignLocked(pd *pending) error {
-	cur := p.desc.Current()
-	var part int
-	if pd.rec.NoKey && pd.rec.Origin != nil {
-		part = keylessPartition(pd.rec, cur.Partitions)
-	} else if pd.rec.NoKey {
-		part = int(p.rr % uint64(cur.Partitions))
-		p.rr++
-	} else {
-		r, err := p.part.Partition(pd.rec.Key, int32(cur.Partitions))
-		if err != nil {
-			return fmt.Errorf("%w: %v", wire.ErrPluginFailed, err)
-		}
-		part = int(r)
-	}
-	pd.epoch, pd.partition = cur.Epoch, part
-	p.refreshTTL(pd)
-	s := p.sinks[part]
-	if s == nil {
-		s = newSink(p, cur.Epoch, part)
-		p.sinks[part] = s
-		p.wg.Add(1)
-		go s.run()
-	}
-	s.push(pd)
-	return nil
-}
-
-// keylessPartition places a keyless record that carries a thin client's identity where every
-// retry of it will go, at any broker (spec/protocol.md §5.2, "Keyless records of the produce
-// service"): spread round-robin, a retry of a record stored after all would be stored again in
-// another partition, out of reach of JetStream's deduplication.
-func keylessPartition(rec Record, partitions int) int {
-	o := rec.Origin
-	token := o.Token
-	if token == "" {
-		token = RecordToken(rec.Key, rec.NoKey, rec.Value)
-	}
-	h := sha256.New()
-	h.Write([]byte("pctl-keyless-v1\x00"))
-	h.Write([]byte(o.Producer + "-" + strconv.FormatUint(o.Seq, 10) + "-" + token))
-	return int(binary.BigEndian.Uint64(h.Sum(nil)[:8]) % uint64(partitions))
-}
-
-// identity is a record's headers, fixed for all its sends (spec/protocol.md §5.1 step 3).
-func (p *Producer) identity(pd *pending) nats.Header {
-	h := nats.Header{}
-	if !pd.rec.NoKey {
-		h.Set(wire.HeaderKey, wire.EncodeKey(pd.rec.Key))
-	}
-	setTombstone(h, pd.rec.Tombstone, p.desc.Compact)
-	id, n, token := p.id, pd.seq, ""
-	if o := pd.rec.Origin; o != nil {
-		id, n, token = o.Producer, o.Seq, o.Token
-		if token == "" {
-			token = RecordToken(pd.rec.Key, pd.rec.NoKey, pd.rec.Value)
-		}
-	} else if p.opts.ContentTokens {
-		token = RecordToken(pd.rec.Key, pd.rec.NoKey, pd.rec.Value)
-	} else {
-		token = newToken()
-	}
-	seq := strconv.FormatUint(n, 10)
-	h.Set(wire.HeaderProducer, id)
-	h.Set(wire.HeaderSeq, seq)
-	h.Set(wire.HeaderMsgID, id+"-"+seq+"-"+token)
-	return h
-}
-
-// renew gives a record that is provably not stored a new deduplication id (a fresh token; the
-// producer id and sequence stay): the server may still count its old id as being stored.
-func (p *Producer) renew(pd *pending) {
-	h := nats.Header{}
-	for k, v := range pd.hdr {
-		h[k] = v
-	}
-	id := h.Get(wire.HeaderMsgID)
-	if i := strings.LastIndexByte(id, '-'); i > 0 {
-		id = id[:i]
-	}
-	h.Set(wire.HeaderMsgID, id+"-"+newToken())
-	pd.hdr, pd.floors = h, nil
-}
-
-func (p *Producer) finish(pd *pending, r Result) {
-	r.ProducerSeq = pd.seq
-	if pd.done != nil {
-		pd.done(r)
-	}
-	p.mu.Lock()
-	p.buffered--
-	p.finished++
-	p.cond.Broadcast()
-	p.mu.Unlock()
-}
-
-// fail makes the producer unusable and fails every record not yet acknowledged.
-func (p *Producer) fail(err error) {
-	p.mu.Lock()
-	if p.fatal == nil {
-		p.fatal = err
-		p.opts.Logf("producer %s: %v", p.id, err)
-	}
-	held := p.held
-	p.held = nil
-	sinks := p.sinks
-	p.mu.Unlock()
-	for _, pd := range held {
-		p.finish(pd, Result{Err: err})
-	}
-	for _, s := range sinks {
-		s.abort(err)
-	}
+	return produce.Await(ctx, func(done func(Result)) error { return p.Send(ctx, rec, done) })
 }
 
 // Flush waits until every record sent so far is acknowledged or failed.
-func (p *Producer) Flush(ctx context.Context) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for p.buffered > 0 {
-		if ctx.Err() != nil {
-			return fmt.Errorf("flush: %d records not yet acknowledged: %w", p.buffered, ctx.Err())
-		}
-		waitCond(ctx, p.cond)
-	}
-	return p.fatal
-}
+func (p *Producer) Flush(ctx context.Context) error { return p.e.Flush(ctx) }
 
 // Close flushes and stops the producer. It waits for the records sent so far until ctx ends, or
 // until no record was acknowledged or failed for ProducerOptions.CloseIdle (the broker or the
 // cluster is gone: a producer retries for ever otherwise); the records still unacknowledged then
-// fail (their callbacks run before Close returns). Close never blocks for longer than that plus
-// closeStopLimit. A second Close, or one concurrent with the first, is a no-op.
-func (p *Producer) Close(ctx context.Context) error {
-	p.mu.Lock()
-	if p.closing {
-		p.mu.Unlock()
-		return nil
-	}
-	p.closing = true
-	p.mu.Unlock()
-	err := p.flushUntilIdle(ctx, p.opts.CloseIdle)
-	p.mu.Lock()
-	p.closed = true
-	sinks := p.sinks
-	p.cond.Broadcast()
-	p.mu.Unlock()
-	close(p.done)
-	closedErr := fmt.Errorf("%w: producer closed before the record was acknowledged", wire.ErrUnavailable)
-	for _, s := range sinks {
-		s.abort(closedErr)
-	}
-	stopped := make(chan struct{})
-	go func() {
-		p.wg.Wait()
-		close(stopped)
-	}()
-	t := time.NewTimer(closeStopLimit)
-	defer t.Stop()
-	select {
-	case <-stopped:
-	case <-t.C:
-		// Not expected: every goroutine of the producer watches p.done. Say so rather than hang.
-		err = errors.Join(err, fmt.Errorf("%w: producer %s: its goroutines did not stop within %v of Close", wire.ErrInternal, p.id, closeStopLimit))
-	}
-	for _, sub := range p.subs {
-		_ = sub.Unsubscribe()
-	}
-	if p.unlisten != nil {
-		p.unlisten()
-	}
-	// Records no goroutine holds any more: handed back by sinks the control loop did not take,
-	// or held while it repartitioned.
-	for more := true; more; {
-		select {
-		case ev := <-p.events:
-			for _, pd := range ev.left {
-				p.finish(pd, Result{Err: closedErr})
-			}
-		default:
-			more = false
-		}
-	}
-	p.mu.Lock()
-	held := p.held
-	p.held = nil
-	p.mu.Unlock()
-	for _, pd := range held {
-		p.finish(pd, Result{Err: closedErr})
-	}
-	return err
+// fail (their callbacks run before Close returns). A second Close, or one concurrent with the
+// first, is a no-op.
+func (p *Producer) Close(ctx context.Context) error { return p.e.Close(ctx) }
+
+func engineRecord(rec Record) produce.Record {
+	return produce.Record{Key: rec.Key, Value: rec.Value, NoKey: rec.NoKey, Tombstone: rec.Tombstone}
 }
 
-// closeStopLimit bounds Close's wait for the producer's goroutines once it stopped them.
-const closeStopLimit = 10 * time.Second
-
-// flushUntilIdle is Flush that also gives up when no record finished for idle.
-func (p *Producer) flushUntilIdle(ctx context.Context, idle time.Duration) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	last, since := p.finished, time.Now()
-	for p.buffered > 0 {
-		if ctx.Err() != nil {
-			return fmt.Errorf("close: %d records not yet acknowledged: %w", p.buffered, ctx.Err())
-		}
-		if p.finished != last {
-			last, since = p.finished, time.Now()
-		}
-		left := idle - time.Since(since)
-		if left <= 0 {
-			return fmt.Errorf("%w: close: no record acknowledged for %v with %d outstanding (the broker or cluster is unreachable?); they fail", wire.ErrUnavailable, idle, p.buffered)
-		}
-		wctx, cancel := context.WithTimeout(ctx, left)
-		waitCond(wctx, p.cond)
-		cancel()
-	}
-	return p.fatal
+// checkCompaction refuses what a tombstone or a compacted topic cannot carry (spec/protocol.md §10).
+func checkCompaction(topic string, compact, backfill bool, rec Record) error {
+	return produce.CheckCompaction(topic, compact, backfill, engineRecord(rec))
 }
 
 // waitCond waits on c (whose lock is held) until signalled or ctx is done.
-func waitCond(ctx context.Context, c *sync.Cond) {
-	stop := context.AfterFunc(ctx, func() {
-		c.L.Lock()
-		c.Broadcast()
-		c.L.Unlock()
-	})
-	c.Wait()
-	stop()
-}
-
-// requestCheck asks the control loop to re-read the descriptor (coalesced).
-func (p *Producer) requestCheck() {
-	select {
-	case p.checks <- struct{}{}:
-	default:
-	}
-}
-
-// onReply routes a fast-batch reply to the sink whose batch it names. Replies to batches no
-// longer open are dropped (the sink settled them already).
-func (p *Producer) onReply(m *nats.Msg) {
-	batch, seq, op, ok := parseFBSubject(p.inbox, m.Subject)
-	if !ok {
-		return
-	}
-	v, ok := p.batches.Load(batch)
-	if !ok {
-		return
-	}
-	s := v.(*sink)
-	r := parseFBReply(m, batch, seq, op)
-	select {
-	case s.replies <- r:
-	case <-s.done:
-	}
-}
-
-// control re-reads the descriptor when asked (a topic event, a stall, no responders) and starts
-// a repartition when the epoch moved on (or a sink found it fenced). It runs alone, so
-// coordination needs no further locking.
-func (p *Producer) control() {
-	defer p.wg.Done()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-p.done
-		cancel()
-	}()
-	for {
-		select {
-		case ev := <-p.events:
-			if !ev.final && ev.fenced != nil && ev.fenced.Current().Epoch > p.Epoch() {
-				p.repartition(ctx, ev.fenced)
-			}
-		case <-p.checks:
-			desc, err := p.fetchQuick(ctx)
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				if errors.Is(err, wire.ErrNotFound) || errors.Is(err, wire.ErrPermission) {
-					p.fail(err)
-				}
-				continue // broker unreachable: the sinks' own timeouts settle their batches
-			}
-			if desc.Current().Epoch > p.Epoch() {
-				p.opts.Logf("producer %s: epoch %d of topic %s is current: settling partitions of epoch %d", p.id, desc.Current().Epoch, p.topic, p.Epoch())
-				p.repartition(ctx, desc)
-			}
-		case <-p.done:
-			return
-		}
-	}
-}
-
-// repartition moves every unacknowledged record to the new epoch, in the original order. Every
-// old sink settles its open batch first (so nothing it sent can still be stored), then hands
-// back its records.
-func (p *Producer) repartition(ctx context.Context, desc *wire.Topic) {
-	p.mu.Lock()
-	p.switching = true
-	old := p.sinks
-	p.mu.Unlock()
-	var left []*pending
-	waiting := map[*sink]bool{}
-	for _, s := range old {
-		waiting[s] = true
-		s.fence(desc)
-	}
-	for len(waiting) > 0 {
-		select {
-		case ev := <-p.events:
-			if ev.final && waiting[ev.s] {
-				left = append(left, ev.left...)
-				delete(waiting, ev.s)
-				if ev.fenced != nil && ev.fenced.Current().Epoch > desc.Current().Epoch {
-					desc = ev.fenced
-				}
-			}
-		case <-p.done:
-			for _, pd := range left {
-				p.finish(pd, Result{Err: fmt.Errorf("%w: producer closed before the record was acknowledged", wire.ErrUnavailable)})
-			}
-			return
-		}
-	}
-	if err := p.install(ctx, desc); err != nil {
-		p.fail(err)
-		for _, pd := range left {
-			p.finish(pd, Result{Err: err})
-		}
-		p.mu.Lock()
-		p.switching = false
-		p.mu.Unlock()
-		return
-	}
-	p.mu.Lock()
-	left = append(left, p.held...)
-	p.held = nil
-	// Re-sent in their original send order (spec/protocol.md §5.1.2 step 4).
-	seqs := make([]uint64, len(left))
-	for i, pd := range left {
-		seqs[i] = pd.seq
-	}
-	ordered := make([]*pending, 0, len(left))
-	for _, i := range proto.ResendOrder(seqs) {
-		ordered = append(ordered, left[i])
-	}
-	left = ordered
-	var failed []*pending
-	var errs []error
-	for _, pd := range left {
-		if err := p.assignLocked(pd); err != nil {
-			failed = append(failed, pd)
-			errs = append(errs, err)
-		}
-	}
-	p.switching = false
-	p.mu.Unlock()
-	p.resent.Add(int64(len(left) - len(failed)))
-	p.hookRepartitioned(desc.Current().Epoch, len(left)-len(failed)) // hooks.go
-	for i, pd := range failed {
-		p.finish(pd, Result{Err: errs[i]})
-	}
-}
-
-func descEpoch(t *wire.Topic) string {
-	if t == nil {
-		return "unreachable"
-	}
-	s := fmt.Sprintf("epoch %d", t.Current().Epoch)
-	if t.Change != nil {
-		s += fmt.Sprintf(", changing to %d (%s)", t.Change.To, t.Change.State)
-	}
-	return s
-}
-
-// checkCompaction refuses what a tombstone or a compacted topic cannot carry (spec/protocol.md
-// §10): a keyless record on a compacted topic, a keyless tombstone, a tombstone with a value.
-func (p *Producer) checkCompaction(rec Record) error {
-	p.mu.Lock()
-	compact, backfill := p.desc.Compact != nil, p.desc.Backfill
-	p.mu.Unlock()
-	return checkCompaction(p.topic, compact, backfill, rec)
-}
-
-func checkCompaction(topic string, compact, backfill bool, rec Record) error {
-	switch {
-	case compact && rec.NoKey:
-		return fmt.Errorf("%w: topic %s is compacted: every record needs a key (a keyless record cannot be compacted)", wire.ErrBadRequest, topic)
-	case backfill && rec.NoKey:
-		return fmt.Errorf("%w: topic %s backfills at epoch changes: a keyless record cannot be backfilled: give it a key, or create the topic without --backfill", wire.ErrBadRequest, topic)
-	case rec.Tombstone && rec.NoKey:
-		return fmt.Errorf("%w: a tombstone deletes a key: it needs one", wire.ErrBadRequest)
-	case rec.Tombstone && len(rec.Value) > 0:
-		return fmt.Errorf("%w: a tombstone has no value (%d bytes given)", wire.ErrBadRequest, len(rec.Value))
-	}
-	return nil
-}
-
-// refreshTTL gives a tombstone of a compacted topic the Nats-TTL of the descriptor it is (re-)sent
-// under (spec/protocol.md §10.2): a tombstone created under an earlier descriptor and re-sent into
-// a later epoch gets the hold of a backfill that runs there, not the first send's delete
-// retention, which could expire before the backfill reaches its key. The TTL is the only header
-// that changes: the duplicate check (sameRecord) does not compare it. p.mu is held; the header is
-// copied, not changed, as a reader of the old one may still hold it; no sink has pd now (a new
-// record, or one an old sink handed back), so pd.hdr itself is not read meanwhile.
-func (p *Producer) refreshTTL(pd *pending) {
-	if !pd.rec.Tombstone || p.desc.Compact == nil {
-		return
-	}
-	ttl := tombstoneTTL(p.desc.Compact)
-	if pd.hdr.Get(wire.HeaderTTL) == ttl {
-		return
-	}
-	h := make(nats.Header, len(pd.hdr))
-	for k, v := range pd.hdr {
-		h[k] = v
-	}
-	h.Set(wire.HeaderTTL, ttl)
-	pd.hdr = h
-}
-
-// tombstoneTTL is a compacted topic's tombstone Nats-TTL: its delete retention in whole seconds,
-// at least 1.
-func tombstoneTTL(compact *wire.Compaction) string {
-	return strconv.FormatInt(max(compact.DeleteRetentionMS/1000, 1), 10)
-}
-
-// setTombstone marks a tombstone's message: on a compacted topic with its delete retention as
-// JetStream's message TTL.
-func setTombstone(h nats.Header, tombstone bool, compact *wire.Compaction) {
-	if !tombstone {
-		return
-	}
-	h.Set(wire.HeaderTombstone, "true")
-	if compact != nil {
-		h.Set(wire.HeaderTTL, tombstoneTTL(compact))
-	}
-}
+func waitCond(ctx context.Context, c *sync.Cond) { produce.WaitCond(ctx, c) }

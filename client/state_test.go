@@ -11,6 +11,7 @@ import (
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/testhook"
 )
 
 // stateLog is a StateHandler that records its calls.
@@ -118,11 +119,11 @@ func TestStateReloadedAfterLostLease(t *testing.T) {
 	}
 }
 
-// A state handler needs the gate: DisableGating with State is refused.
+// A state handler needs the gate: the ungated test hook with State is refused.
 func TestStateNeedsGating(t *testing.T) {
 	b, _ := groupBroker(t, "sg", 1)
-	_, err := thinConnect(t, b, broker.RoleConsumer).NewConsumer(context.Background(), "sg", client.ConsumerOptions{Group: "g", DisableGating: true, State: &stateLog{}})
+	_, err := thinConnect(t, b, broker.RoleConsumer).NewConsumer(context.Background(), "sg", client.ConsumerOptions{Group: "g", Testing: &testhook.Consumer{DisableGating: true}, State: &stateLog{}})
 	if !errors.Is(err, wire.ErrBadRequest) {
-		t.Fatalf("State with DisableGating: %v, want bad request", err)
+		t.Fatalf("State without the gate: %v, want bad request", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/produce"
 )
 
 // This file is the thin-client side of the broker's produce service (spec/protocol.md): a
@@ -363,7 +364,7 @@ func (t *ThinProducer) Send(ctx context.Context, rec Record, done func(Result)) 
 	}
 	var token string
 	if t.tokens {
-		token = newToken()
+		token = produce.NewToken()
 		m.Header[wire.HeaderToken] = []string{token}
 	}
 	if max := t.c.nc.MaxPayload(); int64(m.Size()-len(m.Subject)) > max {
@@ -520,16 +521,7 @@ func (t *ThinProducer) resume() {
 
 // Produce sends one record and waits for its result.
 func (t *ThinProducer) Produce(ctx context.Context, rec Record) (Result, error) {
-	ch := make(chan Result, 1)
-	if err := t.Send(ctx, rec, func(r Result) { ch <- r }); err != nil {
-		return Result{}, err
-	}
-	select {
-	case r := <-ch:
-		return r, r.Err
-	case <-ctx.Done():
-		return Result{}, ctx.Err()
-	}
+	return produce.Await(ctx, func(done func(Result)) error { return t.Send(ctx, rec, done) })
 }
 
 // Flush waits until every record sent so far has its result, delivered (its done function has

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/produce"
 )
 
 // legacyThin sends records to the broker's produce service with many requests in flight on
@@ -168,7 +169,7 @@ func (t *legacyThin) Send(ctx context.Context, rec Record, done func(Result)) er
 		return err
 	}
 	if t.tokens {
-		m.Header[wire.HeaderToken] = []string{newToken()}
+		m.Header[wire.HeaderToken] = []string{produce.NewToken()}
 	}
 	if max := t.c.nc.MaxPayload(); int64(m.Size()-len(m.Subject)) > max {
 		return tooLarge(m, max)

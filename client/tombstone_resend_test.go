@@ -10,6 +10,7 @@ import (
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
 	"pctl.dev/pctl/internal/netproxy"
+	"pctl.dev/pctl/internal/testhook"
 )
 
 // TestTombstoneResentIntoNewEpochIsHeld (spec/protocol.md §10.2): a tombstone created under the
@@ -41,7 +42,7 @@ func TestTombstoneResentIntoNewEpochIsHeld(t *testing.T) {
 		}
 		return nil
 	}
-	b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000, StepHook: hook, Logf: quietLogf(t)})
+	b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000, Testing: testhook.Steps(hook), Logf: quietLogf(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,10 +26,11 @@ go mod tidy -diff
 # pctl serve brokers, SDK members and producers in four languages): the race detector sees only
 # the Go test process driving them, so they run once, at full size, in their own step below. The
 # client conformance harness (conformance/clientconf) drives the Go client and every SDK the same way.
-process_pkgs="./broker/chaos/ ./sdk/crosslang/ ./conformance/clientconf/"
+# The README runner (docs/) is one too: its subjects are the shell blocks of the READMEs.
+process_pkgs="./broker/chaos/ ./sdk/crosslang/ ./conformance/clientconf/ ./docs/"
 
 step "go test -race: every Go package but the process suites (the other languages' hosts take part through conformance/)"
-go test -race -timeout 40m $(go list ./... | grep -v -x -e pctl.dev/pctl/broker/chaos -e pctl.dev/pctl/sdk/crosslang -e pctl.dev/pctl/conformance/clientconf)
+go test -race -timeout 40m $(go list ./... | grep -v -x -e pctl.dev/pctl/broker/chaos -e pctl.dev/pctl/sdk/crosslang -e pctl.dev/pctl/conformance/clientconf -e pctl.dev/pctl/docs)
 
 # Tests that shrink under -race (raceEnabled, hostsRace) get their full size here.
 # scripts/testsh_test.go finds every such test and fails when one is missing below.
@@ -38,45 +39,47 @@ norace_pkgs="./partitioner/ ./broker/ ./broker/scenario/ ./client/ ./conformance
 step "go test without the race detector: the tests that shrink under -race, at full size"
 go test -count=1 -timeout 30m -run "$norace_tests" $norace_pkgs
 
-step "process suites without the race detector: the cluster fault suite (seeds 1-10: every fault kind first; PCTL_CHAOS_SEEDS=100 for more), the cross-language tests and the client conformance harness on the Go client and every SDK (1 seed; PCTL_CLIENTCONF_SEEDS=N for more)"
-go test -count=1 -timeout 30m $process_pkgs
+step "process suites without the race detector: the cluster fault suite (seeds 1-10: every fault kind first; PCTL_CHAOS_SEEDS=100 for more), the cross-language tests and the client conformance harness on the Go client and every SDK (1 seed; PCTL_CLIENTCONF_SEEDS=N for more), the README runner"
+# Three at a time: they mostly wait (on faults, on other processes); two at a time left
+# clientconf queued behind crosslang for 3 minutes (the step took 414 s for 259 s of its longest).
+go test -count=1 -timeout 30m -p 3 $process_pkgs
 
 # The conformance hosts' own unit tests ran in TestHosts (conformance/hosts/*/test).
-# The three runners run side by side (each starts its own brokers on random ports and builds
-# ./cmd/pctl into its own temp dir; one build first fills the cache): one after another they took
-# 9 minutes (Java 3, Node 4, Python 2), side by side about as long as the longest. Each one's
-# output is printed whole once all have ended.
-step "unit tests of the SDKs in other languages, side by side (node --test, pytest, Maven Surefire)"
-go build -o /dev/null ./cmd/pctl
-sdk_logs=$(mktemp -d)
-sdk_names=() sdk_pids=()
-for d in sdk/*/; do
-	if [ -f "$d/test" ] && [ -x "$d/test" ]; then
-		n=$(basename "$d")
-		( if [ -x "$d/setup" ]; then "$d/setup"; fi; "$d/test" ) >"$sdk_logs/$n.log" 2>&1 &
-		sdk_names+=("$n") sdk_pids+=("$!")
+# side_by_side SCRIPT [SETUP] runs sdk/*/SCRIPT of every SDK that has one at the same time (after
+# sdk/*/SETUP when there is one), prints each one's output whole once all have ended, and fails
+# naming every SDK whose script failed. Each SDK's runner starts its own brokers on random ports
+# and builds ./cmd/pctl into its own temp dir, so they do not meet; one after another the unit
+# tests took 9 minutes (Java 3, Node 4, Python 2), side by side about as long as the longest.
+side_by_side() {
+	local script=$1 setup=${2:-} logs d n i rc
+	logs=$(mktemp -d)
+	local names=() pids=() failed=()
+	for d in sdk/*/; do
+		if [ -f "$d/$script" ] && [ -x "$d/$script" ]; then
+			n=$(basename "$d")
+			( if [ -n "$setup" ] && [ -x "$d/$setup" ]; then "$d/$setup"; fi; "$d/$script" ) >"$logs/$n.log" 2>&1 &
+			names+=("$n") pids+=("$!")
+		fi
+	done
+	for i in "${!pids[@]}"; do
+		n=${names[$i]}
+		if wait "${pids[$i]}"; then rc=0; else rc=$?; fi
+		printf '\n--- sdk/%s/%s (exit %s)\n' "$n" "$script" "$rc"
+		cat "$logs/$n.log"
+		if [ "$rc" != 0 ]; then failed+=("sdk/$n/$script"); fi
+	done
+	rm -rf "$logs"
+	if [ "${#failed[@]}" -gt 0 ]; then
+		echo "FAILED: ${failed[*]} (the output is above)" >&2
+		return 1
 	fi
-done
-sdk_failed=()
-for i in "${!sdk_pids[@]}"; do
-	n=${sdk_names[$i]}
-	if wait "${sdk_pids[$i]}"; then rc=0; else rc=$?; fi
-	printf '\n--- sdk/%s (exit %s)\n' "$n" "$rc"
-	cat "$sdk_logs/$n.log"
-	if [ "$rc" != 0 ]; then sdk_failed+=("sdk/$n"); fi
-done
-rm -rf "$sdk_logs"
-if [ "${#sdk_failed[@]}" -gt 0 ]; then
-	echo "FAILED: the unit tests of ${sdk_failed[*]} (their output is above)" >&2
-	exit 1
-fi
+}
 
-step "the packages as users get them (sdk/*/package-check: npm pack, python -m build and twine check, mvn install with sources and javadoc; each installed into a fresh project that partitions keys offline)"
-for d in sdk/*/; do
-	if [ -x "$d/package-check" ]; then
-		echo "--- $d"
-		"$d/package-check"
-	fi
-done
+step "unit tests of the SDKs in other languages, side by side (node --test, pytest, Maven Surefire)"
+go build -o /dev/null ./cmd/pctl # one build first fills the cache the runners' builds share
+side_by_side test setup
+
+step "the packages as users get them, side by side (sdk/*/package-check: npm pack, python -m build and twine check, mvn install with sources and javadoc; each installed into a fresh project that partitions keys offline)"
+side_by_side package-check
 
 step "done in $(( $(date +%s) - t0 ))s"

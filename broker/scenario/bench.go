@@ -14,6 +14,7 @@ import (
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/testhook"
 )
 
 // BenchConfig configures BenchEpoch.
@@ -205,7 +206,7 @@ func consumeAll(ctx context.Context, conn func(string) (*client.Client, error), 
 		}
 		defer c.Close()
 		cn, err := c.NewConsumer(ctx, topic, client.ConsumerOptions{Group: group, Member: fmt.Sprint("m", i), FromBeginning: true,
-			Heartbeat: 200 * time.Millisecond, DisableGating: ungated})
+			Heartbeat: 200 * time.Millisecond, Testing: &testhook.Consumer{DisableGating: ungated}})
 		if err != nil {
 			return 0, err
 		}
@@ -263,7 +264,7 @@ func delayRun(ctx context.Context, cfg BenchConfig, admin *client.Client, conn f
 		}
 		defer c.Close()
 		cn, err := c.NewConsumer(ctx, topic, client.ConsumerOptions{Group: "g", Member: fmt.Sprint("m", i), FromBeginning: true,
-			Heartbeat: 200 * time.Millisecond, CommitInterval: 20 * time.Millisecond, DisableGating: pause})
+			Heartbeat: 200 * time.Millisecond, CommitInterval: 20 * time.Millisecond, Testing: &testhook.Consumer{DisableGating: pause}})
 		if err != nil {
 			return nil, 0, 0, err
 		}

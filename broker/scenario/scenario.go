@@ -25,6 +25,7 @@ import (
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
 	"pctl.dev/pctl/client/verify"
+	"pctl.dev/pctl/internal/testhook"
 )
 
 // Change is one epoch change: a new partition count and/or partition function (zero values keep
@@ -399,7 +400,7 @@ func (r *run) startBroker(listen string) error {
 		}
 		return nil
 	}
-	b, err := broker.Start(r.ctx, broker.Config{DataDir: r.cfg.DataDir, Listen: listen, ConformanceKeys: 2000, StepHook: hook,
+	b, err := broker.Start(r.ctx, broker.Config{DataDir: r.cfg.DataDir, Listen: listen, ConformanceKeys: 2000, Testing: testhook.Steps(hook),
 		Logf: func(f string, a ...any) { r.cfg.Logf("broker: "+f, a...) }})
 	if err != nil {
 		return err
@@ -584,6 +585,25 @@ type groupRun struct {
 	members map[string]*member
 	n       int
 	stats   groupStats
+	waits   gateWaits // every member's gate waits (client.HookGateWait)
+}
+
+// gateWaits collects a group's gate waits through the consumers' hooks (client.HookGateWait),
+// the first maxGateWaits of them, for percentiles.
+type gateWaits struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+const maxGateWaits = 1000000
+
+// OnGateWait implements client.HookGateWait.
+func (w *gateWaits) OnGateWait(topic, group string, partition, epoch int, waited time.Duration) {
+	w.mu.Lock()
+	if len(w.d) < maxGateWaits {
+		w.d = append(w.d, waited)
+	}
+	w.mu.Unlock()
 }
 
 type groupStats struct {
@@ -609,7 +629,8 @@ func (g *groupRun) add(id string) error {
 	cn, err := c.NewConsumer(r.ctx, r.cfg.Topic, client.ConsumerOptions{
 		Group: g.name, Member: id, FromBeginning: true,
 		Heartbeat: 100 * time.Millisecond, SessionTimeout: 1500 * time.Millisecond, CommitInterval: 50 * time.Millisecond,
-		DisableGating: r.cfg.DisableGating, Logf: r.cfg.Logf,
+		Testing: &testhook.Consumer{DisableGating: r.cfg.DisableGating}, Logf: r.cfg.Logf,
+		Hooks: []client.Hook{&g.waits},
 	})
 	if err != nil {
 		c.Close()
@@ -692,7 +713,6 @@ func (g *groupRun) collect(s client.ConsumerStats) {
 	if s.MaxWait > g.stats.maxWait {
 		g.stats.maxWait = s.MaxWait
 	}
-	g.stats.waits = append(g.stats.waits, s.Waits...)
 }
 
 func (g *groupRun) stopAll() groupStats {
@@ -706,6 +726,9 @@ func (g *groupRun) stopAll() groupStats {
 		g.collect(m.cn.Stats())
 		m.c.Close()
 	}
+	g.waits.mu.Lock()
+	g.stats.waits = append([]time.Duration(nil), g.waits.d...)
+	g.waits.mu.Unlock()
 	return g.stats
 }
 

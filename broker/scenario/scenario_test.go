@@ -49,6 +49,10 @@ func TestScenarioBasic(t *testing.T) {
 	if res.Gated == 0 {
 		t.Fatal("the late group never waited at a gate: the test did not exercise gating")
 	}
+	// The waits come through the consumers' gate-wait hook, one per gated record.
+	if int64(len(res.GateWaits)) != res.Gated {
+		t.Fatalf("%d gate waits seen by the hook, %d records gated", len(res.GateWaits), res.Gated)
+	}
 }
 
 // TestCheckerCatchesUngatedConsumers shows that the checker can fail: the same kind of run with

@@ -23,6 +23,7 @@ import (
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/produce"
 	"pctl.dev/pctl/internal/progress"
 )
 
@@ -472,17 +473,13 @@ func (pb *produceBench) runRaw(ctx context.Context, headers bool, round int) (ti
 	if err != nil {
 		return 0, err
 	}
-	id := "raw" + strconv.Itoa(round) + nuid.Next()
+	id, token := "raw"+strconv.Itoa(round)+nuid.Next(), produce.NewToken()
 	start := time.Now()
 	for i, subj := range pb.subject {
 		m := nats.NewMsg(subj)
 		m.Data = pb.value
 		if headers {
-			seq := strconv.Itoa(i + 1)
-			m.Header.Set(wire.HeaderKey, wire.EncodeKey(pb.keys[i%len(pb.keys)]))
-			m.Header.Set(wire.HeaderProducer, id)
-			m.Header.Set(wire.HeaderSeq, seq)
-			m.Header.Set(wire.HeaderMsgID, id+"-"+seq)
+			produce.SetIdentity(m.Header, pb.keys[i%len(pb.keys)], false, id, uint64(i+1), token)
 		}
 		if _, err := js.PublishMsgAsync(m); err != nil {
 			return 0, err

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 
-	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/produce"
 )
 
 // The raw fast-batch baseline of `pctl bench produce` (issue 17): the records published as
@@ -147,11 +147,7 @@ func (pb *produceBench) rawBatches(ctx context.Context, nc *nats.Conn, subject, 
 			}
 			m := nats.NewMsg(subject)
 			m.Data = pb.value
-			seq := strconv.Itoa(i + 1)
-			m.Header.Set(wire.HeaderKey, wire.EncodeKey(pb.keys[i%len(pb.keys)]))
-			m.Header.Set(wire.HeaderProducer, id)
-			m.Header.Set(wire.HeaderSeq, seq)
-			m.Header.Set(wire.HeaderMsgID, id+"-"+seq+"-0123456789abcdef0123456789abcdef")
+			produce.SetIdentity(m.Header, pb.keys[i%len(pb.keys)], false, id, uint64(i+1), "0123456789abcdef0123456789abcdef")
 			m.Reply = fmt.Sprintf("%s.%s.%d.fail.%d.%d.$FI", inbox, batch, rawBatchFlow, s, op)
 			if err := nc.PublishMsg(m); err != nil {
 				return err

@@ -18,6 +18,7 @@ import (
 
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/testhook"
 	"pctl.dev/pctl/plugins"
 )
 
@@ -289,12 +290,12 @@ func TestPartitionStopsOnInterrupt(t *testing.T) {
 // with "the broker did not answer".
 func TestRepartitionOutlastsTheRequestTimeout(t *testing.T) {
 	b, err := broker.Start(context.Background(), broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000,
-		StepHook: func(topic, state string) error {
+		Testing: testhook.Steps(func(topic, state string) error {
 			if state == "created" {
 				time.Sleep(3 * time.Second)
 			}
 			return nil
-		}})
+		})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,12 +389,12 @@ func TestRepartitionWaitsWhileTheChangeMoves(t *testing.T) {
 			time.Sleep(time.Duration(slow.Load()) * time.Millisecond)
 			return nil
 		},
-		StepHook: func(topic, state string) error {
+		Testing: testhook.Steps(func(topic, state string) error {
 			if state == "created" && stuck.Load() {
 				time.Sleep(3500 * time.Millisecond)
 			}
 			return nil
-		}})
+		})})
 	if err != nil {
 		t.Fatal(err)
 	}

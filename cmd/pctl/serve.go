@@ -69,6 +69,11 @@ an OS crash or power failure can lose up to DURATION of acknowledged records. Wi
 servers' own sync_interval decides (the server configuration pctl writes for a cluster
 says "always").
 
+Native built-ins: --native-builtins makes the produce service place a thin client's records with a
+built-in's Go implementation when the epoch's module is exactly that built-in's (by digest) and has
+no config, as the Go client's NativeBuiltins option does: the same partitions (spec/builtins.md),
+without the WebAssembly call. Off by default; any other module always runs as WebAssembly.
+
 Several brokers: any number of 'pctl serve --nats URL' processes may run against one cluster, each
 with its own --data. Requests go to any of them; an epoch change, creation or deletion left
 unfinished by one (it died, or a node was down) is finished by any other, or by itself, within a
@@ -157,6 +162,7 @@ func cmdServe(e *env, args []string) int {
 	httpAddr := fs.String("http", "", "serve the status page, /metrics, /healthz and /readyz on `HOST:PORT` (port 0 picks one)")
 	logFormat := fs.String("log-format", "text", "log line `FORMAT` on standard error: text or json")
 	logLevel := fs.String("log-level", "info", "least important log lines shown: debug, info, warn or `error`")
+	native := fs.Bool("native-builtins", false, "the produce service partitions with a built-in's Go implementation when an epoch's module is exactly that built-in's without config (the same placement, faster; other modules run as WebAssembly)")
 	perPartition := fs.Bool("metrics-partitions", false, "with --http: also export per-partition metrics (a series per partition and group: mind large topics)")
 	pos, st := parse(fs, args)
 	if st >= 0 {
@@ -234,6 +240,7 @@ func cmdServe(e *env, args []string) int {
 	if err != nil {
 		return usageErr(e, "serve", "%v", err)
 	}
+	cfg.NativeBuiltins = *native
 	if cfg.NATSURL == "" {
 		// nats-server reports a port in use only by not becoming ready (30s): find out first.
 		if err := checkListen(cfg.Listen); err != nil {

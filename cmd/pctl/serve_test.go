@@ -206,7 +206,7 @@ func TestServeHelp(t *testing.T) {
 	if code := runCtx(context.Background(), []string{"serve", "--help"}, strings.NewReader(""), &out, &errOut); code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	for _, want := range []string{"--config", "--listen", "ready", "SIGTERM", "unknown field"} {
+	for _, want := range []string{"--config", "--listen", "ready", "SIGTERM", "unknown field", "--native-builtins"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help does not mention %q", want)
 		}

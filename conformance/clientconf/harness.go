@@ -26,6 +26,7 @@ import (
 
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/testhook"
 )
 
 // Options say what to run.
@@ -204,7 +205,7 @@ func startBroker(ctx context.Context, dataDir, listen string, hook func(topic, s
 	var err error
 	for i := 0; i < 50; i++ {
 		var b *broker.Broker
-		b, err = broker.Start(ctx, broker.Config{DataDir: dataDir, Listen: listen, ConformanceKeys: 2000, StepHook: hook})
+		b, err = broker.Start(ctx, broker.Config{DataDir: dataDir, Listen: listen, ConformanceKeys: 2000, Testing: testhook.Steps(hook)})
 		if err == nil {
 			return b, nil
 		}

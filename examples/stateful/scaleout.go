@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand"
-	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -96,137 +94,32 @@ func RunScaleOut(ctx context.Context, b *broker.Broker, cfg ScaleOutConfig) (*Sc
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var clients []*client.Client
-	defer func() {
-		for _, c := range clients {
-			c.Close()
-		}
-	}()
-	connect := func(role string) (*client.Client, error) {
-		c, err := client.Connect(ctx, client.Options{URL: b.ClientURL(), Creds: b.CredsPath(role)})
-		if err == nil {
-			clients = append(clients, c)
-		}
-		return c, err
-	}
-	admin, err := connect(broker.RoleAdmin)
+	r, err := newRig(ctx, b, cfg.SessionTimeout, cfg.MemberLogf)
 	if err != nil {
 		return nil, err
 	}
-	for _, topic := range []string{"in", "cl"} {
-		if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: topic, Partitions: 4, Partitioner: "linear-murmur2"}); err != nil {
-			return nil, err
-		}
-	}
+	defer r.close()
 	rep := &ScaleOutReport{Keys: cfg.Keys}
-	pz := &pauses{times: map[string][]time.Time{}}
-
-	type member struct {
-		name       string
-		cons, prod *client.Client
-		proc       *Processor
-		stop       context.CancelFunc
-		done       chan error
-	}
-	var mu sync.Mutex
-	var members []*member
-	start := func(name string) (*member, error) {
-		m := &member{name: name, done: make(chan error, 1)}
-		var err error
-		if m.cons, err = connect(broker.RoleConsumer); err != nil {
-			return nil, err
-		}
-		if m.prod, err = connect(broker.RoleProducer); err != nil {
-			return nil, err
-		}
-		p, err := m.prod.NewProducer(ctx, "cl", client.ProducerOptions{ID: "cl-" + name})
-		if err != nil {
-			return nil, err
-		}
-		m.proc = New(m.cons, "cl", p)
-		m.proc.OnApply = pz.apply
-		var state client.StateHandler
-		if !cfg.NoHandover {
-			state = m.proc
-		}
-		cn, err := m.cons.NewConsumer(ctx, "in", client.ConsumerOptions{Group: "totals", Member: name, Assignor: wire.AssignorSticky, FromBeginning: true,
-			Heartbeat: 200 * time.Millisecond, SessionTimeout: cfg.SessionTimeout, State: state, Logf: cfg.MemberLogf})
-		if err != nil {
-			return nil, err
-		}
-		rctx, stop := context.WithCancel(ctx)
-		m.stop = stop
-		go func() { m.done <- cn.Run(rctx, m.proc.Handle) }()
-		mu.Lock()
-		members = append(members, m)
-		mu.Unlock()
-		return m, nil
-	}
-	startAll := func(names ...string) error {
+	start := func(names ...string) error {
 		for _, n := range names {
-			if _, err := start(n); err != nil {
+			if _, err := r.start(n, func(_ *member, o *client.ConsumerOptions) {
+				if cfg.NoHandover {
+					o.State = nil // each member starts the keys it gets from zero
+				}
+			}); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-
-	// The input: keys k0.., random amounts, every record acknowledged.
-	pc, err := connect(broker.RoleProducer)
-	if err != nil {
+	if err := r.startInput(cfg.Keys, cfg.Interval, cfg.Seed); err != nil {
 		return nil, err
-	}
-	prodIn, err := pc.NewProducer(ctx, "in", client.ProducerOptions{ID: "input"})
-	if err != nil {
-		return nil, err
-	}
-	var sentMu sync.Mutex
-	sent, failed := 0, 0
-	pctx, stopInput := context.WithCancel(ctx)
-	defer stopInput()
-	inputDone := make(chan struct{})
-	go func() {
-		defer close(inputDone)
-		r := rand.New(rand.NewSource(cfg.Seed))
-		tick := time.NewTicker(cfg.Interval)
-		defer tick.Stop()
-		for i := 0; pctx.Err() == nil; i++ {
-			<-tick.C
-			key := []byte(fmt.Sprint("k", i%cfg.Keys))
-			v := []byte(strconv.Itoa(1 + r.Intn(100)))
-			if err := prodIn.Send(pctx, client.Record{Key: key, Value: v}, func(res client.Result) {
-				if res.Err != nil {
-					sentMu.Lock()
-					failed++
-					sentMu.Unlock()
-				}
-			}); err != nil {
-				return
-			}
-			sentMu.Lock()
-			sent++
-			sentMu.Unlock()
-		}
-	}()
-	finishInput := func() error {
-		stopInput()
-		<-inputDone
-		if err := prodIn.Flush(ctx); err != nil {
-			return err
-		}
-		sentMu.Lock()
-		defer sentMu.Unlock()
-		if failed > 0 {
-			return fmt.Errorf("%d of %d input records were not acknowledged", failed, sent)
-		}
-		rep.Records = sent
-		return nil
 	}
 
-	if err := startAll("m1", "m2"); err != nil {
+	if err := start("m1", "m2"); err != nil {
 		return nil, err
 	}
-	crashed := members[1]
+	crashed := r.running()[1]
 	time.Sleep(2 * time.Second)
 	type window struct {
 		name     string
@@ -246,11 +139,11 @@ func RunScaleOut(ctx context.Context, b *broker.Broker, cfg ScaleOutConfig) (*Sc
 	}
 	repartition := func(topic string, n int, fn string) func() error {
 		return func() error {
-			_, err := admin.Repartition(ctx, wire.RepartitionRequest{Topic: topic, Partitions: n, Partitioner: fn})
+			_, err := r.admin.Repartition(ctx, wire.RepartitionRequest{Topic: topic, Partitions: n, Partitioner: fn})
 			return err
 		}
 	}
-	if err := phase("2 -> 4 members", func() error { return startAll("m3", "m4") }); err != nil {
+	if err := phase("2 -> 4 members", func() error { return start("m3", "m4") }); err != nil {
 		return nil, err
 	}
 	if !cfg.NoHandover {
@@ -272,7 +165,7 @@ func RunScaleOut(ctx context.Context, b *broker.Broker, cfg ScaleOutConfig) (*Sc
 				return nil, err
 			}
 		}
-		rep.ScaleOut, _ = pz.longest(windows[0].from, windows[len(windows)-1].to)
+		rep.ScaleOut, _ = r.pz.longest(windows[0].from, windows[len(windows)-1].to)
 		if err := phase("member m2 crashes", func() error {
 			crashed.cons.Close()
 			crashed.prod.Close()
@@ -284,94 +177,45 @@ func RunScaleOut(ctx context.Context, b *broker.Broker, cfg ScaleOutConfig) (*Sc
 		// Baseline: stop every member, start fresh ones that restore from the changelog.
 		w := window{name: "stop-and-restore (baseline)", from: time.Now()}
 		logf("%s", w.name)
-		mu.Lock()
-		running := append([]*member(nil), members...)
-		mu.Unlock()
 		var wg sync.WaitGroup
 		var errMu sync.Mutex
-		for _, m := range running {
+		for _, m := range r.running() {
 			if m == crashed {
 				continue
 			}
 			wg.Add(1)
 			go func(m *member) {
 				defer wg.Done()
-				m.stop()
-				if err := <-m.done; err != nil {
+				if e := stopMember(m); e != "" {
 					errMu.Lock()
-					rep.MemberErrors = append(rep.MemberErrors, fmt.Sprintf("%s: %v", m.name, err))
+					rep.MemberErrors = append(rep.MemberErrors, e)
 					errMu.Unlock()
 				}
 			}(m)
 		}
 		wg.Wait()
-		if err := startAll("r1", "r2", "r3", "r4"); err != nil {
+		if err := start("r1", "r2", "r3", "r4"); err != nil {
 			return nil, err
 		}
 		time.Sleep(2 * cfg.Phase)
 		w.to = time.Now()
 		windows = append(windows, w)
-		rep.Baseline, _ = pz.longest(w.from, w.to)
+		rep.Baseline, _ = r.pz.longest(w.from, w.to)
 		if rep.Baseline > 0 {
 			rep.Ratio = float64(rep.ScaleOut) / float64(rep.Baseline)
 		}
 	}
-	if err := finishInput(); err != nil {
+	if rep.Records, err = r.finishInput(); err != nil {
 		return nil, err
 	}
-	if err := drained(ctx, admin, "in", "totals", cfg.Drain); err != nil {
+	if rep.Wrong, rep.Examples, err = r.check(rep.Records, cfg.Drain, nil); err != nil {
 		return nil, err
 	}
 	for _, w := range windows {
-		d, k := pz.longest(w.from, w.to)
+		d, k := r.pz.longest(w.from, w.to)
 		rep.Phases = append(rep.Phases, Phase{Name: w.name, Longest: d, Key: k})
 	}
-	want, err := inputTotals(ctx, admin, "in")
-	if err != nil {
-		return nil, err
-	}
-	n := 0
-	for _, st := range want {
-		n += int(st.Count)
-	}
-	if n != rep.Records {
-		return nil, fmt.Errorf("the input streams hold %d records, the producer had %d acknowledged", n, rep.Records)
-	}
-	got, err := changelogTotals(ctx, admin, "cl")
-	if err != nil {
-		return nil, err
-	}
-	var keys []string
-	for k := range want {
-		keys = append(keys, k)
-	}
-	for k := range got {
-		if _, ok := want[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		w, g := want[k], got[k]
-		if g.Total != w.Total || g.Count != w.Count {
-			rep.Wrong++
-			if len(rep.Examples) < 5 {
-				rep.Examples = append(rep.Examples, fmt.Sprintf("key %s: total %d from %d records, want %d from %d (the input's)", k, g.Total, g.Count, w.Total, w.Count))
-			}
-		}
-	}
-	mu.Lock()
-	for _, m := range members {
-		s := m.proc.Stats()
-		rep.Stats.Applied += s.Applied
-		rep.Stats.Duplicates += s.Duplicates
-		rep.Stats.Loads += s.Loads
-		rep.Stats.LoadedKeys += s.LoadedKeys
-		rep.Stats.Flushes += s.Flushes
-		rep.Stats.ChangelogRead += s.ChangelogRead
-		rep.Stats.LoadTime += s.LoadTime
-	}
-	mu.Unlock()
+	rep.Stats = r.stats()
 	return rep, nil
 }
 

@@ -4,15 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"pctl.dev/pctl/broker"
-	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
 )
 
@@ -106,33 +102,15 @@ func RunWarmUp(ctx context.Context, b *broker.Broker, cfg WarmUpConfig) (*WarmUp
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var clients []*client.Client
-	defer func() {
-		for _, c := range clients {
-			c.Close()
-		}
-	}()
-	connect := func(role string) (*client.Client, error) {
-		c, err := client.Connect(ctx, client.Options{URL: b.ClientURL(), Creds: b.CredsPath(role)})
-		if err == nil {
-			clients = append(clients, c)
-		}
-		return c, err
-	}
-	admin, err := connect(broker.RoleAdmin)
+	r, err := newRig(ctx, b, cfg.SessionTimeout, cfg.MemberLogf)
 	if err != nil {
 		return nil, err
 	}
-	for _, topic := range []string{"in", "cl"} {
-		if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: topic, Partitions: 4, Partitioner: "linear-murmur2"}); err != nil {
-			return nil, err
-		}
-	}
+	defer r.close()
 	rep := &WarmUpReport{Keys: cfg.Keys, Prefill: cfg.Prefill}
-	pz := &pauses{times: map[string][]time.Time{}}
 
 	// The history: prefilled changelog records of keys the input never has.
-	fc, err := connect(broker.RoleProducer)
+	fc, err := r.connect(broker.RoleProducer)
 	if err != nil {
 		return nil, err
 	}
@@ -162,102 +140,26 @@ func RunWarmUp(ctx context.Context, b *broker.Broker, cfg WarmUpConfig) (*WarmUp
 	}
 	logf("changelog prefilled with %d records", cfg.Prefill)
 
-	type member struct {
-		name       string
-		cons, prod *client.Client
-		cn         *client.Consumer
-		proc       *Processor
-		stop       context.CancelFunc
-		done       chan error
-	}
-	var members []*member
-	start := func(name string, warm bool) (*member, error) {
-		m := &member{name: name, done: make(chan error, 1)}
-		var err error
-		if m.cons, err = connect(broker.RoleConsumer); err != nil {
-			return nil, err
-		}
-		if m.prod, err = connect(broker.RoleProducer); err != nil {
-			return nil, err
-		}
-		p, err := m.prod.NewProducer(ctx, "cl", client.ProducerOptions{ID: "cl-" + name})
-		if err != nil {
-			return nil, err
-		}
-		m.proc = New(m.cons, "cl", p)
-		m.proc.OnApply = pz.apply
-		opts := client.ConsumerOptions{Group: "totals", Member: name, Assignor: wire.AssignorSticky, FromBeginning: true,
-			Heartbeat: 200 * time.Millisecond, SessionTimeout: cfg.SessionTimeout, State: m.proc, Logf: cfg.MemberLogf}
-		if warm {
-			opts.WarmUp = &client.WarmUp{Warm: m.proc.Warm, MaxLag: cfg.MaxLag}
-			if cfg.StaleWarm {
-				proc := m.proc
-				opts.State = nil
-				opts.WarmUp.Warm = func(ctx context.Context, parts []int) (int64, error) {
-					lag, err := proc.Warm(ctx, parts)
-					proc.installIndex()
-					return lag, err
-				}
+	// warm is the warm-up member's options: it reads the changelog as a standby first (§6.10).
+	// With StaleWarm it warms up but then loads nothing at its cut-over (no state handover): the
+	// checker must find wrong totals.
+	warm := func(m *member, o *client.ConsumerOptions) {
+		o.WarmUp = &client.WarmUp{Warm: m.proc.Warm, MaxLag: cfg.MaxLag}
+		if cfg.StaleWarm {
+			proc := m.proc
+			o.State = nil
+			o.WarmUp.Warm = func(ctx context.Context, parts []int) (int64, error) {
+				lag, err := proc.Warm(ctx, parts)
+				proc.installIndex()
+				return lag, err
 			}
 		}
-		if m.cn, err = m.cons.NewConsumer(ctx, "in", opts); err != nil {
-			return nil, err
-		}
-		rctx, stop := context.WithCancel(ctx)
-		m.stop = stop
-		go func() { m.done <- m.cn.Run(rctx, m.proc.Handle) }()
-		members = append(members, m)
-		return m, nil
 	}
-	stopMember := func(m *member) {
-		m.stop()
-		if err := <-m.done; err != nil {
-			rep.MemberErrors = append(rep.MemberErrors, fmt.Sprintf("%s: %v", m.name, err))
-		}
-	}
-
-	// The input: keys k0.., random amounts, every record acknowledged.
-	pc, err := connect(broker.RoleProducer)
-	if err != nil {
+	if err := r.startInput(cfg.Keys, cfg.Interval, cfg.Seed); err != nil {
 		return nil, err
 	}
-	prodIn, err := pc.NewProducer(ctx, "in", client.ProducerOptions{ID: "input"})
-	if err != nil {
+	if err := r.startAll("m1", "m2"); err != nil {
 		return nil, err
-	}
-	var sentMu sync.Mutex
-	sent, failed := 0, 0
-	pctx, stopInput := context.WithCancel(ctx)
-	defer stopInput()
-	inputDone := make(chan struct{})
-	go func() {
-		defer close(inputDone)
-		r := rand.New(rand.NewSource(cfg.Seed))
-		tick := time.NewTicker(cfg.Interval)
-		defer tick.Stop()
-		for i := 0; pctx.Err() == nil; i++ {
-			<-tick.C
-			key := []byte(fmt.Sprint("k", i%cfg.Keys))
-			v := []byte(strconv.Itoa(1 + r.Intn(100)))
-			if err := prodIn.Send(pctx, client.Record{Key: key, Value: v}, func(res client.Result) {
-				if res.Err != nil {
-					sentMu.Lock()
-					failed++
-					sentMu.Unlock()
-				}
-			}); err != nil {
-				return
-			}
-			sentMu.Lock()
-			sent++
-			sentMu.Unlock()
-		}
-	}()
-
-	for _, n := range []string{"m1", "m2"} {
-		if _, err := start(n, false); err != nil {
-			return nil, err
-		}
 	}
 	time.Sleep(cfg.Phase)
 
@@ -265,20 +167,22 @@ func RunWarmUp(ctx context.Context, b *broker.Broker, cfg WarmUpConfig) (*WarmUp
 	if !cfg.StaleWarm {
 		logf("m3 joins without warm-up")
 		from := time.Now()
-		if m3, err = start("m3", false); err != nil {
+		if m3, err = r.start("m3", nil); err != nil {
 			return nil, err
 		}
 		time.Sleep(cfg.Phase)
-		rep.Cold, rep.ColdKey = pz.longest(from, time.Now())
+		rep.Cold, rep.ColdKey = r.pz.longest(from, time.Now())
 		rep.ColdLoad = m3.proc.Stats().LoadTime
 		logf("m3 leaves")
-		stopMember(m3)
+		if e := stopMember(m3); e != "" {
+			rep.MemberErrors = append(rep.MemberErrors, e)
+		}
 		time.Sleep(cfg.Phase)
 	}
 
 	logf("m4 joins with warm-up")
 	from := time.Now()
-	m4, err := start("m4", true)
+	m4, err := r.start("m4", warm)
 	if err != nil {
 		return nil, err
 	}
@@ -291,7 +195,7 @@ func RunWarmUp(ctx context.Context, b *broker.Broker, cfg WarmUpConfig) (*WarmUp
 	rep.WarmUp = m4.cn.WarmUpStats()
 	loadBefore, loadsBefore := m4.proc.Stats().LoadTime, m4.proc.Stats().Loads
 	flushes := func() (n int64) {
-		for _, m := range members {
+		for _, m := range r.running() {
 			if m != m4 && m != m3 {
 				n += m.proc.Stats().Flushes
 			}
@@ -301,71 +205,27 @@ func RunWarmUp(ctx context.Context, b *broker.Broker, cfg WarmUpConfig) (*WarmUp
 	flushesBefore := flushes()
 	logf("m4 warmed up in %v (%d rounds, lag %d): cut-over", rep.WarmUp.Warmed.Round(time.Millisecond), rep.WarmUp.Rounds, rep.WarmUp.Lag)
 	time.Sleep(cfg.Phase)
-	rep.Warm, rep.WarmKey = pz.longest(from, time.Now())
+	rep.Warm, rep.WarmKey = r.pz.longest(from, time.Now())
 	rep.WarmLoad = m4.proc.Stats().LoadTime - loadBefore
 	rep.WarmLoads, rep.OldFlushes = m4.proc.Stats().Loads-loadsBefore, flushes()-flushesBefore
 	if rep.Cold > 0 {
 		rep.Ratio = float64(rep.Warm) / float64(rep.Cold)
 	}
 
-	stopInput()
-	<-inputDone
-	if err := prodIn.Flush(ctx); err != nil {
+	if rep.Records, err = r.finishInput(); err != nil {
 		return nil, err
 	}
-	sentMu.Lock()
-	rep.Records = sent
-	nfailed := failed
-	sentMu.Unlock()
-	if nfailed > 0 {
-		return nil, fmt.Errorf("%d of %d input records were not acknowledged", nfailed, sent)
-	}
-	if err := drained(ctx, admin, "in", "totals", cfg.Drain); err != nil {
+	isFill := func(k string) bool { return strings.HasPrefix(k, fillPrefix) }
+	if rep.Wrong, rep.Examples, err = r.check(rep.Records, cfg.Drain, isFill); err != nil {
 		return nil, err
 	}
-	want, err := inputTotals(ctx, admin, "in")
-	if err != nil {
-		return nil, err
-	}
-	got, err := changelogTotals(ctx, admin, "cl")
-	if err != nil {
-		return nil, err
-	}
-	keys := map[string]bool{}
-	for k := range want {
-		keys[k] = true
-	}
-	for k := range got {
-		if !strings.HasPrefix(k, fillPrefix) {
-			keys[k] = true
-		}
-	}
-	var sorted []string
-	for k := range keys {
-		sorted = append(sorted, k)
-	}
-	sort.Strings(sorted)
-	for _, k := range sorted {
-		w, g := want[k], got[k]
-		if g.Total != w.Total || g.Count != w.Count {
-			rep.Wrong++
-			if len(rep.Examples) < 5 {
-				rep.Examples = append(rep.Examples, fmt.Sprintf("key %s: total %d from %d records, want %d from %d (the input's)", k, g.Total, g.Count, w.Total, w.Count))
+	for _, m := range r.running() {
+		if m != m3 {
+			if e := stopMember(m); e != "" {
+				rep.MemberErrors = append(rep.MemberErrors, e)
 			}
 		}
 	}
-	for _, m := range members {
-		if m != m3 {
-			stopMember(m)
-		}
-		s := m.proc.Stats()
-		rep.Stats.Applied += s.Applied
-		rep.Stats.Duplicates += s.Duplicates
-		rep.Stats.Loads += s.Loads
-		rep.Stats.LoadedKeys += s.LoadedKeys
-		rep.Stats.Flushes += s.Flushes
-		rep.Stats.ChangelogRead += s.ChangelogRead
-		rep.Stats.LoadTime += s.LoadTime
-	}
+	rep.Stats = r.stats()
 	return rep, nil
 }

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/produce"
 )
 
 // BenchmarkProduceHook is the cost the metrics add per record produced by the produce service
@@ -12,10 +12,10 @@ import (
 // with the time per record of 'pctl bench produce' (about 10 to 20 µs on this machine).
 func BenchmarkProduceHook(b *testing.B) {
 	m := New(Options{})
-	rec := &client.Record{Key: []byte("key-1"), Value: make([]byte, 100)}
+	rec := &produce.Record{Key: []byte("key-1"), Value: make([]byte, 100)}
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		m.OnProduceRecordUnbuffered("bench", rec, client.Result{Epoch: 1, Partition: i % 8}, time.Millisecond)
+		m.OnProduceRecord("bench", rec, produce.Result{Epoch: 1, Partition: i % 8}, time.Millisecond)
 	}
 }
 

@@ -4,7 +4,7 @@
 //
 // Two sources feed it. Events come through hooks (broker.Config.Hooks, and the client hooks of the
 // broker's produce service): a Metrics value implements broker.HookPluginCall, HookEpochStep,
-// HookEpochChange, HookAdmin, HookBackfill and client.HookProduceRecordUnbuffered, HookProduceRepartitioned.
+// HookEpochChange, HookAdmin, HookBackfill and the producer engine's produce.HookRecord, HookRepartitioned.
 // State comes from broker.Status snapshots taken at scrape time (SetSource): topics, epochs,
 // records per epoch, stored bytes, consumer groups' lag, gate waits and lease changes.
 //
@@ -33,6 +33,7 @@ import (
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/produce"
 	"pctl.dev/pctl/runtime"
 )
 
@@ -178,9 +179,8 @@ func (m *Metrics) series(topic string, epoch, partition int) *produceSeries {
 	return v.(*produceSeries)
 }
 
-// OnProduceRecordUnbuffered implements client.HookProduceRecordUnbuffered for the produce
-// service's producers.
-func (m *Metrics) OnProduceRecordUnbuffered(topic string, rec *client.Record, res client.Result, took time.Duration) {
+// OnProduceRecord implements produce.HookRecord for the produce service's producers.
+func (m *Metrics) OnProduceRecord(topic string, rec *produce.Record, res produce.Result, took time.Duration) {
 	s := m.series(topic, res.Epoch, res.Partition)
 	s.took.Observe(took.Seconds())
 	switch {
@@ -289,11 +289,11 @@ func (m *Metrics) OnAdmin(op string, took time.Duration, err error) {
 }
 
 var (
-	_ broker.HookPluginCall              = (*Metrics)(nil)
-	_ broker.HookEpochStep               = (*Metrics)(nil)
-	_ broker.HookBackfill                = (*Metrics)(nil)
-	_ broker.HookEpochChange             = (*Metrics)(nil)
-	_ broker.HookAdmin                   = (*Metrics)(nil)
-	_ client.HookProduceRecordUnbuffered = (*Metrics)(nil)
-	_ client.HookProduceRepartitioned    = (*Metrics)(nil)
+	_ broker.HookPluginCall           = (*Metrics)(nil)
+	_ broker.HookEpochStep            = (*Metrics)(nil)
+	_ broker.HookBackfill             = (*Metrics)(nil)
+	_ broker.HookEpochChange          = (*Metrics)(nil)
+	_ broker.HookAdmin                = (*Metrics)(nil)
+	_ produce.HookRecord              = (*Metrics)(nil)
+	_ client.HookProduceRepartitioned = (*Metrics)(nil)
 )

@@ -13,7 +13,7 @@ import (
 
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
-	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/produce"
 	"pctl.dev/pctl/runtime"
 )
 
@@ -86,11 +86,11 @@ func TestPluginFailureClasses(t *testing.T) {
 func TestProduceHookCardinality(t *testing.T) {
 	for _, per := range []bool{false, true} {
 		m := New(Options{PerPartition: per})
-		rec := &client.Record{Key: []byte("k"), Value: []byte("value")}
+		rec := &produce.Record{Key: []byte("k"), Value: []byte("value")}
 		for q := 0; q < 64; q++ {
-			m.OnProduceRecordUnbuffered("t", rec, client.Result{Epoch: 1, Partition: q}, time.Millisecond)
+			m.OnProduceRecord("t", rec, produce.Result{Epoch: 1, Partition: q}, time.Millisecond)
 		}
-		m.OnProduceRecordUnbuffered("t", rec, client.Result{Epoch: 1, Err: errors.New("refused")}, time.Millisecond)
+		m.OnProduceRecord("t", rec, produce.Result{Epoch: 1, Err: errors.New("refused")}, time.Millisecond)
 		if v := testutil.ToFloat64(m.produceRecords.WithLabelValues("t", "1", "acked")); v != 64 {
 			t.Fatalf("acked = %v, want 64", v)
 		}

@@ -16,6 +16,7 @@ import (
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/testhook"
 )
 
 // TestStatusPageShowsBackfill loads the status page in headless chromium while a compacted
@@ -31,7 +32,7 @@ func TestStatusPageShowsBackfill(t *testing.T) {
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000,
-		StepHook: func(topic, state string) error {
+		Testing: testhook.Steps(func(topic, state string) error {
 			if state == "backfill-start" {
 				first := false
 				once.Do(func() { first = true })
@@ -44,7 +45,7 @@ func TestStatusPageShowsBackfill(t *testing.T) {
 				}
 			}
 			return nil
-		}})
+		})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
 	"pctl.dev/pctl/internal/metrics"
+	"pctl.dev/pctl/internal/testhook"
 )
 
 // chromium finds Debian's chromium, or skips (fails with PCTL_REQUIRE_TOOLCHAINS=1).
@@ -64,7 +65,7 @@ func startPaused(t *testing.T) *pausedBroker {
 	t.Helper()
 	pb := &pausedBroker{reached: make(chan struct{}), release: make(chan struct{})}
 	b, err := broker.Start(context.Background(), broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000,
-		StepHook: func(topic, state string) error {
+		Testing: testhook.Steps(func(topic, state string) error {
 			pb.mu.Lock()
 			hold := pb.arm && state == "created"
 			if hold {
@@ -76,7 +77,7 @@ func startPaused(t *testing.T) *pausedBroker {
 				<-pb.release
 			}
 			return nil
-		}})
+		})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,7 @@ import (
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
 	"pctl.dev/pctl/client/verify"
+	"pctl.dev/pctl/internal/testhook"
 	"pctl.dev/pctl/partitioner"
 )
 
@@ -222,6 +223,7 @@ type storedMsg struct {
 	tombstone bool
 	fence     bool
 	ttl       string
+	backfill  string // a copy's origin (wire.HeaderBackfill), "" for a record its producer wrote
 }
 
 // readAllStreams reads every message of every partition stream, in stream order, by direct
@@ -255,7 +257,8 @@ func readAllStreams(t *testing.T, ctx context.Context, c *client.Client, topic s
 			next = m.Sequence + 1
 			h := m.Header
 			r := storedMsg{partition: q, seq: m.Sequence, subject: m.Subject, value: string(m.Data), producer: h.Get(wire.HeaderProducer),
-				tombstone: h.Get(wire.HeaderTombstone) != "", fence: h.Get(wire.HeaderFence) != "", ttl: h.Get(wire.HeaderTTL)}
+				tombstone: h.Get(wire.HeaderTombstone) != "", fence: h.Get(wire.HeaderFence) != "", ttl: h.Get(wire.HeaderTTL),
+				backfill: h.Get(wire.HeaderBackfill)}
 			fmt.Sscan(h.Get(wire.HeaderSeq), &r.pseq)
 			if v := h.Get(wire.HeaderKey); v != "" {
 				k, err := wire.DecodeKey(v)
@@ -359,7 +362,7 @@ func TestCompactedTopicAcrossLanguages(t *testing.T) {
 		return nil
 	}
 	b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000,
-		RetryInterval: 100 * time.Millisecond, StepHook: hook})
+		RetryInterval: 100 * time.Millisecond, Testing: testhook.Steps(hook)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,6 +49,7 @@ import (
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
 	"pctl.dev/pctl/client/verify"
+	"pctl.dev/pctl/internal/testhook"
 )
 
 // required are the SDKs that must take part when PCTL_REQUIRE_TOOLCHAINS=1.
@@ -218,7 +219,7 @@ func TestCrossLanguage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	var hook changeHook
-	b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000, StepHook: hook.step})
+	b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000, Testing: testhook.Steps(hook.step)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +320,7 @@ type producerRun struct {
 	took     time.Duration
 }
 
-// changeHook is the broker's StepHook: it lets a scenario hold an epoch change at a step.
+// changeHook is the broker's step hook (internal/testhook): it lets a scenario hold an epoch change at a step.
 type changeHook struct {
 	mu sync.Mutex
 	at map[string]func(state string) // by topic

@@ -1,4 +1,4 @@
-package client
+package produce
 
 // supersededInBatch marks, on a compacted topic, records of a batch that a read-back cannot find
 // because a later record of the same key in the same batch was found: the stream keeps one

@@ -1,4 +1,4 @@
-package client
+package produce
 
 import (
 	"context"
@@ -101,12 +101,12 @@ func TestRecordToken(t *testing.T) {
 			}
 		})
 	}
-	if a, b := newToken(), newToken(); a == b || len(a) != 32 || !ValidToken(a) {
+	if a, b := NewToken(), NewToken(); a == b || len(a) != 32 || !wire.ValidToken(a) {
 		t.Fatalf("random tokens %q %q", a, b)
 	}
 	for _, bad := range []string{"short", strings.Repeat("a", 65), "has.dot.in.it.xxxxxxx", "space in token xxxxx"} {
-		if ValidToken(bad) {
-			t.Errorf("ValidToken(%q) = true", bad)
+		if wire.ValidToken(bad) {
+			t.Errorf("wire.ValidToken(%q) = true", bad)
 		}
 	}
 }
@@ -295,5 +295,23 @@ func TestServerFastBatchContract(t *testing.T) {
 	}
 	if n := last.CachedInfo().State.Msgs; n != 14 {
 		t.Fatalf("the stream holds %d messages, want 14 (EOB commits are not stored)", n)
+	}
+}
+
+// TestSetIdentity: a record's protocol headers as spec/protocol.md §5.1 step 3 writes them: the
+// key (absent for a keyless record), producer id, sequence, and the deduplication id
+// "<producer>-<seq>-<token>".
+func TestSetIdentity(t *testing.T) {
+	h := nats.Header{}
+	SetIdentity(h, []byte("k"), false, "prod-1", 42, "0123456789abcdef0123456789abcdef")
+	want := nats.Header{wire.HeaderKey: {"b64:aw=="}, wire.HeaderProducer: {"prod-1"}, wire.HeaderSeq: {"42"},
+		wire.HeaderMsgID: {"prod-1-42-0123456789abcdef0123456789abcdef"}}
+	if fmt.Sprint(h) != fmt.Sprint(want) {
+		t.Fatalf("headers %v, want %v", h, want)
+	}
+	h = nats.Header{}
+	SetIdentity(h, nil, true, "p", 1, "tok")
+	if _, ok := h[wire.HeaderKey]; ok || h.Get(wire.HeaderMsgID) != "p-1-tok" {
+		t.Fatalf("keyless record's headers %v", h)
 	}
 }

@@ -1,4 +1,4 @@
-package client
+package produce
 
 import (
 	"context"
@@ -256,14 +256,14 @@ func (s *sink) failAll(err error) {
 // stream takes fast batches.
 func (s *sink) readFloor(ctx context.Context) error {
 	for attempt := 0; ; attempt++ {
-		st, err := s.p.c.js.Stream(ctx, s.stream)
+		st, err := s.p.conn.JS.Stream(ctx, s.stream)
 		if err == nil {
 			info := st.CachedInfo()
 			if !info.Config.AllowBatchPublish {
 				return fmt.Errorf("%w: partition stream %s does not allow fast batch publishing (allow_batched), which pctl's producer needs (spec/protocol.md §5.1); restart 'pctl serve' with this version: it updates the streams of existing topics", wire.ErrUnavailable, s.stream)
 			}
 			s.floor, s.floorKnown = info.State.LastSeq, true
-			s.verify = info.Cluster != nil && info.Cluster.Name != "" || s.p.opts.testVerify
+			s.verify = info.Cluster != nil && info.Cluster.Name != "" || s.p.opts.TestVerify
 			s.noteLeader(info)
 			return nil
 		}
@@ -309,7 +309,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // and commits when the queue ran empty or the batch is full.
 func (s *sink) fill() {
 	if s.b == nil {
-		if s.queued() == 0 || !s.p.c.nc.IsConnected() {
+		if s.queued() == 0 || !s.p.conn.NC.IsConnected() {
 			return
 		}
 		s.b = &batch{id: randomHex(16), progress: time.Now()}
@@ -350,7 +350,7 @@ func (s *sink) fill() {
 			}
 		}
 		m := &nats.Msg{Subject: wire.RecordSubject(s.p.topic, s.epoch, s.partition, s.keys, pd.rec.Key), Reply: fbReplySubject(s.p.inbox, b.id, flow, seq, op), Header: pd.hdr, Data: pd.rec.Value}
-		if err := s.p.c.nc.PublishMsg(m); err != nil {
+		if err := s.p.conn.NC.PublishMsg(m); err != nil {
 			if errors.Is(err, nats.ErrMaxPayload) {
 				s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: fmt.Errorf("%w: record %d cannot be published: %v", wire.ErrBadRequest, pd.seq, err)})
 				continue
@@ -379,7 +379,7 @@ func (s *sink) fill() {
 	}
 	if len(b.recs) > 0 && (len(b.recs) >= size || full || s.queued() == 0) {
 		seq := uint64(len(b.recs) + 1)
-		if err := s.p.c.nc.PublishMsg(&nats.Msg{Subject: s.subject, Reply: fbReplySubject(s.p.inbox, b.id, flow, seq, fbEOB)}); err != nil {
+		if err := s.p.conn.NC.PublishMsg(&nats.Msg{Subject: s.subject, Reply: fbReplySubject(s.p.inbox, b.id, flow, seq, fbEOB)}); err != nil {
 			b.anomaly = "publish failed: " + err.Error()
 			b.transient = true
 			return
@@ -396,7 +396,7 @@ func (s *sink) fill() {
 // that key. Every stream on a cluster, R1 included: a live replica change gives an R1 stream a
 // raft group, and the producer cannot know that before its batch.
 func (s *sink) perKey() bool {
-	return s.verify && !s.p.opts.noKeyRule
+	return s.verify && !s.p.opts.NoKeyRule
 }
 
 // recordKey is the key a record's order is promised under: its Pctl-Key header ("b64:..."; the
@@ -466,7 +466,7 @@ func (s *sink) wait(ctx context.Context) {
 	// Something is in flight: wake for the stall check or the acknowledgement timeout.
 	now := time.Now()
 	next := b.checked.Add(s.p.opts.StallTimeout)
-	if t := b.progress.Add(s.p.c.opts.AckTimeout); t.Before(next) {
+	if t := b.progress.Add(s.p.conn.AckTimeout); t.Before(next) {
 		next = t
 	}
 	s.timer.Reset(max(time.Millisecond, next.Sub(now)))
@@ -486,8 +486,8 @@ func (s *sink) wait(ctx context.Context) {
 	case <-s.wake:
 	case <-s.timer.C:
 		now := time.Now()
-		if now.Sub(b.progress) >= s.p.c.opts.AckTimeout {
-			b.anomaly = fmt.Sprintf("no reply within %v", s.p.c.opts.AckTimeout)
+		if now.Sub(b.progress) >= s.p.conn.AckTimeout {
+			b.anomaly = fmt.Sprintf("no reply within %v", s.p.conn.AckTimeout)
 			return
 		}
 		if now.Sub(b.checked) >= s.p.opts.StallTimeout {
@@ -541,7 +541,7 @@ func (s *sink) handle(ctx context.Context, r fbReply) {
 		rr := r
 		b.pubAck = &rr
 		if b.anomaly == "" && b.commit > 0 && r.ackBatch == b.id && !r.duplicate && r.count == uint64(len(b.recs)) {
-			if h := s.p.opts.testHoles; h != nil && r.streamSeq >= uint64(len(b.recs)) {
+			if h := s.p.opts.TestHoles; h != nil && r.streamSeq >= uint64(len(b.recs)) {
 				h(s.stream, r.streamSeq-uint64(len(b.recs))+1, r.streamSeq)
 			}
 			if s.verify {
@@ -797,7 +797,7 @@ func (s *sink) learn(ctx context.Context, desc, fenced **wire.Topic, exact map[i
 		}
 		b.noResp = false
 		seq := uint64(len(b.recs) + 1)
-		if err := s.p.c.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: fbReplySubject(s.p.inbox, b.id, 1, seq, fbEOB)}); err != nil {
+		if err := s.p.conn.NC.PublishMsg(&nats.Msg{Subject: subject, Reply: fbReplySubject(s.p.inbox, b.id, 1, seq, fbEOB)}); err != nil {
 			s.logf("closing batch %s: %v", b.id, err)
 		}
 		s.await(ctx, func() bool { return b.pubAck != nil || b.unknown || b.noResp })
@@ -886,12 +886,12 @@ func (s *sink) noteLeader(info *jetstream.StreamInfo) bool {
 // their re-sends as duplicates.
 func (s *sink) confirm(ctx context.Context, k int, upTo uint64) (found map[int]uint64, trusted bool, err error) {
 	b := s.b
-	st, err := s.p.c.js.Stream(ctx, s.stream)
+	st, err := s.p.conn.JS.Stream(ctx, s.stream)
 	if err != nil {
 		return nil, false, err
 	}
 	info := st.CachedInfo()
-	if changed := s.noteLeader(info); !changed && !s.p.opts.testVerify {
+	if changed := s.noteLeader(info); !changed && !s.p.opts.TestVerify {
 		return nil, true, nil
 	}
 	want := map[string]int{}
@@ -957,10 +957,10 @@ const dedupWindow = 2 * time.Minute
 // seqAt returns the sequence of the stream's first message stored at or after t (the maximum
 // uint64 when there is none; a replica that lags may answer, which only makes it lower).
 func (s *sink) seqAt(ctx context.Context, t time.Time) (uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.p.c.opts.AckTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.p.conn.AckTimeout)
 	defer cancel()
 	body := fmt.Sprintf(`{"start_time":%q}`, t.UTC().Format(time.RFC3339Nano))
-	m, err := s.p.c.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+s.stream, []byte(body))
+	m, err := s.p.conn.NC.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+s.stream, []byte(body))
 	if err != nil {
 		return 0, err
 	}
@@ -974,23 +974,30 @@ func (s *sink) seqAt(ctx context.Context, t time.Time) (uint64, error) {
 	return seq, nil
 }
 
+// getWindow reads stream messages lo..hi from the stream leader at once (getMsg): msgs[i] is
+// message lo+i (nil when it does not exist), errs[i] its read's error.
+func (s *sink) getWindow(ctx context.Context, lo, hi uint64) ([]*jetstream.RawStreamMsg, []error) {
+	msgs := make([]*jetstream.RawStreamMsg, hi-lo+1)
+	errs := make([]error, len(msgs))
+	var wg sync.WaitGroup
+	for i := range msgs {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			msgs[i], errs[i] = s.getMsg(ctx, lo+uint64(i))
+		}(i)
+	}
+	wg.Wait()
+	return msgs, errs
+}
+
 // readRange reads stream messages first..last from the stream leader (direct gets may be
 // answered by a replica that lags), 64 at a time, and calls f for each one that exists.
 func (s *sink) readRange(ctx context.Context, first, last uint64, f func(seq uint64, m *jetstream.RawStreamMsg)) error {
 	const window = 64
 	for lo := first; lo <= last; lo += window {
 		hi := min(last, lo+window-1)
-		msgs := make([]*jetstream.RawStreamMsg, hi-lo+1)
-		errs := make([]error, len(msgs))
-		var wg sync.WaitGroup
-		for i := range msgs {
-			wg.Add(1)
-			go func(i int) {
-				defer wg.Done()
-				msgs[i], errs[i] = s.getMsg(ctx, lo+uint64(i))
-			}(i)
-		}
-		wg.Wait()
+		msgs, errs := s.getWindow(ctx, lo, hi)
 		for i, m := range msgs {
 			if errs[i] != nil {
 				return errs[i]
@@ -1005,7 +1012,7 @@ func (s *sink) readRange(ctx context.Context, first, last uint64, f func(seq uin
 
 // await handles replies until cond holds or the acknowledgement timeout passes.
 func (s *sink) await(ctx context.Context, cond func() bool) {
-	deadline := time.NewTimer(s.p.c.opts.AckTimeout)
+	deadline := time.NewTimer(s.p.conn.AckTimeout)
 	defer deadline.Stop()
 	for !cond() {
 		select {
@@ -1057,8 +1064,8 @@ func (s *sink) handleSettling(r fbReply) {
 }
 
 func (s *sink) waitConnected(ctx context.Context) bool {
-	for !s.p.c.nc.IsConnected() {
-		if s.p.c.nc.IsClosed() {
+	for !s.p.conn.NC.IsConnected() {
+		if s.p.conn.NC.IsClosed() {
 			return false
 		}
 		if !sleepCtx(ctx, 20*time.Millisecond) {
@@ -1124,7 +1131,7 @@ func (s *sink) checkPubAck(ctx context.Context, r fbReply) (k, at int, ok bool, 
 // transient failures. Not a direct get: any replica may answer those, one that lags included.
 func (s *sink) getMsg(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
 	for attempt := 0; ; attempt++ {
-		m, err := leaderGet(ctx, s.p.c, s.stream, seq)
+		m, err := leaderGet(ctx, s.p.conn, s.stream, seq)
 		if err == nil || errors.Is(err, jetstream.ErrMsgNotFound) {
 			return m, nil
 		}
@@ -1155,7 +1162,7 @@ func (s *sink) search(ctx context.Context, fenced *wire.Topic) (int, uint64, err
 	top, readLast := proto.SearchTop(isFenced, boundary)
 	if readLast {
 		for attempt := 0; ; attempt++ {
-			st, err := s.p.c.js.Stream(ctx, s.stream)
+			st, err := s.p.conn.JS.Stream(ctx, s.stream)
 			if err == nil {
 				top = st.CachedInfo().State.LastSeq
 				break
@@ -1179,17 +1186,7 @@ func (s *sink) search(ctx context.Context, fenced *wire.Topic) (int, uint64, err
 		if hi-low > window {
 			lo = hi - window + 1
 		}
-		msgs := make([]*jetstream.RawStreamMsg, hi-lo+1)
-		errs := make([]error, len(msgs))
-		var wg sync.WaitGroup
-		for i := range msgs {
-			wg.Add(1)
-			go func(i int) {
-				defer wg.Done()
-				msgs[i], errs[i] = s.getMsg(ctx, lo+uint64(i))
-			}(i)
-		}
-		wg.Wait()
+		msgs, errs := s.getWindow(ctx, lo, hi)
 		for i := len(msgs) - 1; i >= 0; i-- {
 			if errs[i] != nil {
 				return 0, 0, errs[i]

@@ -1,4 +1,4 @@
-package client
+package produce
 
 import (
 	"bufio"
@@ -180,8 +180,8 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// newToken is a record's random token (spec/protocol.md §5.1: 32 lowercase hex digits).
-func newToken() string { return randomHex(16) }
+// NewToken is a record's random token (spec/protocol.md §5.1: 32 lowercase hex digits).
+func NewToken() string { return randomHex(16) }
 
 // RecordToken is the token the produce service uses for a thin client's record that came without
 // one (spec/protocol.md §5.2): the first 32 hex digits of SHA-256 over "pctl-record-v1", a zero
@@ -201,20 +201,6 @@ func RecordToken(key []byte, noKey bool, value []byte) string {
 	}
 	h.Write(value)
 	return hex.EncodeToString(h.Sum(nil))[:32]
-}
-
-// ValidToken reports whether a thin client's Pctl-Token is acceptable: 16 to 64 characters of
-// [A-Za-z0-9_-] (spec/protocol.md §5.2).
-func ValidToken(s string) bool {
-	if len(s) < 16 || len(s) > 64 {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 // sameRecord reports whether a stored message is the record with these headers and value:
@@ -239,10 +225,10 @@ func sameRecord(m *jetstream.RawStreamMsg, hdr nats.Header, value []byte) bool {
 // leaderGet reads message seq of a stream with $JS.API.STREAM.MSG.GET, which the stream leader
 // answers (a direct get may come from a replica that lags behind). A missing message is
 // jetstream.ErrMsgNotFound, a missing stream jetstream.ErrStreamNotFound.
-func leaderGet(ctx context.Context, c *Client, stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.opts.AckTimeout)
+func leaderGet(ctx context.Context, c *Conn, stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.AckTimeout)
 	defer cancel()
-	m, err := c.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, []byte(`{"seq":`+strconv.FormatUint(seq, 10)+`}`))
+	m, err := c.NC.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, []byte(`{"seq":`+strconv.FormatUint(seq, 10)+`}`))
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,39 @@
+// Package testhook holds the hooks that this module's own tests and benchmarks set on the broker
+// and the client, and users cannot: broker.Config.Testing and client.ConsumerOptions.Testing are
+// pointers to its types, which no package outside the module can name, so they stay out of the
+// public API in all but a field that only nil can be given to from outside.
+package testhook
+
+// Broker holds a broker's test hooks (broker.Config.Testing).
+type Broker struct {
+	// Step, if set, runs after each recorded step of an epoch change (state "planned" when a
+	// request has planned it, then "created", "fenced", "active"). Returning an error stops the
+	// change there, as if the broker had died: fault-injection tests use it, and this or another
+	// broker finishes the change later (its retry loop, or Start). A backfill (spec/protocol.md
+	// §10.3) calls it with "backfill-start" before its first copy, "backfill-copy" after each
+	// copy is decided (stored or refused) and before its progress is recorded, "backfilling"
+	// after each recorded progress, "backfill-final" when every copy is decided but the end is
+	// not recorded, and "backfilled" after the end; an error stops the backfill there unrecorded.
+	Step func(topic, state string) error
+}
+
+// StepHook returns b's Step (nil for a nil b).
+func (b *Broker) StepHook() func(topic, state string) error {
+	if b == nil {
+		return nil
+	}
+	return b.Step
+}
+
+// Steps is a Broker with the step hook f.
+func Steps(f func(topic, state string) error) *Broker { return &Broker{Step: f} }
+
+// Consumer holds a consumer's test hooks (client.ConsumerOptions.Testing).
+type Consumer struct {
+	// DisableGating delivers new-epoch records without waiting for their parents, for the
+	// benchmarks that measure what gating costs (their baseline): order is NOT guaranteed then.
+	DisableGating bool
+}
+
+// Ungated reports whether c turns the epoch gate off (false for a nil c).
+func (c *Consumer) Ungated() bool { return c != nil && c.DisableGating }
