@@ -71,13 +71,8 @@ type Config struct {
 	// Default false: every record is placed by the module.
 	NativeBuiltins bool
 	// Testing holds hooks for this module's own tests (internal/testhook: the epoch change's
-	// step hook); nil everywhere else.
+	// step and per-partition hooks); nil everywhere else.
 	Testing *testhook.Broker
-	// PartitionHook, if set, runs before each partition's work in an epoch change's create
-	// (step "create") and fence (step "fence") steps; returning an error fails that partition's
-	// work, as a stream that cannot be created or moved would. Fault-injection tests use it to
-	// stop a step half way, with some partitions done and others not.
-	PartitionHook func(topic, step string, q int) error
 	// StreamOpsInFlight is how many partition streams a step over a topic's partitions (creating
 	// a topic, an epoch change's create and fence, a reconfiguration) works on at once: stream
 	// creates and updates are JetStream API requests answered one by one, so a change of

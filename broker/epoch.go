@@ -379,10 +379,11 @@ func (l *limiter) shrink(admittedUnder int) {
 }
 
 func (b *Broker) partitionHook(topic, step string, q int) error {
-	if b.cfg.PartitionHook == nil {
+	h := b.cfg.Testing.PartitionHook()
+	if h == nil {
 		return nil
 	}
-	return b.cfg.PartitionHook(topic, step, q)
+	return h(topic, step, q)
 }
 
 // progressEvery is how often a step over partitions publishes its progress.

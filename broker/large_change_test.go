@@ -15,10 +15,11 @@ import (
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/client"
+	"pctl.dev/pctl/internal/testhook"
 )
 
 // TestChangeResumesAfterFailingMidStep stops an epoch change half way through a step over many
-// partitions, run many at a time: the work of some partitions fails (PartitionHook) while others
+// partitions, run many at a time: the work of some partitions fails (testhook.Broker.Partition) while others
 // in flight finish, as when a broker dies in the middle of creating or fencing thousands of
 // streams. The request's error names the failed partitions; a broker started again on the data
 // directory finishes the change, every boundary counts exactly the acknowledged records, and a
@@ -54,7 +55,7 @@ func TestChangeResumesAfterFailingMidStep(t *testing.T) {
 				}
 				return nil
 			}
-			b, err := broker.Start(ctx, broker.Config{DataDir: dir, Listen: "127.0.0.1:0", ConformanceKeys: 2000, PartitionHook: hook, StreamOpsInFlight: 4})
+			b, err := broker.Start(ctx, broker.Config{DataDir: dir, Listen: "127.0.0.1:0", ConformanceKeys: 2000, Testing: &testhook.Broker{Partition: hook}, StreamOpsInFlight: 4})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -221,13 +222,13 @@ func TestOtherBrokerLeavesAMovingStepAlone(t *testing.T) {
 		cfg.Replicas = 1
 		cfg.RetryInterval = time.Second
 		cfg.StreamOpsInFlight = 1
-		cfg.PartitionHook = func(topic, step string, q int) error {
+		cfg.Testing = &testhook.Broker{Partition: func(topic, step string, q int) error {
 			mu.Lock()
 			ranOn[i]++
 			mu.Unlock()
 			time.Sleep(250 * time.Millisecond)
 			return nil
-		}
+		}}
 		bs[i] = startClusterBroker(t, c, cfg)
 		defer bs[i].Close()
 	}
@@ -269,7 +270,7 @@ func TestSlowPartitionIsRetriedAlone(t *testing.T) {
 		}
 		return nil
 	}
-	b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000, PartitionHook: hook})
+	b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000, Testing: &testhook.Broker{Partition: hook}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +340,7 @@ func TestUnavailablePartitionsShrinkTheWorkInFlight(t *testing.T) {
 		}
 		return nil
 	}
-	b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000, PartitionHook: hook, StreamOpsInFlight: inFlight})
+	b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000, Testing: &testhook.Broker{Partition: hook}, StreamOpsInFlight: inFlight})
 	if err != nil {
 		t.Fatal(err)
 	}

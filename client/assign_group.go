@@ -116,22 +116,37 @@ func (cn *Consumer) writeAssignment(ctx context.Context, kv jetstream.KeyValue, 
 	if err != nil {
 		return nil, 0, err
 	}
+	nrev, err := cn.storeAssignment(ctx, kv, next, rec == nil, rev, func(size int) error {
+		return fmt.Errorf("%w: group %s: the sticky assignment of %d partitions over %d members takes %d bytes, more than the group bucket holds (%d): use the modulo assignor for this topic",
+			wire.ErrBadRequest, cn.opts.Group, len(parts), len(members), size, maxAssignmentRecord)
+	}, fmt.Sprintf("wrote assignment round %d (epoch %d, %d members, %d partitions)", next.Round, next.Epoch, len(members), len(parts)))
+	if err != nil {
+		return nil, 0, err
+	}
+	return next, nrev, nil
+}
+
+// storeAssignment writes the group's assignment record next by compare-and-set on rev (created
+// when create), counts it, logs what (for the member's log) and shows it to the hooks: what a
+// sticky leader and a co-partitioned follower's leader do alike. tooBig makes the error for a
+// record larger than the group bucket holds.
+func (cn *Consumer) storeAssignment(ctx context.Context, kv jetstream.KeyValue, next *wire.Assignment, create bool, rev uint64, tooBig func(size int) error, what string) (uint64, error) {
 	body, _ := json.Marshal(next)
 	if len(body) > maxAssignmentRecord {
-		return nil, 0, fmt.Errorf("%w: group %s: the sticky assignment of %d partitions over %d members takes %d bytes, more than the group bucket holds (%d): use the modulo assignor for this topic",
-			wire.ErrBadRequest, cn.opts.Group, len(parts), len(members), len(body), maxAssignmentRecord)
+		return 0, tooBig(len(body))
 	}
 	octx, cancel := cn.op(context.WithoutCancel(ctx))
 	defer cancel()
 	key := wire.AssignmentKey(cn.topicID, cn.opts.Group)
 	var nrev uint64
-	if rec == nil {
+	var err error
+	if create {
 		nrev, err = kv.Create(octx, key, body)
 	} else {
 		nrev, err = kv.Update(octx, key, body, rev)
 	}
 	if err != nil {
-		return nil, 0, err
+		return 0, err
 	}
 	cn.mu.Lock()
 	cn.stats.Assignments++
@@ -139,13 +154,13 @@ func (cn *Consumer) writeAssignment(ctx context.Context, kv jetstream.KeyValue, 
 		cn.stats.Moved, cn.stats.MovedModulo = *next.Moved, *next.MovedModulo
 	}
 	cn.mu.Unlock()
-	cn.opts.Logf("member %s: wrote assignment round %d (epoch %d, %d members, %d partitions)", cn.opts.Member, next.Round, next.Epoch, len(members), len(parts))
+	cn.opts.Logf("member %s: %s", cn.opts.Member, what)
 	for _, h := range cn.opts.Hooks {
 		if h, ok := h.(HookAssignment); ok {
 			h.OnAssignment(cn.topic, cn.opts.Group, next)
 		}
 	}
-	return next, nrev, nil
+	return nrev, nil
 }
 
 // dropsMember reports whether some member of was is missing from now.

@@ -1347,55 +1347,77 @@ func (cn *Consumer) rebalance(ctx context.Context, kv jetstream.KeyValue, h Hand
 		sort.Ints(revoked)
 		cn.opts.OnRevoked(revoked)
 	}
-	// Take what is ours and free (not while a reset is pending: the next round applies it).
-	var assigned []int
+	// Take what is ours and free (not while a reset is pending: the next round applies it),
+	// parents first (parentfirst.go): the partitions whose next records are of the oldest epoch,
+	// together, then the next epoch's.
+	todo := make([]int, 0, len(want))
 	for q := range want {
-		cn.mu.Lock()
-		pending := cn.pending != nil
-		cn.mu.Unlock()
-		if pending {
-			break
-		}
-		cn.mu.Lock()
-		_, have := cn.owned[q]
-		cn.mu.Unlock()
-		if have {
-			continue
-		}
-		before := time.Now()
-		pos, rev, gen, ok := cn.acquire(ctx, kv, q)
-		if !ok {
-			continue
-		}
-		w := newWorker(cn, q, pos, rev)
-		w.gen = gen
-		w.leaseUntil = before.Add(cn.opts.SessionTimeout)
-		cn.mu.Lock()
-		if st := cn.pending; cn.gen != gen || st != nil {
-			// A reset came meanwhile: move the key we just wrote to it at once (no owner), so
-			// that no one waits for this lease.
-			cn.mu.Unlock()
-			if st != nil {
-				var to uint64
-				if q < len(st.Positions) {
-					to = st.Positions[q]
+		todo = append(todo, q)
+	}
+	cn.mu.Lock()
+	desc := cn.desc
+	cn.mu.Unlock()
+	var assigned []int
+	var amu sync.Mutex
+	for _, class := range parentFirst(desc, todo, cn.position) {
+		var wg sync.WaitGroup
+		for _, q := range class {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if cn.take(ctx, kv, q, h, fail) {
+					amu.Lock()
+					assigned = append(assigned, q)
+					amu.Unlock()
 				}
-				octx, cancel := cn.op(ctx)
-				_ = moveKey(octx, kv, wire.PartitionKey(cn.topicID, cn.opts.Group, q), st.Generation, to, rev)
-				cancel()
-			}
-			continue
+			}()
 		}
-		cn.owned[q] = w
-		cn.noteStateLocked(q, rev, wire.PartitionState{Owner: cn.opts.Member, LeaseEnd: w.leaseUntil.UnixMilli(), Position: pos, Generation: gen})
-		cn.mu.Unlock()
-		assigned = append(assigned, q)
-		go w.run(ctx, h, fail)
+		wg.Wait()
 	}
 	if len(assigned) > 0 && cn.opts.OnAssigned != nil {
 		sort.Ints(assigned)
 		cn.opts.OnAssigned(assigned)
 	}
+}
+
+// take acquires partition q, when it is free and no reset is pending, and starts its worker.
+func (cn *Consumer) take(ctx context.Context, kv jetstream.KeyValue, q int, h Handler, fail func(error)) bool {
+	cn.mu.Lock()
+	_, have := cn.owned[q]
+	pending := cn.pending != nil
+	cn.mu.Unlock()
+	if have || pending {
+		return false
+	}
+	before := time.Now()
+	pos, rev, gen, ok := cn.acquire(ctx, kv, q)
+	if !ok {
+		return false
+	}
+	w := newWorker(cn, q, pos, rev)
+	w.gen = gen
+	w.leaseUntil = before.Add(cn.opts.SessionTimeout)
+	cn.mu.Lock()
+	if st := cn.pending; cn.gen != gen || st != nil {
+		// A reset came meanwhile: move the key we just wrote to it at once (no owner), so
+		// that no one waits for this lease.
+		cn.mu.Unlock()
+		if st != nil {
+			var to uint64
+			if q < len(st.Positions) {
+				to = st.Positions[q]
+			}
+			octx, cancel := cn.op(ctx)
+			_ = moveKey(octx, kv, wire.PartitionKey(cn.topicID, cn.opts.Group, q), st.Generation, to, rev)
+			cancel()
+		}
+		return false
+	}
+	cn.owned[q] = w
+	cn.noteStateLocked(q, rev, wire.PartitionState{Owner: cn.opts.Member, LeaseEnd: w.leaseUntil.UnixMilli(), Position: pos, Generation: gen})
+	cn.mu.Unlock()
+	go w.run(ctx, h, fail)
+	return true
 }
 
 func (cn *Consumer) leaseEnd() int64 {
@@ -1519,13 +1541,25 @@ func (cn *Consumer) release(ctx context.Context, kv jetstream.KeyValue, w *worke
 		w.mu.Unlock()
 		return
 	}
-	pos, rev, gen := w.delivered, w.rev, w.gen
+	pos, rev, gen, unsure := w.delivered, w.rev, w.gen, w.unsure
 	w.mu.Unlock()
 	if cn.staleGen(gen) {
 		return // a reset came: applyReset (or the next owner) moves the key
 	}
 	body, _ := json.Marshal(wire.PartitionState{Position: pos, Generation: gen})
-	if newRev, err := kv.Update(ctx, wire.PartitionKey(cn.topicID, cn.opts.Group, w.partition), body, rev); err == nil {
+	key := wire.PartitionKey(cn.topicID, cn.opts.Group, w.partition)
+	newRev, err := kv.Update(ctx, key, body, rev)
+	if err != nil && (errors.Is(err, jetstream.ErrKeyExists) || isWrongSeq(err)) && unsure != nil {
+		// The last commit's answer was lost (the worker was stopped while it ran): if the key
+		// holds exactly what it wrote, it was ours, and the release goes on from its revision.
+		// Otherwise the partition stayed leased to this member until its lease expired, and the
+		// member it went to waited for that (seen when a member that took every partition
+		// before the others joined gave half of them back).
+		if e, gerr := kv.Get(ctx, key); gerr == nil && bytes.Equal(e.Value(), unsure.body) {
+			newRev, err = kv.Update(ctx, key, body, e.Revision())
+		}
+	}
+	if err == nil {
 		cn.setPosition(w.partition, newRev, wire.PartitionState{Position: pos, Generation: gen})
 		cn.noteCommit(newRev)
 		cn.hookLease(w.partition, false) // hooks.go
@@ -2379,6 +2413,12 @@ func (w *worker) gate(ctx context.Context, m *Message) error {
 	drained := m.Epoch - 1 // ungated (testhook): no waits (the keys-assigned step below still runs)
 	if !cn.opts.Testing.Ungated() {
 		drained = cn.drainedThrough(t)
+	}
+	if drained >= m.Epoch-1 && cn.opts.OnKeysAssigned == nil {
+		// Every older epoch is drained: nothing to wait for, and no keys-assigned step to run
+		// (the key's partitions in older epochs are not needed). Once a replay's parents have
+		// drained, this check is all a gated record costs.
+		return nil
 	}
 	// Not under cn.mu: partitionIn may fetch a module.
 	g, err := proto.GateRecord(t, drained, m.Epoch, w.partition, partitionIn, cn.position)

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"sync"
@@ -264,35 +263,13 @@ func (cn *Consumer) coWrite(ctx context.Context, kv jetstream.KeyValue, lrec, re
 	if rec != nil && !needsAssignment(rec, next.Members, next.Partitions, next.Epoch) && sameInts(rec.Owners, next.Owners) {
 		return nil, 0, nil
 	}
-	body, _ := json.Marshal(next)
-	if len(body) > maxAssignmentRecord {
-		return nil, 0, fmt.Errorf("%w: group %s: the assignment of %d partitions of %s takes %d bytes, more than the group bucket holds (%d)",
-			wire.ErrBadRequest, cn.opts.Group, len(parts), cn.topic, len(body), maxAssignmentRecord)
-	}
-	octx, cancel := cn.op(context.WithoutCancel(ctx))
-	defer cancel()
-	key := wire.AssignmentKey(cn.topicID, cn.opts.Group)
-	var nrev uint64
-	if rec == nil {
-		nrev, err = kv.Create(octx, key, body)
-	} else {
-		nrev, err = kv.Update(octx, key, body, rev)
-	}
+	nrev, err := cn.storeAssignment(ctx, kv, next, rec == nil, rev, func(size int) error {
+		return fmt.Errorf("%w: group %s: the assignment of %d partitions of %s takes %d bytes, more than the group bucket holds (%d)",
+			wire.ErrBadRequest, cn.opts.Group, len(parts), cn.topic, size, maxAssignmentRecord)
+	}, fmt.Sprintf("wrote the co-partitioned assignment of %s round %d (epoch %d, lead round %d, %d members, %d partitions)",
+		cn.topic, next.Round, next.Epoch, lrec.Round, len(next.Members), len(parts)))
 	if err != nil {
 		return nil, 0, err
-	}
-	cn.mu.Lock()
-	cn.stats.Assignments++
-	if next.Moved != nil {
-		cn.stats.Moved, cn.stats.MovedModulo = *next.Moved, *next.MovedModulo
-	}
-	cn.mu.Unlock()
-	cn.opts.Logf("member %s: wrote the co-partitioned assignment of %s round %d (epoch %d, lead round %d, %d members, %d partitions)",
-		cn.opts.Member, cn.topic, next.Round, next.Epoch, lrec.Round, len(next.Members), len(parts))
-	for _, h := range cn.opts.Hooks {
-		if h, ok := h.(HookAssignment); ok {
-			h.OnAssignment(cn.topic, cn.opts.Group, next)
-		}
 	}
 	return next, nrev, nil
 }

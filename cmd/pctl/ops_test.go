@@ -385,16 +385,15 @@ func TestRepartitionWaitsWhileTheChangeMoves(t *testing.T) {
 	var stuck atomic.Bool // the "created" step hook blocks for 3.5 s
 	b, err := broker.Start(context.Background(), broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000,
 		StreamOpsInFlight: 1,
-		PartitionHook: func(topic, step string, q int) error {
+		Testing: &testhook.Broker{Partition: func(topic, step string, q int) error {
 			time.Sleep(time.Duration(slow.Load()) * time.Millisecond)
 			return nil
-		},
-		Testing: testhook.Steps(func(topic, state string) error {
+		}, Step: func(topic, state string) error {
 			if state == "created" && stuck.Load() {
 				time.Sleep(3500 * time.Millisecond)
 			}
 			return nil
-		})})
+		}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,11 @@ type Broker struct {
 	// after each recorded progress, "backfill-final" when every copy is decided but the end is
 	// not recorded, and "backfilled" after the end; an error stops the backfill there unrecorded.
 	Step func(topic, state string) error
+	// Partition, if set, runs before each partition's work in an epoch change's create (step
+	// "create") and fence (step "fence") steps; returning an error fails that partition's work, as
+	// a stream that cannot be created or moved would. Fault-injection tests use it to stop a step
+	// half way, with some partitions done and others not.
+	Partition func(topic, step string, q int) error
 }
 
 // StepHook returns b's Step (nil for a nil b).
@@ -23,6 +28,14 @@ func (b *Broker) StepHook() func(topic, state string) error {
 		return nil
 	}
 	return b.Step
+}
+
+// PartitionHook returns b's Partition (nil for a nil b).
+func (b *Broker) PartitionHook() func(topic, step string, q int) error {
+	if b == nil {
+		return nil
+	}
+	return b.Partition
 }
 
 // Steps is a Broker with the step hook f.

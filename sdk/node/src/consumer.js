@@ -959,14 +959,16 @@ export class Consumer {
     if (reset) this.home.clear(); // lost partitions' keys too: every key is loaded again after a reset
     if (reset) await this.callback('onReset', { ...reset });
     if (this.closing) return;
+    // Parents first (spec/protocol.md §6.7): the partitions whose next records are of the oldest
+    // epoch, acquired together, then the next epoch's; their workers start in that order.
     const fresh = [];
-    for (const q of [...want].sort((a, b) => a - b)) {
-      if (this.owned.has(q) || this.closing) continue;
-      const w = await this.acquire(q);
-      if (w) fresh.push(w);
+    for (const group of rules.parentFirst(this.desc, [...want], (q) => this.effective(q))) {
+      if (this.closing) break;
+      const got = await Promise.all(group.filter((q) => !this.owned.has(q)).map((q) => this.acquire(q)));
+      for (const w of got) if (w) fresh.push(w);
     }
     if (fresh.length === 0) return;
-    await this.callback('onAssigned', fresh.map((w) => w.partition));
+    await this.callback('onAssigned', fresh.map((w) => w.partition).sort((a, b) => a - b));
     for (const w of fresh) if (this.owned.get(w.partition) === w && !w.halted) w.start();
   }
 

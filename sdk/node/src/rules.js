@@ -15,6 +15,30 @@ export function epochOf(t, e) {
 /** Whether an epoch has ended: a boundary for each of its partitions. */
 export function ended(ep) { return !!ep && Array.isArray(ep.boundaries) && ep.boundaries.length === ep.partitions; }
 
+/**
+ * The epoch of the record partition stream q holds after position pos: the oldest epoch in which
+ * q exists whose boundary in q is past pos (the newest epoch once q is past them all). For the
+ * parent-first order of spec/protocol.md §6.7 (a SHOULD): a hint, the gate decides.
+ */
+export function readEpoch(t, q, pos) {
+  for (const ep of t.epochs) {
+    if (q >= ep.partitions) continue;
+    if (!ended(ep) || pos < ep.boundaries[q]) return ep.epoch;
+  }
+  return t.epochs[t.epochs.length - 1].epoch;
+}
+
+/** Partitions qs grouped by readEpoch, oldest epoch first, each group ascending (§6.7). */
+export function parentFirst(t, qs, pos) {
+  const by = new Map();
+  for (const q of qs) {
+    const e = readEpoch(t, q, pos(q));
+    if (!by.has(e)) by.set(e, []);
+    by.get(e).push(q);
+  }
+  return [...by.keys()].sort((a, b) => a - b).map((e) => by.get(e).sort((a, b) => a - b));
+}
+
 /** The number of partition streams the topic has ever had. */
 export function maxPartitions(t) {
   let m = 0;
