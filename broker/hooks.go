@@ -20,7 +20,8 @@ import (
 
 // HookPluginCall is called after every partition call the broker makes for the produce service
 // (one key, or one batch), with the call's time, the work units (fuel, spec/abi-v1.md §7.2) it
-// spent (-1 when the runtime does not count), and its error.
+// spent (-1 when it is not known: a native built-in, or a call that stopped with an error), and
+// its error.
 type HookPluginCall interface {
 	OnPluginCall(plugin string, keys int, took time.Duration, fuel int64, err error)
 }

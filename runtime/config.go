@@ -78,11 +78,6 @@ type Config struct {
 	// compilation cache). Empty: compile once per process.
 	CacheDir string
 
-	// Unguarded runs modules without the instrumentation that enforces the work and call-depth
-	// limits. For benchmarks that measure what the guard costs, only: a module that loops then
-	// hangs its caller forever.
-	Unguarded bool
-
 	// WASITime and WASISeed override the deterministic WASI clock and random stream
 	// (spec/abi-v1.md §6.2). Only conformance sets them, to prove a module does not depend on
 	// them; zero means the spec's values (WASITime; seed 0).

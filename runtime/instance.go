@@ -48,8 +48,13 @@ func (in *instance) close(ctx context.Context) {
 }
 
 // refreshView re-derives the buffer slice if guest memory grew (growing may move wazero's
-// backing array; guest addresses stay the same).
+// backing array; guest addresses stay the same). A module without memory.grow cannot grow its
+// memory (the host never does), so its view, once taken, needs no check: that saves an interface
+// call into wazero on every crossing.
 func (in *instance) refreshView() {
+	if in.view != nil && !in.m.growsMemory {
+		return
+	}
 	if sz := in.mem.Size(); sz != in.viewMem || in.view == nil {
 		in.view, _ = in.mem.Read(in.buf, in.bufSize)
 		in.viewMem = sz

@@ -58,6 +58,9 @@ func (md Metadata) CompatibleWith() []string {
 type Module struct {
 	rt       *Runtime
 	compiled wazero.CompiledModule
+	// growsMemory: the code has a memory.grow. Without one (the built-ins) an instance's memory
+	// never moves, and its buffer view, once taken, stays valid.
+	growsMemory bool
 
 	Digest       string   // hex SHA-256 of the module bytes
 	Size         int      // bytes
@@ -296,7 +299,7 @@ func (m *Module) newInstance(ctx context.Context, config []byte, probe bool) (*i
 		in.wasiRegistered = true
 	}
 	in.mem = mod.ExportedMemory("memory")
-	if !cfg.Unguarded {
+	if !m.rt.unguarded {
 		in.fuel = mod.ExportedGlobal(wasmbin.FuelExport).(api.MutableGlobal)
 		in.depth = mod.ExportedGlobal(wasmbin.DepthExport)
 		in.memFail = mod.ExportedGlobal(wasmbin.MemFailExport)
@@ -313,7 +316,7 @@ func (m *Module) newInstance(ctx context.Context, config []byte, probe bool) (*i
 	}()
 	// The start function, moved to an export by the instrumentation: it runs here, under its own
 	// budget, so that a limit it hits is reported as that limit (spec/abi-v1.md §7).
-	if start := mod.ExportedFunction(wasmbin.StartExport); start != nil && !cfg.Unguarded {
+	if start := mod.ExportedFunction(wasmbin.StartExport); start != nil && !m.rt.unguarded {
 		in.stack[0] = 0
 		if err := start.CallWithStack(in.ctx, in.stack[:1]); err != nil {
 			return nil, in.fail("start", err)

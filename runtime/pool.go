@@ -356,10 +356,11 @@ func (i *Instance) MemoryPages() uint32 {
 }
 
 // WorkUsed returns the work units (fuel) the instance's last call spent: a deterministic measure
-// of its cost, the same on every engine. It returns -1 for an unguarded runtime.
+// of its cost, the same on every engine. It returns -1 for an unguarded runtime and after a call
+// that stopped (a trap or a limit): spec/abi-v1.md §7.2 defines the work of calls that return.
 func (i *Instance) WorkUsed() int64 {
 	in := i.s.in
-	if in == nil || in.fuel == nil {
+	if in == nil || in.fuel == nil || in.broken {
 		return -1
 	}
 	return i.p.m.rt.cfg.Fuel - int64(in.fuel.Get())

@@ -23,6 +23,7 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
+	"pctl.dev/pctl/internal/rthook"
 	"pctl.dev/pctl/runtime/internal/wasmbin"
 )
 
@@ -31,6 +32,8 @@ type Runtime struct {
 	cfg   Config
 	rt    wazero.Runtime
 	cache wazero.CompilationCache
+	// unguarded and referenceFuel: the switches of internal/rthook, read from New's context.
+	unguarded, referenceFuel bool
 
 	mu      sync.Mutex
 	modules map[string]*Module   // by digest
@@ -75,10 +78,12 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		WithCoreFeatures(api.CoreFeaturesV2).
 		WithDebugInfoEnabled(false)
 	return &Runtime{
-		cfg:     cfg,
-		rt:      wazero.NewRuntimeWithConfig(ctx, rc),
-		cache:   cache,
-		modules: make(map[string]*Module),
+		cfg:           cfg,
+		unguarded:     rthook.Unguarded(ctx),
+		referenceFuel: rthook.ReferenceFuel(ctx),
+		rt:            wazero.NewRuntimeWithConfig(ctx, rc),
+		cache:         cache,
+		modules:       make(map[string]*Module),
 	}, nil
 }
 
@@ -181,8 +186,8 @@ func (r *Runtime) load(ctx context.Context, wasm []byte, digest string) (*Module
 		}
 	}
 	inst, parsed, err := wasmbin.Instrument(wasm, wasmbin.Limits{InitialFuel: r.cfg.InitFuel, MaxDepth: r.cfg.MaxCallDepth, ExportFuel: exportFuel,
-		MaxMemoryPages: r.cfg.MaxMemoryPages, MaxTableElements: r.cfg.MaxTableElements, MoveStart: true})
-	if err == nil && r.cfg.Unguarded {
+		MaxMemoryPages: r.cfg.MaxMemoryPages, MaxTableElements: r.cfg.MaxTableElements, MoveStart: true, LocalFuel: !r.referenceFuel})
+	if err == nil && r.unguarded {
 		inst = wasm
 	}
 	if err != nil {
@@ -214,6 +219,7 @@ func (r *Runtime) load(ctx context.Context, wasm []byte, digest string) (*Module
 	if err := m.checkExports(parsed); err != nil {
 		return nil, &LoadError{Digest: digest, Err: errOf(err), Detail: err.Error()}
 	}
+	m.growsMemory = parsed.GrowsMemory
 	exp, _ := parsed.Export("memory")
 	mem, _ := parsed.Memory(exp.Index)
 	m.InitialPages = uint32(mem.Min)

@@ -159,6 +159,26 @@ func startCompactProducer(t *testing.T, ctx context.Context, b *broker.Broker, s
 	return p
 }
 
+// waitAllAcked waits (2 minutes at most) until every producer has an answer for each line it
+// was given, and fails naming each producer's count and its last stderr lines otherwise.
+func waitAllAcked(t *testing.T, producers []*compactProducer) {
+	t.Helper()
+	waitUntil(t, 2*time.Minute, "every producer's records acknowledged", func() bool {
+		for _, p := range producers {
+			if p.ackedCount() < len(p.sent) {
+				return false
+			}
+		}
+		return true
+	}, func() string {
+		var s []string
+		for _, p := range producers {
+			s = append(s, fmt.Sprintf("%s %d/%d (%s)", p.lang, p.ackedCount(), len(p.sent), lastLines(p.stderr.String(), 2)))
+		}
+		return strings.Join(s, "; ")
+	})
+}
+
 // send gives the producer a phase's lines (an SDK's on its stdin; Go's sent in process).
 func (p *compactProducer) send(t *testing.T, ctx context.Context, ls []line) {
 	t.Helper()
@@ -408,22 +428,7 @@ func TestCompactedTopicAcrossLanguages(t *testing.T) {
 			p.send(t, ctx, compactPhase(p.lang, n))
 		}
 	}
-	allAcked := func() {
-		waitUntil(t, 2*time.Minute, "every producer's records acknowledged", func() bool {
-			for _, p := range producers {
-				if p.ackedCount() < len(p.sent) {
-					return false
-				}
-			}
-			return true
-		}, func() string {
-			var s []string
-			for _, p := range producers {
-				s = append(s, fmt.Sprintf("%s %d/%d (%s)", p.lang, p.ackedCount(), len(p.sent), lastLines(p.stderr.String(), 2)))
-			}
-			return strings.Join(s, "; ")
-		})
-	}
+	allAcked := func() { waitAllAcked(t, producers) }
 	// A change comes while the phase's records are being written: the backfill runs beside them.
 	change := func(what string, req wire.RepartitionRequest) {
 		req.Topic = topic

@@ -23,7 +23,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -227,22 +226,7 @@ func TestPlainBackfillAcrossLanguages(t *testing.T) {
 	for i := range sdks {
 		producers = append(producers, startCompactProducer(t, ctx, b, &sdks[i], topic))
 	}
-	allAcked := func() {
-		waitUntil(t, 2*time.Minute, "every producer's records acknowledged", func() bool {
-			for _, p := range producers {
-				if p.ackedCount() < len(p.sent) {
-					return false
-				}
-			}
-			return true
-		}, func() string {
-			var s []string
-			for _, p := range producers {
-				s = append(s, fmt.Sprintf("%s %d/%d (%s)", p.lang, p.ackedCount(), len(p.sent), lastLines(p.stderr.String(), 2)))
-			}
-			return strings.Join(s, "; ")
-		})
-	}
+	allAcked := func() { waitAllAcked(t, producers) }
 	for _, p := range producers {
 		p.send(t, ctx, plainRound(p.lang, 1))
 	}

@@ -21,6 +21,11 @@ var update = flag.Bool("update", false, "rewrite testdata/instrumented.txt from 
 // charges the same fuel at the same points (spec/abi-v1.md §7.2).
 const goldenFile = "testdata/instrumented.txt"
 
+// goldenLocalFile is goldenFile for the Go host's variant (Limits.LocalFuel): no port reproduces
+// it, it pins the bytes so that a change of the variant is deliberate (runtime's
+// TestLocalFuelSameWork checks that it charges what the reference charges).
+const goldenLocalFile = "testdata/instrumented-localfuel.txt"
+
 // goldenCorpus: globs relative to the repository root.
 var goldenCorpus = []string{
 	"runtime/testdata/hostile/*.wasm",
@@ -42,6 +47,13 @@ func hostLimits() Limits {
 // TestInstrumentGolden: this implementation's output on the corpus is the one recorded (run with
 // -update after a deliberate change of the rewriting, and change the ports to match).
 func TestInstrumentGolden(t *testing.T) {
+	t.Run("reference", func(t *testing.T) { checkGolden(t, goldenFile, hostLimits(), "") })
+	lim := hostLimits()
+	lim.LocalFuel = true
+	t.Run("local fuel", func(t *testing.T) { checkGolden(t, goldenLocalFile, lim, " and LocalFuel") })
+}
+
+func checkGolden(t *testing.T, goldenFile string, lim Limits, what string) {
 	root := filepath.Join("..", "..", "..")
 	var files []string
 	for _, g := range goldenCorpus {
@@ -55,7 +67,7 @@ func TestInstrumentGolden(t *testing.T) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# SHA-256 of each module rewritten by runtime/internal/wasmbin.Instrument with the hosts' default\n")
 	fmt.Fprintf(&b, "# limits (fuel 2^31 per ABI export, 2^33 for _initialize and the moved start function, depth 1000,\n")
-	fmt.Fprintf(&b, "# 512 pages, 131072 table elements), or the class of its refusal. Regenerate: go test ./runtime/internal/wasmbin -update\n")
+	fmt.Fprintf(&b, "# 512 pages, 131072 table elements%s), or the class of its refusal. Regenerate: go test ./runtime/internal/wasmbin -update\n", what)
 	for _, f := range files {
 		rel, _ := filepath.Rel(root, f)
 		rel = filepath.ToSlash(rel)
@@ -63,7 +75,7 @@ func TestInstrumentGolden(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, _, err := Instrument(data, hostLimits())
+		out, _, err := Instrument(data, lim)
 		switch {
 		case errors.Is(err, ErrUnsupportedFeature):
 			fmt.Fprintf(&b, "unsupported %s\n", rel)

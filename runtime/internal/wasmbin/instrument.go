@@ -44,6 +44,14 @@ type Limits struct {
 	// StartExport, through a wrapper that sets the fuel to InitialFuel: the host calls it right
 	// after instantiation, like any crossing, so that a limit hit there is classified like one.
 	MoveStart bool
+	// LocalFuel keeps the fuel in a local of every function that charges more than once (it has a
+	// loop or a bulk instruction): loaded from the global with the entry charge, and stored back
+	// before every call, return and fuel trap and at the function's end, so that a loop
+	// iteration's charge touches no global. The charges, their order and the trap point are those
+	// of the reference rewriting (LocalFuel unset), which the other hosts' ports reproduce byte for
+	// byte; only the global's value while the function runs, and after any trap other than the
+	// fuel trap, differs: it may be the value of the last synchronisation point.
+	LocalFuel bool
 }
 
 // Instrument returns a copy of the module whose code enforces two limits with no cost outside
@@ -200,7 +208,7 @@ func Instrument(b []byte, lim Limits) ([]byte, *Module, error) {
 		return nil, nil, &Error{Where: "code section", Msg: "module exports functions but has no code section", Err: ErrMalformed}
 	}
 
-	in := &instrumenter{m: m, fuel: fuelIdx, depth: depthIdx, memFail: memFailIdx, maxDepth: lim.MaxDepth, wrapType: wrapType}
+	in := &instrumenter{m: m, fuel: fuelIdx, depth: depthIdx, memFail: memFailIdx, maxDepth: lim.MaxDepth, wrapType: wrapType, localFuel: lim.LocalFuel}
 	out := make([]byte, 0, len(b)+len(b)/4+64)
 	out = append(out, b[:8]...)
 	wroteGlobals, wroteExports, wroteTypes := false, false, false
@@ -406,6 +414,7 @@ type instrumenter struct {
 	fuel, depth, memFail uint32
 	maxDepth             uint32
 	wrapType             map[uint32]uint32
+	localFuel            bool
 }
 
 // code rewrites the code section whose content starts at b[start:].
@@ -497,6 +506,7 @@ func (in *instrumenter) function(out []byte, b []byte, start int, fn uint32) ([]
 		default:
 			if op == 0x40 {
 				needScratch = true
+				in.m.GrowsMemory = true
 			}
 			if op == 0xfc {
 				pr := &reader{b: b, pos: r.pos}
@@ -525,21 +535,48 @@ func (in *instrumenter) function(out []byte, b []byte, start int, fn uint32) ([]
 		return nil, &Error{Offset: r.pos, Where: where, Msg: "function body does not end with its final `end`", Err: ErrMalformed}
 	}
 
-	// Pass 2: emit.
-	if needScratch {
+	// Pass 2: emit. With LocalFuel, a function that charges again after its entry (a loop, a bulk
+	// instruction) keeps the fuel in local fl between the synchronisation points; one that charges
+	// only at entry is rewritten as in the reference.
+	hasBulk := false
+	for _, ins := range insns {
+		hasBulk = hasBulk || ins.bulk != 0
+	}
+	local := in.localFuel && (len(costs) > 1 || hasBulk)
+	if needScratch || local {
 		if numLocals+uint64(len(t.Params)) >= 50000 {
 			return nil, &Error{Offset: start, Where: where, Msg: "too many locals", Err: ErrMalformed}
 		}
-		out = appendU32(out, groups+1)
+		added := uint32(0)
+		if needScratch {
+			added++
+		}
+		if local {
+			added++
+		}
+		out = appendU32(out, groups+added)
 		rr := &reader{b: b, pos: start}
 		rr.u32()
 		out = append(out, b[rr.pos:localsEnd]...)
-		out = append(out, 1, byte(I32))
+		if needScratch {
+			out = append(out, 1, byte(I32))
+		}
+		if local {
+			out = append(out, 1, byte(I64))
+		}
 	} else {
 		out = append(out, b[start:localsEnd]...)
 	}
+	fl := scratch // the fuel local follows the scratch local, if any
+	if needScratch {
+		fl++
+	}
 	out = in.depthEnter(out)
-	out = in.charge(out, costs[0])
+	if local {
+		out = in.chargeEntryLocal(out, costs[0], fl)
+	} else {
+		out = in.charge(out, costs[0])
+	}
 	out = append(out, 0x02) // block with the function's results
 	switch len(t.Results) {
 	case 0:
@@ -550,15 +587,33 @@ func (in *instrumenter) function(out []byte, b []byte, start int, fn uint32) ([]
 		out = appendS64(out, int64(in.wrapType[in.m.Funcs[fn]]))
 	}
 	for _, ins := range insns[:len(insns)-1] { // all but the final end
+		call := ins.op == 0x10 || ins.op == 0x11 // call, call_indirect
+		if local && (ins.op == 0x0f || (call && mutant != "no-store")) {
+			out = in.storeFuel(out, fl)
+		}
 		if ins.op == 0x0f { // return
 			out = in.depthLeave(out)
 		}
 		if ins.bulk != 0 {
-			out = in.chargeBulk(out, scratch, ins.bulk == 2)
+			if local {
+				out = in.chargeBulkLocal(out, scratch, fl, ins.bulk == 2)
+			} else {
+				out = in.chargeBulk(out, scratch, ins.bulk == 2)
+			}
 		}
 		out = append(out, b[ins.start:ins.end]...)
+		if local && call && mutant != "no-reload" { // the callee (or a WASI function) charged the global
+			out = append(out, 0x23) // global.get fuel
+			out = appendU32(out, in.fuel)
+			out = append(out, 0x21) // local.set fl
+			out = appendU32(out, fl)
+		}
 		if ins.loopIdx >= 0 {
-			out = in.charge(out, costs[ins.loopIdx])
+			if local {
+				out = in.chargeLocal(out, costs[ins.loopIdx], fl)
+			} else {
+				out = in.charge(out, costs[ins.loopIdx])
+			}
 		}
 		if ins.op == 0x40 { // memory.grow: remember a refusal
 			out = append(out, 0x22) // local.tee scratch
@@ -570,9 +625,73 @@ func (in *instrumenter) function(out []byte, b []byte, start int, fn uint32) ([]
 		}
 	}
 	out = append(out, 0x0b) // end of wrapper block
+	if local {
+		out = in.storeFuel(out, fl)
+	}
 	out = in.depthLeave(out)
 	out = append(out, 0x0b) // end of function
 	return out, nil
+}
+
+// storeFuel writes the fuel local back to the global: local.get fl, global.set fuel.
+func (in *instrumenter) storeFuel(out []byte, fl uint32) []byte {
+	out = append(out, 0x20)
+	out = appendU32(out, fl)
+	out = append(out, 0x24)
+	return appendU32(out, in.fuel)
+}
+
+// trapIfNegative ends a local charge whose result is on the stack (and in fl): i64.const 0,
+// i64.lt_s, if, store the fuel (the host reads it to name the limit), unreachable, end.
+func (in *instrumenter) trapIfNegative(out []byte, fl uint32) []byte {
+	out = append(out, 0x22) // local.tee fl
+	out = appendU32(out, fl)
+	out = append(out, 0x42, 0x00, 0x53, 0x04, 0x40)
+	out = in.storeFuel(out, fl)
+	return append(out, 0x00, 0x0b)
+}
+
+// chargeEntryLocal is charge for a function that keeps its fuel in fl: it loads the global.
+func (in *instrumenter) chargeEntryLocal(out []byte, cost int64, fl uint32) []byte {
+	if cost < 1 {
+		cost = 1
+	}
+	out = append(out, 0x23) // global.get fuel
+	out = appendU32(out, in.fuel)
+	out = append(out, 0x42)
+	out = appendS64(out, cost)
+	out = append(out, 0x7d) // i64.sub
+	return in.trapIfNegative(out, fl)
+}
+
+// chargeLocal is charge on the fuel local.
+func (in *instrumenter) chargeLocal(out []byte, cost int64, fl uint32) []byte {
+	if cost < 1 {
+		cost = 1
+	}
+	cost += mutantChargeDelta
+	out = append(out, 0x20) // local.get fl
+	out = appendU32(out, fl)
+	out = append(out, 0x42)
+	out = appendS64(out, cost)
+	out = append(out, 0x7d) // i64.sub
+	return in.trapIfNegative(out, fl)
+}
+
+// chargeBulkLocal is chargeBulk on the fuel local.
+func (in *instrumenter) chargeBulkLocal(out []byte, scratch, fl uint32, table bool) []byte {
+	out = append(out, 0x22) // local.tee scratch
+	out = appendU32(out, scratch)
+	out = append(out, 0x20) // local.get fl
+	out = appendU32(out, fl)
+	out = append(out, 0x20) // local.get scratch
+	out = appendU32(out, scratch)
+	out = append(out, 0xad) // i64.extend_i32_u
+	if table {
+		out = append(out, 0x42, TableElementCostShift, 0x86) // i64.const 7, i64.shl
+	}
+	out = append(out, 0x7d) // i64.sub
+	return in.trapIfNegative(out, fl)
 }
 
 func (in *instrumenter) charge(out []byte, cost int64) []byte {

@@ -290,3 +290,25 @@ func TestLimitsRewrite(t *testing.T) {
 		t.Errorf("a module that exports %q itself: got %v, want a refusal naming it", StartExport, err)
 	}
 }
+
+// TestGrowsMemory: Instrument reports a memory.grow anywhere in the code (the runtime then checks
+// the memory's size before each crossing) and none in a module without one (it skips the check).
+func TestGrowsMemory(t *testing.T) {
+	for file, want := range map[string]bool{
+		"../../testdata/hostile/memory-grow.wasm":     true,
+		"../../testdata/hostile/loop-forever.wasm":    false,
+		"../../../plugins/builtin/kafka-murmur2.wasm": false,
+	} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, m, err := Instrument(b, Limits{InitialFuel: 1, MaxDepth: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.GrowsMemory != want {
+			t.Errorf("%s: GrowsMemory = %v, want %v", file, m.GrowsMemory, want)
+		}
+	}
+}

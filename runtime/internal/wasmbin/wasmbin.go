@@ -209,10 +209,13 @@ type Module struct {
 	Data      []Segment // active data segments, in order
 	HasStart  bool
 	StartFunc uint32
-	numGlobal int // defined globals
-	impFuncs  int
-	impGlob   int
-	impMems   []Memory
+	// GrowsMemory: some function has a memory.grow instruction (set by Instrument). Without
+	// one, the module's memory keeps its initial size for the instance's life.
+	GrowsMemory bool
+	numGlobal   int // defined globals
+	impFuncs    int
+	impGlob     int
+	impMems     []Memory
 
 	sections []section // raw sections, in order
 }

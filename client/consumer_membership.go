@@ -1,0 +1,392 @@
+package client
+
+// The Consumer (consumer.go): membership, assignment and taking partitions.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/proto"
+)
+
+// join opens the group's bucket, creates the group's keys if it is new, reads the descriptor
+// and the group's generation: what a member does before its first assignment. Each step is
+// idempotent, so a join that failed half-way is simply done again.
+func (cn *Consumer) join(ctx context.Context) (jetstream.KeyValue, error) {
+	kv, err := cn.kv(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := cn.ensureGroup(ctx, kv); err != nil {
+		return nil, err
+	}
+	cn.refresh(ctx)
+	if err := cn.readReset(ctx, kv); err != nil {
+		return nil, err
+	}
+	return kv, nil
+}
+
+// ensureGroup creates the group's state on first use: every existing partition's starting
+// position (its last sequence, 0 from the beginning, the start of the current epoch), then the
+// group marker. Whoever comes first wins each key; a partition created later has no state and is
+// read from its first record. It reads the group's g.start (spec/protocol.md §10.5).
+func (cn *Consumer) ensureGroup(ctx context.Context, kv jetstream.KeyValue) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	marker := wire.GroupPrefix(cn.topicID, cn.opts.Group) + "g.created"
+	if _, err := kv.Get(ctx, marker); err == nil {
+		if err := cn.readStart(ctx, kv); err != nil {
+			return err
+		}
+		return cn.joinAssignor(ctx, kv)
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		// Not "no such group": the state could not be read (a leader election, a timeout).
+		// Creating the group now could start it at the wrong place; the join is retried.
+		if IsPermission(err) {
+			return err
+		}
+		return fmt.Errorf("%w: consumer group %s: read its marker: %v", wire.ErrUnavailable, cn.opts.Group, err)
+	}
+	cn.mu.Lock()
+	desc := cn.desc
+	cn.mu.Unlock()
+	start := cn.opts.Start
+	if start == StartDefault {
+		switch {
+		case cn.opts.FromBeginning:
+			start = StartBeginning
+		case desc.Compact != nil && desc.Backfilling() == nil:
+			start = StartCurrentEpoch
+		case desc.Compact != nil:
+			start = StartBeginning
+		default:
+			start = StartNow
+		}
+	}
+	if start == StartCurrentEpoch {
+		if bf := desc.Backfilling(); bf != nil {
+			cn.opts.Logf("member %s: group %s starts at the current epoch %d while its backfill runs: keys not yet copied arrive as their copies do", cn.opts.Member, cn.opts.Group, bf.Epoch)
+		}
+		body, _ := json.Marshal(wire.GroupStart{From: "current-epoch", Epoch: desc.Current().Epoch})
+		if _, err := kv.Create(ctx, wire.StartKey(cn.topicID, cn.opts.Group), body); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("%w: create group %s: %v", wire.ErrUnavailable, cn.opts.Group, err)
+		}
+	}
+	for q := 0; q < desc.MaxPartitions(); q++ {
+		var pos uint64
+		switch start {
+		case StartNow:
+			s, err := cn.c.js.Stream(ctx, wire.StreamName(cn.topic, q))
+			if err != nil {
+				return fmt.Errorf("%w: partition %d: %v", wire.ErrUnavailable, q, err)
+			}
+			pos = s.CachedInfo().State.LastSeq
+		case StartCurrentEpoch:
+			pos = desc.CurrentEpochStart(q)
+		}
+		body, _ := json.Marshal(wire.PartitionState{Position: pos})
+		if _, err := kv.Create(ctx, wire.PartitionKey(cn.topicID, cn.opts.Group, q), body); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("%w: create group %s: %v", wire.ErrUnavailable, cn.opts.Group, err)
+		}
+	}
+	want := cn.opts.Assignor
+	if want == "" {
+		want = wire.AssignorModulo
+	}
+	body, _ := json.Marshal(wire.AssignorState{Assignor: want})
+	if cn.co != nil {
+		body, _ = json.Marshal(coAssignorState{Assignor: AssignorCopartitioned, Topics: cn.co.topics})
+	}
+	if _, err := kv.Create(ctx, wire.AssignorKey(cn.topicID, cn.opts.Group), body); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("%w: create group %s: %v", wire.ErrUnavailable, cn.opts.Group, err)
+	}
+	if _, err := kv.Create(ctx, marker, []byte(time.Now().UTC().Format(time.RFC3339))); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("%w: create group %s: %v", wire.ErrUnavailable, cn.opts.Group, err)
+	}
+	if err := cn.readStart(ctx, kv); err != nil {
+		return err
+	}
+	return cn.joinAssignor(ctx, kv)
+}
+
+// readStart reads the group's g.start key: the epoch it started reading the current epoch at.
+func (cn *Consumer) readStart(ctx context.Context, kv jetstream.KeyValue) error {
+	e, err := kv.Get(ctx, wire.StartKey(cn.topicID, cn.opts.Group))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		if IsPermission(err) {
+			return err
+		}
+		return fmt.Errorf("%w: consumer group %s: read its start: %v", wire.ErrUnavailable, cn.opts.Group, err)
+	}
+	var st wire.GroupStart
+	if json.Unmarshal(e.Value(), &st) != nil || st.Epoch < 1 {
+		return fmt.Errorf("%w: consumer group %s: its start key holds %.80q", wire.ErrInternal, cn.opts.Group, e.Value())
+	}
+	cn.mu.Lock()
+	cn.startEpoch = st.Epoch
+	cn.mu.Unlock()
+	return nil
+}
+
+// joinAssignor reads the group's assignor (spec/protocol.md §6.1) and refuses to join a group
+// whose assignor this client does not implement, or that differs from the one asked for.
+func (cn *Consumer) joinAssignor(ctx context.Context, kv jetstream.KeyValue) error {
+	got := wire.AssignorModulo // a group without the key (older clients, other SDKs, resets)
+	e, err := kv.Get(ctx, wire.AssignorKey(cn.topicID, cn.opts.Group))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case err != nil:
+		if IsPermission(err) {
+			return err
+		}
+		return fmt.Errorf("%w: read the assignor of group %s: %v", wire.ErrUnavailable, cn.opts.Group, err)
+	default:
+		var st coAssignorState
+		if json.Unmarshal(e.Value(), &st) != nil || st.Assignor == "" {
+			return fmt.Errorf("%w: group %s of topic %s has an assignor record this client cannot read (%q): use a client that understands it, or another group",
+				wire.ErrUnsupported, cn.opts.Group, cn.topic, e.Value())
+		}
+		got = st.Assignor
+		if err := cn.coJoin(st); err != nil {
+			return err
+		}
+	}
+	if got != AssignorCopartitioned && cn.co != nil {
+		return cn.coJoin(coAssignorState{Assignor: got})
+	}
+	if !knownAssignor(got) {
+		return fmt.Errorf("%w: group %s of topic %s uses the assignor %q, which this client does not implement (it knows %s and %s): use a client that implements it, or another group",
+			wire.ErrUnsupported, cn.opts.Group, cn.topic, got, wire.AssignorModulo, wire.AssignorSticky)
+	}
+	if cn.opts.Assignor != "" && cn.opts.Assignor != got {
+		return fmt.Errorf("%w: group %s of topic %s uses the assignor %q, not the %q asked for: a group keeps the assignor it was created with; use another group, or leave Assignor empty to follow the group's",
+			wire.ErrConflict, cn.opts.Group, cn.topic, got, cn.opts.Assignor)
+	}
+	cn.mu.Lock()
+	cn.assignor = got
+	cn.mu.Unlock()
+	return nil
+}
+
+func (cn *Consumer) refresh(ctx context.Context) {
+	t, _, err := cn.c.Topic(ctx, cn.topic)
+	if err != nil {
+		return
+	}
+	cn.mu.Lock()
+	if t.ID == cn.topicID && len(t.Epochs) >= len(cn.desc.Epochs) {
+		cn.desc = t
+	}
+	cn.cond.Broadcast()
+	cn.mu.Unlock()
+}
+
+func (cn *Consumer) heartbeat(ctx context.Context, kv jetstream.KeyValue) error {
+	cn.mu.Lock()
+	owns := make([]int, 0, len(cn.owned))
+	for q := range cn.owned {
+		owns = append(owns, q)
+	}
+	gated, waited := cn.stats.Gated, cn.stats.TotalWait.Milliseconds() // shown by status pages
+	cn.mu.Unlock()
+	sort.Ints(owns)
+	body, _ := json.Marshal(wire.MemberState{ID: cn.opts.Member, Heartbeat: time.Now().UTC(), Owns: owns, Gated: gated, GateWaitMS: waited})
+	ctx, cancel := cn.op(ctx)
+	defer cancel()
+	if _, err := kv.Put(ctx, wire.MemberKey(cn.topicID, cn.opts.Group, cn.opts.Member), body); err != nil {
+		if IsPermission(err) {
+			return err
+		}
+		return nil // transient: the next heartbeat retries
+	}
+	return nil
+}
+
+// members returns the live members, sorted, and whether every member key could be read (a
+// sticky leader records no assignment from a partial view, assign_group.go).
+func (cn *Consumer) members(ctx context.Context, kv jetstream.KeyValue) ([]string, bool) {
+	ctx, cancel := cn.op(ctx)
+	defer cancel()
+	prefix := wire.GroupPrefix(cn.topicID, cn.opts.Group) + "m."
+	lister, err := kv.ListKeysFiltered(ctx, prefix+"*")
+	if err != nil {
+		return []string{cn.opts.Member}, false
+	}
+	complete := true
+	var out []string
+	for k := range lister.Keys() {
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			complete = complete && errors.Is(err, jetstream.ErrKeyNotFound)
+			continue
+		}
+		if time.Since(e.Created()) < cn.opts.SessionTimeout {
+			out = append(out, k[len(prefix):])
+		}
+	}
+	found := false
+	for _, m := range out {
+		found = found || m == cn.opts.Member
+	}
+	if !found {
+		out = append(out, cn.opts.Member)
+	}
+	sort.Strings(out)
+	return out, complete
+}
+
+// assignable returns the partitions the group must read: the current epoch's, plus partitions
+// shrunk away that the group has not drained to their last boundary.
+func (cn *Consumer) assignable() []int {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	return proto.Assignable(cn.desc, cn.positionLocked)
+}
+
+// position is the group's position of partition q as the member knows it.
+func (cn *Consumer) position(q int) uint64 {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	return cn.positions[q]
+}
+
+// positionLocked is the group's position of partition q as the member knows it (cn.mu held).
+func (cn *Consumer) positionLocked(q int) uint64 { return cn.positions[q] }
+
+func (cn *Consumer) rebalance(ctx context.Context, kv jetstream.KeyValue, h Handler, fail func(error)) {
+	members, complete := cn.members(ctx, kv)
+	want, err := cn.wanted(ctx, kv, members, complete, cn.assignable())
+	if err != nil {
+		fail(err)
+		return
+	}
+	// Give up what is no longer ours. (Lock order: a worker's mu before cn.mu, never the reverse:
+	// so collect the workers first, then ask them.)
+	cn.mu.Lock()
+	owned := make([]*worker, 0, len(cn.owned))
+	for _, w := range cn.owned {
+		owned = append(owned, w)
+	}
+	cn.mu.Unlock()
+	var drop []*worker
+	for _, w := range owned {
+		if !want[w.partition] || w.lost() {
+			drop = append(drop, w)
+		}
+	}
+	var revoked []int
+	parallel(drop, func(w *worker) {
+		w.stop()
+		if w.lost() {
+			// Another member owns it now and loads its keys itself: what this member holds of
+			// them may be stale, and is loaded again if the partition comes back (state.go).
+			cn.stateForget(w.partition)
+		}
+		if !w.lost() {
+			// A partition given up at an epoch's boundary owes its keys-revoked step before
+			// the release (spec/protocol.md §6.5): a retired partition drained to its final
+			// boundary is read by no one after this.
+			w.passBoundaries(ctx, w.position())
+			if err := cn.statePartition(ctx, w.partition); err != nil {
+				if ctx.Err() == nil {
+					fail(err) // not released: its lease expires, the next owner loads what is durable
+				}
+				return
+			}
+			cn.release(ctx, kv, w)
+		}
+	})
+	for _, w := range drop {
+		cn.mu.Lock()
+		delete(cn.owned, w.partition)
+		cn.mu.Unlock()
+		revoked = append(revoked, w.partition)
+	}
+	if len(revoked) > 0 && cn.opts.OnRevoked != nil {
+		sort.Ints(revoked)
+		cn.opts.OnRevoked(revoked)
+	}
+	// Take what is ours and free (not while a reset is pending: the next round applies it),
+	// parents first (parentfirst.go): the partitions whose next records are of the oldest epoch,
+	// together, then the next epoch's.
+	todo := make([]int, 0, len(want))
+	for q := range want {
+		todo = append(todo, q)
+	}
+	cn.mu.Lock()
+	desc := cn.desc
+	cn.mu.Unlock()
+	var assigned []int
+	var amu sync.Mutex
+	for _, class := range parentFirst(desc, todo, cn.position) {
+		var wg sync.WaitGroup
+		for _, q := range class {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if cn.take(ctx, kv, q, h, fail) {
+					amu.Lock()
+					assigned = append(assigned, q)
+					amu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	if len(assigned) > 0 && cn.opts.OnAssigned != nil {
+		sort.Ints(assigned)
+		cn.opts.OnAssigned(assigned)
+	}
+}
+
+// take acquires partition q, when it is free and no reset is pending, and starts its worker.
+func (cn *Consumer) take(ctx context.Context, kv jetstream.KeyValue, q int, h Handler, fail func(error)) bool {
+	cn.mu.Lock()
+	_, have := cn.owned[q]
+	pending := cn.pending != nil
+	cn.mu.Unlock()
+	if have || pending {
+		return false
+	}
+	before := time.Now()
+	pos, rev, gen, ok := cn.acquire(ctx, kv, q)
+	if !ok {
+		return false
+	}
+	w := newWorker(cn, q, pos, rev)
+	w.gen = gen
+	w.leaseUntil = before.Add(cn.opts.SessionTimeout)
+	cn.mu.Lock()
+	if st := cn.pending; cn.gen != gen || st != nil {
+		// A reset came meanwhile: move the key we just wrote to it at once (no owner), so
+		// that no one waits for this lease.
+		cn.mu.Unlock()
+		if st != nil {
+			var to uint64
+			if q < len(st.Positions) {
+				to = st.Positions[q]
+			}
+			octx, cancel := cn.op(ctx)
+			_ = moveKey(octx, kv, wire.PartitionKey(cn.topicID, cn.opts.Group, q), st.Generation, to, rev)
+			cancel()
+		}
+		return false
+	}
+	cn.owned[q] = w
+	cn.noteStateLocked(q, rev, wire.PartitionState{Owner: cn.opts.Member, LeaseEnd: w.leaseUntil.UnixMilli(), Position: pos, Generation: gen})
+	cn.mu.Unlock()
+	go w.run(ctx, h, fail)
+	return true
+}
