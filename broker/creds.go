@@ -31,12 +31,14 @@ type userRegistry struct {
 	users []ScopedUser
 	base  []*server.NkeyUser // the role users
 	srv   *server.Server
-	opts  *server.Options // what the server runs with
+	opts  *server.Options // what the server runs with (a copy the server never sees)
 }
 
 // newUserRegistry loads the scoped users and adds them to opts (before the server starts).
 func newUserRegistry(dir string, opts *server.Options) (*userRegistry, error) {
-	r := &userRegistry{dir: dir, base: opts.Nkeys, opts: opts}
+	// The registry keeps its own copies: the server keeps (and may change) the options it runs
+	// with, and reading them while it does is a data race (seen under -race beside a reload).
+	r := &userRegistry{dir: dir, base: opts.Clone().Nkeys}
 	b, err := os.ReadFile(filepath.Join(dir, usersFile))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -55,6 +57,7 @@ func newUserRegistry(dir string, opts *server.Options) (*userRegistry, error) {
 		r.users = f.Users
 	}
 	opts.Nkeys = r.nkeys()
+	r.opts = opts.Clone()
 	return r, nil
 }
 
@@ -88,7 +91,7 @@ func (r *userRegistry) update(f func(users []ScopedUser) ([]ScopedUser, bool)) e
 	r.users = users
 	opts := r.opts.Clone()
 	opts.Nkeys = r.nkeys()
-	if err := r.srv.ReloadOptions(opts); err != nil {
+	if err := r.srv.ReloadOptions(opts.Clone()); err != nil { // the server gets a copy of its own
 		r.users = prev
 		return fmt.Errorf("%w: reload the server's users: %v", wire.ErrInternal, err)
 	}
