@@ -45,43 +45,28 @@ step "process suites without the race detector: the cluster fault suite (seeds 1
 go test -count=1 -timeout 30m -p 3 $process_pkgs
 
 # The conformance hosts' own unit tests ran in TestHosts (conformance/hosts/*/test).
-# side_by_side SCRIPT... gives every SDK a lane of its own, all lanes at the same time: each lane
-# runs sdk/<lang>/SCRIPT for every SCRIPT it has (executable), in the order given, and stops at the
-# first that fails. Once all lanes have ended it prints each lane's output whole and fails naming
-# every SDK and script that failed. Each SDK's runner starts its own brokers on random ports and
-# builds ./cmd/pctl into its own temp dir, so the lanes do not meet. One after another the unit
-# tests took 9 minutes (Java 3, Node 4, Python 2); side by side about as long as the longest, and
-# each SDK's package check (about 40 s for the three) runs in its lane after its tests.
+# side_by_side SCRIPT [SETUP] runs sdk/*/SCRIPT of every SDK that has one at the same time (after
+# sdk/*/SETUP when there is one), prints each one's output whole once all have ended, and fails
+# naming every SDK whose script failed. Each SDK's runner starts its own brokers on random ports
+# and builds ./cmd/pctl into its own temp dir, so they do not meet; one after another the unit
+# tests took 9 minutes (Java 3, Node 4, Python 2), side by side about as long as the longest.
 side_by_side() {
-	local logs d n i rc script
+	local script=$1 setup=${2:-} logs d n i rc
 	logs=$(mktemp -d)
 	local names=() pids=() failed=()
 	for d in sdk/*/; do
-		n=$(basename "$d")
-		local has=0
-		for script in "$@"; do
-			if [ -f "$d/$script" ] && [ -x "$d/$script" ]; then has=1; fi
-		done
-		[ "$has" = 1 ] || continue
-		(
-			for script in "$@"; do
-				if [ -f "$d/$script" ] && [ -x "$d/$script" ]; then
-					printf -- '--- sdk/%s/%s\n' "$n" "$script"
-					if ! "$d/$script"; then
-						echo "$script" >"$logs/$n.failed"
-						exit 1
-					fi
-				fi
-			done
-		) >"$logs/$n.log" 2>&1 &
-		names+=("$n") pids+=("$!")
+		if [ -f "$d/$script" ] && [ -x "$d/$script" ]; then
+			n=$(basename "$d")
+			( if [ -n "$setup" ] && [ -x "$d/$setup" ]; then "$d/$setup"; fi; "$d/$script" ) >"$logs/$n.log" 2>&1 &
+			names+=("$n") pids+=("$!")
+		fi
 	done
 	for i in "${!pids[@]}"; do
 		n=${names[$i]}
 		if wait "${pids[$i]}"; then rc=0; else rc=$?; fi
-		printf '\n=== sdk/%s (exit %s)\n' "$n" "$rc"
+		printf '\n--- sdk/%s/%s (exit %s)\n' "$n" "$script" "$rc"
 		cat "$logs/$n.log"
-		if [ "$rc" != 0 ]; then failed+=("sdk/$n/$(cat "$logs/$n.failed" 2>/dev/null || echo '?')"); fi
+		if [ "$rc" != 0 ]; then failed+=("sdk/$n/$script"); fi
 	done
 	rm -rf "$logs"
 	if [ "${#failed[@]}" -gt 0 ]; then
@@ -90,8 +75,11 @@ side_by_side() {
 	fi
 }
 
-step "the SDKs in other languages, side by side, one lane each: their unit tests (node --test, pytest, Maven Surefire), then the packages as users get them (sdk/*/package-check: npm pack, python -m build and twine check, mvn install with sources and javadoc; each installed into a fresh project that partitions keys offline)"
+step "unit tests of the SDKs in other languages, side by side (node --test, pytest, Maven Surefire)"
 go build -o /dev/null ./cmd/pctl # one build first fills the cache the runners' builds share
-side_by_side setup test package-check
+side_by_side test setup
+
+step "the packages as users get them, side by side (sdk/*/package-check: npm pack, python -m build and twine check, mvn install with sources and javadoc; each installed into a fresh project that partitions keys offline)"
+side_by_side package-check
 
 step "done in $(( $(date +%s) - t0 ))s"
