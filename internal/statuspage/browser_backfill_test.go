@@ -113,11 +113,7 @@ func TestStatusPageShowsBackfill(t *testing.T) {
 	}
 	text := func(sel string) string {
 		t.Helper()
-		v, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return strings.TrimSpace(v)
+		return pageText(t, bctx, sel)
 	}
 	wait := func(what, sel string) {
 		t.Helper()

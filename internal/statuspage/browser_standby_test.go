@@ -98,10 +98,7 @@ func TestStatusPageShowsStandbys(t *testing.T) {
 		if err != nil {
 			t.Fatalf("standby %s never showed %s: %v", s.member, s.state, err)
 		}
-		v, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		v := pageText(t, bctx, sel)
 		if got := strings.Join(strings.Fields(v), " "); got != s.text {
 			t.Errorf("standby %s: %q, want %q", s.member, got, s.text)
 		}

@@ -177,19 +177,11 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	text := func(sel string) string {
 		t.Helper()
-		v, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return strings.TrimSpace(v)
+		return pageText(t, bctx, sel)
 	}
 	attr := func(sel, name string) string {
 		t.Helper()
-		v, err := chromedp.Run(bctx, chromedp.AttributeValue(chromedp.CSS(sel), name))
-		if err != nil {
-			t.Fatalf("attribute %s of %s: %v", name, sel, err)
-		}
-		return v.Value
+		return pageAttr(t, bctx, sel, name)
 	}
 	eval := func(js string) int {
 		t.Helper()
