@@ -245,7 +245,22 @@ func (b *Broker) watchWork(w *workWatch) {
 	for b.loopCtx.Err() == nil {
 		kw, err := b.topic.WatchAll(b.loopCtx)
 		if err == nil {
-			for e := range kw.Updates() {
+			// The loop's context ends the reading, not only the watcher closing its channel: the
+			// channel was seen to stay open after the context ended, and Close waited for this
+			// goroutine for 13 minutes (CI, 2026-12-02, TestServeTwiceOnOneDataDir).
+			updates := kw.Updates()
+		read:
+			for {
+				var e jetstream.KeyValueEntry
+				select {
+				case <-b.loopCtx.Done():
+					break read
+				case ent, ok := <-updates:
+					if !ok {
+						break read
+					}
+					e = ent
+				}
 				w.mu.Lock()
 				switch {
 				case e == nil:
