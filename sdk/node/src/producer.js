@@ -16,6 +16,7 @@ import { headers as natsHeaders } from '@nats-io/transport-node';
 import { keyBytes } from './partitioner.js';
 import { parseReplySubject, parseReply, newToken, recordToken, versionAtLeast } from './fastbatch.js';
 import { Sink } from './sink.js';
+import { InProcess } from './inprocess.js';
 import { BadRequestError, NotFoundError, PctlError, UnavailableError, permissionError } from './errors.js';
 import { headerPairs, timeHeader, headerBlockBytes, TIME_HEADER, DEFAULT_MAX_RECORD_BYTES } from './records.js';
 import { streamInfo, directGet } from './jsapi.js';
@@ -255,6 +256,7 @@ export class Producer {
       sends: 0, // publishes so far, in any partition
       floors: null, // stream -> its sink's floor at the record's first send there
       failed: null, // set when the server refused the record for good
+      inProcess: new InProcess(), // its message id's 10158 answers (spec/protocol.md §5.1.5)
       settled: false,
     };
   }
@@ -289,9 +291,12 @@ export class Producer {
   }
 
   // Gives a record that is provably not stored a new deduplication id (a fresh token; the
-  // producer id and sequence stay): the server may still count its old id as being stored.
+  // producer id and sequence stay): the server may still count its old id as being stored. The
+  // new id's 10158 answers are counted afresh (§5.1.5 counts per message id); a stuck id is never
+  // renewed (the sink fails its record instead).
   renew(pd) {
     pd.msgId = `${pd.producer}-${pd.seqText}-${newToken()}`;
+    pd.inProcess.renewed();
     pd.hdr = null;
     pd.floors = null;
   }
