@@ -56,7 +56,10 @@ function randomId() {
  * duplicate}`, once the broker acknowledged it (it is stored and will be delivered to every
  * consumer group), or rejects with a PctlError whose `code` says why (spec/protocol.md §3). `seq`
  * is the record's stream sequence when the producer learned it, else 0 ("stored, sequence not
- * reported"): a fast batch's PubAck names the stream sequence of its last record only.
+ * reported"): a fast batch's PubAck names the stream sequence of its last record only. A record
+ * whose id JetStream refused 4 times as "in process" (spec/protocol.md §5.1.5) rejects with
+ * MsgIdInProcessError, an UnavailableError: its fate is unknown, read the partition before
+ * producing it again.
  *
  * Order: records with the same key are stored, and delivered to every consumer group, in the
  * order send() was called, across epoch changes, lost connections and stream-leader changes.

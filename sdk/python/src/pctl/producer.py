@@ -280,7 +280,10 @@ class Producer:
         The future fails with a :class:`pctl.PctlError` when the record cannot be stored
         (:class:`pctl.PluginFailed` if the module failed on its key, :class:`pctl.BadRequest` if
         the stream refused it, :class:`pctl.Conflict` if it was acknowledged as a duplicate of a
-        different record: another client used its deduplication id)."""
+        different record: another client used its deduplication id, :class:`pctl.MsgIdInProcess`,
+        an :class:`pctl.Unavailable`, if JetStream refused its id 4 times as "in process"
+        (spec/protocol.md §5.1.5): its fate is unknown, read the partition before producing it
+        again)."""
         k = None if key is None else _data(key, "key")
         v = _data(value, "value")
         if k is not None and len(k) > 65536:
