@@ -688,7 +688,10 @@ export class Sink {
       const pd = b.recs[i];
       if (pd.failed) this.p.finish(pd, null, pd.failed);
       else if (stored.has(i)) this.p.finish(pd, { partition: this.partition, epoch: this.epoch, seq: stored.get(i), duplicate: false });
-      else if (pd.inProcess.stuck) this.p.finish(pd, null, inProcessError(pd.pseq, pd.msgId, this.partition, pd.inProcess.count));
+      else if (pd.inProcess.stuck) {
+        pd.failed = inProcessError(pd.pseq, pd.msgId, this.partition, pd.inProcess.count); // failed, not recovered
+        this.p.finish(pd, null, pd.failed);
+      }
       else rest.push(pd);
     }
     b.acked = b.recs.length;

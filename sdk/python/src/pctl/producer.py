@@ -28,8 +28,8 @@ import nats.errors
 
 from . import _fastbatch as fb
 from . import _nats, _rules, wire
-from ._inprocess import InProcess, in_process_error
 from . import compact as compaction
+from ._inprocess import InProcess, in_process_error
 from .errors import BadRequest, Conflict, NotFound, PctlError, PermissionDenied, PluginFailed, Unavailable
 from .record import HEADER_TIME, HeadersArg, check_headers, check_time
 
