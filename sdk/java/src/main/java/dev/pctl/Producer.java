@@ -72,9 +72,9 @@ import java.util.concurrent.locks.ReentrantLock;
  * PermissionDeniedException} if the credentials may not produce (the producer then fails every
  * record), {@link NotFoundException} if the topic was deleted, {@link MsgIdInProcessException} (an
  * {@link UnavailableException}: its fate is unknown) if JetStream refused the record's id 4 times
- * as "in process" (spec/protocol.md §5.1.5; read the partition before producing it again). A fast batch's PubAck names the
- * stream sequence of its last message only, so {@link RecordMetadata#sequence()} is 0 ("stored,
- * sequence not reported") for most records. Callbacks and futures complete on one producer
+ * as "in process" (spec/protocol.md §5.1.5; read the partition before producing it again). A fast
+ * batch's PubAck names the stream sequence of its last message only, so {@link
+ * RecordMetadata#sequence()} is 0 ("stored, sequence not reported") for most records. Callbacks and futures complete on one producer
  * thread, in the order the fates became known (per partition: send order). Do not block in a
  * callback, and never call {@link #flush} or {@link #close} from one.
  *
