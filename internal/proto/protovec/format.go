@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+
+	"pctl.dev/pctl/internal/proto"
 )
 
 // Format names the file format in every header line.
@@ -153,21 +155,14 @@ type EpochRef struct {
 	Epoch int `json:"epoch"`
 }
 
-// Placed is a record to transmit now, to a partition of an epoch.
-type Placed struct {
-	Seq       uint64 `json:"seq"`
-	Epoch     int    `json:"epoch"`
-	Partition int    `json:"partition"`
-}
+// Placed is a record to transmit now: its seq, to a partition of an epoch ({seq, epoch,
+// partition}).
+type Placed = proto.Placed
 
-// StickyOut is the sticky machine's actions after an event: the records to transmit now, in this
-// order; the records acknowledged; the records failed (closed before acknowledged). Lists are
-// [] when empty.
-type StickyOut struct {
-	Send   []Placed `json:"send"`
-	Acked  []uint64 `json:"acked"`
-	Failed []uint64 `json:"failed"`
-}
+// StickyOut is the sticky machine's actions after an event ({send, acked, failed}): the records to
+// transmit now, in this order; the records acknowledged; the records failed (closed before
+// acknowledged). Lists are [] when empty in a vector.
+type StickyOut = proto.StickyActions
 
 // ProducerRecord is a record of a producer: its Pctl-Seq and key (or keyless).
 type ProducerRecord struct {
@@ -382,13 +377,13 @@ func normalise(t *Trace) {
 			}
 			t.Steps[i].Expect = e
 		case StickyOut:
-			t.Steps[i].Expect = e.normal()
+			t.Steps[i].Expect = normalSticky(e)
 		}
 	}
 }
 
-// normal makes StickyOut's empty lists [].
-func (o StickyOut) normal() StickyOut {
+// normalSticky makes StickyOut's empty lists [].
+func normalSticky(o StickyOut) StickyOut {
 	if o.Send == nil {
 		o.Send = []Placed{}
 	}

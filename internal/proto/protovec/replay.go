@@ -313,11 +313,7 @@ func (r *replayer) stickyStep(e Event) (any, error) {
 		// A core that refuses an event the trace makes valid decides wrongly: a mismatch.
 		return map[string]string{"error": err.Error()}, nil
 	}
-	out := StickyOut{Acked: a.Acked, Failed: a.Failed}
-	for _, p := range a.Send {
-		out.Send = append(out.Send, Placed(p))
-	}
-	return out.normal(), nil
+	return normalSticky(a), nil
 }
 
 func (r *replayer) done(q int) func(int) bool {

@@ -39,6 +39,21 @@ func sends(v ...int) StickyOut {
 
 var nothing = StickyOut{}
 
+// stickyTrace is a trace of the sticky machine on stickyTopic and stickyF.
+func stickyTrace(name, doc string, steps ...Step) Trace {
+	return Trace{Name: name, Doc: doc, Topic: stickyTopic, F: stickyF, Steps: steps}
+}
+
+// then is a step: an event and the actions expected.
+func then(e Event, want StickyOut) Step { return Step{Event: e, Expect: want} }
+
+// sendsAcked is sends with these records acknowledged too.
+func sendsAcked(acked []uint64, v ...int) StickyOut {
+	o := sends(v...)
+	o.Acked = acked
+	return o
+}
+
 func ackedOut(seqs ...uint64) StickyOut { return StickyOut{Acked: seqs} }
 
 func sticky() File {
@@ -54,108 +69,76 @@ func sticky() File {
 			"ambiguity by re-sending elsewhere on a timeout; when it is closed, unsettled records fail as unavailable. Other partitions' sinks of " +
 			"the same epoch are not held back.",
 		Traces: []Trace{
-			{
-				Name:  "the-key-moves-only-after-its-ambiguous-record-settled-in-the-old-partition",
-				Doc:   "k1's record 1 is ambiguous in (1, 0); epoch 2 moves k1 to partition 2. Record 2 (produced before the fence) and 3 (after) wait; a timeout moves nothing; once (1, 0) settles record 1 as not stored, 1, 2, 3 go to (2, 2) in send order.",
-				Topic: stickyTopic, F: stickyF,
-				Steps: []Step{
-					{Event: produce(1, k1), Expect: sends(1, 1, 0)},
-					{Event: anomaly(1, 0), Expect: nothing},
-					{Event: produce(2, k1), Expect: nothing},
-					{Event: newEpoch(2), Expect: nothing},
-					{Event: produce(3, k1), Expect: nothing},
-					{Event: anomaly(1, 0), Expect: nothing},
-					{Event: settled(1, 0), Expect: sends(1, 2, 2, 2, 2, 2, 3, 2, 2)},
-				},
-			},
-			{
-				Name:  "a-fence-in-the-middle-of-a-batch-makes-it-ambiguous",
-				Doc:   "Records 1 and 2 of k1 are in flight in (1, 0) when epoch 2 is current: both are ambiguous, nothing moves until the sink settled; 1 was stored (acknowledged where it is, never re-sent), 2 was not and goes to k1's new partition.",
-				Topic: stickyTopic, F: stickyF,
-				Steps: []Step{
-					{Event: produce(1, k1), Expect: sends(1, 1, 0)},
-					{Event: produce(2, k1), Expect: sends(2, 1, 0)},
-					{Event: newEpoch(2), Expect: nothing},
-					{Event: settled(1, 0, 1), Expect: StickyOut{Send: []Placed{{2, 2, 2}}, Acked: []uint64{1}}},
-				},
-			},
-			{
-				Name:  "settled-as-stored-it-is-acknowledged-where-it-is",
-				Doc:   "Record 1 is acknowledged cleanly; 2 is ambiguous in (1, 0) and 3 of the same key waits behind it. Settled as stored, 2 is acknowledged (never sent again) and 3 goes on in (1, 0).",
-				Topic: stickyTopic, F: stickyF,
-				Steps: []Step{
-					{Event: produce(1, k1), Expect: sends(1, 1, 0)},
-					{Event: produce(2, k1), Expect: sends(2, 1, 0)},
-					{Event: acked(1), Expect: ackedOut(1)},
-					{Event: anomaly(1, 0), Expect: nothing},
-					{Event: produce(3, k1), Expect: nothing},
-					{Event: settled(1, 0, 2), Expect: StickyOut{Send: []Placed{{3, 1, 0}}, Acked: []uint64{2}}},
-				},
-			},
-			{
-				Name:  "settled-as-not-stored-it-is-re-sent-in-its-own-partition-first",
-				Doc:   "Records 1 (k1) and 2 (k3) are ambiguous in (1, 0); k1's 3 and k3's 4 wait: a different key in the same partition is held back too. Settled as not stored in the current epoch, 1 and 2 are re-sent in (1, 0) ahead of 3 and 4.",
-				Topic: stickyTopic, F: stickyF,
-				Steps: []Step{
-					{Event: produce(1, k1), Expect: sends(1, 1, 0)},
-					{Event: produce(2, k3), Expect: sends(2, 1, 0)},
-					{Event: anomaly(1, 0), Expect: nothing},
-					{Event: produce(3, k1), Expect: nothing},
-					{Event: produce(4, k3), Expect: nothing},
-					{Event: settled(1, 0), Expect: sends(1, 1, 0, 2, 1, 0, 3, 1, 0, 4, 1, 0)},
-				},
-			},
-			{
-				Name:  "another-partition-of-the-same-epoch-is-not-held-back",
-				Doc:   "Record 1 (k1) is ambiguous in (1, 0); k2's record 2 goes to (1, 1) at once and is acknowledged there; k1's 3 waits for (1, 0) to settle.",
-				Topic: stickyTopic, F: stickyF,
-				Steps: []Step{
-					{Event: produce(1, k1), Expect: sends(1, 1, 0)},
-					{Event: anomaly(1, 0), Expect: nothing},
-					{Event: produce(2, k2), Expect: sends(2, 1, 1)},
-					{Event: produce(3, k1), Expect: nothing},
-					{Event: acked(2), Expect: ackedOut(2)},
-					{Event: settled(1, 0, 1), Expect: StickyOut{Send: []Placed{{3, 1, 0}}, Acked: []uint64{1}}},
-				},
-			},
-			{
-				Name:  "after-a-fence-every-record-waits-for-every-old-sink",
-				Doc:   "Epoch 2 is current while (1, 0) and (1, 1) both have records in flight. (1, 1) settles first (2 not stored): it does not move yet, nor does k2's record 4 produced after the fence, though k2's sink was settled: the re-send is in original send order across sinks. Once (1, 0) settles (1 stored, 3 not), 2, 3, 4 go to epoch 2.",
-				Topic: stickyTopic, F: stickyF,
-				Steps: []Step{
-					{Event: produce(1, k1), Expect: sends(1, 1, 0)},
-					{Event: produce(2, k2), Expect: sends(2, 1, 1)},
-					{Event: produce(3, k1), Expect: sends(3, 1, 0)},
-					{Event: newEpoch(2), Expect: nothing},
-					{Event: settled(1, 1), Expect: nothing},
-					{Event: produce(4, k2), Expect: nothing},
-					{Event: settled(1, 0, 1), Expect: StickyOut{Send: []Placed{{2, 2, 1}, {3, 2, 2}, {4, 2, 1}}, Acked: []uint64{1}}},
-				},
-			},
-			{
-				Name:  "a-sink-with-nothing-in-flight-moves-at-once",
-				Doc:   "Every record of epoch 1 is acknowledged when epoch 2 is current: nothing is ambiguous, so a record produced next goes straight to its key's new partition.",
-				Topic: stickyTopic, F: stickyF,
-				Steps: []Step{
-					{Event: produce(1, k1), Expect: sends(1, 1, 0)},
-					{Event: acked(1), Expect: ackedOut(1)},
-					{Event: newEpoch(2), Expect: nothing},
-					{Event: produce(2, k1), Expect: sends(2, 2, 2)},
-				},
-			},
-			{
-				Name:  "close-fails-an-unsettled-record-it-never-moves",
-				Doc:   "Record 1 is ambiguous in (1, 0) and cannot be settled (the server unreachable); epoch 2 is current and 2 (k2) waits. Closed, both fail as unavailable; nothing is re-sent elsewhere.",
-				Topic: stickyTopic, F: stickyF,
-				Steps: []Step{
-					{Event: produce(1, k1), Expect: sends(1, 1, 0)},
-					{Event: anomaly(1, 0), Expect: nothing},
-					{Event: newEpoch(2), Expect: nothing},
-					{Event: produce(2, k2), Expect: nothing},
-					{Event: anomaly(1, 0), Expect: nothing},
-					{Event: Event{Close: empty}, Expect: StickyOut{Failed: []uint64{1, 2}}},
-				},
-			},
+			stickyTrace("the-key-moves-only-after-its-ambiguous-record-settled-in-the-old-partition",
+				"k1's record 1 is ambiguous in (1, 0); epoch 2 moves k1 to partition 2. Record 2 (produced before the fence) and 3 (after) wait; a timeout moves nothing; once (1, 0) settles record 1 as not stored, 1, 2, 3 go to (2, 2) in send order.",
+				then(produce(1, k1), sends(1, 1, 0)),
+				then(anomaly(1, 0), nothing),
+				then(produce(2, k1), nothing),
+				then(newEpoch(2), nothing),
+				then(produce(3, k1), nothing),
+				then(anomaly(1, 0), nothing),
+				then(settled(1, 0), sends(1, 2, 2, 2, 2, 2, 3, 2, 2)),
+			),
+			stickyTrace("a-fence-in-the-middle-of-a-batch-makes-it-ambiguous",
+				"Records 1 and 2 of k1 are in flight in (1, 0) when epoch 2 is current: both are ambiguous, nothing moves until the sink settled; 1 was stored (acknowledged where it is, never re-sent), 2 was not and goes to k1's new partition.",
+				then(produce(1, k1), sends(1, 1, 0)),
+				then(produce(2, k1), sends(2, 1, 0)),
+				then(newEpoch(2), nothing),
+				then(settled(1, 0, 1), sendsAcked([]uint64{1}, 2, 2, 2)),
+			),
+			stickyTrace("settled-as-stored-it-is-acknowledged-where-it-is",
+				"Record 1 is acknowledged cleanly; 2 is ambiguous in (1, 0) and 3 of the same key waits behind it. Settled as stored, 2 is acknowledged (never sent again) and 3 goes on in (1, 0).",
+				then(produce(1, k1), sends(1, 1, 0)),
+				then(produce(2, k1), sends(2, 1, 0)),
+				then(acked(1), ackedOut(1)),
+				then(anomaly(1, 0), nothing),
+				then(produce(3, k1), nothing),
+				then(settled(1, 0, 2), sendsAcked([]uint64{2}, 3, 1, 0)),
+			),
+			stickyTrace("settled-as-not-stored-it-is-re-sent-in-its-own-partition-first",
+				"Records 1 (k1) and 2 (k3) are ambiguous in (1, 0); k1's 3 and k3's 4 wait: a different key in the same partition is held back too. Settled as not stored in the current epoch, 1 and 2 are re-sent in (1, 0) ahead of 3 and 4.",
+				then(produce(1, k1), sends(1, 1, 0)),
+				then(produce(2, k3), sends(2, 1, 0)),
+				then(anomaly(1, 0), nothing),
+				then(produce(3, k1), nothing),
+				then(produce(4, k3), nothing),
+				then(settled(1, 0), sends(1, 1, 0, 2, 1, 0, 3, 1, 0, 4, 1, 0)),
+			),
+			stickyTrace("another-partition-of-the-same-epoch-is-not-held-back",
+				"Record 1 (k1) is ambiguous in (1, 0); k2's record 2 goes to (1, 1) at once and is acknowledged there; k1's 3 waits for (1, 0) to settle.",
+				then(produce(1, k1), sends(1, 1, 0)),
+				then(anomaly(1, 0), nothing),
+				then(produce(2, k2), sends(2, 1, 1)),
+				then(produce(3, k1), nothing),
+				then(acked(2), ackedOut(2)),
+				then(settled(1, 0, 1), sendsAcked([]uint64{1}, 3, 1, 0)),
+			),
+			stickyTrace("after-a-fence-every-record-waits-for-every-old-sink",
+				"Epoch 2 is current while (1, 0) and (1, 1) both have records in flight. (1, 1) settles first (2 not stored): it does not move yet, nor does k2's record 4 produced after the fence, though k2's sink was settled: the re-send is in original send order across sinks. Once (1, 0) settles (1 stored, 3 not), 2, 3, 4 go to epoch 2.",
+				then(produce(1, k1), sends(1, 1, 0)),
+				then(produce(2, k2), sends(2, 1, 1)),
+				then(produce(3, k1), sends(3, 1, 0)),
+				then(newEpoch(2), nothing),
+				then(settled(1, 1), nothing),
+				then(produce(4, k2), nothing),
+				then(settled(1, 0, 1), sendsAcked([]uint64{1}, 2, 2, 1, 3, 2, 2, 4, 2, 1)),
+			),
+			stickyTrace("a-sink-with-nothing-in-flight-moves-at-once",
+				"Every record of epoch 1 is acknowledged when epoch 2 is current: nothing is ambiguous, so a record produced next goes straight to its key's new partition.",
+				then(produce(1, k1), sends(1, 1, 0)),
+				then(acked(1), ackedOut(1)),
+				then(newEpoch(2), nothing),
+				then(produce(2, k1), sends(2, 2, 2)),
+			),
+			stickyTrace("close-fails-an-unsettled-record-it-never-moves",
+				"Record 1 is ambiguous in (1, 0) and cannot be settled (the server unreachable); epoch 2 is current and 2 (k2) waits. Closed, both fail as unavailable; nothing is re-sent elsewhere.",
+				then(produce(1, k1), sends(1, 1, 0)),
+				then(anomaly(1, 0), nothing),
+				then(newEpoch(2), nothing),
+				then(produce(2, k2), nothing),
+				then(anomaly(1, 0), nothing),
+				then(Event{Close: empty}, StickyOut{Failed: []uint64{1, 2}}),
+			),
 		},
 	}
 }
