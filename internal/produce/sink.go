@@ -912,6 +912,7 @@ func (s *sink) confirm(ctx context.Context, k int, upTo uint64) (found map[int]u
 	if err != nil {
 		return nil, false, err
 	}
+	s.p.readBacks.Add(1)
 	for i := b.acked; i < len(b.recs); i++ {
 		if _, ok := found[i]; !ok {
 			s.p.renew(b.recs[i])
@@ -1007,6 +1008,7 @@ func (s *sink) readBack(ctx context.Context, top uint64) (map[int]uint64, error)
 			}
 		}
 		if above > 0 {
+			s.p.pastInfo.Add(int64(above))
 			s.logf("read back past the stream info's last sequence %d to the leader's end %d: %d records of batch %s are stored above %d (a read that stopped there would have sent them again under new ids)", known, top, above, b.id, known)
 		}
 	}
