@@ -295,8 +295,8 @@ export class Producer {
 
   // Gives a record that is provably not stored a new deduplication id (a fresh token; the
   // producer id and sequence stay): the server may still count its old id as being stored. The
-  // new id's 10158 answers are counted afresh (§5.1.5 counts per message id); a stuck id is never
-  // renewed (the sink fails its record instead).
+  // new id's 10158 answers are counted afresh (§5.1.5 counts per message id): a hole is re-sent
+  // under it, stuck old id or not.
   renew(pd) {
     pd.msgId = `${pd.producer}-${pd.seqText}-${newToken()}`;
     pd.inProcess.renewed();

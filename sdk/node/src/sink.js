@@ -772,8 +772,9 @@ export class Sink {
       if (from <= low) await this.readRange(from, low, look);
     }
     if (this.compact) supersededInBatch(b.recs.map((pd) => pd.keyHdr), b.acked, found);
-    // A stuck id is not renewed (spec/protocol.md §5.1.5): finishStored fails its record.
-    for (let i = b.acked; i < b.recs.length; i++) if (!found.has(i) && !b.recs[i].inProcess.stuck) p.renew(b.recs[i]);
+    // A hole's new token is not a renewal on 10158 (spec/protocol.md §5.1.5): a hole is re-sent
+    // under it, stuck old id or not, and the new id's 10158 answers are counted afresh.
+    for (let i = b.acked; i < b.recs.length; i++) if (!found.has(i)) p.renew(b.recs[i]);
     if (found.size < k - b.acked) this.log(`read back ${low + 1}..${top} after a leader change: ${found.size} of ${b.recs.length - b.acked} records of batch ${b.id} found (${k - b.acked} counted by the server)`);
     return { trusted: false, found };
   }

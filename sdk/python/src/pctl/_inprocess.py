@@ -7,8 +7,9 @@ the stream's duplicate window (2 minutes) forgets it: every publish with that id
 10158 meanwhile, although nothing of it may be stored. The producer's sink counts each record's
 10158 answers with :class:`InProcess`; at :data:`IN_PROCESS_LIMIT` the id is stuck, and since a
 fast batch has no expected-sequence guard to renew the id under, the sink fails the record with
-:class:`pctl.MsgIdInProcess` unless settling finds it stored. It never re-sends a stuck record
-under a new id. The Go reference is internal/produce/inprocess.go."""
+:class:`pctl.MsgIdInProcess` unless settling finds it stored. It never renews an id on 10158 alone
+(a hole's new token after a read-back, §5.1.2, is no such renewal: the new id counts afresh). The
+Go reference is internal/produce/inprocess.go."""
 
 from __future__ import annotations
 

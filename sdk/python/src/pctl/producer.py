@@ -508,8 +508,8 @@ class Producer:
     def _renew(self, pd: _Pending) -> None:
         """Gives a record that is provably not stored a new deduplication id (a fresh token; the
         producer id and sequence stay): the server may still count its old id as being stored. The
-        new id's 10158 answers are counted afresh (§5.1.5 counts per message id); a stuck id is
-        never renewed (the sink fails its record instead)."""
+        new id's 10158 answers are counted afresh (§5.1.5 counts per message id): a hole is re-sent
+        under it, stuck old id or not."""
         pd.in_process.renewed()
         base = pd.msg_id.rsplit("-", 1)[0]
         pd.msg_id = f"{base}-{fb.new_token()}"
@@ -1226,7 +1226,7 @@ class _Sink:
         if self.compact:
             compaction.superseded_in_batch([pd.key for pd in b.recs], b.acked, found)
         for i in range(b.acked, len(b.recs)):
-            if i not in found and not b.recs[i].in_process.stuck:  # a stuck id is not renewed (§5.1.5): it fails
+            if i not in found:  # a hole: re-sent under a new token, stuck old id or not (§5.1.5)
                 self.p._renew(b.recs[i])
         if len(found) < k - b.acked:
             self.logf(f"read back {low + 1}..{top} after a leader change: {len(found)} of {len(b.recs) - b.acked} records of "

@@ -9,7 +9,8 @@ package dev.pctl;
  * producer's sink counts each record's 10158 answers with one of these; at {@link #LIMIT} the id
  * is stuck, and since a fast batch has no expected-sequence guard to renew the id under, the sink
  * fails the record with {@link MsgIdInProcessException} unless settling finds it stored. It never
- * re-sends a stuck record under a new id. The Go reference is internal/produce/inprocess.go.
+ * renews an id on 10158 alone (a hole's new token after a read-back, §5.1.2, is no such renewal:
+ * the new id counts afresh). The Go reference is internal/produce/inprocess.go.
  *
  * <p>Other answers in between (a wrong last sequence, no answer) do not start the count again: a
  * stuck id can be answered 10158 and something else by turns, and neither says that the proposal

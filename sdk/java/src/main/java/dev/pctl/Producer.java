@@ -533,8 +533,8 @@ public final class Producer implements AutoCloseable {
     /**
      * Gives a record that is provably not stored a new deduplication id (a fresh token; the
      * producer id and sequence stay): the server may still count its old id as being stored. The
-     * new id's 10158 answers are counted afresh (§5.1.5 counts per message id); a stuck id is never
-     * renewed (the sink fails its record instead).
+     * new id's 10158 answers are counted afresh (§5.1.5 counts per message id): a hole is re-sent
+     * under it, stuck old id or not.
      */
     private void renew(Pending pd) {
         pd.msgId = id + "-" + pd.seq + "-" + newToken();
@@ -2279,7 +2279,7 @@ public final class Producer implements AutoCloseable {
                 Compaction.supersededInBatch(keys, bt.acked, found);
             }
             for (int i = bt.acked; i < bt.recs.size(); i++) {
-                if (!found.containsKey(i) && !bt.recs.get(i).inProcess.stuck()) { // a stuck id is not renewed (§5.1.5): it fails
+                if (!found.containsKey(i)) { // a hole: re-sent under a new token, stuck old id or not (§5.1.5)
                     renew(bt.recs.get(i));
                 }
             }
