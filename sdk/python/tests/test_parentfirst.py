@@ -13,11 +13,13 @@ per epoch, oldest first. The control with gating off must fail the gate check.""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
 
 import pctl
+import pctl._nats
 from groups import order_violations, produce
 
 KEYS = 40
@@ -134,3 +136,45 @@ def test_parent_first_replay_keeps_order_and_takes_parents_first(broker, gating)
     bad, mixed = take_violations(takes, [(e, p, seq, k) for e, p, seq, k, _ in first], newest=3)
     assert bad == [], bad
     assert mixed > 0, f"no rebalance took partitions of two epochs, so the order was not tested: {takes}"
+
+
+def test_a_release_after_an_unanswered_commit_frees_the_partition(broker):
+    """spec §6.3: a release whose compare-and-set fails on the member's own unanswered commit
+    reads the key and, finding exactly that commit's bytes, releases from its revision. Before,
+    the release failed and the partitions stayed leased to the member until the lease expired
+    (what a member joining then waited for). Every commit's answer is taken as lost here."""
+    topic = broker.create_topic(2)
+    n = 100
+
+    async def go():
+        await produce(broker, topic, [(f"k{i % 7}".encode(), f"{i}".encode()) for i in range(n)])
+        logs: list = []
+        async with await pctl.connect(broker.url, broker.consumer) as c:
+            cn = await c.consumer(topic, "relunsure", from_beginning=True, commit_interval=0.02, session_timeout=30.0,
+                                  logf=logs.append)
+            commits = [0]
+
+            def lose() -> bool:
+                commits[0] += 1
+                return True
+
+            cn._lose_commit_answer = lose
+            for _ in range(n):
+                assert await cn.next(timeout=15) is not None
+            await cn.next(timeout=0.5)  # acknowledges the last record
+            seen = commits[0]
+            deadline = time.monotonic() + 10
+            while commits[0] < seen + 1 and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            await cn.close()
+            kv = pctl._nats.KV(c, "pctl-groups")
+            owners = {}
+            for q in range(2):
+                e = await kv.get(f"{cn.topic_id}.relunsure.p.{q}")
+                owners[q] = e and json.loads(e.value).get("owner", "")
+        return owners, logs, commits[0]
+
+    owners, logs, commits = asyncio.run(go())
+    assert commits > 0
+    assert owners == {0: "", 1: ""}, f"partitions still leased after the release: {owners}"
+    assert any("releasing from it" in line for line in logs), "the release never met its own unanswered commit"
