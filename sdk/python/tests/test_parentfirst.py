@@ -1,6 +1,6 @@
 """Parent-first replay (spec/protocol.md §6.7) against a real broker: a topic written through two
 epoch changes (2 partitions, grown to 4, then the function swapped to jump) replayed from the
-beginning by a group of two members, with a slow parent (every epoch-1 record of partition 0 takes
+beginning by a group of two members (the second joins once the first holds every partition), with a slow parent (every epoch-1 record of partition 0 takes
 a millisecond), so that children are ready long before their parents drain.
 
 Checked from the deliveries alone (where the broker stored each record, not the SDK's
@@ -94,13 +94,12 @@ def test_parent_first_replay_keeps_order_and_takes_parents_first(broker, gating)
         seen: set = set()
         conns = [await pctl.connect(broker.url, broker.consumer) for _ in range(2)]
         members = []
-        for name, c in zip(("a", "b"), conns):
+
+        async def join(name: str, c) -> None:
             cn = await c.consumer(topic, "pf", member=name, from_beginning=True, heartbeat=0.2, session_timeout=3.0,
                                   gating=gating)
-            cn._on_take = lambda rnd, group, name=name: takes.append((name, rnd, group))
+            cn._on_take = lambda rnd, group: takes.append((name, rnd, group))
             members.append(cn)
-
-        async def loop(cn) -> None:
             while len(seen) < total:
                 r = await cn.next(timeout=0.5)
                 if r is None:
@@ -111,7 +110,13 @@ def test_parent_first_replay_keeps_order_and_takes_parents_first(broker, gating)
                 seen.add((r.epoch, r.partition, r.seq))
 
         try:
-            await asyncio.wait_for(asyncio.gather(*(loop(cn) for cn in members)), 180)
+            # Member a takes every partition (two epochs' worth) before b joins and it gives half
+            # back: a round with several partitions of one epoch and of two.
+            a = asyncio.ensure_future(join("a", conns[0]))
+            deadline = time.monotonic() + 30
+            while len(got) < 50 and time.monotonic() < deadline and not a.done():
+                await asyncio.sleep(0.01)
+            await asyncio.wait_for(asyncio.gather(a, join("b", conns[1])), 180)
         finally:
             for cn in members:
                 await cn.close()
@@ -136,6 +141,7 @@ def test_parent_first_replay_keeps_order_and_takes_parents_first(broker, gating)
     bad, mixed = take_violations(takes, [(e, p, seq, k) for e, p, seq, k, _ in first], newest=3)
     assert bad == [], bad
     assert mixed > 0, f"no rebalance took partitions of two epochs, so the order was not tested: {takes}"
+    assert max(len(g) for _, _, g in takes) > 1, f"no group of two partitions, so 'together' was not tested: {takes}"
 
 
 def test_a_release_after_an_unanswered_commit_frees_the_partition(broker):
