@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"pctl.dev/pctl/internal/cputime"
-	"pctl.dev/pctl/internal/rthook"
+	"pctl.dev/pctl/internal/testhook"
 	"pctl.dev/pctl/partitioner"
 	"pctl.dev/pctl/plugins"
 	"pctl.dev/pctl/runtime"
@@ -38,8 +38,8 @@ import (
 func BenchmarkPartition(b *testing.B) {
 	ctx := context.Background()
 	guarded, _ := runtime.New(ctx, runtime.Config{})
-	unguarded, _ := runtime.New(rthook.WithUnguarded(ctx), runtime.Config{})
-	reference, _ := runtime.New(rthook.WithReferenceFuel(ctx), runtime.Config{})
+	unguarded, _ := runtime.New(testhook.WithUnguarded(ctx), runtime.Config{})
+	reference, _ := runtime.New(testhook.WithReferenceFuel(ctx), runtime.Config{})
 	defer guarded.Close(ctx)
 	defer unguarded.Close(ctx)
 	defer reference.Close(ctx)

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"testing"
 
-	"pctl.dev/pctl/internal/rthook"
+	"pctl.dev/pctl/internal/testhook"
 	"pctl.dev/pctl/plugins"
 	"pctl.dev/pctl/runtime"
 )
@@ -39,7 +39,7 @@ func TestLocalFuelSameWork(t *testing.T) {
 		}
 	}
 	local := newRuntime(t, runtime.Config{})
-	ref, err := runtime.New(rthook.WithReferenceFuel(ctx), runtime.Config{})
+	ref, err := runtime.New(testhook.WithReferenceFuel(ctx), runtime.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
-	"pctl.dev/pctl/internal/rthook"
+	"pctl.dev/pctl/internal/testhook"
 	"pctl.dev/pctl/runtime/internal/wasmbin"
 )
 
@@ -79,8 +79,8 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		WithDebugInfoEnabled(false)
 	return &Runtime{
 		cfg:           cfg,
-		unguarded:     rthook.Unguarded(ctx),
-		referenceFuel: rthook.ReferenceFuel(ctx),
+		unguarded:     testhook.Unguarded(ctx),
+		referenceFuel: testhook.ReferenceFuel(ctx),
 		rt:            wazero.NewRuntimeWithConfig(ctx, rc),
 		cache:         cache,
 		modules:       make(map[string]*Module),

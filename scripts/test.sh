@@ -37,7 +37,10 @@ go test -race -timeout 40m $(go list ./... | grep -v -x -e pctl.dev/pctl/broker/
 norace_tests='^(TestWASMAgreesWithNative|TestMurmur2Builds|TestLostAcknowledgementsNeverStoreTwice|TestRandomised|TestHundredThousandRecords|TestHosts|TestBuiltinsPass|TestMurmur2BuildsPass|TestHostileModules|TestRuleBreakers|TestConfig|TestReportIsReproducible|TestJSONSchema|TestNotLoadedModuleJSON|TestCancelled|TestCrossLanguage|TestOrderSurvivesCutConnections|TestBackfillKeepsCompactedTopicCorrectAcrossChanges|TestBackfillResumesAfterABrokerDiesAtEachStep|TestClusterBackfillSurvivesLeaderChangesAndABrokerDeath|TestStatefulScaleOut|TestStatefulScaleOutCheckerCatchesLostState|TestStatefulWarmUp|TestStatefulWarmUpCheckerCatchesStaleState)$'
 norace_pkgs="./partitioner/ ./broker/ ./broker/scenario/ ./client/ ./conformance/ ./examples/stateful/"
 step "go test without the race detector: the tests that shrink under -race, at full size"
-go test -count=1 -timeout 30m -run "$norace_tests" $norace_pkgs
+# Three packages at a time: conformance (TestHosts, about 260 s, mostly other languages' hosts
+# starting and answering) held one of two slots while scenario and the rest queued on the other
+# (the step took 353 s).
+go test -count=1 -timeout 30m -p 3 -run "$norace_tests" $norace_pkgs
 
 step "process suites without the race detector: the cluster fault suite (seeds 1-10: every fault kind first; PCTL_CHAOS_SEEDS=100 for more), the cross-language tests and the client conformance harness on the Go client and every SDK (1 seed; PCTL_CLIENTCONF_SEEDS=N for more), the README runner"
 # Three at a time: they mostly wait (on faults, on other processes); two at a time left
@@ -45,28 +48,43 @@ step "process suites without the race detector: the cluster fault suite (seeds 1
 go test -count=1 -timeout 30m -p 3 $process_pkgs
 
 # The conformance hosts' own unit tests ran in TestHosts (conformance/hosts/*/test).
-# side_by_side SCRIPT [SETUP] runs sdk/*/SCRIPT of every SDK that has one at the same time (after
-# sdk/*/SETUP when there is one), prints each one's output whole once all have ended, and fails
-# naming every SDK whose script failed. Each SDK's runner starts its own brokers on random ports
-# and builds ./cmd/pctl into its own temp dir, so they do not meet; one after another the unit
-# tests took 9 minutes (Java 3, Node 4, Python 2), side by side about as long as the longest.
+# side_by_side SCRIPT... gives every SDK a lane of its own, all lanes at the same time: each lane
+# runs sdk/<lang>/SCRIPT for every SCRIPT it has (executable), in the order given, and stops at the
+# first that fails. Once all lanes have ended it prints each lane's output whole and fails naming
+# every SDK and script that failed. Each SDK's runner starts its own brokers on random ports and
+# builds ./cmd/pctl into its own temp dir, so the lanes do not meet. One after another the unit
+# tests took 9 minutes (Java 3, Node 4, Python 2); side by side about as long as the longest, and
+# each SDK's package check (about 40 s for the three) runs in its lane after its tests.
 side_by_side() {
-	local script=$1 setup=${2:-} logs d n i rc
+	local logs d n i rc script
 	logs=$(mktemp -d)
 	local names=() pids=() failed=()
 	for d in sdk/*/; do
-		if [ -f "$d/$script" ] && [ -x "$d/$script" ]; then
-			n=$(basename "$d")
-			( if [ -n "$setup" ] && [ -x "$d/$setup" ]; then "$d/$setup"; fi; "$d/$script" ) >"$logs/$n.log" 2>&1 &
-			names+=("$n") pids+=("$!")
-		fi
+		n=$(basename "$d")
+		local has=0
+		for script in "$@"; do
+			if [ -f "$d/$script" ] && [ -x "$d/$script" ]; then has=1; fi
+		done
+		[ "$has" = 1 ] || continue
+		(
+			for script in "$@"; do
+				if [ -f "$d/$script" ] && [ -x "$d/$script" ]; then
+					printf -- '--- sdk/%s/%s\n' "$n" "$script"
+					if ! "$d/$script"; then
+						echo "$script" >"$logs/$n.failed"
+						exit 1
+					fi
+				fi
+			done
+		) >"$logs/$n.log" 2>&1 &
+		names+=("$n") pids+=("$!")
 	done
 	for i in "${!pids[@]}"; do
 		n=${names[$i]}
 		if wait "${pids[$i]}"; then rc=0; else rc=$?; fi
-		printf '\n--- sdk/%s/%s (exit %s)\n' "$n" "$script" "$rc"
+		printf '\n=== sdk/%s (exit %s)\n' "$n" "$rc"
 		cat "$logs/$n.log"
-		if [ "$rc" != 0 ]; then failed+=("sdk/$n/$script"); fi
+		if [ "$rc" != 0 ]; then failed+=("sdk/$n/$(cat "$logs/$n.failed" 2>/dev/null || echo '?')"); fi
 	done
 	rm -rf "$logs"
 	if [ "${#failed[@]}" -gt 0 ]; then
@@ -75,11 +93,8 @@ side_by_side() {
 	fi
 }
 
-step "unit tests of the SDKs in other languages, side by side (node --test, pytest, Maven Surefire)"
+step "the SDKs in other languages, side by side, one lane each: their unit tests (node --test, pytest, Maven Surefire), then the packages as users get them (sdk/*/package-check: npm pack, python -m build and twine check, mvn install with sources and javadoc; each installed into a fresh project that partitions keys offline)"
 go build -o /dev/null ./cmd/pctl # one build first fills the cache the runners' builds share
-side_by_side test setup
-
-step "the packages as users get them, side by side (sdk/*/package-check: npm pack, python -m build and twine check, mvn install with sources and javadoc; each installed into a fresh project that partitions keys offline)"
-side_by_side package-check
+side_by_side setup test package-check
 
 step "done in $(( $(date +%s) - t0 ))s"

@@ -146,6 +146,53 @@ func TestVectorsCatchWrongCores(t *testing.T) {
 				return proto.Batches(keys, keyless, false, size)
 			}
 		}, "per-key-batches"},
+		{"an anomaly ignored: the ambiguous sink goes on sending", func(c *protovec.Core) {
+			c.NewSticky = mutantSticky(func(m *stickyMutant) {
+				m.anomaly = func(proto.SinkID) proto.StickyActions { return proto.StickyActions{} }
+			})
+		}, "sticky-ambiguity"},
+		{"a newer epoch moves ambiguous records before their sink settled", func(c *protovec.Core) {
+			c.NewSticky = mutantSticky(func(m *stickyMutant) {
+				m.newEpoch = func(e int) (proto.StickyActions, error) {
+					a, err := m.Sticky.NewEpoch(e)
+					for q := 0; q < 4; q++ { // as if every old sink were settled, nothing stored
+						if b, err := m.Sticky.Settled(proto.SinkID{Epoch: m.epoch, Partition: q}, nil); err == nil {
+							a.Send, a.Acked = append(a.Send, b.Send...), append(a.Acked, b.Acked...)
+						}
+					}
+					return a, err
+				}
+			})
+		}, "sticky-ambiguity"},
+		{"a record settled as stored is re-sent", func(c *protovec.Core) {
+			c.NewSticky = mutantSticky(func(m *stickyMutant) {
+				m.settled = func(id proto.SinkID, _ []uint64) (proto.StickyActions, error) { return m.Sticky.Settled(id, nil) }
+			})
+		}, "sticky-ambiguity"},
+		{"one ambiguous sink holds back every partition", func(c *protovec.Core) {
+			c.NewSticky = mutantSticky(func(m *stickyMutant) {
+				m.produce = func(seq uint64, key string) (proto.StickyActions, error) {
+					a, err := m.Sticky.Produce(seq, key)
+					if len(m.ambiguous) > 0 {
+						a.Send = nil
+					}
+					return a, err
+				}
+			})
+		}, "sticky-ambiguity"},
+		{"after a fence the re-send starts when the first old sink settled", func(c *protovec.Core) {
+			c.NewSticky = mutantSticky(func(m *stickyMutant) {
+				m.settled = func(id proto.SinkID, stored []uint64) (proto.StickyActions, error) {
+					a, err := m.Sticky.Settled(id, stored)
+					for q := 0; m.fenced && q < 4; q++ { // the other old sinks taken as settled, nothing stored
+						if b, err := m.Sticky.Settled(proto.SinkID{Epoch: m.epoch, Partition: q}, nil); err == nil {
+							a.Send, a.Acked = append(a.Send, b.Send...), append(a.Acked, b.Acked...)
+						}
+					}
+					return a, err
+				}
+			})
+		}, "sticky-ambiguity"},
 		{"the empty key treated as keyless", func(c *protovec.Core) {
 			c.Batches = func(keys []string, keyless []bool, perKey bool, size int) [][]int {
 				kl := make([]bool, len(keys))
@@ -172,4 +219,45 @@ func TestVectorsCatchWrongCores(t *testing.T) {
 			t.Logf("caught: %s", strings.SplitN(m[0].String(), "\n", 2)[0])
 		})
 	}
+}
+
+// stickyMutant wraps proto.Sticky with one wrong decision (a field set by the mutant); the rest
+// is the real machine. It notes the sinks anomalies made ambiguous and whether a newer epoch came.
+type stickyMutant struct {
+	*proto.Sticky
+	epoch     int // the starting epoch
+	fenced    bool
+	ambiguous map[proto.SinkID]bool
+	produce   func(uint64, string) (proto.StickyActions, error)
+	anomaly   func(proto.SinkID) proto.StickyActions
+	settled   func(proto.SinkID, []uint64) (proto.StickyActions, error)
+	newEpoch  func(int) (proto.StickyActions, error)
+}
+
+func mutantSticky(set func(*stickyMutant)) func(int, proto.KeyPartition) protovec.StickyCore {
+	return func(epoch int, f proto.KeyPartition) protovec.StickyCore {
+		m := &stickyMutant{Sticky: proto.NewSticky(epoch, f), epoch: epoch, ambiguous: map[proto.SinkID]bool{}}
+		m.produce, m.anomaly, m.settled, m.newEpoch = m.Sticky.Produce, m.Sticky.Anomaly, m.Sticky.Settled, m.Sticky.NewEpoch
+		set(m)
+		return m
+	}
+}
+
+func (m *stickyMutant) Produce(seq uint64, key string) (proto.StickyActions, error) {
+	return m.produce(seq, key)
+}
+
+func (m *stickyMutant) Anomaly(id proto.SinkID) proto.StickyActions {
+	m.ambiguous[id] = true
+	return m.anomaly(id)
+}
+
+func (m *stickyMutant) Settled(id proto.SinkID, stored []uint64) (proto.StickyActions, error) {
+	delete(m.ambiguous, id)
+	return m.settled(id, stored)
+}
+
+func (m *stickyMutant) NewEpoch(e int) (proto.StickyActions, error) {
+	m.fenced = true
+	return m.newEpoch(e)
 }

@@ -1,7 +1,8 @@
 // Package testhook holds the hooks that this module's own tests and benchmarks set on the broker
 // and the client, and users cannot: broker.Config.Testing and client.ConsumerOptions.Testing are
 // pointers to its types, which no package outside the module can name, so they stay out of the
-// public API in all but a field that only nil can be given to from outside.
+// public API in all but a field that only nil can be given to from outside; and the runtime's
+// switches (WithUnguarded, WithReferenceFuel), which a context passed to runtime.New carries.
 package testhook
 
 // Broker holds a broker's test hooks (broker.Config.Testing).

@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+
+	"pctl.dev/pctl/internal/proto"
 )
 
 // Format names the file format in every header line.
@@ -110,7 +112,57 @@ type Event struct {
 	Search *SearchIn `json:"search,omitempty"`
 	// Batches: how a sink's queue is cut into batches. Expect BatchesOut.
 	Batches *BatchesIn `json:"batches,omitempty"`
+
+	// The producer's sticky-ambiguity state machine (§5.1.2): each of these is an event to it
+	// and expects StickyOut, the actions it returns. The machine starts at the trace's current
+	// epoch with no records; f gives every key's partition in every epoch the trace reaches.
+
+	// Produce: the application sends a keyed record (seq, key_hex).
+	Produce *ProducerRecord `json:"produce,omitempty"`
+	// Acked: a clean acknowledgement covers these records in flight.
+	Acked *Seqs `json:"acked,omitempty"`
+	// Anomaly: a sink's open batch had an anomaly (also: a timeout while it settles).
+	Anomaly *SinkRef `json:"anomaly,omitempty"`
+	// Settled: settling the sink's batch decided its ambiguous records: Stored are stored, the
+	// others not.
+	Settled *SettledIn `json:"settled,omitempty"`
+	// NewEpoch: the descriptor shows this epoch current.
+	NewEpoch *EpochRef `json:"new_epoch,omitempty"`
+	// Close: the producer is closed.
+	Close *struct{} `json:"close,omitempty"`
 }
+
+// Seqs lists records by Pctl-Seq.
+type Seqs struct {
+	Seqs []uint64 `json:"seqs"`
+}
+
+// SinkRef names a producer's sink: a partition of an epoch.
+type SinkRef struct {
+	Epoch     int `json:"epoch"`
+	Partition int `json:"partition"`
+}
+
+// SettledIn is a settling's outcome for a sink's ambiguous records.
+type SettledIn struct {
+	Epoch     int      `json:"epoch"`
+	Partition int      `json:"partition"`
+	Stored    []uint64 `json:"stored"`
+}
+
+// EpochRef names an epoch.
+type EpochRef struct {
+	Epoch int `json:"epoch"`
+}
+
+// Placed is a record to transmit now: its seq, to a partition of an epoch ({seq, epoch,
+// partition}).
+type Placed = proto.Placed
+
+// StickyOut is the sticky machine's actions after an event ({send, acked, failed}): the records to
+// transmit now, in this order; the records acknowledged; the records failed (closed before
+// acknowledged). Lists are [] when empty in a vector.
+type StickyOut = proto.StickyActions
 
 // ProducerRecord is a record of a producer: its Pctl-Seq and key (or keyless).
 type ProducerRecord struct {
@@ -324,8 +376,24 @@ func normalise(t *Trace) {
 				e.Assignable = []int{}
 			}
 			t.Steps[i].Expect = e
+		case StickyOut:
+			t.Steps[i].Expect = normalSticky(e)
 		}
 	}
+}
+
+// normalSticky makes StickyOut's empty lists [].
+func normalSticky(o StickyOut) StickyOut {
+	if o.Send == nil {
+		o.Send = []Placed{}
+	}
+	if o.Acked == nil {
+		o.Acked = []uint64{}
+	}
+	if o.Failed == nil {
+		o.Failed = []uint64{}
+	}
+	return o
 }
 
 // pos builds a Positions event.

@@ -31,6 +31,19 @@ type Core struct {
 	SearchFloor    func(sinkFloor uint64, firstSent []uint64) uint64
 	SearchTop      func(fenced bool, boundary uint64) (uint64, bool)
 	Batches        func(keys []string, keyless []bool, perKey bool, size int) [][]int
+	// NewSticky starts the producer's sticky-ambiguity state machine (proto.NewSticky).
+	NewSticky func(epoch int, f proto.KeyPartition) StickyCore
+}
+
+// StickyCore is the producer's sticky-ambiguity state machine (spec/protocol.md §5.1.2), as
+// proto.Sticky implements it: one method per event, each returning the actions.
+type StickyCore interface {
+	Produce(seq uint64, key string) (proto.StickyActions, error)
+	Acked(seqs []uint64) proto.StickyActions
+	Anomaly(id proto.SinkID) proto.StickyActions
+	Settled(id proto.SinkID, stored []uint64) (proto.StickyActions, error)
+	NewEpoch(current int) (proto.StickyActions, error)
+	Close() proto.StickyActions
 }
 
 // GoCore is internal/proto.
@@ -41,6 +54,7 @@ func GoCore() Core {
 		MayAcquire: proto.MayAcquire, MayDeliver: proto.MayDeliver, FenceMarker: proto.FenceMarker,
 		Revokes: proto.Revokes, Passed: proto.Passed,
 		ResendOrder: proto.ResendOrder, SearchFloor: proto.SearchFloor, SearchTop: proto.SearchTop, Batches: proto.Batches,
+		NewSticky: func(epoch int, f proto.KeyPartition) StickyCore { return proto.NewSticky(epoch, f) },
 	}
 }
 
@@ -116,6 +130,7 @@ type replayer struct {
 	leases  map[int]Lease
 	now     int64
 	revoked map[[2]int]bool
+	sticky  StickyCore // started at the first sticky event
 }
 
 func newReplayer(tr Trace, c Core) *replayer {
@@ -259,10 +274,46 @@ func (r *replayer) step(e Event) (any, error) {
 			b = [][]int{}
 		}
 		return BatchesOut{b}, nil
+	case e.Produce != nil || e.Acked != nil || e.Anomaly != nil || e.Settled != nil || e.NewEpoch != nil || e.Close != nil:
+		return r.stickyStep(e)
 	default:
 		return nil, fmt.Errorf("an event of no known kind")
 	}
 	return nil, nil
+}
+
+// stickyStep applies one event to the trace's sticky machine and returns its actions.
+func (r *replayer) stickyStep(e Event) (any, error) {
+	if r.sticky == nil {
+		r.sticky = r.c.NewSticky(r.topic.Current().Epoch, func(epoch int, key string) (int, error) {
+			return r.f(&wire.Epoch{Epoch: epoch}, key)
+		})
+	}
+	m := r.sticky
+	var a proto.StickyActions
+	var err error
+	switch {
+	case e.Produce != nil:
+		if e.Produce.Keyless {
+			return nil, fmt.Errorf("produce: the sticky traces have keyed records only")
+		}
+		a, err = m.Produce(e.Produce.Seq, e.Produce.KeyHex)
+	case e.Acked != nil:
+		a = m.Acked(e.Acked.Seqs)
+	case e.Anomaly != nil:
+		a = m.Anomaly(proto.SinkID{Epoch: e.Anomaly.Epoch, Partition: e.Anomaly.Partition})
+	case e.Settled != nil:
+		a, err = m.Settled(proto.SinkID{Epoch: e.Settled.Epoch, Partition: e.Settled.Partition}, e.Settled.Stored)
+	case e.NewEpoch != nil:
+		a, err = m.NewEpoch(e.NewEpoch.Epoch)
+	default:
+		a = m.Close()
+	}
+	if err != nil {
+		// A core that refuses an event the trace makes valid decides wrongly: a mismatch.
+		return map[string]string{"error": err.Error()}, nil
+	}
+	return normalSticky(a), nil
 }
 
 func (r *replayer) done(q int) func(int) bool {

@@ -7,6 +7,11 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 import * as rules from '../src/rules.js';
+import { Sticky } from '../src/sticky.js';
+
+// The decisions replayed: the consumer and producer rules, and the producer's sticky-ambiguity
+// machine (src/sticky.js).
+const core = { ...rules, Sticky };
 
 const dir = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..', 'spec', 'vectors', 'protocol');
 const FORMAT = 'pctl-protocol-trace/1';
@@ -29,6 +34,30 @@ export function replay(text, impl) {
     const at = (q) => pos.get(q) ?? 0;
     const done = (q) => (e) => revoked.has(`${q}/${e}`);
     const run = (q, list) => { for (const e of list) revoked.add(`${q}/${e}`); };
+    let sticky = null; // the producer's sticky machine, started at the first of its events
+    const stickyStep = (kind, a) => {
+      if (!sticky) {
+        sticky = new impl.Sticky(topic.epochs[topic.epochs.length - 1].epoch, (epoch, key) => {
+          const v = tr.f.find((x) => x.epoch === epoch && x.key_hex === key);
+          if (!v) throw new Error(`${tr.trace}: no f for key ${key} in epoch ${epoch}`);
+          return v.partition;
+        });
+      }
+      try {
+        switch (kind) {
+          case 'produce':
+            if (a.keyless) throw new Error('the sticky traces have keyed records only');
+            return sticky.produce(a.seq, a.key_hex);
+          case 'acked': return sticky.acked(a.seqs);
+          case 'anomaly': return sticky.anomaly(a);
+          case 'settled': return sticky.settled(a, a.stored);
+          case 'new_epoch': return sticky.newEpoch(a.epoch);
+          default: return sticky.close();
+        }
+      } catch (err) {
+        return { error: err.message }; // a core that refuses a valid event decides wrongly
+      }
+    };
     tr.steps.forEach((st, i) => {
       const ev = st.event;
       const kinds = Object.keys(ev);
@@ -98,6 +127,9 @@ export function replay(text, impl) {
         case 'batches':
           got = { batches: impl.batches(a.records.map((r) => ({ key: r.key_hex, keyless: !!r.keyless })), a.per_key, a.size) };
           break;
+        case 'produce': case 'acked': case 'anomaly': case 'settled': case 'new_epoch': case 'close':
+          got = stickyStep(kind, a);
+          break;
         default: throw new Error(`${tr.trace} step ${i}: unknown event kind ${kind}`);
       }
       n++;
@@ -113,7 +145,7 @@ export function replay(text, impl) {
 
 function replayAll(impl) {
   const files = readdirSync(dir).filter((f) => f.endsWith('.jsonl')).sort();
-  assert.ok(files.length >= 8, `vector files in ${dir}`);
+  assert.ok(files.length >= 9, `vector files in ${dir}`);
   let bad = [];
   let n = 0;
   for (const f of files) {
@@ -124,8 +156,8 @@ function replayAll(impl) {
   return [bad, n];
 }
 
-test('the consumer rules match every protocol trace vector', () => {
-  const [bad, n] = replayAll(rules);
+test('the consumer and producer rules match every protocol trace vector', () => {
+  const [bad, n] = replayAll(core);
   assert.deepEqual(bad, []);
   assert.ok(n >= 50, `only ${n} decisions checked`);
 });
@@ -140,9 +172,16 @@ test('the replay fails on wrong rules', () => {
     're-sent sink by sink': { resendOrder: (seqs) => seqs.map((_, i) => i) },
     'search down to the sink floor only': { searchFloor: (floor) => floor },
     'batches without the per-key rule': { batches: (recs, perKey, size) => rules.batches(recs, false, size) },
+    // The sticky machine, each with one wrong decision.
+    'an anomaly ignored: the ambiguous sink goes on sending': { Sticky: class extends Sticky { _ambiguous() { return false; } settled() { return { send: [], acked: [], failed: [] }; } } },
+    'records moved before their sink settled': { Sticky: class extends Sticky { _regather(a) { for (const k of this.sinks) for (const r of k.recs) r.ambiguous = false; super._regather(a); } } },
+    'a record settled as stored is re-sent': { Sticky: class extends Sticky { settled(id) { return super.settled(id, []); } } },
+    'one ambiguous sink holds back every partition': { Sticky: class extends Sticky { _place(r, a) { const n = a.send.length; super._place(r, a); if (this.sinks.some((k) => this._ambiguous(k))) a.send.length = n; } } },
+    'close drops unsettled records silently': { Sticky: class extends Sticky { close() { const a = super.close(); return { ...a, failed: [] }; } } },
   };
   for (const [name, m] of Object.entries(mutants)) {
-    const [bad] = replayAll({ ...rules, ...m });
+    const [bad] = replayAll({ ...core, ...m });
     assert.ok(bad.length > 0, `the vectors did not catch: ${name}`);
+    if (m.Sticky) assert.ok(bad.some((b) => b.startsWith('sticky-ambiguity')), `sticky-ambiguity did not catch: ${name}`);
   }
 });

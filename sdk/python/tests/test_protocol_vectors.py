@@ -1,6 +1,7 @@
 """Replays the protocol trace vectors (spec/vectors/protocol/*.jsonl, spec/vectors/README.md)
-against this SDK's decisions (pctl._rules, which the consumer decides through): the same
-hand-written traces the Go core and the other SDKs replay."""
+against this SDK's decisions (pctl._rules, which the consumer decides through, and the producer's
+sticky-ambiguity machine pctl._sticky): the same hand-written traces the Go core and the other
+SDKs replay."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pathlib
 import types
 from typing import Any
 
-from pctl import _rules, wire
+from pctl import _rules, _sticky, wire
 
 DIR = pathlib.Path(__file__).resolve().parents[3] / "spec" / "vectors" / "protocol"
 FORMAT = "pctl-protocol-trace/1"
@@ -33,6 +34,7 @@ def replay(text: str, r: Any) -> tuple:
         now = 0
         session = tr.get("session_ms", 0)
         at = lambda q: pos.get(q, 0)  # noqa: E731
+        sticky: Any = None  # the producer's sticky machine, started at the first of its events
         for i, st in enumerate(tr["steps"]):
             ev = st["event"]
             assert len(ev) == 1, f"{tr['trace']} step {i}: {len(ev)} event kinds"
@@ -103,6 +105,30 @@ def replay(text: str, r: Any) -> tuple:
                 got = {"low": r.search_floor(a["sink_floor"], a["first_sent"]), "top": top, "read_last": read_last}
             elif kind == "batches":
                 got = {"batches": r.batches([(x["key_hex"], bool(x.get("keyless"))) for x in a["records"]], a["per_key"], a["size"])}
+            elif kind in ("produce", "acked", "anomaly", "settled", "new_epoch", "close"):
+                if sticky is None:
+                    def kf(epoch: int, key: str, tr: dict = tr) -> int:
+                        for v in tr["f"]:
+                            if v["epoch"] == epoch and v["key_hex"] == key:
+                                return v["partition"]
+                        raise AssertionError(f"{tr['trace']}: no f for key {key} in epoch {epoch}")
+                    sticky = r.Sticky(topic.current.epoch, kf)
+                try:
+                    if kind == "produce":
+                        assert not a.get("keyless"), "the sticky traces have keyed records only"
+                        got = sticky.produce(a["seq"], a["key_hex"])
+                    elif kind == "acked":
+                        got = sticky.acked(a["seqs"])
+                    elif kind == "anomaly":
+                        got = sticky.anomaly(a["epoch"], a["partition"])
+                    elif kind == "settled":
+                        got = sticky.settled(a["epoch"], a["partition"], a["stored"])
+                    elif kind == "new_epoch":
+                        got = sticky.new_epoch(a["epoch"])
+                    else:
+                        got = sticky.close()
+                except ValueError as err:  # a core that refuses a valid event decides wrongly
+                    got = {"error": str(err)}
             else:
                 raise AssertionError(f"{tr['trace']} step {i}: unknown event kind {kind}")
             n += 1
@@ -113,7 +139,7 @@ def replay(text: str, r: Any) -> tuple:
 
 def replay_all(r: Any) -> tuple:
     files = sorted(DIR.glob("*.jsonl"))
-    assert len(files) >= 8, f"vector files in {DIR}"
+    assert len(files) >= 9, f"vector files in {DIR}"
     bad, n = [], 0
     for f in files:
         b, k = replay(f.read_text(encoding="utf-8"), r)
@@ -123,13 +149,13 @@ def replay_all(r: Any) -> tuple:
 
 
 def test_rules_match_every_protocol_vector() -> None:
-    bad, n = replay_all(_rules)
+    bad, n = replay_all(_mutant())
     assert bad == []
     assert n >= 50, f"only {n} decisions checked"
 
 
 def _mutant(**over: Any) -> Any:
-    m = types.SimpleNamespace(**{k: getattr(_rules, k) for k in dir(_rules) if not k.startswith("_")})
+    m = types.SimpleNamespace(**{k: getattr(_rules, k) for k in dir(_rules) if not k.startswith("_")}, Sticky=_sticky.Sticky)
     for k, v in over.items():
         setattr(m, k, v)
     return m
@@ -149,3 +175,50 @@ def test_replay_fails_on_wrong_rules() -> None:
     for name, m in mutants.items():
         bad, _ = replay_all(m)
         assert bad, f"the vectors did not catch: {name}"
+
+
+class _IgnoresAnomalies(_sticky.Sticky):
+    def _ambiguous(self, k: Any) -> bool:
+        return False
+
+    def settled(self, epoch: int, partition: int, stored: list) -> dict:
+        return {"send": [], "acked": [], "failed": []}
+
+
+class _MovesUnsettled(_sticky.Sticky):
+    def _regather(self, a: dict) -> None:
+        for k in self.sinks:
+            for x in k.recs:
+                x.ambiguous = False
+        super()._regather(a)
+
+
+class _ResendsStored(_sticky.Sticky):
+    def settled(self, epoch: int, partition: int, stored: list) -> dict:
+        return super().settled(epoch, partition, [])
+
+
+class _HoldsEveryPartition(_sticky.Sticky):
+    def _place(self, x: Any, a: dict) -> None:
+        n = len(a["send"])
+        super()._place(x, a)
+        if any(self._ambiguous(k) for k in self.sinks):
+            del a["send"][n:]
+
+
+class _CloseDrops(_sticky.Sticky):
+    def close(self) -> dict:
+        return {**super().close(), "failed": []}
+
+
+def test_replay_fails_on_wrong_sticky_machines() -> None:
+    mutants = {
+        "an anomaly ignored: the ambiguous sink goes on sending": _IgnoresAnomalies,
+        "records moved before their sink settled": _MovesUnsettled,
+        "a record settled as stored is re-sent": _ResendsStored,
+        "one ambiguous sink holds back every partition": _HoldsEveryPartition,
+        "close drops unsettled records silently": _CloseDrops,
+    }
+    for name, cls in mutants.items():
+        bad, _ = replay_all(_mutant(Sticky=cls))
+        assert any(b.startswith("sticky-ambiguity") for b in bad), f"sticky-ambiguity did not catch: {name}"

@@ -23,8 +23,9 @@ import org.junit.jupiter.api.Test;
 
 /**
  * Replays the protocol trace vectors (spec/vectors/protocol/*.jsonl, spec/vectors/README.md)
- * against this SDK's decisions ({@link Rules}, which the consumer decides through): the same
- * hand-written traces the Go core and the other SDKs replay.
+ * against this SDK's decisions ({@link Rules}, which the consumer decides through, and the
+ * producer's sticky-ambiguity machine {@link Sticky}): the same hand-written traces the Go core and
+ * the other SDKs replay.
  */
 class ProtocolVectorsTest {
     private static final String FORMAT = "pctl-protocol-trace/1";
@@ -90,6 +91,26 @@ class ProtocolVectorsTest {
         default List<List<Integer>> batches(List<String> keys, List<Boolean> keyless, boolean perKey, int size) {
             return Rules.batches(keys, keyless, perKey, size);
         }
+
+        default Sticky sticky(int epoch, java.util.function.BiFunction<Integer, String, Integer> f) {
+            return new Sticky(epoch, f);
+        }
+    }
+
+    private static List<Long> longs(Object o) {
+        List<Long> out = new ArrayList<>();
+        for (Object x : (List<?>) o) {
+            out.add(num(x));
+        }
+        return out;
+    }
+
+    private static Object actions(Sticky.Actions a) {
+        List<Object> send = new ArrayList<>();
+        for (Sticky.Placed p : a.send()) {
+            send.add(obj("seq", p.seq(), "epoch", p.epoch(), "partition", p.partition()));
+        }
+        return obj("send", send, "acked", a.acked(), "failed", a.failed());
     }
 
     @SuppressWarnings("unchecked")
@@ -139,6 +160,7 @@ class ProtocolVectorsTest {
             long session = tr.get("session_ms") == null ? 0 : num(tr.get("session_ms"));
             String member = (String) tr.getOrDefault("member", "");
             IntToLongFunction at = q -> pos.getOrDefault(q, 0L);
+            Sticky[] sticky = {null}; // the producer's sticky machine, started at the first of its events
             List<Object> steps = (List<Object>) tr.get("steps");
             for (int i = 0; i < steps.size(); i++) {
                 Map<String, Object> st = (Map<String, Object>) steps.get(i);
@@ -259,6 +281,35 @@ class ProtocolVectorsTest {
                         }
                         got = obj("batches", r.batches(keys, keyless, Boolean.TRUE.equals(a.get("per_key")), (int) num(a.get("size"))));
                     }
+                    case "produce", "acked", "anomaly", "settled", "new_epoch", "close" -> {
+                        if (sticky[0] == null) {
+                            sticky[0] = r.sticky(t[0].current().number(), (ep, key) -> {
+                                for (Object o : (List<Object>) tr.get("f")) {
+                                    Map<String, Object> v = (Map<String, Object>) o;
+                                    if (num(v.get("epoch")) == ep && key.equals(v.get("key_hex"))) {
+                                        return (int) num(v.get("partition"));
+                                    }
+                                }
+                                throw new AssertionError(name + ": no f for key " + key + " in epoch " + ep);
+                            });
+                        }
+                        Sticky m = sticky[0];
+                        try {
+                            got = actions(switch (kind) {
+                                case "produce" -> {
+                                    assertFalse(Boolean.TRUE.equals(a.get("keyless")), "the sticky traces have keyed records only");
+                                    yield m.produce(num(a.get("seq")), (String) a.get("key_hex"));
+                                }
+                                case "acked" -> m.acked(longs(a.get("seqs")));
+                                case "anomaly" -> m.anomaly((int) num(a.get("epoch")), q);
+                                case "settled" -> m.settled((int) num(a.get("epoch")), q, longs(a.get("stored")));
+                                case "new_epoch" -> m.newEpoch((int) num(a.get("epoch")));
+                                default -> m.close();
+                            });
+                        } catch (IllegalStateException e) { // a core that refuses a valid event decides wrongly
+                            got = obj("error", e.getMessage());
+                        }
+                    }
                     default -> throw new AssertionError(name + " step " + i + ": unknown event kind " + kind);
                 }
                 n[0]++;
@@ -278,7 +329,7 @@ class ProtocolVectorsTest {
         try (Stream<Path> s = Files.list(dir)) {
             files = s.filter(p -> p.toString().endsWith(".jsonl")).sorted().toList();
         }
-        assertTrue(files.size() >= 8, "vector files in " + dir);
+        assertTrue(files.size() >= 9, "vector files in " + dir);
         List<String> bad = new ArrayList<>();
         for (Path f : files) {
             bad.addAll(replay(Files.readString(f, StandardCharsets.UTF_8), r, n));
@@ -356,6 +407,70 @@ class ProtocolVectorsTest {
         });
         for (Map.Entry<String, Impl> m : mutants.entrySet()) {
             assertFalse(replayAll(m.getValue(), new int[1]).isEmpty(), "the vectors did not catch: " + m.getKey());
+        }
+    }
+
+    /** A sticky machine with one wrong decision: its sub-class, made for each trace. */
+    interface Wrong {
+        Sticky make(int epoch, java.util.function.BiFunction<Integer, String, Integer> f);
+    }
+
+    @Test
+    void replayFailsOnWrongStickyMachines() throws Exception {
+        Map<String, Wrong> mutants = new LinkedHashMap<>();
+        mutants.put("an anomaly ignored: the ambiguous sink goes on sending", (e, f) -> new Sticky(e, f) {
+            @Override
+            boolean ambiguous(Sink k) {
+                return false;
+            }
+
+            @Override
+            Actions settled(int ep, int q, List<Long> stored) {
+                return Actions.none();
+            }
+        });
+        mutants.put("records moved before their sink settled", (e, f) -> new Sticky(e, f) {
+            @Override
+            void regather(Actions a) {
+                for (Sink k : sinks) {
+                    for (Rec x : k.recs) {
+                        x.ambiguous = false;
+                    }
+                }
+                super.regather(a);
+            }
+        });
+        mutants.put("a record settled as stored is re-sent", (e, f) -> new Sticky(e, f) {
+            @Override
+            Actions settled(int ep, int q, List<Long> stored) {
+                return super.settled(ep, q, List.of());
+            }
+        });
+        mutants.put("one ambiguous sink holds back every partition", (e, f) -> new Sticky(e, f) {
+            @Override
+            void place(Rec x, Actions a) {
+                int n = a.send().size();
+                super.place(x, a);
+                if (sinks.stream().anyMatch(this::ambiguous)) {
+                    a.send().subList(n, a.send().size()).clear();
+                }
+            }
+        });
+        mutants.put("close drops unsettled records silently", (e, f) -> new Sticky(e, f) {
+            @Override
+            Actions close() {
+                super.close();
+                return Actions.none();
+            }
+        });
+        for (Map.Entry<String, Wrong> m : mutants.entrySet()) {
+            List<String> bad = replayAll(new Impl() {
+                @Override
+                public Sticky sticky(int epoch, java.util.function.BiFunction<Integer, String, Integer> f) {
+                    return m.getValue().make(epoch, f);
+                }
+            }, new int[1]);
+            assertTrue(bad.stream().anyMatch(b -> b.startsWith("sticky-ambiguity")), "sticky-ambiguity did not catch: " + m.getKey());
         }
     }
 }

@@ -1,7 +1,7 @@
-// Package rthook holds the runtime's switches for tests and benchmarks, kept out of the public
-// API of package runtime (issue 12): a context passed to runtime.New carries them. Only code of
-// this module can import it.
-package rthook
+package testhook
+
+// The runtime's switches for tests and benchmarks, kept out of the public API of package runtime
+// (issue 12): a context passed to runtime.New carries them.
 
 import "context"
 
