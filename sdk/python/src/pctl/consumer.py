@@ -772,16 +772,8 @@ class Consumer:
                     if self._lose_commit_answer is not None and self._lose_commit_answer():
                         raise Unavailable("commit answer lost (test hook)")
                 except _nats.KVConflict:
-                    # The previous write's answer never came, so the key's revision may be that
-                    # write's (spec/protocol.md §6.3): a key holding exactly its bytes was ours.
-                    unsure = part.unsure
-                    if unsure is None:
-                        raise
-                    try:
-                        cur = await self._kv.get(key)
-                    except PctlError:
-                        cur = None
-                    if cur is None or cur.op not in ("", "PUT") or cur.value != unsure[0]:
+                    unsure, cur = part.unsure, await self._own_unanswered(part, key)
+                    if unsure is None or cur is None:
                         raise
                     part.rev = cur.revision
                     part.committed = max(part.committed, unsure[1])
@@ -829,6 +821,20 @@ class Consumer:
                 except Exception as e:  # noqa: BLE001 - next tick retries
                     self._logf(f"member {self.member}: commit: {e}")
 
+    async def _own_unanswered(self, part: _Part, key: str) -> Any:
+        """After a failed compare-and-set: the key's entry when it holds exactly the bytes of the
+        partition's last write whose answer never came (that write was stored, and the revision is
+        ours: spec/protocol.md §6.3); else None (a takeover, or nothing unanswered)."""
+        if part.unsure is None:
+            return None
+        try:
+            cur = await self._kv.get(key)
+        except PctlError:
+            return None
+        if cur is None or cur.op not in ("", "PUT") or cur.value != part.unsure[0]:
+            return None
+        return cur
+
     async def _release(self, part: _Part) -> None:
         """§6.3: final position, owner empty."""
         async with part.lock:
@@ -840,18 +846,11 @@ class Consumer:
                 try:
                     rev = await self._kv.update(key, body, part.rev)
                 except _nats.KVConflict:
-                    # The last commit's answer was lost (spec/protocol.md §6.3): a key holding
-                    # exactly its bytes was ours, and the release goes on from its revision.
+                    # The last commit's answer was lost: the release goes on from its revision.
                     # Otherwise the partition stayed leased to this member until its lease
                     # expired, and the member it went to waited for that.
-                    unsure = part.unsure
-                    if unsure is None:
-                        raise
-                    try:
-                        cur = await self._kv.get(key)
-                    except PctlError:
-                        cur = None
-                    if cur is None or cur.op not in ("", "PUT") or cur.value != unsure[0]:
+                    cur = await self._own_unanswered(part, key)
+                    if cur is None:
                         raise
                     part.unsure = None
                     self._logf(f"member {self.member}: partition {part.q}: the commit whose answer was lost was stored "
