@@ -38,13 +38,25 @@ type Broker struct {
 	mu    sync.Mutex
 	parts map[string]*partitioner.WASM // digest+config -> partitioner (produce service, ancestry)
 	subs  []*nats.Subscription
-	wg    sync.WaitGroup
+	wg    sync.WaitGroup // goroutines started by spawn
 	ctx   context.Context
-	stop  context.CancelFunc
 
-	users  *userRegistry    // scoped credentials of the embedded server (creds.go); nil with NATSURL
-	floors descriptorFloors // descriptor revisions this broker wrote or read (descriptors.go)
-	locks  topicLocks       // one epoch change, creation or deletion at a time per topic, in this process
+	spawnMu      sync.Mutex
+	spawnStopped bool // Close or Abort waits on wg: spawn starts nothing more
+	stop         context.CancelFunc
+
+	users *userRegistry // scoped credentials of the embedded server (creds.go); nil with NATSURL
+
+	// streamAdds keeps stream creation and configuration reloads apart: nats-server reads its
+	// options without their lock when it adds a stream (Account.addStream reads s.opts for the
+	// ingest limits) while a reload replaces them, a data race -race reported in
+	// TestScopedProducerFollowsTopicGrowth (an epoch change's create step beside the reload that
+	// follows the topic's growth). The broker creates every pctl stream and bucket, holding the
+	// read lock across that one request to its own server; a reload (userRegistry.update) holds
+	// the write lock, so only reloads ever wait, and only for a stream creation.
+	streamAdds sync.RWMutex
+	floors     descriptorFloors // descriptor revisions this broker wrote or read (descriptors.go)
+	locks      topicLocks       // one epoch change, creation or deletion at a time per topic, in this process
 
 	// The background retry loop (reconcile.go) and the observed-ancestry scans: stopped first by
 	// Close and Abort.
@@ -163,6 +175,7 @@ func (b *Broker) startEmbedded() error {
 	if b.users, err = newUserRegistry(b.cfg.DataDir, opts); err != nil { // creds.go
 		return fmt.Errorf("broker: %w", err)
 	}
+	b.users.adds = &b.streamAdds
 	b.srv, err = server.NewServer(opts)
 	if err != nil {
 		return fmt.Errorf("broker: %w", err)
@@ -233,6 +246,8 @@ func clusterNotReady(err error) bool {
 }
 
 func (b *Broker) ensureBuckets(ctx context.Context) error {
+	b.streamAdds.RLock() // the buckets are streams: see streamAdds
+	defer b.streamAdds.RUnlock()
 	var err error
 	b.topic, err = b.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: wire.TopicsBucket, Description: "pctl topic descriptors", History: 10,
@@ -283,6 +298,16 @@ func (b *Broker) Close() error {
 	for _, s := range b.subs {
 		_ = s.Drain()
 	}
+	// Drain delivers what the subscriptions already received: wait for that (bounded), so those
+	// requests are served, then let no handler start another goroutine.
+	for deadline, i := time.Now().Add(5*time.Second), 0; i < len(b.subs) && time.Now().Before(deadline); {
+		if b.subs[i].IsValid() {
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		i++
+	}
+	b.stopSpawning()
 	b.wg.Wait()
 	// Flush the produce service: every accepted record gets its answer. Records that cannot be
 	// stored before the grace period ends (an epoch change stopped half way by this shutdown) get
@@ -317,6 +342,29 @@ func (b *Broker) Close() error {
 	return nil
 }
 
+// spawn runs f on a goroutine of its own that Close and Abort wait for. Once they have begun to
+// wait it runs nothing: a WaitGroup must not grow beside its Wait (a -race report, a subscription
+// handler starting a goroutine while Close waited), and a request then goes unanswered, as it
+// would to a stopped broker, and its sender retries.
+func (b *Broker) spawn(f func()) {
+	b.spawnMu.Lock()
+	defer b.spawnMu.Unlock()
+	if b.spawnStopped {
+		return
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		f()
+	}()
+}
+
+func (b *Broker) stopSpawning() {
+	b.spawnMu.Lock()
+	b.spawnStopped = true
+	b.spawnMu.Unlock()
+}
+
 // Abort stops the broker at once, as a crash would: no request in progress is answered, nothing is
 // flushed beyond what JetStream already stored. Fault-injection tests use it; a later Start on the
 // same data directory resumes whatever was in progress.
@@ -340,6 +388,7 @@ func (b *Broker) Abort() {
 		b.srv.Shutdown()
 		b.srv.WaitForShutdown()
 	}
+	b.stopSpawning()
 	b.wg.Wait()
 	b.loopWG.Wait()
 	if b.rt != nil {
@@ -375,11 +424,7 @@ func (b *Broker) subscribe() error {
 				b.cfg.Logf("broker: ignored a request on %s relayed by JetStream (reply %q)", m.Subject, m.Reply)
 				return
 			}
-			b.wg.Add(1)
-			go func() {
-				defer b.wg.Done()
-				b.serve(m, h)
-			}()
+			b.spawn(func() { b.serve(m, h) })
 		})
 		if err != nil {
 			return err

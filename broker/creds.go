@@ -32,6 +32,9 @@ type userRegistry struct {
 	base  []*server.NkeyUser // the role users
 	srv   *server.Server
 	opts  *server.Options // what the server runs with (a copy the server never sees)
+
+	// adds is the broker's streamAdds: a reload holds it for writing (see Broker.streamAdds).
+	adds *sync.RWMutex
 }
 
 // newUserRegistry loads the scoped users and adds them to opts (before the server starts).
@@ -91,7 +94,10 @@ func (r *userRegistry) update(f func(users []ScopedUser) ([]ScopedUser, bool)) e
 	r.users = users
 	opts := r.opts.Clone()
 	opts.Nkeys = r.nkeys()
-	if err := r.srv.ReloadOptions(opts.Clone()); err != nil { // the server gets a copy of its own
+	r.adds.Lock()
+	err := r.srv.ReloadOptions(opts.Clone()) // the server gets a copy of its own
+	r.adds.Unlock()
+	if err != nil {
 		r.users = prev
 		return fmt.Errorf("%w: reload the server's users: %v", wire.ErrInternal, err)
 	}
@@ -241,13 +247,11 @@ func (b *Broker) subscribeCreds() error {
 	}
 	s, err := b.nc.Subscribe(wire.EventsPrefix+".topic.*", func(m *nats.Msg) {
 		topic := strings.TrimPrefix(m.Subject, wire.EventsPrefix+".topic.")
-		b.wg.Add(1)
-		go func() {
-			defer b.wg.Done()
+		b.spawn(func() {
 			ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 			defer cancel()
 			b.refreshScoped(ctx, topic)
-		}()
+		})
 	})
 	if err != nil {
 		return err

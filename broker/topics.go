@@ -296,7 +296,9 @@ func (b *Broker) createStream(ctx context.Context, t *wire.Topic, q int, subject
 		cfg.MaxMsgsPerSubject = 1
 		cfg.AllowMsgTTL = true
 	}
+	b.streamAdds.RLock() // see streamAdds
 	_, err := b.js.CreateStream(ctx, cfg)
+	b.streamAdds.RUnlock()
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		return false, b.allowBatches(ctx, wire.StreamName(t.Name, q), subject)
 	}

@@ -226,9 +226,28 @@ func sameRecord(m *jetstream.RawStreamMsg, hdr nats.Header, value []byte) bool {
 // answers (a direct get may come from a replica that lags behind). A missing message is
 // jetstream.ErrMsgNotFound, a missing stream jetstream.ErrStreamNotFound.
 func leaderGet(ctx context.Context, c *Conn, stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
+	return leaderRequest(ctx, c, stream, fmt.Sprintf("message %d", seq), `{"seq":`+strconv.FormatUint(seq, 10)+`}`)
+}
+
+// leaderLast reads the stream's last message from the stream leader (STREAM.MSG.GET with
+// last_by_subj ">"): jetstream.ErrMsgNotFound when the stream is empty or its last message is
+// gone (deleted or expired).
+func leaderLast(ctx context.Context, c *Conn, stream string) (*jetstream.RawStreamMsg, error) {
+	return leaderRequest(ctx, c, stream, "the last message", `{"last_by_subj":">"}`)
+}
+
+// leaderNext reads the stream's first message at or after sequence from, from the stream leader
+// (STREAM.MSG.GET with next_by_subj ">"): jetstream.ErrMsgNotFound when there is none.
+func leaderNext(ctx context.Context, c *Conn, stream string, from uint64) (*jetstream.RawStreamMsg, error) {
+	return leaderRequest(ctx, c, stream, fmt.Sprintf("the first message from %d", from), `{"seq":`+strconv.FormatUint(from, 10)+`,"next_by_subj":">"}`)
+}
+
+// leaderRequest sends one STREAM.MSG.GET request (body) and decodes the message it returns; what
+// names the message asked for in errors.
+func leaderRequest(ctx context.Context, c *Conn, stream, what, body string) (*jetstream.RawStreamMsg, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.AckTimeout)
 	defer cancel()
-	m, err := c.NC.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, []byte(`{"seq":`+strconv.FormatUint(seq, 10)+`}`))
+	m, err := c.NC.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, []byte(body))
 	if err != nil {
 		return nil, err
 	}
@@ -245,7 +264,7 @@ func leaderGet(ctx context.Context, c *Conn, stream string, seq uint64) (*jetstr
 		} `json:"error"`
 	}
 	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return nil, fmt.Errorf("message %d of %s: %w", seq, stream, err)
+		return nil, fmt.Errorf("%s of %s: %w", what, stream, err)
 	}
 	if resp.Error != nil {
 		switch resp.Error.ErrCode {
@@ -254,14 +273,14 @@ func leaderGet(ctx context.Context, c *Conn, stream string, seq uint64) (*jetstr
 		case 10059:
 			return nil, jetstream.ErrStreamNotFound
 		}
-		return nil, fmt.Errorf("message %d of %s: %s (%d)", seq, stream, resp.Error.Description, resp.Error.ErrCode)
+		return nil, fmt.Errorf("%s of %s: %s (%d)", what, stream, resp.Error.Description, resp.Error.ErrCode)
 	}
 	if resp.Message == nil {
-		return nil, fmt.Errorf("message %d of %s: empty answer", seq, stream)
+		return nil, fmt.Errorf("%s of %s: empty answer", what, stream)
 	}
 	hdr, err := decodeHeaders(resp.Message.Header)
 	if err != nil {
-		return nil, fmt.Errorf("message %d of %s: headers: %w", seq, stream, err)
+		return nil, fmt.Errorf("%s of %s: headers: %w", what, stream, err)
 	}
 	return &jetstream.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Seq, Header: hdr, Data: resp.Message.Data}, nil
 }

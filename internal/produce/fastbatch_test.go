@@ -47,6 +47,31 @@ func TestFBSubjectRoundTrip(t *testing.T) {
 }
 
 // TestParseFBReply: the bodies are what nats-server 2.15.2 sent in the experiments that
+// testServer starts a real embedded nats-server with JetStream on a temporary directory and
+// connects to it; both end with the test.
+func testServer(t *testing.T) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	t.Cleanup(s.Shutdown)
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
 // TestServerFastBatchContract repeats.
 func TestParseFBReply(t *testing.T) {
 	tests := []struct {
@@ -115,23 +140,9 @@ func TestRecordToken(t *testing.T) {
 // (spec/protocol.md §5.1.1), against a real embedded server: an upgrade that changes any of it
 // fails here first.
 func TestServerFastBatchContract(t *testing.T) {
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	defer s.Shutdown()
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc, js := testServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	js, _ := jetstream.New(nc)
 	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"d.s"}, AllowBatchPublish: true, Duplicates: time.Minute, MaxMsgSize: 100})
 	if err != nil {
 		t.Fatal(err)

@@ -168,6 +168,10 @@ type Producer struct {
 	resent  atomic.Int64 // records re-sent under a new epoch after a fence
 	settles atomic.Int64 // batches settled after an anomaly
 	holes   atomic.Int64 // records a committed batch claimed but the server did not store (re-sent)
+	// readBacks counts batches read back after a leader change (confirm); pastInfo the records
+	// such a read found above the last sequence the stream info named (a lagging member's
+	// answer): a read that stopped there would have re-sent them under new ids.
+	readBacks, pastInfo atomic.Int64
 }
 
 type pending struct {
@@ -336,6 +340,13 @@ func (p *Producer) Settled() int64 { return p.settles.Load() }
 // only one of its key in its batch, and its re-send goes ahead of that key's later records
 // (spec/protocol.md §5.1.2).
 func (p *Producer) Holes() int64 { return p.holes.Load() }
+
+// ReadBacks returns how many batches the producer read back after a stream leader change, and
+// how many records those reads found stored above the last sequence the stream's info named
+// (spec/protocol.md §5.1.2, "the read-back's end").
+func (p *Producer) ReadBacks() (batches, pastInfo int64) {
+	return p.readBacks.Load(), p.pastInfo.Load()
+}
 
 // Epoch returns the epoch the producer currently produces to.
 func (p *Producer) Epoch() int {

@@ -891,11 +891,12 @@ func (s *sink) noteLeader(info *jetstream.StreamInfo) bool {
 
 // confirm checks, on a cluster, records acked..k-1 of the open batch that the server counted as
 // persisted. When the stream's leader is the one noted before the batch (and not newly elected),
-// the count is trusted. Otherwise the stream is read back from the floor and each record looked
-// for (every record of the batch, counted or not): found maps the index of each record found to
-// its stream sequence. Records not found get a new deduplication id before they are sent again:
-// the server may still hold the ids of its dropped proposals as "being stored" and would skip
-// their re-sends as duplicates.
+// the count is trusted. Otherwise the stream is read back (readBack) and each record looked for
+// (every record of the batch, counted or not): found maps the index of each record found to its
+// stream sequence. Records not found get a new deduplication id before they are sent again: the
+// server may still hold the ids of its dropped proposals as "being stored" and would skip their
+// re-sends as duplicates. That gives up deduplication, which is safe only because readBack reads
+// up to the stream leader's end (spec/protocol.md §5.1.2, "the read-back's end").
 func (s *sink) confirm(ctx context.Context, k int, upTo uint64) (found map[int]uint64, trusted bool, err error) {
 	b := s.b
 	st, err := s.p.conn.JS.Stream(ctx, s.stream)
@@ -906,20 +907,72 @@ func (s *sink) confirm(ctx context.Context, k int, upTo uint64) (found map[int]u
 	if changed := s.noteLeader(info); !changed && !s.p.opts.TestVerify {
 		return nil, true, nil
 	}
+	top := max(info.State.LastSeq, upTo)
+	found, err = s.readBack(ctx, top)
+	if err != nil {
+		return nil, false, err
+	}
+	s.p.readBacks.Add(1)
+	for i := b.acked; i < len(b.recs); i++ {
+		if _, ok := found[i]; !ok {
+			s.p.renew(b.recs[i])
+		}
+	}
+	if len(found) < k-b.acked {
+		s.logf("read back from %d after a leader change: %d of %d records of batch %s found (%d counted by the server)", s.lowFloor(b.acked, len(b.recs))+1, len(found), len(b.recs)-b.acked, b.id, k-b.acked)
+	}
+	return found, false, nil
+}
+
+// readBack reads the stream back from the stream leader, from the lowest floor of the open
+// batch's records not yet finished to the stream's end as the leader sees it, and returns the
+// index of each of those records it found with its stream sequence. top is the highest sequence
+// the caller knows of (the stream info's last sequence, the batch's PubAck).
+//
+// The stream info is no end: while the stream has no leader, every member answers STREAM.INFO
+// with its own state, and one that lags names a last sequence below records already stored, so a
+// read that stopped there would not find them and confirm would give them new ids: stored twice.
+// The end is fenced instead by the leader's last message (STREAM.MSG.GET, which only a stream
+// leader answers, and nats-server makes a node the leader only once it applied every entry of
+// earlier terms its log holds): every copy of the batch's records proposed before that answer is
+// at or below it. When the last message is gone (or the stream is empty), the read goes on
+// message by message until the leader says there is none after it.
+func (s *sink) readBack(ctx context.Context, top uint64) (map[int]uint64, error) {
+	b := s.b
 	want := map[string]int{}
 	for i := b.acked; i < len(b.recs); i++ {
 		want[b.recs[i].hdr.Get(wire.HeaderMsgID)] = i
 	}
-	found = map[int]uint64{}
-	top := max(info.State.LastSeq, upTo)
-	low := s.lowFloor(b.acked, len(b.recs))
-	err = s.readRange(ctx, low+1, top, func(seq uint64, m *jetstream.RawStreamMsg) {
+	found := map[int]uint64{}
+	look := func(seq uint64, m *jetstream.RawStreamMsg) {
 		if i, ok := want[m.Header.Get(wire.HeaderMsgID)]; ok && sameRecord(m, b.recs[i].hdr, b.recs[i].rec.Value) {
 			found[i] = seq
 		}
-	})
+	}
+	known := top
+	last, err := s.retryLeader(ctx, func() (*jetstream.RawStreamMsg, error) { return leaderLast(ctx, s.p.conn, s.stream) })
 	if err != nil {
-		return nil, false, err
+		return nil, err
+	}
+	if last != nil {
+		top = max(top, last.Sequence)
+	}
+	low := s.lowFloor(b.acked, len(b.recs))
+	if err := s.readRange(ctx, low+1, top, look); err != nil {
+		return nil, err
+	}
+	if last == nil {
+		for from := max(top, low) + 1; ; {
+			m, err := s.retryLeader(ctx, func() (*jetstream.RawStreamMsg, error) { return leaderNext(ctx, s.p.conn, s.stream, from) })
+			if err != nil {
+				return nil, err
+			}
+			if m == nil || m.Sequence < from {
+				break
+			}
+			look(m.Sequence, m)
+			top, from = m.Sequence, m.Sequence+1
+		}
 	}
 	// A record whose id another producer instance may have used (a thin client's, or a content
 	// token) may be stored further down, as long ago as the deduplication window reaches.
@@ -932,16 +985,11 @@ func (s *sink) confirm(ctx context.Context, k int, upTo uint64) (found map[int]u
 	if foreign && low > 0 {
 		from, err := s.seqAt(ctx, time.Now().Add(-dedupWindow-10*time.Second))
 		if err != nil {
-			return nil, false, err
+			return nil, err
 		}
 		if from <= low {
-			err = s.readRange(ctx, from, low, func(seq uint64, m *jetstream.RawStreamMsg) {
-				if i, ok := want[m.Header.Get(wire.HeaderMsgID)]; ok && sameRecord(m, b.recs[i].hdr, b.recs[i].rec.Value) {
-					found[i] = seq
-				}
-			})
-			if err != nil {
-				return nil, false, err
+			if err := s.readRange(ctx, from, low, look); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -952,15 +1000,19 @@ func (s *sink) confirm(ctx context.Context, k int, upTo uint64) (found map[int]u
 		}
 		supersededInBatch(keys, b.acked, found)
 	}
-	for i := b.acked; i < len(b.recs); i++ {
-		if _, ok := found[i]; !ok {
-			s.p.renew(b.recs[i])
+	if top > known {
+		above := 0
+		for _, seq := range found {
+			if seq > known {
+				above++
+			}
+		}
+		if above > 0 {
+			s.p.pastInfo.Add(int64(above))
+			s.logf("read back past the stream info's last sequence %d to the leader's end %d: %d records of batch %s are stored above %d (a read that stopped there would have sent them again under new ids)", known, top, above, b.id, known)
 		}
 	}
-	if len(found) < k-b.acked {
-		s.logf("read back %d..%d after a leader change: %d of %d records of batch %s found (%d counted by the server)", low+1, top, len(found), len(b.recs)-b.acked, b.id, k-b.acked)
-	}
-	return found, false, nil
+	return found, nil
 }
 
 // dedupWindow is the partition streams' deduplication window (spec/protocol.md §2).
@@ -1142,8 +1194,15 @@ func (s *sink) checkPubAck(ctx context.Context, r fbReply) (k, at int, ok bool, 
 // getMsg reads one stored message from the stream leader (nil when there is none), retrying
 // transient failures. Not a direct get: any replica may answer those, one that lags included.
 func (s *sink) getMsg(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
+	return s.retryLeader(ctx, func() (*jetstream.RawStreamMsg, error) { return leaderGet(ctx, s.p.conn, s.stream, seq) })
+}
+
+// retryLeader runs one STREAM.MSG.GET request (get) until it is answered: the message, or nil
+// when there is none. A stream without a leader answers "cluster not available" and one that is
+// electing answers nothing; both are retried with the back-off.
+func (s *sink) retryLeader(ctx context.Context, get func() (*jetstream.RawStreamMsg, error)) (*jetstream.RawStreamMsg, error) {
 	for attempt := 0; ; attempt++ {
-		m, err := leaderGet(ctx, s.p.conn, s.stream, seq)
+		m, err := get()
 		if err == nil || errors.Is(err, jetstream.ErrMsgNotFound) {
 			return m, nil
 		}
