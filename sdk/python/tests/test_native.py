@@ -16,7 +16,7 @@ import time
 import pytest
 
 import pctl
-from pctl._native import NATIVE, NativePartitioner, builtin_digests, native_for
+from pctl._native import _NATIVE_BATCH_MAX, NATIVE, NativePartitioner, builtin_digests, native_for
 from conftest import ROOT, VECTORS
 
 NS = [1, 2, 3, 7, 8, 16, 31, 100, 1000, 65535, 2147483647]
@@ -108,6 +108,9 @@ def test_native_errors_are_the_module_paths():
     with pytest.raises(pctl.BadRequest, match="key too long"):
         p.partition_many([b"a", bytes(65537)], 3)
     assert p.partition(bytes(65536), 3) == w.partition(bytes(65536), 3), "a key of exactly 65536 bytes is a key"
+    few = [b"", b"a", "é".encode(), bytes(range(40))]
+    for n in NS:
+        assert p.partition_many(few, n) == w.partition_many(few, n), f"a small batch (native) n={n}"
 
 
 def test_native_vs_wasm_per_call_ratio():
@@ -131,6 +134,20 @@ def test_native_vs_wasm_per_call_ratio():
     mn, mw = sorted(tn)[2], sorted(tw)[2]
     print(f"\nkafka-murmur2 16-byte keys, Partitioner.partition per call: wasm {mw / len(keys):.0f} ns, "
           f"native {mn / len(keys):.0f} ns: wasm/native {mw / mn:.2f}x")
+    f = NATIVE["kafka-murmur2"]
+    tb, tf = [], []
+    for _ in range(5):
+        t0 = time.perf_counter_ns()
+        got = wasm.partition_many(keys, 1000)
+        t1 = time.perf_counter_ns()
+        want = [f(k, 1000) for k in keys]
+        tf.append(time.perf_counter_ns() - t1)
+        tb.append(t1 - t0)
+        assert got == want
+    mb, mf = sorted(tb)[2], sorted(tf)[2]
+    print(f"kafka-murmur2 16-byte keys, batch: wasm partition_many {mb / len(keys):.0f} ns/key, native loop "
+          f"{mf / len(keys):.0f} ns/key: wasm/native {mb / mf:.2f}x (NativePartitioner.partition_many of more than "
+          f"{_NATIVE_BATCH_MAX} keys takes the module's batch)")
 
 
 def test_the_switch_against_a_real_broker(broker):
