@@ -85,6 +85,8 @@ export interface ConnectOptions {
   reconnectWait?: number;
   /** Use the shared _INBOX prefix instead of _INBOX_<public key> with NKey credentials. Default false. */
   sharedInbox?: boolean;
+  /** Partition with the JavaScript implementation of a built-in when an epoch's module is exactly the shipped built-in's (by digest), without config. Default false: the module runs. */
+  nativeBuiltins?: boolean;
 }
 
 export const DEFAULTS: Readonly<{ server: string; timeout: number; ackTimeout: number; reconnectWait: number; name: string }>;
