@@ -720,6 +720,7 @@ func (s *sink) settle(ctx context.Context, fenceDesc *wire.Topic) (*wire.Topic, 
 func (s *sink) learn(ctx context.Context, desc, fenced **wire.Topic, exact map[int]uint64) (int, error) {
 	b := s.b
 	waited, search := false, false
+	silent := 0 // EOBs that got no answer
 	for attempt := 0; ; attempt++ {
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
@@ -809,11 +810,27 @@ func (s *sink) learn(ctx context.Context, desc, fenced **wire.Topic, exact map[i
 			s.logf("closing batch %s: %v", b.id, err)
 		}
 		s.await(ctx, func() bool { return b.pubAck != nil || b.unknown || b.noResp })
+		if b.pubAck == nil && !b.unknown && !b.noResp {
+			// No answer at all to the EOB. nats-server 2.15.2 keeps a fast batch whose commit
+			// waits for proposals a replica or placement change dropped "committing" for good
+			// (its cleanup timer stops at the commit) and skips every later message of it
+			// without a reply, while the stream takes new batches: read the partition back
+			// (spec/protocol.md §5.1.2, settle 1) instead of closing it forever.
+			if silent++; silent >= silentEOBs {
+				s.logf("batch %s: %d EOBs on %s had no answer within %v each; reading the partition back", b.id, silent, subject, s.p.conn.AckTimeout)
+				search = true
+				continue
+			}
+		}
 		if b.pubAck == nil && !b.unknown && !sleepCtx(ctx, s.pause(attempt)) {
 			return 0, ctx.Err()
 		}
 	}
 }
+
+// silentEOBs is how many EOBs of a batch being settled may go unanswered (each for the
+// acknowledgement timeout) before the sink reads the partition back (spec/protocol.md §5.1.2).
+const silentEOBs = 3
 
 // finishStored finishes the open batch's records not yet finished: those in stored (index ->
 // stream sequence, 0 if unknown) are acknowledged, refused ones fail, and the others are returned,
