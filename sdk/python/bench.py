@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Offline partitioning throughput: plugins/builtin/kafka-murmur2.wasm through the SDK
-(pctl.Partitioner on wasmtime) against a native Python kafka-murmur2 written from
-spec/builtins.md, measured in the same run on the same keys; prints the ratios.
+(pctl.Partitioner on wasmtime) against the native Python kafka-murmur2 written from
+spec/builtins.md (pctl._native, the fast path of connect(native_builtins=True)), measured in the
+same run on the same keys; prints the ratios.
 
     sdk/python/.venv/bin/python sdk/python/bench.py [--keys 200000] [--n 12]
 """
@@ -13,38 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-_M = 0x5BD1E995
-_MASK = 0xFFFFFFFF
-
-
-def murmur2(key: bytes) -> int:
-    """Kafka's murmur2 (Utils.murmur2), as spec/builtins.md writes it, as an unsigned 32-bit value."""
-    n = len(key)
-    h = (0x9747B28C ^ n) & _MASK
-    end = n - (n & 3)
-    for i in range(0, end, 4):
-        k = int.from_bytes(key[i:i + 4], "little")
-        k = (k * _M) & _MASK
-        k ^= k >> 24
-        k = (k * _M) & _MASK
-        h = ((h * _M) & _MASK) ^ k
-    t = n & 3
-    if t == 3:
-        h ^= key[end + 2] << 16
-    if t >= 2:
-        h ^= key[end + 1] << 8
-    if t >= 1:
-        h ^= key[end]
-        h = (h * _M) & _MASK
-    h ^= h >> 13
-    h = (h * _M) & _MASK
-    h ^= h >> 15
-    return h
-
-
-def kafka_murmur2(key: bytes, n: int) -> int:
-    """The kafka-murmur2 partition: toPositive (x & 0x7fffffff, not abs) modulo n."""
-    return (murmur2(key) & 0x7FFFFFFF) % n
+sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
+from pctl._native import kafka_murmur2, murmur2  # noqa: E402,F401 - the native path of native_builtins=True
 
 
 def _rate(f, keys, reps: int = 3) -> float:
@@ -61,7 +32,6 @@ def main(argv=None) -> int:
     ap.add_argument("--keys", type=int, default=200_000)
     ap.add_argument("--n", type=int, default=12)
     args = ap.parse_args(argv)
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
     import pctl
 
     wasm = Path(__file__).resolve().parents[2] / "plugins" / "builtin" / "kafka-murmur2.wasm"

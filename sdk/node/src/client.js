@@ -8,6 +8,7 @@ import { connect as natsConnect, nkeyAuthenticator, createInbox, errors as natsE
 import { violationOf, isNoResponders, isTimeout } from './natserrors.js';
 import { fromSeed } from '@nats-io/nkeys';
 import { Partitioner } from './partitioner.js';
+import { nativeFor } from './native.js';
 import { Producer } from './producer.js';
 import { Consumer, resetGroup } from './consumer.js';
 import {
@@ -62,6 +63,10 @@ export function readSeed(path) {
  *   `_INBOX_<public key>` (spec/protocol.md §8.3; a scoped credential may subscribe there only);
  *   true uses the shared `_INBOX` instead, for a server configured before private inboxes.
  *   Default false.
+ * - `nativeBuiltins`: producers and consumers partition with the JavaScript implementation of a
+ *   built-in when an epoch's module is exactly that built-in's (by digest), without config (the
+ *   native fast path of spec/builtins.md; src/native.js, pinned to the modules by its tests).
+ *   Default false: the WebAssembly module, the reference, runs.
  * Throws PermissionError (credentials refused), UnavailableError (no server), BadRequestError
  * (unreadable credentials).
  */
@@ -74,6 +79,7 @@ export async function connect(opts = {}) {
     ackTimeout: opts.ackTimeout || DEFAULTS.ackTimeout,
     reconnectWait: opts.reconnectWait || DEFAULTS.reconnectWait,
     sharedInbox: !!opts.sharedInbox,
+    nativeBuiltins: !!opts.nativeBuiltins,
   };
   const nopts = {
     servers: o.server.split(',').map((u) => u.trim()).filter(Boolean), // a cluster: every node's URL, comma-separated
@@ -225,6 +231,11 @@ export class Client {
     const hit = this.partitioners.get(cacheKey);
     if (hit) return hit;
     const bytes = await this.module(p.digest);
+    const native = this.opts.nativeBuiltins ? nativeFor(p, bytes) : null; // the native fast path
+    if (native) {
+      this.partitioners.set(cacheKey, native);
+      return native;
+    }
     const config = p.config ? new Uint8Array(Buffer.from(p.config, 'base64')) : new Uint8Array(0);
     const part = Partitioner.fromBytes(bytes, { config, source: p.name ? `plugin ${p.name}` : `sha256:${p.digest.slice(0, 12)}` });
     this.partitioners.set(cacheKey, part);

@@ -1051,7 +1051,20 @@ export class Consumer {
       const gen = this.gen;
       try {
         if (w.gen === gen) {
-          await this.kv.update(key, partitionBody({ position: w.position, generation: gen }), w.rev);
+          const body = partitionBody({ position: w.position, generation: gen });
+          try {
+            await this.kv.update(key, body, w.rev);
+          } catch (e) {
+            // The last commit's answer was lost: if the key holds exactly what it wrote, it was
+            // ours, and the release goes on from its revision (spec/protocol.md §6.3). Otherwise
+            // the partition stayed leased to this member until its lease expired, and the member
+            // it went to waited for that.
+            const cur = e instanceof CasConflict ? await w.ownUnanswered(key) : null;
+            if (!cur) throw e;
+            w.unsure = null;
+            this.log(`partition ${w.partition}: the commit whose answer was lost was stored (revision ${cur.revision}); releasing from it`);
+            await this.kv.update(key, body, cur.revision);
+          }
           this.noteState(w.partition, gen, w.position);
         } else if (this.reset) {
           // A reset came: move our key to it (spec/protocol.md §6.6, members step 3).
@@ -1866,11 +1879,10 @@ class Worker {
         rev = await cn.kv.update(key, body, this.rev);
         if (cn.o.loseCommitAnswer?.()) throw new UnavailableError('commit answer lost (test hook)');
       } catch (e) {
-        if (!(e instanceof CasConflict) || !this.unsure) throw e;
         // The previous write's answer never came, so the key's revision may be that write's
         // (spec/protocol.md §6.3): a key holding exactly its bytes was ours, not a takeover.
-        const cur = await cn.kv.get(key).catch(() => null);
-        if (!cur || cur.deleted || !equalBytes(cur.value, this.unsure.body)) throw e;
+        const cur = e instanceof CasConflict ? await this.ownUnanswered(key) : null;
+        if (!cur) throw e;
         this.rev = cur.revision;
         this.committed = Math.max(this.committed, this.unsure.pos);
         this.leaseUntil = Math.max(this.leaseUntil, this.unsure.until);
@@ -1888,6 +1900,16 @@ class Worker {
     this.committed = pos;
     this.leaseUntil = before + session;
     cn.noteState(this.partition, this.gen, pos);
+  }
+
+  // After a failed compare-and-set: the key's entry when it holds exactly the bytes of this
+  // partition's last write whose answer never came (that write was stored, and the revision is
+  // ours: spec/protocol.md §6.3); else null (a takeover, or nothing unanswered).
+  async ownUnanswered(key) {
+    if (!this.unsure) return null;
+    const cur = await this.cn.kv.get(key).catch(() => null);
+    if (!cur || cur.deleted || !equalBytes(cur.value, this.unsure.body)) return null;
+    return cur;
   }
 
   // Waits for a commit in flight (before a release writes the final position).

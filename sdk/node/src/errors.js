@@ -96,6 +96,24 @@ export class UnavailableError extends PctlError {
   constructor(message, opts) { super('unavailable', message, opts); this.name = 'UnavailableError'; }
 }
 
+/**
+ * unavailable, for one record: JetStream kept refusing its message id as "duplicate message id is
+ * in process" (API error 10158, spec/protocol.md §5.1.5), so the producer stopped re-sending it.
+ * Its fate is unknown (it may be stored): read the partition before producing it again. `msgId`
+ * is the record's Nats-Msg-Id, `partition` the partition that refused it, `answers` how many 10158
+ * answers it got. Its code is `unavailable`, so it is also an UnavailableError (and crosses the
+ * wire, from the produce service, as `unavailable`).
+ */
+export class MsgIdInProcessError extends UnavailableError {
+  constructor(message, { msgId = '', partition = -1, answers = 0, ...opts } = {}) {
+    super(message, opts);
+    this.name = 'MsgIdInProcessError';
+    this.msgId = msgId;
+    this.partition = partition;
+    this.answers = answers;
+  }
+}
+
 /** internal: a bug or an unexpected reply. */
 export class InternalError extends PctlError {
   constructor(message, opts) { super('internal', message, opts); this.name = 'InternalError'; }

@@ -31,6 +31,16 @@ export class PluginRejectedError extends PctlError { constructor(message: string
 export class FencedError extends PctlError { constructor(message: string, opts?: object); }
 export class ChangeInProgressError extends PctlError { constructor(message: string, opts?: object); }
 export class UnavailableError extends PctlError { constructor(message: string, opts?: object); }
+/**
+ * unavailable, for one record: JetStream kept refusing its message id as "in process" (API error
+ * 10158, spec/protocol.md §5.1.5). Its fate is unknown: read the partition before producing it again.
+ */
+export class MsgIdInProcessError extends UnavailableError {
+  constructor(message: string, opts?: { msgId?: string; partition?: number; answers?: number; cause?: unknown });
+  readonly msgId: string;
+  readonly partition: number;
+  readonly answers: number;
+}
 export class InternalError extends PctlError { constructor(message: string, opts?: object); }
 /** plugin_failed: a module refused at load or failing a call. */
 export class PluginError extends PctlError {
@@ -75,6 +85,8 @@ export interface ConnectOptions {
   reconnectWait?: number;
   /** Use the shared _INBOX prefix instead of _INBOX_<public key> with NKey credentials. Default false. */
   sharedInbox?: boolean;
+  /** Partition with the JavaScript implementation of a built-in when an epoch's module is exactly the shipped built-in's (by digest), without config. Default false: the module runs. */
+  nativeBuiltins?: boolean;
 }
 
 export const DEFAULTS: Readonly<{ server: string; timeout: number; ackTimeout: number; reconnectWait: number; name: string }>;

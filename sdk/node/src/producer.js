@@ -16,6 +16,7 @@ import { headers as natsHeaders } from '@nats-io/transport-node';
 import { keyBytes } from './partitioner.js';
 import { parseReplySubject, parseReply, newToken, recordToken, versionAtLeast } from './fastbatch.js';
 import { Sink } from './sink.js';
+import { InProcess } from './inprocess.js';
 import { BadRequestError, NotFoundError, PctlError, UnavailableError, permissionError } from './errors.js';
 import { headerPairs, timeHeader, headerBlockBytes, TIME_HEADER, DEFAULT_MAX_RECORD_BYTES } from './records.js';
 import { streamInfo, directGet } from './jsapi.js';
@@ -55,7 +56,10 @@ function randomId() {
  * duplicate}`, once the broker acknowledged it (it is stored and will be delivered to every
  * consumer group), or rejects with a PctlError whose `code` says why (spec/protocol.md §3). `seq`
  * is the record's stream sequence when the producer learned it, else 0 ("stored, sequence not
- * reported"): a fast batch's PubAck names the stream sequence of its last record only.
+ * reported"): a fast batch's PubAck names the stream sequence of its last record only. A record
+ * whose id JetStream refused 4 times as "in process" (spec/protocol.md §5.1.5) rejects with
+ * MsgIdInProcessError, an UnavailableError: its fate is unknown, read the partition before
+ * producing it again.
  *
  * Order: records with the same key are stored, and delivered to every consumer group, in the
  * order send() was called, across epoch changes, lost connections and stream-leader changes.
@@ -255,6 +259,7 @@ export class Producer {
       sends: 0, // publishes so far, in any partition
       floors: null, // stream -> its sink's floor at the record's first send there
       failed: null, // set when the server refused the record for good
+      inProcess: new InProcess(), // its message id's 10158 answers (spec/protocol.md §5.1.5)
       settled: false,
     };
   }
@@ -289,9 +294,12 @@ export class Producer {
   }
 
   // Gives a record that is provably not stored a new deduplication id (a fresh token; the
-  // producer id and sequence stay): the server may still count its old id as being stored.
+  // producer id and sequence stay): the server may still count its old id as being stored. The
+  // new id's 10158 answers are counted afresh (§5.1.5 counts per message id): a hole is re-sent
+  // under it, stuck old id or not.
   renew(pd) {
     pd.msgId = `${pd.producer}-${pd.seqText}-${newToken()}`;
+    pd.inProcess.renewed();
     pd.hdr = null;
     pd.floors = null;
   }

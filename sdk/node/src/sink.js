@@ -11,6 +11,7 @@ import { OP, ERR, KIND, replySubject, randomHex, sameRecord, leaderGet, leaderLa
 import { streamInfo, directGet, JsApiError, JS } from './jsapi.js';
 import { BadRequestError, ConflictError, NotFoundError, UnavailableError, PctlError } from './errors.js';
 import * as rules from './rules.js';
+import { inProcessError } from './inprocess.js';
 import { recordSubject, batchEndSubject, supersededInBatch, keySubjects } from './compact.js';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -429,6 +430,15 @@ export class Sink {
   refused(r) {
     const b = this.b;
     const seq = r.kind === KIND.flowErr ? r.gapGot : r.seq;
+    if (seq >= 1 && seq <= b.recs.length) {
+      const pd = b.recs[seq - 1];
+      const was = pd.inProcess.stuck;
+      if (pd.inProcess.note(r.errCode) && !was) {
+        // Stuck (spec/protocol.md §5.1.5): a fast batch has no expected-sequence guard to renew
+        // the id under, so settling fails the record unless it finds it stored.
+        this.log(`record ${pd.pseq} (id ${pd.msgId}): JetStream answered 10158 ${pd.inProcess.count} times; failing it unless it is found stored`);
+      }
+    }
     switch (r.errCode) {
       case ERR.tooLarge:
         if (seq >= 1 && seq <= b.recs.length) {
@@ -444,7 +454,7 @@ export class Sink {
       case ERR.badBatchId:
         this.p.fail(new UnavailableError(`partition stream ${this.stream} refused a fast batch: ${r.errText} (JetStream error ${r.errCode}); pctl's producer needs nats-server 2.14+ and streams with allow_batched (restart 'pctl serve' to update them)`));
         break;
-      default: // 10211, 10071 and the rest: retried after a pause
+      default: // 10211, 10071, 10158 (until the id is stuck, §5.1.5) and the rest: retried after a pause
         b.transient = true;
     }
     if (seq === 1 && r.kind === KIND.refusal && r.errCode !== ERR.unknownBatch) b.never = true; // nothing of the batch is stored
@@ -667,8 +677,10 @@ export class Sink {
   }
 
   // Finishes the open batch's records not yet finished: those in stored (index -> stream
-  // sequence, 0 if unknown) are acknowledged, refused ones fail, and the others are returned, in
-  // order, to be sent again.
+  // sequence, 0 if unknown) are acknowledged, refused ones fail, those whose id is stuck "in
+  // process" fail (spec/protocol.md §5.1.5: not re-sent with the same id until the duplicate
+  // window ends, nor under a new id without a guard), and the others are returned, in order, to be
+  // sent again.
   finishStored(stored) {
     const b = this.b;
     const rest = [];
@@ -676,6 +688,10 @@ export class Sink {
       const pd = b.recs[i];
       if (pd.failed) this.p.finish(pd, null, pd.failed);
       else if (stored.has(i)) this.p.finish(pd, { partition: this.partition, epoch: this.epoch, seq: stored.get(i), duplicate: false });
+      else if (pd.inProcess.stuck) {
+        pd.failed = inProcessError(pd.pseq, pd.msgId, this.partition, pd.inProcess.count); // failed, not recovered
+        this.p.finish(pd, null, pd.failed);
+      }
       else rest.push(pd);
     }
     b.acked = b.recs.length;
@@ -740,6 +756,8 @@ export class Sink {
     const age = this.leaderSince === '' ? Infinity : Date.now() - Date.parse(this.leaderSince);
     if (!changed && age > LEADER_SETTLED && !p.test.verify) return { trusted: true, found: null };
     const { found, low, top } = await this.readBack(Math.max(info.state?.last_seq ?? 0, upTo));
+    // A hole's new token is not a renewal on 10158 (spec/protocol.md §5.1.5): a hole is re-sent
+    // under it, stuck old id or not, and the new id's 10158 answers are counted afresh.
     for (let i = b.acked; i < b.recs.length; i++) if (!found.has(i)) p.renew(b.recs[i]);
     if (found.size < k - b.acked) this.log(`read back ${low + 1}..${top} after a leader change: ${found.size} of ${b.recs.length - b.acked} records of batch ${b.id} found (${k - b.acked} counted by the server)`);
     return { trusted: false, found };

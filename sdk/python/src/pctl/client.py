@@ -18,6 +18,7 @@ import nats.errors
 
 from . import wire
 from .errors import BadRequest, InternalError, PermissionDenied, Unavailable, error_from_code, permission_denied
+from ._native import native_for
 from .partitioner import Partitioner
 
 if TYPE_CHECKING:
@@ -64,8 +65,10 @@ class Client:
 
     ``async with await pctl.connect(...) as client:`` closes it at the end."""
 
-    def __init__(self, nc: "nats.aio.client.Client", server: str, creds: str, timeout: float, ack_timeout: float):
+    def __init__(self, nc: "nats.aio.client.Client", server: str, creds: str, timeout: float, ack_timeout: float,
+                 native_builtins: bool = False):
         self._nc = nc
+        self.native_builtins = native_builtins
         self.server = server
         self.creds = creds
         self.timeout = timeout
@@ -77,7 +80,7 @@ class Client:
     @classmethod
     async def connect(cls, server: Optional[str] = None, creds: Optional[str] = None, *, name: str = "pctl-python",
                       timeout: float = 30.0, connect_timeout: float = 10.0, ack_timeout: float = 5.0,
-                      shared_inbox: bool = False) -> "Client":
+                      shared_inbox: bool = False, native_builtins: bool = False) -> "Client":
         """Connects to the broker at `server` (default ``$PCTL_SERVER``, else
         nats://127.0.0.1:4222; several URLs of one NATS cluster comma-separated) with the NKey seed file `creds` (default ``$PCTL_CREDS``; empty: no
         credentials): admin.nk, producer.nk or consumer.nk from the broker's data directory.
@@ -88,7 +91,11 @@ class Client:
         it, the connection reconnects forever). With NKey credentials the client receives its
         replies on the private inbox ``_INBOX_<public key>`` (spec/protocol.md §8.3), which scoped
         credentials (``pctl creds issue``) require; `shared_inbox` uses ``_INBOX`` instead, for a
-        server configured before private inboxes existed. Raises :class:`pctl.Unavailable` when no
+        server configured before private inboxes existed. `native_builtins` lets producers and
+        consumers partition with the Python implementation of a built-in when an epoch's module
+        is exactly that built-in's (by digest), without config (the native fast path of
+        spec/builtins.md; pinned to the modules by tests/test_native.py); default False: the
+        WebAssembly module, the reference, runs. Raises :class:`pctl.Unavailable` when no
         broker answers, :class:`pctl.PermissionDenied` when it refuses the credentials."""
         server = server or os.environ.get("PCTL_SERVER") or DEFAULT_SERVER
         creds = creds if creds is not None else os.environ.get("PCTL_CREDS", "")
@@ -145,7 +152,7 @@ class Client:
             last = err or (errors[-1] if errors else None)
             why = f": {last}" if last and str(last) else f" within {connect_timeout:g}s"
             raise Unavailable(f"cannot connect to {server}{why}; is 'pctl serve' running? (server= or PCTL_SERVER)") from None
-        client = cls(nc, server, creds, timeout, ack_timeout)
+        client = cls(nc, server, creds, timeout, ack_timeout, native_builtins)
         return client
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -294,6 +301,10 @@ class Client:
         p = self._parts.get(k)
         if p is None:
             data = await self.module(ref.digest)
+            if self.native_builtins:  # the native fast path: a shipped built-in's exact digest only
+                p = native_for(ref.digest, ref.config, data)
+                if p is not None:
+                    return self._parts.setdefault(k, p)
             source = f"plugin {ref.name or 'unnamed'}"
             # Compiling a large module takes a moment (once per digest: wasmtime's code is cached
             # on disk): keep the event loop free meanwhile.

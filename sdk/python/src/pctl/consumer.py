@@ -220,6 +220,10 @@ class Consumer:
         # Test hook: called after each stored commit; True makes the member take that commit as
         # unanswered (stored, its answer lost on the way), as a leader change can.
         self._lose_commit_answer: Optional[Callable[[], bool]] = None
+        # Test hook: called with the rebalance's number and each parent-first group of partitions
+        # ([(partition, position)], spec/protocol.md §6.7) before the member acquires it.
+        self._on_take: Optional[Callable[[int, list], None]] = None
+        self._take_round = 0
         self._desc = topic
         # Group-state requests time out after the session timeout (at least 2 s), as the Go member's
         # do: one lost in a broker restart must not hold a heartbeat or a commit for long.
@@ -768,16 +772,8 @@ class Consumer:
                     if self._lose_commit_answer is not None and self._lose_commit_answer():
                         raise Unavailable("commit answer lost (test hook)")
                 except _nats.KVConflict:
-                    # The previous write's answer never came, so the key's revision may be that
-                    # write's (spec/protocol.md §6.3): a key holding exactly its bytes was ours.
-                    unsure = part.unsure
-                    if unsure is None:
-                        raise
-                    try:
-                        cur = await self._kv.get(key)
-                    except PctlError:
-                        cur = None
-                    if cur is None or cur.op not in ("", "PUT") or cur.value != unsure[0]:
+                    unsure, cur = part.unsure, await self._own_unanswered(part, key)
+                    if unsure is None or cur is None:
                         raise
                     part.rev = cur.revision
                     part.committed = max(part.committed, unsure[1])
@@ -825,14 +821,41 @@ class Consumer:
                 except Exception as e:  # noqa: BLE001 - next tick retries
                     self._logf(f"member {self.member}: commit: {e}")
 
+    async def _own_unanswered(self, part: _Part, key: str) -> Any:
+        """After a failed compare-and-set: the key's entry when it holds exactly the bytes of the
+        partition's last write whose answer never came (that write was stored, and the revision is
+        ours: spec/protocol.md §6.3); else None (a takeover, or nothing unanswered)."""
+        if part.unsure is None:
+            return None
+        try:
+            cur = await self._kv.get(key)
+        except PctlError:
+            return None
+        if cur is None or cur.op not in ("", "PUT") or cur.value != part.unsure[0]:
+            return None
+        return cur
+
     async def _release(self, part: _Part) -> None:
         """§6.3: final position, owner empty."""
         async with part.lock:
             if part.lost:
                 return
             body = _pstate_json("", 0, part.handled, part.gen)
+            key = self._prefix + f"p.{part.q}"
             try:
-                rev = await self._kv.update(self._prefix + f"p.{part.q}", body, part.rev)
+                try:
+                    rev = await self._kv.update(key, body, part.rev)
+                except _nats.KVConflict:
+                    # The last commit's answer was lost: the release goes on from its revision.
+                    # Otherwise the partition stayed leased to this member until its lease
+                    # expired, and the member it went to waited for that.
+                    cur = await self._own_unanswered(part, key)
+                    if cur is None:
+                        raise
+                    part.unsure = None
+                    self._logf(f"member {self.member}: partition {part.q}: the commit whose answer was lost was stored "
+                               f"(revision {cur.revision}); releasing from it")
+                    rev = await self._kv.update(key, body, cur.revision)
             except _nats.KVConflict:
                 part.lost = True
                 return
@@ -1145,29 +1168,48 @@ class Consumer:
                         self._logf(f"member {self.member}: release of partition {part.q}: {e}")
                 if self._parts.get(part.q) is part:
                     del self._parts[part.q]
+        # Parents first (spec/protocol.md §6.7): the partitions whose next records are of the oldest
+        # epoch, acquired together, then the next epoch's; their tasks start in that order.
+        self._take_round += 1
         gained = []
-        for q in sorted(want):
-            if q in self._parts or self._closed:
-                continue
+        for group in _parent_first(self._desc, [q for q in want if q not in self._parts], self._position):
+            if self._closed:
+                break
             if self._pending_reset is not None:
                 self._rebalance = True
-                return
-            try:
-                got = await self._acquire(q)
-            except PctlError as e:
-                self._logf(f"member {self.member}: acquire partition {q}: {e}")
-                continue
-            if got is None:
-                continue
-            self._parts[q] = got
-            self._start_part(got)
-            gained.append(q)
+                break
+            if self._on_take is not None:
+                self._on_take(self._take_round, [(q, self._position(q)) for q in group])
+            results = await asyncio.gather(*(self._acquire_key(q) for q in group), return_exceptions=True)
+            bug: Optional[BaseException] = None
+            got = []
+            for q, r in zip(group, results):
+                if isinstance(r, PctlError):
+                    self._logf(f"member {self.member}: acquire partition {q}: {r}")
+                elif isinstance(r, BaseException):
+                    bug = bug or r
+                elif r is not None:
+                    self._parts[q] = r
+                    got.append(r)
+            for part in got:
+                # One at a time, in the iterator's task: a partition acquired at a boundary may
+                # owe its keys-revoked callback (§6.5).
+                try:
+                    await self._acquired(part)
+                except PctlError as e:
+                    self._logf(f"member {self.member}: acquire partition {part.q}: {e}")
+                    del self._parts[part.q]
+                    continue
+                self._start_part(part)
+                gained.append(part.q)
+            if bug is not None:
+                raise bug
         if gained:
-            await self._callback(self._on_assigned, gained)
+            await self._callback(self._on_assigned, sorted(gained))
 
-    async def _acquire(self, q: int) -> Optional[_Part]:
+    async def _acquire_key(self, q: int) -> Optional[_Part]:
         """§6.3 acquire, with §6.6's check for a seek: a key of a newer generation, or a newer
-        g.reset, is read (and applied) first."""
+        g.reset, is read (and applied) first. Only the group's bucket: several run at once."""
         key = self._prefix + f"p.{q}"
         e = await self._kv.get(key)
         g = await self._kv.get(self._prefix + "g.reset")
@@ -1207,7 +1249,11 @@ class Consumer:
             except _nats.KVConflict:
                 return None
         self._set_pstate(q, _PState(rev, pos, self._gen, self.member, lease_end))
-        part = _Part(q, rev, pos, self._gen, start + self._session)
+        return _Part(q, rev, pos, self._gen, start + self._session)
+
+    async def _acquired(self, part: _Part) -> None:
+        """After _acquire_key: the boundaries behind the partition's start position."""
+        q, pos = part.q, part.start
         # Boundaries behind the start position were passed by an earlier owner; one right at it
         # (the position is the boundary or its fence marker) may still owe its keys-revoked step,
         # when the member that reached it stopped or crashed before running it.
@@ -1218,7 +1264,6 @@ class Consumer:
         if part.next_boundary and pos >= part.next_boundary:
             await self._passed_boundaries(part)
         self._logf(f"member {self.member}: partition {q}: acquired at {pos}")
-        return part
 
     # --- partition tasks -------------------------------------------------------------------------------
 
@@ -1381,11 +1426,15 @@ class Consumer:
         partition there is committed past the epoch's boundary (the decision: _rules.gate_record).
         Returns the key's partition in the previous epoch when the key moved here from another
         partition (for keys-assigned), else -1."""
+        # Epochs below those computed in _parents were drained then (positions only grow).
+        drained = max(self._drained_through(), min(parents) - 1) if self._gating else rec.epoch - 1
+        if drained >= rec.epoch - 1 and self._on_keys_assigned is None:
+            # Every older epoch is drained (since _parents ran): nothing to wait for, and no
+            # keys-assigned step to run. Once a replay's parents drained, this is all it costs.
+            return -1
         await self._ended_epoch(rec.epoch - 1)
         started = 0.0
         waited = False
-        # Epochs below those computed in _parents were drained then (positions only grow).
-        drained = max(self._drained_through(), min(parents) - 1) if self._gating else rec.epoch - 1
         g = _rules.gate_record(self._desc, drained, rec.epoch, part.q, lambda ep: parents[ep.epoch], self._position)
         prev = g["parent"]
         for w in g["waits"]:
@@ -1716,6 +1765,27 @@ def _go_quote(s: str) -> str:
             out.append(ch)
     out.append('"')
     return "".join(out)
+
+
+def _read_epoch(t: wire.Topic, q: int, pos: int) -> int:
+    """The epoch of the record after position pos in partition q (spec/protocol.md §6.7): the
+    oldest epoch in which q exists and whose boundary in q is above pos; the current epoch once q is
+    past every ended epoch's. A hint for the order partitions are taken in: the gate decides."""
+    for ep in t.epochs:
+        if q >= ep.partitions:
+            continue
+        if not _rules.ended(ep) or pos < ep.boundaries[q]:
+            return ep.epoch
+    return t.current.epoch
+
+
+def _parent_first(t: wire.Topic, qs: list, pos: Callable[[int], int]) -> list:
+    """The partitions qs grouped by the epoch each reads next, oldest first, each group ascending
+    (as the Go client's parentFirst, client/parentfirst.go)."""
+    by: dict[int, list] = {}
+    for q in qs:
+        by.setdefault(_read_epoch(t, q, pos(q)), []).append(q)
+    return [sorted(by[e]) for e in sorted(by)]
 
 
 def _ended(t: wire.Topic):

@@ -19,6 +19,7 @@ code (``e.code == "not_found"``), and an error that crossed the wire (a broker r
     ├── ChangeInProgress             change_in_progress
     ├── PermissionDenied (PermissionError) permission    names the subject and the role it needs
     ├── Unavailable (ConnectionError) unavailable        broker unreachable, no answer, topic being created
+    │   └── MsgIdInProcess                               a record's id refused as "in process" (10158)
     └── InternalError                internal
 """
 
@@ -28,7 +29,7 @@ from typing import Any, Optional
 
 __all__ = [
     "PctlError", "BadRequest", "NotFound", "Exists", "Conflict", "InUse", "PluginRejected",
-    "PluginFailed", "Fenced", "ChangeInProgress", "PermissionDenied", "Unavailable",
+    "PluginFailed", "Fenced", "ChangeInProgress", "PermissionDenied", "Unavailable", "MsgIdInProcess",
     "InternalError", "error_from_code", "role_hint",
 ]
 
@@ -116,6 +117,21 @@ class PermissionDenied(PctlError, PermissionError):
 class Unavailable(PctlError, ConnectionError):
     """The broker cannot be reached or did not answer, or the topic is being created or deleted."""
     code = "unavailable"
+
+
+class MsgIdInProcess(Unavailable):
+    """One record: JetStream kept refusing its message id as "duplicate message id is in process"
+    (API error 10158, spec/protocol.md §5.1.5), so the producer stopped re-sending it. Its fate is
+    unknown (it may be stored): read the partition before producing it again. ``msg_id`` is the
+    record's ``Nats-Msg-Id``, ``partition`` the partition that refused it, ``answers`` how many
+    10158 answers it got. Its code is ``unavailable`` (it is an :class:`Unavailable`, and crosses
+    the wire, from the produce service, as ``unavailable``)."""
+
+    def __init__(self, message: str, *, msg_id: str = "", partition: int = -1, answers: int = 0, detail: Any = None):
+        super().__init__(message, detail=detail)
+        self.msg_id = msg_id
+        self.partition = partition
+        self.answers = answers
 
 
 class InternalError(PctlError):

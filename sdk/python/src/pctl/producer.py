@@ -29,6 +29,7 @@ import nats.errors
 from . import _fastbatch as fb
 from . import _nats, _rules, wire
 from . import compact as compaction
+from ._inprocess import InProcess, in_process_error
 from .errors import BadRequest, Conflict, NotFound, PctlError, PermissionDenied, PluginFailed, Unavailable
 from .record import HEADER_TIME, HeadersArg, check_headers, check_time
 
@@ -59,7 +60,7 @@ class RecordMetadata:
 
 class _Pending:
     __slots__ = ("seq", "key", "value", "future", "epoch", "partition", "hdrs", "block", "msg_id", "key_hdr", "sends",
-                 "floors", "failed")
+                 "floors", "failed", "in_process")
 
     def __init__(self, seq: int, key: Optional[bytes], value: bytes, future: asyncio.Future, hdrs: list, msg_id: str,
                  key_hdr: Optional[str], block: bytes):
@@ -72,6 +73,7 @@ class _Pending:
         # stream -> the sink's floor at the record's first send there: a copy stored there is above it
         self.floors: dict = {}
         self.failed: Optional[PctlError] = None  # the server refused the record for good
+        self.in_process = InProcess()  # its message id's 10158 answers (spec/protocol.md §5.1.5)
 
 
 class _Event:
@@ -278,7 +280,10 @@ class Producer:
         The future fails with a :class:`pctl.PctlError` when the record cannot be stored
         (:class:`pctl.PluginFailed` if the module failed on its key, :class:`pctl.BadRequest` if
         the stream refused it, :class:`pctl.Conflict` if it was acknowledged as a duplicate of a
-        different record: another client used its deduplication id)."""
+        different record: another client used its deduplication id, :class:`pctl.MsgIdInProcess`,
+        an :class:`pctl.Unavailable`, if JetStream refused its id 4 times as "in process"
+        (spec/protocol.md §5.1.5): its fate is unknown, read the partition before producing it
+        again)."""
         k = None if key is None else _data(key, "key")
         v = _data(value, "value")
         if k is not None and len(k) > 65536:
@@ -502,7 +507,10 @@ class Producer:
 
     def _renew(self, pd: _Pending) -> None:
         """Gives a record that is provably not stored a new deduplication id (a fresh token; the
-        producer id and sequence stay): the server may still count its old id as being stored."""
+        producer id and sequence stay): the server may still count its old id as being stored. The
+        new id's 10158 answers are counted afresh (§5.1.5 counts per message id): a hole is re-sent
+        under it, stuck old id or not."""
+        pd.in_process.renewed()
         base = pd.msg_id.rsplit("-", 1)[0]
         pd.msg_id = f"{base}-{fb.new_token()}"
         pd.hdrs = [(k, pd.msg_id if k == wire.HEADER_MSG_ID else v) for k, v in pd.hdrs]
@@ -1030,6 +1038,14 @@ class _Sink:
         assert b is not None
         seq = r.gap_got if r.kind == fb.FLOW_ERR else r.seq
         code = r.err_code
+        if 1 <= seq <= len(b.recs):
+            pd = b.recs[seq - 1]
+            was = pd.in_process.stuck
+            if pd.in_process.note(code) and not was:
+                # Stuck (spec/protocol.md §5.1.5): a fast batch has no expected-sequence guard to
+                # renew the id under, so settling fails the record unless it finds it stored.
+                self.logf(f"record {pd.seq} (id {pd.msg_id}): JetStream answered 10158 {pd.in_process.count} times; "
+                          f"failing it unless it is found stored")
         if code == fb.ERR_TOO_LARGE:
             if 1 <= seq <= len(b.recs):
                 pd = b.recs[seq - 1]
@@ -1042,7 +1058,7 @@ class _Sink:
                                      f"pctl's producer needs nats-server 2.14+ and streams with allow_batched (restart "
                                      f"'pctl serve' to update them)"))
         else:
-            b.transient = True  # 10211, 10071 and anything else: retried with back-off
+            b.transient = True  # 10211, 10071, 10158 (until the id is stuck, §5.1.5) and anything else: retried with back-off
         if seq == 1 and r.kind == fb.REFUSAL and code != fb.ERR_UNKNOWN_BATCH:
             b.never = True  # the batch never started: nothing of it is stored
 
@@ -1083,8 +1099,10 @@ class _Sink:
 
     def _finish_stored(self, stored: dict) -> list:
         """Finishes the open batch's records not yet finished: those in `stored` (index -> stream
-        sequence, 0 if unknown) are acknowledged, refused ones fail, and the others are returned,
-        in order, to be sent again."""
+        sequence, 0 if unknown) are acknowledged, refused ones fail, those whose id is stuck "in
+        process" fail (spec/protocol.md §5.1.5: not re-sent with the same id until the duplicate
+        window ends, nor under a new id without a guard), and the others are returned, in order, to
+        be sent again."""
         b = self.b
         assert b is not None
         rest = []
@@ -1094,6 +1112,8 @@ class _Sink:
                 self.p._finish(pd, error=pd.failed)
             elif i in stored:
                 self.p._finish(pd, RecordMetadata(self.partition, self.epoch, stored[i], pd.seq))
+            elif pd.in_process.stuck:
+                self.p._finish(pd, error=in_process_error(pd.seq, pd.msg_id, self.partition, pd.in_process.count))
             else:
                 rest.append(pd)
         b.acked = len(b.recs)
@@ -1206,7 +1226,7 @@ class _Sink:
         self.p.confirmed_by_reading += 1
         found, low, top = await self._read_back(max(int((info.get("state") or {}).get("last_seq") or 0), up_to))
         for i in range(b.acked, len(b.recs)):
-            if i not in found:
+            if i not in found:  # a hole: re-sent under a new token, stuck old id or not (§5.1.5)
                 self.p._renew(b.recs[i])
         if len(found) < k - b.acked:
             self.logf(f"read back {low + 1}..{top} after a leader change: {len(found)} of {len(b.recs) - b.acked} records of "

@@ -24,9 +24,11 @@ public final class ClientOptions {
     private final Duration reconnectWait;
     private final Plugin.Options runtime;
     private final boolean sharedInbox;
+    private final boolean nativeBuiltins;
 
     private ClientOptions(Builder b) {
         this.sharedInbox = b.sharedInbox;
+        this.nativeBuiltins = b.nativeBuiltins;
         this.server = b.server;
         this.creds = b.creds;
         this.connectionName = b.connectionName;
@@ -86,6 +88,11 @@ public final class ClientOptions {
         return sharedInbox;
     }
 
+    /** Whether a built-in's epochs are partitioned by its Java implementation (see {@link Builder#nativeBuiltins}). */
+    public boolean nativeBuiltins() {
+        return nativeBuiltins;
+    }
+
     /** Builds {@link ClientOptions}. */
     public static final class Builder {
         private String server;
@@ -96,6 +103,7 @@ public final class ClientOptions {
         private Duration reconnectWait = Duration.ofMillis(250);
         private Plugin.Options runtime = new Plugin.Options();
         private boolean sharedInbox;
+        private boolean nativeBuiltins;
 
         private Builder() {
             String s = System.getenv("PCTL_SERVER");
@@ -162,6 +170,18 @@ public final class ClientOptions {
          */
         public Builder sharedInbox(boolean shared) {
             this.sharedInbox = shared;
+            return this;
+        }
+
+        /**
+         * Producers and consumers partition with the Java implementation of a built-in when an
+         * epoch's module has exactly the digest of the built-in module embedded in this library,
+         * without config (the native fast path of spec/builtins.md; pinned to the modules by
+         * NativeBuiltinsTest). Any other module, one that computes the same function included,
+         * still runs as WebAssembly. Default false: the module, the reference, runs.
+         */
+        public Builder nativeBuiltins(boolean nativeBuiltins) {
+            this.nativeBuiltins = nativeBuiltins;
             return this;
         }
 

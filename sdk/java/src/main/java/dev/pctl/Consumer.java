@@ -147,6 +147,11 @@ public final class Consumer implements AutoCloseable {
 
     /** For the tests only: keep the drained-epochs cache across seeks (Pulsar's bug), so a test can show it breaks order. */
     boolean keepDrainedAcrossSeeksForTest;
+    /** For the tests only: called with the rebalance's number and each parent-first group ([partition, position]) before it is acquired. */
+    volatile java.util.function.BiConsumer<Integer, List<long[]>> takeHookForTest;
+    private int takeRound; // the polling thread's
+    /** For the tests only: called after each stored commit; true makes the member take it as unanswered (its answer and read-back lost). */
+    volatile java.util.function.BooleanSupplier loseCommitAnswerForTest;
     private int keptDrained;
 
     private final AtomicReference<Thread> owner = new AtomicReference<>();
@@ -1482,6 +1487,12 @@ public final class Consumer implements AutoCloseable {
             try {
                 try {
                     nr = kv.update(prefix + "p." + p.q, body, rev);
+                    java.util.function.BooleanSupplier lose = loseCommitAnswerForTest;
+                    if (lose != null && lose.getAsBoolean()) {
+                        // Stored, but as if its answer and the read-back were lost (a cut connection).
+                        log("member " + member + ": commit of partition " + p.q + " failed (commit answer lost: test hook); retrying");
+                        return;
+                    }
                 } catch (GroupKv.Conflict e) {
                     // Our own earlier write whose reply was lost moved the revision? Go on from it.
                     long own = adoptOwnWrite(p, pos, rev);
@@ -1578,8 +1589,22 @@ public final class Consumer implements AutoCloseable {
                 mu.unlock();
             }
             long nr;
+            byte[] body = pstateJson("", 0, pos, p.gen);
             try {
-                nr = kv.update(prefix + "p." + p.q, pstateJson("", 0, pos, p.gen), rev);
+                try {
+                    nr = kv.update(prefix + "p." + p.q, body, rev);
+                } catch (GroupKv.Conflict e) {
+                    // The last commit's answer was lost (§6.3): when the key holds that write of
+                    // ours, the release goes on from its revision. Otherwise the partition stayed
+                    // leased to this member until its lease expired, and the member it went to
+                    // waited for that.
+                    long own = adoptOwnWrite(p, pos, rev);
+                    if (own == 0) {
+                        throw e;
+                    }
+                    log("member " + member + ": partition " + p.q + ": releasing from revision " + own + " (our commit whose answer was lost)");
+                    nr = kv.update(prefix + "p." + p.q, body, own);
+                }
             } catch (GroupKv.Conflict e) {
                 mu.lock();
                 try {
@@ -2157,44 +2182,135 @@ public final class Consumer implements AutoCloseable {
                 }
             }
         }
+        // Parents first (spec/protocol.md §6.7): the partitions whose next records are of the
+        // oldest epoch, acquired together, then the next epoch's; their fetchers start in that order.
+        List<List<Integer>> plan;
+        mu.lock();
+        try {
+            List<Integer> todo = new ArrayList<>();
+            for (int q : want) {
+                if (!parts.containsKey(q)) {
+                    todo.add(q);
+                }
+            }
+            plan = ParentFirst.groups(desc, todo, this::positionLocked);
+        } finally {
+            mu.unlock();
+        }
+        takeRound++;
         List<Integer> gained = new ArrayList<>();
-        for (int q : new TreeSet<>(want)) {
+        boolean denied = false;
+        for (List<Integer> group : plan) {
+            List<long[]> seen = new ArrayList<>();
             mu.lock();
             try {
-                if (parts.containsKey(q) || closed) {
-                    continue;
+                if (closed) {
+                    break;
                 }
                 if (pendingReset != null) {
                     rebalance = true;
                     break;
                 }
+                for (int q : group) {
+                    seen.add(new long[] {q, positionLocked(q)});
+                }
             } finally {
                 mu.unlock();
             }
-            Part p;
-            try {
-                p = acquire(q);
-            } catch (PermissionDeniedException e) {
-                fail(e);
-                break;
-            } catch (PctlException e) {
-                log("member " + member + ": acquire partition " + q + ": " + e.getMessage());
-                continue;
+            java.util.function.BiConsumer<Integer, List<long[]>> hook = takeHookForTest;
+            if (hook != null) {
+                hook.accept(takeRound, seen);
             }
-            if (p == null) {
-                continue;
+            List<Part> got = new ArrayList<>();
+            List<Object> results = acquireAll(group);
+            for (int i = 0; i < group.size(); i++) {
+                Object r = results.get(i);
+                if (r instanceof Part p) {
+                    got.add(p);
+                } else if (r instanceof PermissionDeniedException e) {
+                    fail(e);
+                    denied = true;
+                } else if (r instanceof PctlException e) {
+                    log("member " + member + ": acquire partition " + group.get(i) + ": " + e.getMessage());
+                }
             }
             mu.lock();
             try {
-                parts.put(q, p);
+                for (Part p : got) {
+                    parts.put(p.q, p);
+                }
             } finally {
                 mu.unlock();
             }
-            startPart(p);
-            gained.add(q);
+            for (Part p : got) {
+                // One at a time, on the polling thread: a partition acquired at a boundary may owe
+                // its keys-revoked callback (§6.5).
+                try {
+                    acquired(p);
+                } catch (PctlException e) {
+                    log("member " + member + ": acquire partition " + p.q + ": " + e.getMessage());
+                    mu.lock();
+                    try {
+                        parts.remove(p.q, p);
+                    } finally {
+                        mu.unlock();
+                    }
+                    continue;
+                }
+                startPart(p);
+                gained.add(p.q);
+            }
+            if (denied) {
+                break;
+            }
         }
+        Collections.sort(gained);
         if (!gained.isEmpty()) {
             callback(() -> listener.onPartitionsAssigned(Collections.unmodifiableList(gained)));
+        }
+    }
+
+    /**
+     * Acquires the partitions of one parent-first group at once (§6.7; only the group's bucket, so
+     * several run side by side): for each, in order, its Part, null (not taken), or the
+     * PctlException that stopped it.
+     */
+    private List<Object> acquireAll(List<Integer> group) {
+        if (group.size() == 1) {
+            return Collections.singletonList(acquireOne(group.get(0)));
+        }
+        java.util.concurrent.ExecutorService ex = Executors.newFixedThreadPool(Math.min(group.size(), 16), r -> {
+            Thread th = new Thread(r, "pctl-consumer-" + member + "-acquire");
+            th.setDaemon(true);
+            return th;
+        });
+        try {
+            List<CompletableFuture<Object>> fs = new ArrayList<>();
+            for (int q : group) {
+                fs.add(CompletableFuture.supplyAsync(() -> acquireOne(q), ex));
+            }
+            List<Object> out = new ArrayList<>();
+            for (CompletableFuture<Object> f : fs) {
+                try {
+                    out.add(f.join());
+                } catch (java.util.concurrent.CompletionException e) {
+                    if (e.getCause() instanceof RuntimeException re) {
+                        throw re; // a bug: as from acquire on this thread
+                    }
+                    throw e;
+                }
+            }
+            return out;
+        } finally {
+            ex.shutdown();
+        }
+    }
+
+    private Object acquireOne(int q) {
+        try {
+            return acquire(q);
+        } catch (PctlException e) {
+            return e;
         }
     }
 
@@ -2275,11 +2391,22 @@ public final class Consumer implements AutoCloseable {
                 return null;
             }
         }
-        Part p = new Part(q, rev, pos, myGen, start + sessionNanos);
-        boolean owe;
         mu.lock();
         try {
             setPStateLocked(q, new PState(rev, pos, myGen, member, leaseEnd));
+        } finally {
+            mu.unlock();
+        }
+        return new Part(q, rev, pos, myGen, start + sessionNanos);
+    }
+
+    /** After acquire: the boundaries behind the partition's start position, on the polling thread. */
+    private void acquired(Part p) {
+        int q = p.q;
+        long pos = p.start;
+        boolean owe;
+        mu.lock();
+        try {
             // §6.5: a boundary behind the start position was passed by an earlier owner, which ran
             // its keys-revoked step before committing past it; one exactly at it may still owe the
             // step (the member that got there may have stopped before running it).
@@ -2298,7 +2425,6 @@ public final class Consumer implements AutoCloseable {
             passedBoundaries(p);
         }
         log("member " + member + ": partition " + q + ": acquired at " + pos);
-        return p;
     }
 
     // ---- partition fetchers -------------------------------------------------------------------
@@ -2909,6 +3035,18 @@ public final class Consumer implements AutoCloseable {
     private int gate(Part p, ConsumerRecord rec, Map<Integer, Integer> parents, Runnable beforeWait) throws Stop {
         long started = 0;
         boolean waited = false;
+        if (!announce) {
+            mu.lock();
+            try {
+                if (o.gating() && Math.max(drainedThroughLocked(), Collections.min(parents.keySet()) - 1) >= rec.epoch() - 1) {
+                    // Every older epoch is drained (since parents() ran): nothing to wait for, and no
+                    // keys-assigned step to run. Once a replay's parents drained, this is all it costs.
+                    return -1;
+                }
+            } finally {
+                mu.unlock();
+            }
+        }
         endedEpoch(rec.epoch() - 1, p); // the descriptor shows epoch x-1 ended (and so every older one)
         Rules.Gate g;
         mu.lock();

@@ -58,10 +58,13 @@ public final class Partitioner implements AutoCloseable {
     private final AtomicReference<PluginInstance> idle = new AtomicReference<>();
     private final ConcurrentLinkedDeque<PluginInstance> pool = new ConcurrentLinkedDeque<>();
     private volatile boolean closed;
+    // The native fast path (NativeBuiltins): a built-in's Java function, null for the module.
+    private final NativeBuiltins.Fn nat;
 
-    private Partitioner(Plugin plugin, byte[] config, PluginInstance first) {
+    private Partitioner(Plugin plugin, byte[] config, PluginInstance first, NativeBuiltins.Fn nat) {
         this.plugin = plugin;
         this.config = config;
+        this.nat = nat;
         idle.set(first);
     }
 
@@ -146,10 +149,17 @@ public final class Partitioner implements AutoCloseable {
         }
         byte[] cfg = config == null ? new byte[0] : config.clone();
         try {
-            return new Partitioner(p, cfg, p.open(cfg));
+            return new Partitioner(p, cfg, p.open(cfg), null);
         } catch (PluginException e) {
             throw PluginRejectedException.of(e, p.name(), p.digest());
         }
+    }
+
+    /** A built-in's module (loaded: name, digest, metadata) that partitions with its Java function {@code nat}. */
+    static Partitioner withNative(byte[] module, String source, Plugin.Options options, NativeBuiltins.Fn nat) {
+        Partitioner w = fromBytes(module, source, new byte[0], options);
+        PluginInstance first = w.idle.getAndSet(null);
+        return new Partitioner(w.plugin, w.config, first, nat);
     }
 
     /**
@@ -162,6 +172,9 @@ public final class Partitioner implements AutoCloseable {
      */
     public int partition(byte[] key, int n) {
         checkArgs(key.length, n);
+        if (nat != null) {
+            return nat.partition(key, n);
+        }
         return run(in -> in.partition(key, 0, key.length, n));
     }
 
@@ -176,6 +189,12 @@ public final class Partitioner implements AutoCloseable {
         int[] out = new int[keys.size()];
         for (byte[] k : keys) {
             checkArgs(k.length, n);
+        }
+        if (nat != null) {
+            for (int j = 0; j < out.length; j++) {
+                out[j] = nat.partition(keys.get(j), n);
+            }
+            return out;
         }
         int i = 0;
         while (i < keys.size()) {
@@ -345,6 +364,11 @@ public final class Partitioner implements AutoCloseable {
                 Thread.currentThread().interrupt();
             }
         }
+    }
+
+    /** Whether this partitions with a built-in's Java function (the native fast path) instead of the module. */
+    boolean isNative() {
+        return nat != null;
     }
 
     /** The module's metadata name (spec/abi-v1.md §2.6), "unnamed" if it has none. */

@@ -440,7 +440,8 @@ public final class PctlClient implements AutoCloseable {
             try {
                 byte[] bytes = plugin(ref.digest());
                 String source = "plugin " + (ref.name().isEmpty() ? ref.digest().substring(0, 12) : ref.name());
-                mine.complete(Partitioner.fromBytes(bytes, source, ref.configRef(), opts.runtime()));
+                Partitioner nat = opts.nativeBuiltins() ? NativeBuiltins.nativeFor(ref.digest(), ref.configRef(), bytes, opts.runtime()) : null;
+                mine.complete(nat != null ? nat : Partitioner.fromBytes(bytes, source, ref.configRef(), opts.runtime()));
             } catch (RuntimeException e) {
                 partitioners.remove(key, mine);
                 mine.completeExceptionally(e);

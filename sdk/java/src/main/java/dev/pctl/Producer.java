@@ -70,9 +70,11 @@ import java.util.concurrent.locks.ReentrantLock;
  * {@link PluginFailedException} if the partitioner failed for its key, {@link ConflictException}
  * if another client stored a message under the record's deduplication id, {@link
  * PermissionDeniedException} if the credentials may not produce (the producer then fails every
- * record), {@link NotFoundException} if the topic was deleted. A fast batch's PubAck names the
- * stream sequence of its last message only, so {@link RecordMetadata#sequence()} is 0 ("stored,
- * sequence not reported") for most records. Callbacks and futures complete on one producer
+ * record), {@link NotFoundException} if the topic was deleted, {@link MsgIdInProcessException} (an
+ * {@link UnavailableException}: its fate is unknown) if JetStream refused the record's id 4 times
+ * as "in process" (spec/protocol.md §5.1.5; read the partition before producing it again). A fast
+ * batch's PubAck names the stream sequence of its last message only, so {@link
+ * RecordMetadata#sequence()} is 0 ("stored, sequence not reported") for most records. Callbacks and futures complete on one producer
  * thread, in the order the fates became known (per partition: send order). Do not block in a
  * callback, and never call {@link #flush} or {@link #close} from one.
  *
@@ -568,10 +570,13 @@ public final class Producer implements AutoCloseable {
 
     /**
      * Gives a record that is provably not stored a new deduplication id (a fresh token; the
-     * producer id and sequence stay): the server may still count its old id as being stored.
+     * producer id and sequence stay): the server may still count its old id as being stored. The
+     * new id's 10158 answers are counted afresh (§5.1.5 counts per message id): a hole is re-sent
+     * under it, stuck old id or not.
      */
     private void renew(Pending pd) {
         pd.msgId = id + "-" + pd.seq + "-" + newToken();
+        pd.inProcess.renewed();
         pd.block = headerBlock(pd);
         pd.floors.clear();
     }
@@ -1240,6 +1245,7 @@ public final class Producer implements AutoCloseable {
         /** Stream -> the sink's floor at the record's first send there: a stored copy is above it. */
         final Map<String, Long> floors = new HashMap<>(2);
         PctlException failed; // the server refused the record for good
+        final InProcess inProcess = new InProcess(); // its message id's 10158 answers (spec/protocol.md §5.1.5)
         boolean done; // guarded by the producer's lock
 
         Pending(long seq, ProducerRecord rec, Callback callback) {
@@ -1868,6 +1874,15 @@ public final class Producer implements AutoCloseable {
         private void refused(Reply r) {
             Batch bt = b;
             long s = r.kind == Kind.FLOW_ERR ? r.gapGot : r.seq;
+            if (s >= 1 && s <= bt.recs.size()) {
+                Pending pd = bt.recs.get((int) s - 1);
+                boolean was = pd.inProcess.stuck();
+                if (pd.inProcess.note(r.errCode) && !was) {
+                    // Stuck (spec/protocol.md §5.1.5): a fast batch has no expected-sequence guard
+                    // to renew the id under, so settling fails the record unless it finds it stored.
+                    log("record %d (id %s): JetStream answered 10158 %d times; failing it unless it is found stored", pd.seq, pd.msgId, pd.inProcess.count());
+                }
+            }
             switch (r.errCode) {
                 case ERR_TOO_LARGE:
                     if (s >= 1 && s <= bt.recs.size()) {
@@ -1887,7 +1902,7 @@ public final class Producer implements AutoCloseable {
                             "partition stream %s refused a fast batch: %s (JetStream error %d); pctl's producer needs nats-server 2.14+ and streams with allow_batched (restart 'pctl serve' to update them)",
                             stream, r.errText, r.errCode)));
                     break;
-                default: // 10211, 10071 and anything else: retried after a pause
+                default: // 10211, 10071, 10158 (until the id is stuck, §5.1.5) and anything else: retried after a pause
                     bt.transientErr = true;
             }
             if (s == 1 && r.kind == Kind.REFUSAL && r.errCode != ERR_UNKNOWN_BATCH) {
@@ -2310,7 +2325,7 @@ public final class Producer implements AutoCloseable {
             ReadBack rb = readBack(Math.max(JsApi.num(JsApi.obj(info.get("state")).get("last_seq")), upTo));
             Map<Integer, Long> found = rb.found();
             for (int i = bt.acked; i < bt.recs.size(); i++) {
-                if (!found.containsKey(i)) {
+                if (!found.containsKey(i)) { // a hole: re-sent under a new token, stuck old id or not (§5.1.5)
                     renew(bt.recs.get(i));
                 }
             }
@@ -2399,8 +2414,10 @@ public final class Producer implements AutoCloseable {
 
         /**
          * Finishes the open batch's records not yet finished: those in stored (index -> stream
-         * sequence, 0 if unknown) are acknowledged, refused ones fail, and the others are returned,
-         * in order, to be sent again.
+         * sequence, 0 if unknown) are acknowledged, refused ones fail, those whose id is stuck "in
+         * process" fail (spec/protocol.md §5.1.5: not re-sent with the same id until the duplicate
+         * window ends, nor under a new id without a guard), and the others are returned, in order,
+         * to be sent again.
          */
         private List<Pending> finishStored(Map<Integer, Long> stored) {
             Batch bt = b;
@@ -2412,6 +2429,8 @@ public final class Producer implements AutoCloseable {
                     finishErr(pd, pd.failed);
                 } else if (s != null) {
                     finish(pd, s, false);
+                } else if (pd.inProcess.stuck()) {
+                    finishErr(pd, InProcess.error(pd.seq, pd.msgId, partition, pd.inProcess.count()));
                 } else {
                     rest.add(pd);
                 }

@@ -1,0 +1,192 @@
+// The native fast path (spec/builtins.md): every JavaScript built-in of src/native.js against its
+// spec/vectors file (partitions computed by the real clients, never by pctl), against this SDK's
+// own run of the built-in's WebAssembly module on random keys through both entry points, and the
+// switch: only connect({nativeBuiltins: true}) and only a built-in's exact digest without config
+// take the native path (a real broker: a topic of the built-in and one of another module).
+import { test, describe, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { Partitioner, builtinNames, BadRequestError, connect } from '../src/index.js';
+import { NATIVE, NativePartitioner, nativeFor, builtinDigests } from '../src/native.js';
+import { startBroker, missingToolchain, pctlPartitions, root } from './broker.js';
+
+const hex = (h) => new Uint8Array(Buffer.from(h, 'hex'));
+const NS = [1, 2, 3, 7, 8, 16, 31, 100, 1000, 65535, 2147483647];
+// Random keys per built-in, each against the 11 counts of NS (3.3 million comparisons; the Go
+// test's million keys run with PCTL_NATIVE_KEYS=1000000, 11 to 15 s per built-in on this machine);
+// jump's XXH64 runs on BigInt, so it gets fewer.
+const KEYS = Number(process.env.PCTL_NATIVE_KEYS ?? 300_000);
+const JUMP_KEYS = Number(process.env.PCTL_NATIVE_KEYS ?? 60_000);
+
+/** count keys of 0 to 300 random bytes (mulberry32, seeded), views into one buffer. */
+function randomKeys(seed, count) {
+  let s = seed >>> 0;
+  const next = () => {
+    s = (s + 0x6d2b79f5) | 0;
+    let t = Math.imul(s ^ (s >>> 15), 1 | s);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return (t ^ (t >>> 14)) >>> 0;
+  };
+  const lens = Array.from({ length: count }, () => next() % 301);
+  const arena = Buffer.alloc(lens.reduce((a, b) => a + b, 0));
+  for (let i = 0; i < arena.length; i++) arena[i] = next() & 0xff;
+  const keys = [];
+  let off = 0;
+  for (const l of lens) { keys.push(arena.subarray(off, off + l)); off += l; }
+  return keys;
+}
+
+/** keys.txt expanded: [key hex, n] per case, in order. */
+function keysTxt() {
+  const out = [];
+  for (const line of readFileSync(`${root}spec/vectors/keys.txt`, 'utf8').split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const [ns, k] = line.split(' ');
+    for (const n of ns.split(',')) out.push([k.slice(1), Number(n)]);
+  }
+  return out;
+}
+
+test('native: every built-in has a native function, and only the built-ins', () => {
+  assert.deepEqual(Object.keys(NATIVE).sort(), builtinNames());
+  assert.equal(builtinDigests().size, builtinNames().length);
+});
+
+test('native: every built-in against its spec/vectors file (all keys of keys.txt, every n)', () => {
+  const cases = keysTxt();
+  for (const name of builtinNames()) {
+    const v = JSON.parse(readFileSync(`${root}spec/vectors/${name}.json`, 'utf8'));
+    assert.equal(v.partitioner, name);
+    assert.deepEqual(v.cases.map((c) => [c.key_hex, c.n]), cases, `${name}.json: the cases of keys.txt`);
+    const f = NATIVE[name];
+    const p = nativeFor({ digest: Partitioner.builtin(name).digest });
+    for (const c of v.cases) {
+      const k = hex(c.key_hex);
+      assert.ok(Object.is(f(k, c.n), c.partition), `${name}: key ${c.key_hex} n=${c.n}: native gives ${f(k, c.n)}, ${v.source} gives ${c.partition}`);
+    }
+    const byN = new Map();
+    for (const c of v.cases) byN.set(c.n, [...(byN.get(c.n) ?? []), c]);
+    for (const [n, cs] of byN) {
+      assert.deepEqual([...p.partitionMany(cs.map((c) => hex(c.key_hex)), n)], cs.map((c) => c.partition), `${name} partitionMany n=${n}`);
+    }
+  }
+});
+
+for (const name of ['kafka-murmur2', 'linear-murmur2', 'librdkafka-consistent', 'librdkafka-fnv1a', 'sarama-fnv1a', 'jump']) {
+  const count = name === 'jump' ? JUMP_KEYS : KEYS;
+  test(`native ${name} agrees with its WebAssembly module: ${count} random keys of 0-300 bytes, n in {${NS.join(', ')}}`, () => {
+    const keys = randomKeys(1, count);
+    const wasm = Partitioner.builtin(name);
+    const f = NATIVE[name];
+    for (const n of NS) {
+      const got = wasm.partitionMany(keys, n); // pctl_partition_batch
+      for (let i = 0; i < keys.length; i++) {
+        const want = f(keys[i], n);
+        if (!Object.is(got[i], want)) assert.fail(`${name} n=${n} key=${Buffer.from(keys[i]).toString('hex')}: wasm ${got[i]}, native ${want}: the native implementation is not the module's`);
+      }
+    }
+    for (let i = 0; i < 20000 && i < keys.length; i++) { // pctl_partition, the single-call export
+      const n = NS[i % NS.length];
+      const r = wasm.partition(keys[i], n);
+      if (!Object.is(r, f(keys[i], n))) assert.fail(`${name} single call n=${n} key=${Buffer.from(keys[i]).toString('hex')}: wasm ${r}, native ${f(keys[i], n)}`);
+    }
+  });
+}
+
+test('nativeFor: a built-in digest without config only; errors are the module path\'s', () => {
+  for (const name of builtinNames()) {
+    const d = Partitioner.builtin(name).digest;
+    const p = nativeFor({ name, digest: d, config: null });
+    assert.ok(p instanceof NativePartitioner, name);
+    assert.equal(p.digest, d);
+    assert.equal(p.name, name, 'the metadata is the module\'s');
+    assert.equal(nativeFor({ name, digest: d, config: Buffer.from('a=1\0').toString('base64') }), null, `${name} with config runs the module`);
+  }
+  for (const other of ['kafka-murmur2-rust', 'kafka-murmur2-as', 'kafka-murmur2-go']) {
+    const bytes = readFileSync(`${root}plugins/murmur2/${other}.wasm`);
+    const d = createHash('sha256').update(bytes).digest('hex');
+    assert.equal(nativeFor({ name: 'kafka-murmur2', digest: d }, bytes), null, `${other}: another module computing kafka-murmur2 is still run as a module`);
+  }
+  const p = nativeFor({ digest: Partitioner.builtin('kafka-murmur2').digest });
+  const w = Partitioner.builtin('kafka-murmur2');
+  assert.equal(p.partition('user-1', 12), w.partition('user-1', 12), 'string keys are UTF-8');
+  for (const bad of [0, -1, 2 ** 31, 1.5]) {
+    assert.throws(() => p.partition('k', bad), BadRequestError);
+    assert.throws(() => w.partition('k', bad), BadRequestError);
+    assert.throws(() => p.partitionMany(['k'], bad), BadRequestError);
+  }
+  const long = new Uint8Array(65537);
+  assert.throws(() => p.partition(long, 3), (e) => e instanceof BadRequestError && /key too long/.test(e.message));
+  assert.throws(() => w.partition(long, 3), (e) => e instanceof BadRequestError && /key too long/.test(e.message));
+  assert.throws(() => p.partitionMany(['a', long], 3), BadRequestError);
+  assert.equal(p.partition(new Uint8Array(65536), 3), w.partition(new Uint8Array(65536), 3), 'a key of exactly 65536 bytes is a key');
+});
+
+test('native vs WebAssembly per call, kafka-murmur2, 16-byte keys (a ratio, not asserted)', () => {
+  const keys = Array.from({ length: 200_000 }, (_, i) => new TextEncoder().encode(`k${i}`.padEnd(16, '.')));
+  const nat = nativeFor({ digest: Partitioner.builtin('kafka-murmur2').digest });
+  const wasm = Partitioner.builtin('kafka-murmur2');
+  const time = (p) => {
+    const t0 = process.hrtime.bigint();
+    let s = 0;
+    for (const k of keys) s += p.partition(k, 1000);
+    return [Number(process.hrtime.bigint() - t0), s];
+  };
+  const tn = [];
+  const tw = [];
+  for (let r = 0; r < 7; r++) {
+    const [a, sa] = time(nat);
+    const [b, sb] = time(wasm);
+    assert.equal(sa, sb);
+    tn.push(a);
+    tw.push(b);
+  }
+  const med = (a) => a.sort((x, y) => x - y)[3];
+  console.log(`kafka-murmur2 16-byte keys, Partitioner.partition per call: wasm ${(med(tw) / keys.length).toFixed(0)} ns, native ${(med(tn) / keys.length).toFixed(0)} ns: wasm/native ${(med(tw) / med(tn)).toFixed(2)}x`);
+  const bn = [];
+  const bw = [];
+  for (let r = 0; r < 7; r++) {
+    const t0 = process.hrtime.bigint();
+    const a = nat.partitionMany(keys, 1000);
+    const t1 = process.hrtime.bigint();
+    const b = wasm.partitionMany(keys, 1000);
+    bn.push(Number(t1 - t0));
+    bw.push(Number(process.hrtime.bigint() - t1));
+    assert.deepEqual(a, b);
+  }
+  console.log(`kafka-murmur2 16-byte keys, partitionMany: wasm ${(med(bw) / keys.length).toFixed(0)} ns/key, native ${(med(bn) / keys.length).toFixed(0)} ns/key: wasm/native ${(med(bw) / med(bn)).toFixed(2)}x`);
+});
+
+const skipReason = missingToolchain();
+describe('the nativeBuiltins switch against a real broker', { skip: skipReason ?? false, timeout: 300_000 }, () => {
+  let broker;
+  before(async () => {
+    broker = await startBroker();
+    await broker.admin(['topic', 'create', 'nat', '--partitions', '5', '--partitioner', 'kafka-murmur2']);
+    const up = await broker.admin(['plugin', 'upload', `${root}plugins/murmur2/kafka-murmur2-rust.wasm`, '--json']);
+    await broker.admin(['topic', 'create', 'usr', '--partitions', '5', '--partitioner', JSON.parse(up).digest]);
+  });
+  after(async () => { await broker?.stop(); });
+
+  test('off by default; on: the built-in\'s exact digest only; the records land where pctl partition says', async () => {
+    const off = await connect({ server: broker.url, creds: broker.creds.producer });
+    const on = await connect({ server: broker.url, creds: broker.creds.producer, nativeBuiltins: true });
+    try {
+      const pOff = await off.producer('nat');
+      assert.ok(pOff.part instanceof Partitioner && !(pOff.part instanceof NativePartitioner), 'default: the module runs');
+      const pOn = await on.producer('nat');
+      assert.ok(pOn.part instanceof NativePartitioner, 'nativeBuiltins and the built-in\'s digest: native');
+      const pUsr = await on.producer('usr');
+      assert.ok(!(pUsr.part instanceof NativePartitioner), 'another module of the same function: still the module');
+      const keys = Array.from({ length: 200 }, (_, i) => `user-${i}`);
+      const res = await Promise.all(keys.map((k) => pOn.send({ key: k, value: k })));
+      const want = await pctlPartitions(broker, keys, 5);
+      res.forEach((r, i) => assert.equal(r.partition, want.get(keys[i]), keys[i]));
+      await Promise.all([pOff.close(), pOn.close(), pUsr.close()]);
+    } finally {
+      await off.close();
+      await on.close();
+    }
+  });
+});
