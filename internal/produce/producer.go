@@ -547,7 +547,10 @@ func SetIdentity(h nats.Header, key []byte, noKey bool, producer string, seq uin
 }
 
 // renew gives a record that is provably not stored a new deduplication id (a fresh token; the
-// producer id and sequence stay): the server may still count its old id as being stored.
+// producer id and sequence stay): the server may still count its old id as being stored. The
+// 10158 count is per id, so the new id counts from zero: a hole is re-sent at once under its new
+// token, stuck old id or not (spec/protocol.md §5.1.5), and a later stuck error names the id
+// that got the answers.
 func (p *Producer) renew(pd *pending) {
 	h := nats.Header{}
 	for k, v := range pd.hdr {
@@ -559,6 +562,7 @@ func (p *Producer) renew(pd *pending) {
 	}
 	h.Set(wire.HeaderMsgID, id+"-"+NewToken())
 	pd.hdr, pd.floors = h, nil
+	pd.inProcess.Renewed()
 }
 
 func (p *Producer) finish(pd *pending, r Result) {

@@ -19,7 +19,7 @@ import { KV, CasConflict, GROUPS_BUCKET } from './kv.js';
 import { streamInfo, jsRequest, JsApiError, JS } from './jsapi.js';
 import { goQuote } from './jsonl.js';
 import { appHeaders, parseTime, TIME_HEADER } from './records.js';
-import { BadRequestError, ConflictError, NotFoundError, PctlError, UnavailableError, InternalError, permissionError } from './errors.js';
+import { BadRequestError, ConflictError, NotFoundError, PctlError, UnavailableError, UnsupportedError, InternalError, permissionError } from './errors.js';
 import { keyToken, keySubjects, parseOrigin, backfilling, originRetired, currentEpochStart } from './compact.js';
 
 const NAME_RE = /^[A-Za-z0-9_-]{1,64}$/;
@@ -184,7 +184,7 @@ async function checkAssignor(kv, tid, group, topic, asked) {
   const e = await kv.get(`${tid}.${group}.g.assignor`);
   const a = e && !e.deleted ? json(e.value)?.assignor : 'modulo';
   if (!ASSIGNORS.includes(a)) {
-    throw new PctlError('unsupported', `group ${group} of topic ${topic} uses the assignor ${JSON.stringify(a)}, which this client does not implement (it knows modulo and sticky): use a client that implements it, or another group`);
+    throw new UnsupportedError(`group ${group} of topic ${topic} uses the assignor ${JSON.stringify(a)}, which this client does not implement (it knows modulo and sticky): use a client that implements it, or another group`);
   }
   if (asked && asked !== a) {
     throw new ConflictError(`group ${group} of topic ${topic} uses the assignor ${a}, not the ${asked} this consumer asked for: ask for ${a}, or use another group`);

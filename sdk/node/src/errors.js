@@ -5,7 +5,8 @@
 /** The codes of spec/protocol.md §3. */
 export const CODES = Object.freeze([
   'bad_request', 'not_found', 'exists', 'conflict', 'in_use', 'plugin_rejected', 'plugin_failed',
-  'fenced', 'change_in_progress', 'permission', 'unavailable', 'internal',
+  'fenced', 'change_in_progress', 'permission', 'unavailable', 'out_of_sequence', 'unsupported',
+  'internal',
 ]);
 
 /**
@@ -114,6 +115,23 @@ export class MsgIdInProcessError extends UnavailableError {
   }
 }
 
+/**
+ * out_of_sequence: the produce service refused a request because one before it (same producer)
+ * never arrived, or because it does not know the producer on its own subject (spec/protocol.md
+ * §5.2): re-send every unacknowledged record in order.
+ */
+export class OutOfSequenceError extends PctlError {
+  constructor(message, opts) { super('out_of_sequence', message, opts); this.name = 'OutOfSequenceError'; }
+}
+
+/**
+ * unsupported: the request or the group needs something this implementation lacks, for example a
+ * consumer group whose assignor it does not implement (spec/protocol.md §6.1).
+ */
+export class UnsupportedError extends PctlError {
+  constructor(message, opts) { super('unsupported', message, opts); this.name = 'UnsupportedError'; }
+}
+
 /** internal: a bug or an unexpected reply. */
 export class InternalError extends PctlError {
   constructor(message, opts) { super('internal', message, opts); this.name = 'InternalError'; }
@@ -131,6 +149,8 @@ const BY_CODE = {
   change_in_progress: ChangeInProgressError,
   permission: PermissionError,
   unavailable: UnavailableError,
+  out_of_sequence: OutOfSequenceError,
+  unsupported: UnsupportedError,
   internal: InternalError,
 };
 

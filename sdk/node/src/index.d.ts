@@ -9,7 +9,8 @@ import type { NatsConnection, Status } from '@nats-io/transport-node';
 /** The wire error codes of spec/protocol.md §3. */
 export type ErrorCode =
   | 'bad_request' | 'not_found' | 'exists' | 'conflict' | 'in_use' | 'plugin_rejected' | 'plugin_failed'
-  | 'fenced' | 'change_in_progress' | 'permission' | 'unavailable' | 'internal';
+  | 'fenced' | 'change_in_progress' | 'permission' | 'unavailable' | 'out_of_sequence' | 'unsupported'
+  | 'internal';
 
 export const CODES: readonly ErrorCode[];
 
@@ -41,6 +42,10 @@ export class MsgIdInProcessError extends UnavailableError {
   readonly partition: number;
   readonly answers: number;
 }
+/** out_of_sequence: the produce service missed an earlier request of this producer (§5.2): re-send in order. */
+export class OutOfSequenceError extends PctlError { constructor(message: string, opts?: object); }
+/** unsupported: the request or group needs something this implementation lacks (§6.1). */
+export class UnsupportedError extends PctlError { constructor(message: string, opts?: object); }
 export class InternalError extends PctlError { constructor(message: string, opts?: object); }
 /** plugin_failed: a module refused at load or failing a call. */
 export class PluginError extends PctlError {

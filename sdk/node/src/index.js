@@ -14,5 +14,5 @@ export { Partitioner, partition, configBytes, builtinNames } from './partitioner
 export {
   CODES, PctlError, BadRequestError, NotFoundError, ExistsError, ConflictError, InUseError,
   PluginRejectedError, PluginError, FencedError, ChangeInProgressError, PermissionError,
-  UnavailableError, MsgIdInProcessError, InternalError, errorFromCode,
+  UnavailableError, MsgIdInProcessError, OutOfSequenceError, UnsupportedError, InternalError, errorFromCode,
 } from './errors.js';

@@ -18,7 +18,8 @@ The specs are spec/abi-v1.md (modules) and spec/protocol.md (the broker's protoc
 from .client import Client, connect
 from .consumer import CommitFailed, Consumer, ConsumerStats, MisplacedRecord, reset_group
 from .errors import (BadRequest, ChangeInProgress, Conflict, Exists, Fenced, InternalError, InUse, MsgIdInProcess, NotFound,
-                     PctlError, PermissionDenied, PluginFailed, PluginRejected, Unavailable, error_from_code)
+                     OutOfSequence, PctlError, PermissionDenied, PluginFailed, PluginRejected, Unavailable, Unsupported,
+                     error_from_code)
 from .partitioner import Partitioner, builtin_names
 from .producer import Producer, RecordMetadata
 from .record import KeyChange, Misplacement, Record
@@ -28,5 +29,5 @@ from .wire import Epoch, PartitionerRef, Topic
 __version__ = "0.1.0"
 
 __all__ = ["BadRequest", "ChangeInProgress", "Client", "CommitFailed", "Conflict", "Consumer", "ConsumerStats", "KeyChange", "KeySet", "Misplacement", "MisplacedRecord", "MsgIdInProcess", "Record", "reset_group", "Epoch", "Exists", "Fenced", "InUse", "InternalError",
-           "NotFound", "PartitionerRef", "Partitioner", "PctlError", "PermissionDenied", "PluginFailed", "PluginRejected",
-           "Producer", "RecordMetadata", "StateHandler", "StateReason", "Topic", "Unavailable", "builtin_names", "connect", "error_from_code"]
+           "NotFound", "OutOfSequence", "PartitionerRef", "Partitioner", "PctlError", "PermissionDenied", "PluginFailed", "PluginRejected",
+           "Producer", "RecordMetadata", "StateHandler", "StateReason", "Topic", "Unavailable", "Unsupported", "builtin_names", "connect", "error_from_code"]

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, NoReturn, Optional, 
 
 from . import _nats, _rules, wire
 from . import compact as compaction
-from .errors import BadRequest, Conflict, InternalError, NotFound, PctlError, PermissionDenied, Unavailable
+from .errors import BadRequest, Conflict, InternalError, NotFound, PctlError, PermissionDenied, Unavailable, Unsupported
 from .reader import RawRecord, ReaderClosed, StreamReader
 from .record import HEADER_FENCE, HEADER_TIME, KeyChange, Misplacement, Record, decode_key, parse_time
 from .state import KeySet, StateHandler, StateReason
@@ -416,10 +416,8 @@ class Consumer:
             except (ValueError, AttributeError):
                 a = e.value
         if a not in ASSIGNORS:
-            err = PctlError(f"group {self.group} of topic {self.topic} uses the assignor {a!r}, which this client does not "
-                            "implement (it knows modulo and sticky): use a client that implements it, or another group")
-            err.code = "unsupported"
-            raise err
+            raise Unsupported(f"group {self.group} of topic {self.topic} uses the assignor {a!r}, which this client does "
+                              "not implement (it knows modulo and sticky): use a client that implements it, or another group")
         if self._assignor_asked is not None and self._assignor_asked != a:
             raise Conflict(f"group {self.group} of topic {self.topic} uses the assignor {a}, not the {self._assignor_asked} "
                            f"this consumer asked for: ask for {a}, or use another group")

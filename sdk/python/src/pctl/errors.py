@@ -20,6 +20,8 @@ code (``e.code == "not_found"``), and an error that crossed the wire (a broker r
     ├── PermissionDenied (PermissionError) permission    names the subject and the role it needs
     ├── Unavailable (ConnectionError) unavailable        broker unreachable, no answer, topic being created
     │   └── MsgIdInProcess                               a record's id refused as "in process" (10158)
+    ├── OutOfSequence                out_of_sequence     the produce service missed an earlier request (§5.2)
+    ├── Unsupported                  unsupported         needs something this implementation lacks (§6.1)
     └── InternalError                internal
 """
 
@@ -30,7 +32,7 @@ from typing import Any, Optional
 __all__ = [
     "PctlError", "BadRequest", "NotFound", "Exists", "Conflict", "InUse", "PluginRejected",
     "PluginFailed", "Fenced", "ChangeInProgress", "PermissionDenied", "Unavailable", "MsgIdInProcess",
-    "InternalError", "error_from_code", "role_hint",
+    "OutOfSequence", "Unsupported", "InternalError", "error_from_code", "role_hint",
 ]
 
 
@@ -134,6 +136,19 @@ class MsgIdInProcess(Unavailable):
         self.answers = answers
 
 
+class OutOfSequence(PctlError):
+    """The produce service refused a request because one before it (same producer) never arrived,
+    or because it does not know the producer on its own subject (spec/protocol.md §5.2): re-send
+    every unacknowledged record in order."""
+    code = "out_of_sequence"
+
+
+class Unsupported(PctlError):
+    """The request or the group needs something this implementation lacks, for example a consumer
+    group whose assignor it does not implement (spec/protocol.md §6.1)."""
+    code = "unsupported"
+
+
 class InternalError(PctlError):
     """The broker failed, or sent something the SDK cannot use (e.g. module bytes whose SHA-256
     is not the digest asked for)."""
@@ -141,7 +156,8 @@ class InternalError(PctlError):
 
 
 _BY_CODE = {c.code: c for c in (BadRequest, NotFound, Exists, Conflict, InUse, PluginRejected, PluginFailed,
-                                 Fenced, ChangeInProgress, PermissionDenied, Unavailable, InternalError)}
+                                 Fenced, ChangeInProgress, PermissionDenied, Unavailable, OutOfSequence,
+                                 Unsupported, InternalError)}
 
 
 def error_from_code(code: str, message: str, detail: Any = None) -> PctlError:

@@ -438,8 +438,8 @@ public final class Consumer implements AutoCloseable {
             }
         }
         if (!"modulo".equals(a) && !"sticky".equals(a)) {
-            throw new PctlException(ErrorCode.INTERNAL, "unsupported", "group " + group + " of topic " + topic + " uses the assignor " + a
-                    + ", which this client does not implement (it knows modulo and sticky): use a client that implements it, or another group", null, null);
+            throw new UnsupportedException("group " + group + " of topic " + topic + " uses the assignor " + a
+                    + ", which this client does not implement (it knows modulo and sticky): use a client that implements it, or another group");
         }
         if (o.assignor() != null && !o.assignor().equals(a)) {
             throw new ConflictException("group " + group + " of topic " + topic + " uses the assignor " + a + ", not the " + o.assignor()

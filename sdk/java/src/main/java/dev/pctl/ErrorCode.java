@@ -30,6 +30,14 @@ public enum ErrorCode {
     PERMISSION,
     /** The broker is unreachable or not ready, or a topic is being created or deleted. */
     UNAVAILABLE,
+    /**
+     * The produce service refused a request because one before it (same producer) never arrived,
+     * or because it does not know the producer on its own subject (§5.2): re-send every
+     * unacknowledged record in order.
+     */
+    OUT_OF_SEQUENCE,
+    /** The request or the group needs something this implementation lacks (§6.1). */
+    UNSUPPORTED,
     /** A bug or an unexpected state; the message says what. */
     INTERNAL;
 

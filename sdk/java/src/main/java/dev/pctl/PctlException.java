@@ -82,6 +82,10 @@ public class PctlException extends RuntimeException {
                 return new PermissionDeniedException(msg, null, null, detail);
             case UNAVAILABLE:
                 return new UnavailableException(msg, detail, null);
+            case OUT_OF_SEQUENCE:
+                return new OutOfSequenceException(msg, detail, null);
+            case UNSUPPORTED:
+                return new UnsupportedException(msg, detail, null);
             default:
                 return new InternalException(code == null ? "internal" : code, msg, detail, null);
         }
