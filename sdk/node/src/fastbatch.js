@@ -157,17 +157,39 @@ export function sameRecord(m, pd) {
  * (RawHeaders), data} or null when there is no such message; throws NotFoundError when the stream
  * is gone, JsApiError or PctlError otherwise.
  */
-export async function leaderGet(nc, stream, seq, timeout) {
+export function leaderGet(nc, stream, seq, timeout) {
+  return leaderRequest(nc, stream, `message ${seq}`, { seq }, timeout);
+}
+
+/**
+ * The stream's last message as the stream leader answers STREAM.MSG.GET with
+ * {"last_by_subj": ">"}: null when the stream is empty or its last message is gone (deleted,
+ * expired). The end of a read-back (spec/protocol.md §5.1.2, "the read-back's end").
+ */
+export function leaderLast(nc, stream, timeout) {
+  return leaderRequest(nc, stream, 'the last message', { last_by_subj: '>' }, timeout);
+}
+
+/**
+ * The stream's first message at or after sequence from, from the stream leader (STREAM.MSG.GET
+ * with {"seq": from, "next_by_subj": ">"}): null when there is none.
+ */
+export function leaderNext(nc, stream, from, timeout) {
+  return leaderRequest(nc, stream, `the first message from ${from}`, { seq: from, next_by_subj: '>' }, timeout);
+}
+
+// One STREAM.MSG.GET request (req) and the message it returns; what names it in errors.
+async function leaderRequest(nc, stream, what, req, timeout) {
   let r;
   try {
-    r = await jsRequest(nc, `$JS.API.STREAM.MSG.GET.${stream}`, { seq }, timeout);
+    r = await jsRequest(nc, `$JS.API.STREAM.MSG.GET.${stream}`, req, timeout);
   } catch (e) {
     if (e instanceof JsApiError && e.errCode === JS.noMessageFound) return null;
     if (e instanceof JsApiError && e.errCode === JS.streamNotFound) throw new NotFoundError(`partition stream ${stream} is gone`, { cause: e });
     throw e;
   }
   const m = r.message;
-  if (!m) throw new Error(`message ${seq} of ${stream}: empty answer`);
+  if (!m) throw new Error(`${what} of ${stream}: empty answer`);
   const hdrs = m.hdrs ? Buffer.from(m.hdrs, 'base64').toString('utf8') : 'NATS/1.0\r\n\r\n';
   const data = m.data ? new Uint8Array(Buffer.from(m.data, 'base64')) : new Uint8Array(0);
   return { seq: m.seq, subject: m.subject, headers: new RawHeaders(hdrs), data };

@@ -7,7 +7,7 @@
 // applied as they arrive, and the slow steps (reading the stream's info, settling, confirming a
 // batch on a cluster) run one at a time as async tasks (`busy`), during which nothing is sent.
 
-import { OP, ERR, KIND, replySubject, randomHex, sameRecord, leaderGet } from './fastbatch.js';
+import { OP, ERR, KIND, replySubject, randomHex, sameRecord, leaderGet, leaderLast, leaderNext } from './fastbatch.js';
 import { streamInfo, directGet, JsApiError, JS } from './jsapi.js';
 import { BadRequestError, ConflictError, NotFoundError, UnavailableError, PctlError } from './errors.js';
 import * as rules from './rules.js';
@@ -740,10 +740,12 @@ export class Sink {
 
   // On a cluster, checks records acked..k-1 of the open batch that the server counted as
   // persisted. When the stream's leader is the one noted before the batch and was elected more
-  // than 5 s ago, the count is trusted. Otherwise the stream is read back from the leader from
-  // the lowest floor and each record of the batch looked for: found maps the index of each record
-  // found to its stream sequence. Records not found get a new deduplication id before they are
-  // sent again: the server may still hold their old ids as "being stored".
+  // than 5 s ago, the count is trusted. Otherwise the stream is read back (readBack) and each
+  // record of the batch looked for: found maps the index of each record found to its stream
+  // sequence. Records not found get a new deduplication id before they are sent again: the
+  // server may still hold their old ids as "being stored". That gives up deduplication, which is
+  // safe only because readBack reads up to the stream leader's end (spec/protocol.md §5.1.2,
+  // "the read-back's end").
   async confirm(k, upTo) {
     const b = this.b;
     const p = this.p;
@@ -753,16 +755,50 @@ export class Sink {
     // change that gives it one changes its replicas, which counts as a change).
     const age = this.leaderSince === '' ? Infinity : Date.now() - Date.parse(this.leaderSince);
     if (!changed && age > LEADER_SETTLED && !p.test.verify) return { trusted: true, found: null };
+    const { found, low, top } = await this.readBack(Math.max(info.state?.last_seq ?? 0, upTo));
+    // A hole's new token is not a renewal on 10158 (spec/protocol.md §5.1.5): a hole is re-sent
+    // under it, stuck old id or not, and the new id's 10158 answers are counted afresh.
+    for (let i = b.acked; i < b.recs.length; i++) if (!found.has(i)) p.renew(b.recs[i]);
+    if (found.size < k - b.acked) this.log(`read back ${low + 1}..${top} after a leader change: ${found.size} of ${b.recs.length - b.acked} records of batch ${b.id} found (${k - b.acked} counted by the server)`);
+    return { trusted: false, found };
+  }
+
+  // Reads the stream back from the stream leader, from the lowest floor of the open batch's
+  // records not yet finished to the stream's end as the leader sees it, and returns {found:
+  // index -> stream sequence of each of those records found, low, top: the range read}. known is
+  // the highest sequence the caller knows of (the stream info's last sequence, the PubAck's).
+  //
+  // The stream info is no end: while the stream has no leader, every member answers STREAM.INFO
+  // with its own state, and one that lags names a last sequence below records already stored; a
+  // read that stopped there would not find them and confirm would give them new ids: stored
+  // twice. The end is the leader's last message (STREAM.MSG.GET, which only a stream leader
+  // answers; nats-server makes a node the leader only once it applied every entry of earlier
+  // terms its log holds): every copy of the batch's records proposed before that answer is at or
+  // below it. When the last message is gone (or the stream is empty), the read goes on message by
+  // message (next_by_subj) until the leader says there is none after it.
+  async readBack(known) {
+    const b = this.b;
+    const p = this.p;
     const want = new Map();
     for (let i = b.acked; i < b.recs.length; i++) want.set(b.recs[i].msgId, i);
     const found = new Map();
-    const top = Math.max(info.state?.last_seq ?? 0, upTo);
-    const low = this.lowFloor(b.acked, b.recs.length);
     const look = (seq, m) => {
       const i = want.get(m.headers.get('Nats-Msg-Id'));
       if (i !== undefined && sameRecord(m, b.recs[i])) found.set(i, seq);
     };
+    const last = await this.retryLeader('the last message', () => leaderLast(p.client.nc, this.stream, p.ackTimeout));
+    let top = last ? Math.max(known, last.seq) : known;
+    const low = this.lowFloor(b.acked, b.recs.length);
     await this.readRange(low + 1, top, look);
+    if (!last) {
+      for (let from = Math.max(top, low) + 1; ;) {
+        const m = await this.retryLeader(`the first message from ${from}`, () => leaderNext(p.client.nc, this.stream, from, p.ackTimeout));
+        if (!m || m.seq < from) break;
+        look(m.seq, m);
+        top = m.seq;
+        from = m.seq + 1;
+      }
+    }
     // A record whose id another producer instance may have used (a content token) may be stored
     // further down, as long ago as the deduplication window reaches.
     let foreign = false;
@@ -772,11 +808,12 @@ export class Sink {
       if (from <= low) await this.readRange(from, low, look);
     }
     if (this.compact) supersededInBatch(b.recs.map((pd) => pd.keyHdr), b.acked, found);
-    // A hole's new token is not a renewal on 10158 (spec/protocol.md §5.1.5): a hole is re-sent
-    // under it, stuck old id or not, and the new id's 10158 answers are counted afresh.
-    for (let i = b.acked; i < b.recs.length; i++) if (!found.has(i)) p.renew(b.recs[i]);
-    if (found.size < k - b.acked) this.log(`read back ${low + 1}..${top} after a leader change: ${found.size} of ${b.recs.length - b.acked} records of batch ${b.id} found (${k - b.acked} counted by the server)`);
-    return { trusted: false, found };
+    if (top > known) {
+      let above = 0;
+      for (const seq of found.values()) if (seq > known) above++;
+      if (above > 0) this.log(`read back past the stream info's last sequence ${known} to the leader's end ${top}: ${above} records of batch ${b.id} are stored above ${known} (a read that stopped there would have sent them again under new ids)`);
+    }
+    return { found, low, top };
   }
 
   // The sequence of the stream's first message stored at or after unix ms t (Infinity if none).
@@ -796,14 +833,22 @@ export class Sink {
 
   // One stored message from the stream leader (null when there is none), retrying transient
   // failures. Not a direct get: any replica may answer those, one that lags included.
-  async getMsg(seq) {
+  getMsg(seq) {
+    return this.retryLeader(`message ${seq}`, () => leaderGet(this.p.client.nc, this.stream, seq, this.p.ackTimeout));
+  }
+
+  // Runs one STREAM.MSG.GET request (get; what names the message asked for) until it is
+  // answered: the message, or null when there is none. A stream without a leader answers
+  // "cluster not available" and one that is electing answers nothing; both are retried with the
+  // back-off.
+  async retryLeader(what, get) {
     for (let attempt = 0; ; attempt++) {
       try {
-        return await leaderGet(this.p.client.nc, this.stream, seq, this.p.ackTimeout);
+        return await get();
       } catch (e) {
         if (e instanceof NotFoundError || e?.code === 'permission') throw e;
         this.checkAborted();
-        if (this.p.client.nc.isClosed()) throw new UnavailableError(`reading message ${seq} of ${this.stream}: the connection is closed`, { cause: e });
+        if (this.p.client.nc.isClosed()) throw new UnavailableError(`reading ${what} of ${this.stream}: the connection is closed`, { cause: e });
         await sleep(pause(attempt));
       }
     }

@@ -1144,8 +1144,24 @@ class _Sink:
     async def _get(self, seq: int) -> Optional[fb.StoredMsg]:
         """Message `seq` of the stream, read from its leader ($JS.API.STREAM.MSG.GET; a direct get
         may come from a replica that lags), None when there is none; retries transient failures."""
+        return await self._leader(b'{"seq":%d}' % seq, f"message {seq}")
+
+    async def _leader_last(self) -> Optional[fb.StoredMsg]:
+        """The stream's last message as the stream leader answers STREAM.MSG.GET with
+        {"last_by_subj": ">"}: None when the stream is empty or its last message is gone (deleted,
+        expired). The end of a read-back (spec/protocol.md §5.1.2, "the read-back's end")."""
+        return await self._leader(b'{"last_by_subj":">"}', "the last message")
+
+    async def _leader_next(self, start: int) -> Optional[fb.StoredMsg]:
+        """The stream's first message at or after sequence `start`, from the stream leader
+        (STREAM.MSG.GET with {"seq": start, "next_by_subj": ">"}): None when there is none."""
+        return await self._leader(b'{"seq":%d,"next_by_subj":">"}' % start, f"the first message from {start}")
+
+    async def _leader(self, body: bytes, what: str) -> Optional[fb.StoredMsg]:
+        """One STREAM.MSG.GET request (body) until the stream leader answers it: the message, or
+        None when there is none. A stream without a leader answers "cluster not available" and one
+        that is electing answers nothing; both are retried with the back-off."""
         nc = self.p._c.nc
-        body = b'{"seq":%d}' % seq
         for attempt in range(1 << 30):
             self._check_abort()
             try:
@@ -1159,7 +1175,7 @@ class _Sink:
             except (nats.errors.Error, asyncio.TimeoutError) as e:
                 why = e
             if attempt % 10 == 9:
-                self.logf(f"reading message {seq} of {self.stream}: {why}; retrying")
+                self.logf(f"reading {what} of {self.stream}: {why}; retrying")
             await self._pause(self._backoff(attempt))
         raise AssertionError("unreachable")
 
@@ -1197,15 +1213,44 @@ class _Sink:
         """On a cluster, checks records acked..k-1 of the open batch that the server counted as
         persisted (spec/protocol.md §5.1.2). When the stream's leader and its election time are
         those noted before the batch, and the election is older than 5 s, the count is trusted:
-        ({}, True). Otherwise the stream is read back from the lowest floor of the batch's records
-        and every record of the batch looked for: (index -> stream sequence of those found, False).
-        Records not found get a new deduplication id before they are sent again."""
+        ({}, True). Otherwise the stream is read back (_read_back) and every record of the batch
+        looked for: (index -> stream sequence of those found, False). Records not found get a new
+        deduplication id before they are sent again. That gives up deduplication, which is safe
+        only because _read_back reads up to the stream leader's end (§5.1.2, "the read-back's
+        end")."""
         b = self.b
         assert b is not None
         info = await self._stream_info()
         if not self._note_leader(info):
             return {}, True
         self.p.confirmed_by_reading += 1
+        found, low, top = await self._read_back(max(int((info.get("state") or {}).get("last_seq") or 0), up_to))
+        for i in range(b.acked, len(b.recs)):
+            if i not in found:  # a hole: re-sent under a new token, stuck old id or not (§5.1.5)
+                self.p._renew(b.recs[i])
+        if len(found) < k - b.acked:
+            self.logf(f"read back {low + 1}..{top} after a leader change: {len(found)} of {len(b.recs) - b.acked} records of "
+                      f"batch {b.id} found ({k - b.acked} counted by the server)")
+        return found, False
+
+    async def _read_back(self, known: int) -> tuple:
+        """Reads the stream back from the stream leader, from the lowest floor of the open batch's
+        records not yet finished to the stream's end as the leader sees it, and looks for each of
+        those records: (index -> stream sequence of those found, low, top: the range read was
+        low+1..top). `known` is the highest sequence the caller knows of (the stream info's last
+        sequence, the PubAck's).
+
+        The stream info is no end: while the stream has no leader, every member answers
+        STREAM.INFO with its own state, and one that lags names a last sequence below records
+        already stored; a read that stopped there would not find them and _confirm would give
+        them new ids: stored twice. The end is the leader's last message (STREAM.MSG.GET, which
+        only a stream leader answers; nats-server makes a node the leader only once it applied
+        every entry of earlier terms its log holds): every copy of the batch's records proposed
+        before that answer is at or below it. When the last message is gone (or the stream is
+        empty), the read goes on message by message (next_by_subj) until the leader says there is
+        none after it."""
+        b = self.b
+        assert b is not None
         want = {b.recs[i].msg_id: i for i in range(b.acked, len(b.recs))}
         found: dict = {}
 
@@ -1214,9 +1259,18 @@ class _Sink:
             if i is not None and self._is(m, b.recs[i]):
                 found[i] = seq
 
-        top = max(int((info.get("state") or {}).get("last_seq") or 0), up_to)
+        last = await self._leader_last()
+        top = max(known, last.seq) if last is not None else known
         low = self._low_floor(b.acked, len(b.recs))
         await self._read_range(low + 1, top, look)
+        if last is None:
+            start = max(top, low) + 1
+            while True:
+                m = await self._leader_next(start)
+                if m is None or m.seq < start:
+                    break
+                look(m.seq, m)
+                top, start = m.seq, m.seq + 1
         if self.p._content_tokens and low > 0 and any(i not in found for i in range(b.acked, len(b.recs))):
             # A content token's id may have been stored by an earlier run, as long ago as the
             # deduplication window reaches.
@@ -1225,13 +1279,12 @@ class _Sink:
                 await self._read_range(since, low, look)
         if self.compact:
             compaction.superseded_in_batch([pd.key for pd in b.recs], b.acked, found)
-        for i in range(b.acked, len(b.recs)):
-            if i not in found:  # a hole: re-sent under a new token, stuck old id or not (§5.1.5)
-                self.p._renew(b.recs[i])
-        if len(found) < k - b.acked:
-            self.logf(f"read back {low + 1}..{top} after a leader change: {len(found)} of {len(b.recs) - b.acked} records of "
-                      f"batch {b.id} found ({k - b.acked} counted by the server)")
-        return found, False
+        if top > known:
+            above = sum(1 for seq in found.values() if seq > known)
+            if above:
+                self.logf(f"read back past the stream info's last sequence {known} to the leader's end {top}: {above} records of "
+                          f"batch {b.id} are stored above {known} (a read that stopped there would have sent them again under new ids)")
+        return found, low, top
 
     async def _seq_at(self, t: float) -> int:
         """The sequence of the stream's first message stored at or after unix time t (a huge

@@ -479,6 +479,44 @@ public final class Producer implements AutoCloseable {
         }
     }
 
+    /**
+     * Test hook (ReadBackTest): a record with the identity send gives it (sequence, deduplication
+     * id, header block), neither queued nor sent. headerBlockForTest is what it is sent with.
+     */
+    Object recordForTest(ProducerRecord rec) {
+        lock.lock();
+        try {
+            Pending pd = new Pending(++seq, rec, null);
+            pd.ts = System.currentTimeMillis();
+            identity(pd);
+            return pd;
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /** Test hook: the header block a record of recordForTest is sent with. */
+    static byte[] headerBlockForTest(Object pd) {
+        return ((Pending) pd).block;
+    }
+
+    /**
+     * Test hook (ReadBackTest): reads a partition's stream back as confirm does after a leader
+     * change, for a batch of the one record pd (of recordForTest) first sent above floor, where
+     * the stream info named last sequence known. The stream sequence the read found pd at, or -1.
+     */
+    long readBackForTest(int epoch, int partition, long floor, long known, Object pd) {
+        Sink s = new Sink(epoch, partition);
+        s.floor = floor;
+        s.floorKnown = true;
+        s.verify = true;
+        ((Pending) pd).floors.put(s.stream, floor);
+        s.b = new Batch("b1");
+        s.b.recs.add((Pending) pd);
+        Long at = s.readBack(known).found().get(0);
+        return at == null ? -1 : at;
+    }
+
     /** Test hook: whether records sent from now on are held, as while a repartition switches epochs. */
     void switchingForTest(boolean on) {
         lock.lock();
@@ -904,16 +942,38 @@ public final class Producer implements AutoCloseable {
      * exceptionally.
      */
     private CompletableFuture<Stored> getAsync(String stream, long seq) {
-        String subject = "$JS.API.STREAM.MSG.GET." + stream;
-        return client.connection().requestWithTimeout(subject, ("{\"seq\":" + seq + "}").getBytes(StandardCharsets.UTF_8), ackTimeout)
-                .thenApply(m -> decodeGet(m, stream, seq));
+        return leaderAsync(stream, "message " + seq, "{\"seq\":" + seq + "}");
     }
 
-    private static Stored decodeGet(Message m, String stream, long seq) {
+    /**
+     * The stream's last message as the stream leader answers STREAM.MSG.GET with
+     * {"last_by_subj": ">"}: NONE when the stream is empty or its last message is gone (deleted,
+     * expired). The end of a read-back (spec/protocol.md §5.1.2, "the read-back's end").
+     */
+    private CompletableFuture<Stored> lastAsync(String stream) {
+        return leaderAsync(stream, "the last message", "{\"last_by_subj\":\">\"}");
+    }
+
+    /**
+     * The stream's first message at or after sequence from, from the stream leader (STREAM.MSG.GET
+     * with {"seq": from, "next_by_subj": ">"}): NONE when there is none.
+     */
+    private CompletableFuture<Stored> nextAsync(String stream, long from) {
+        return leaderAsync(stream, "the first message from " + from, "{\"seq\":" + from + ",\"next_by_subj\":\">\"}");
+    }
+
+    /** One STREAM.MSG.GET request (body) and the message it returns; what names it in errors. */
+    private CompletableFuture<Stored> leaderAsync(String stream, String what, String body) {
+        String subject = "$JS.API.STREAM.MSG.GET." + stream;
+        return client.connection().requestWithTimeout(subject, body.getBytes(StandardCharsets.UTF_8), ackTimeout)
+                .thenApply(m -> decodeGet(m, stream, what));
+    }
+
+    private static Stored decodeGet(Message m, String stream, String what) {
         if (m.isStatusMessage()) {
-            throw new UnavailableException("message " + seq + " of " + stream + ": status " + m.getStatus().getMessageWithCode());
+            throw new UnavailableException(what + " of " + stream + ": status " + m.getStatus().getMessageWithCode());
         }
-        Map<String, Object> r = JsApi.parseObject(m.getData(), "message " + seq + " of " + stream);
+        Map<String, Object> r = JsApi.parseObject(m.getData(), what + " of " + stream);
         if (r.get("error") instanceof Map) {
             Map<String, Object> e = JsApi.obj(r.get("error"));
             long code = JsApi.num(e.get("err_code"));
@@ -923,16 +983,16 @@ public final class Producer implements AutoCloseable {
             if (code == JsApi.STREAM_NOT_FOUND) {
                 throw new NotFoundException("partition stream " + stream + " is gone");
             }
-            throw new UnavailableException("message " + seq + " of " + stream + ": " + e.get("description") + " (" + code + ")");
+            throw new UnavailableException(what + " of " + stream + ": " + e.get("description") + " (" + code + ")");
         }
         Map<String, Object> msg = JsApi.obj(r.get("message"));
         if (msg.isEmpty()) {
-            throw new UnavailableException("message " + seq + " of " + stream + ": empty answer");
+            throw new UnavailableException(what + " of " + stream + ": empty answer");
         }
         Base64.Decoder d = Base64.getDecoder();
         byte[] h = msg.get("hdrs") instanceof String ? d.decode((String) msg.get("hdrs")) : null;
         byte[] data = msg.get("data") instanceof String ? d.decode((String) msg.get("data")) : new byte[0];
-        return new Stored(seq, h, data);
+        return new Stored(JsApi.num(msg.get("seq")), h, data);
     }
 
     // ---- the control loop: fences -----------------------------------------------------------
@@ -2177,10 +2237,19 @@ public final class Producer implements AutoCloseable {
 
         /** One stored message from the stream leader (null when there is none), retrying transient failures. */
         private Stored getMsg(long s) {
+            return retryLeader(() -> getAsync(stream, s));
+        }
+
+        /**
+         * Runs one STREAM.MSG.GET request (get) until it is answered: the message, or null when
+         * there is none. A stream without a leader answers "cluster not available" and one that is
+         * electing answers nothing; both are retried with the back-off.
+         */
+        private Stored retryLeader(java.util.function.Supplier<CompletableFuture<Stored>> get) {
             for (int attempt = 0; ; attempt++) {
                 checkStopped();
                 try {
-                    Stored m = getAsync(stream, s).get();
+                    Stored m = get.get().get();
                     return m == NONE ? null : m;
                 } catch (InterruptedException e) {
                     throw new Stopped();
@@ -2241,9 +2310,11 @@ public final class Producer implements AutoCloseable {
         /**
          * Checks, on a cluster, records acked..k-1 of the open batch that the server counted as
          * persisted. When the stream's leader is the one noted before the batch (and not newly
-         * elected), the count is trusted. Otherwise the stream is read back from the floor and
-         * each record looked for (every record of the batch, counted or not). Records not found
-         * get a new deduplication id before they are sent again.
+         * elected), the count is trusted. Otherwise the stream is read back (readBack) and each
+         * record looked for (every record of the batch, counted or not). Records not found get a
+         * new deduplication id before they are sent again. That gives up deduplication, which is
+         * safe only because readBack reads up to the stream leader's end (spec/protocol.md §5.1.2,
+         * "the read-back's end").
          */
         private Confirmed confirm(int k, long upTo) {
             Batch bt = b;
@@ -2251,24 +2322,72 @@ public final class Producer implements AutoCloseable {
             if (!noteLeader(info)) {
                 return new Confirmed(null, true);
             }
+            ReadBack rb = readBack(Math.max(JsApi.num(JsApi.obj(info.get("state")).get("last_seq")), upTo));
+            Map<Integer, Long> found = rb.found();
+            for (int i = bt.acked; i < bt.recs.size(); i++) {
+                if (!found.containsKey(i)) { // a hole: re-sent under a new token, stuck old id or not (§5.1.5)
+                    renew(bt.recs.get(i));
+                }
+            }
+            if (found.size() < k - bt.acked) {
+                log("read back %d..%d after a leader change: %d of %d records of batch %s found (%d counted by the server)", rb.low() + 1, rb.top(), found.size(),
+                        bt.recs.size() - bt.acked, bt.id, k - bt.acked);
+            }
+            return new Confirmed(found, false);
+        }
+
+        /** What readBack found (record index -> stream sequence) and the range it read, low+1..top. */
+        private record ReadBack(Map<Integer, Long> found, long low, long top) {}
+
+        /**
+         * Reads the stream back from the stream leader, from the lowest floor of the open batch's
+         * records not yet finished to the stream's end as the leader sees it, and looks for each
+         * of those records. known is the highest sequence the caller knows of (the stream info's
+         * last sequence, the PubAck's).
+         *
+         * <p>The stream info is no end: while the stream has no leader, every member answers
+         * STREAM.INFO with its own state, and one that lags names a last sequence below records
+         * already stored; a read that stopped there would not find them and confirm would give
+         * them new ids: stored twice. The end is the leader's last message (STREAM.MSG.GET, which
+         * only a stream leader answers; nats-server makes a node the leader only once it applied
+         * every entry of earlier terms its log holds): every copy of the batch's records proposed
+         * before that answer is at or below it. When the last message is gone (or the stream is
+         * empty), the read goes on message by message (next_by_subj) until the leader says there
+         * is none after it.
+         */
+        private ReadBack readBack(long known) {
+            Batch bt = b;
             Map<String, Integer> want = new HashMap<>();
             for (int i = bt.acked; i < bt.recs.size(); i++) {
                 want.put(bt.recs.get(i).msgId, i);
             }
             Map<Integer, Long> found = new HashMap<>();
-            long top = Math.max(JsApi.num(JsApi.obj(info.get("state")).get("last_seq")), upTo);
+            java.util.function.Consumer<Stored> look = m -> {
+                Integer i = want.get(msgIdOf(m));
+                if (i != null && sameRecord(m, bt.recs.get(i))) {
+                    found.put(i, m.seq());
+                }
+            };
+            Stored last = retryLeader(() -> lastAsync(stream));
+            long top = last == null ? known : Math.max(known, last.seq());
             long low = lowFloor(bt.acked);
             for (long lo = low + 1; lo <= top; lo += 64) {
-                long hi = Math.min(top, lo + 63);
-                Stored[] ms = getRange(lo, hi);
-                for (Stored m : ms) {
-                    if (m == null) {
-                        continue;
+                for (Stored m : getRange(lo, Math.min(top, lo + 63))) {
+                    if (m != null) {
+                        look.accept(m);
                     }
-                    Integer i = want.get(msgIdOf(m));
-                    if (i != null && sameRecord(m, bt.recs.get(i))) {
-                        found.put(i, m.seq());
+                }
+            }
+            if (last == null) {
+                for (long from = Math.max(top, low) + 1; ; ) {
+                    long f = from;
+                    Stored m = retryLeader(() -> nextAsync(stream, f));
+                    if (m == null || m.seq() < from) {
+                        break;
                     }
+                    look.accept(m);
+                    top = m.seq();
+                    from = m.seq() + 1;
                 }
             }
             if (compacted) {
@@ -2278,16 +2397,19 @@ public final class Producer implements AutoCloseable {
                 }
                 Compaction.supersededInBatch(keys, bt.acked, found);
             }
-            for (int i = bt.acked; i < bt.recs.size(); i++) {
-                if (!found.containsKey(i)) { // a hole: re-sent under a new token, stuck old id or not (§5.1.5)
-                    renew(bt.recs.get(i));
+            if (top > known) {
+                int above = 0;
+                for (long s : found.values()) {
+                    if (s > known) {
+                        above++;
+                    }
+                }
+                if (above > 0) {
+                    log("read back past the stream info's last sequence %d to the leader's end %d: %d records of batch %s are stored above %d (a read that stopped there would have sent them again under new ids)",
+                            known, top, above, bt.id, known);
                 }
             }
-            if (found.size() < k - bt.acked) {
-                log("read back %d..%d after a leader change: %d of %d records of batch %s found (%d counted by the server)", low + 1, top, found.size(),
-                        bt.recs.size() - bt.acked, bt.id, k - bt.acked);
-            }
-            return new Confirmed(found, false);
+            return new ReadBack(found, low, top);
         }
 
         /**
