@@ -21,6 +21,9 @@ const current = (desc) => desc.epochs[desc.epochs.length - 1];
 const DEDUP_WINDOW = 120_000;
 /** On a cluster, a batch's count stands only under a stream leader elected this long before. */
 const LEADER_SETTLED = 5_000;
+/** How many EOBs of a batch being settled may go unanswered (each for the acknowledgement
+ * timeout) before the sink reads the partition back (spec/protocol.md §5.1.2, settle 1). */
+export const SILENT_EOBS = 3;
 
 // A back-off before retry number attempt: 50 ms doubling up to 1 s.
 function pause(attempt) { return Math.min(50 * 2 ** Math.min(attempt, 5), 1000); }
@@ -572,6 +575,7 @@ export class Sink {
     const p = this.p;
     let waited = false;
     let search = false;
+    let silent = 0; // EOBs that got no answer
     for (let attempt = 0; ; attempt++) {
       this.checkAborted();
       const fd = this.fenceDesc;
@@ -638,6 +642,16 @@ export class Sink {
       }
       // A connection lost meanwhile lost the answer too: close again once connected.
       await this.awaitCond(() => b.pubAck !== null || b.unknown || b.noResp || p.disconnects !== gen);
+      if (b.pubAck === null && !b.unknown && !b.noResp && p.disconnects === gen && ++silent >= SILENT_EOBS) {
+        // No answer at all to the EOB. nats-server 2.15.2 keeps a fast batch whose commit waits
+        // for proposals a replica or placement change dropped "committing" for good (its cleanup
+        // timer stops at the commit) and skips every later message of it without a reply, while
+        // the stream takes new batches: read the partition back (spec/protocol.md §5.1.2,
+        // settle 1) instead of closing it forever.
+        this.log(`batch ${b.id}: ${silent} EOBs on ${subject} had no answer within ${p.ackTimeout} ms each; reading the partition back`);
+        search = true;
+        continue;
+      }
       if (b.pubAck === null && !b.unknown && p.disconnects === gen) await sleep(pause(attempt));
     }
   }
