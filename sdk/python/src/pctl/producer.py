@@ -42,6 +42,9 @@ Data = Union[bytes, bytearray, memoryview, str]
 MIN_SERVER = "2.14.0"
 DEDUP_WINDOW = 120.0  # seconds: the partition streams' Duplicates window (spec/protocol.md §2)
 LEADER_SETTLED = 5.0  # seconds: a stream leader elected longer ago than this is trusted (§5.1.2)
+# How many EOBs of a batch being settled may go unanswered (each for the acknowledgement timeout)
+# before the sink reads the partition back (spec/protocol.md §5.1.2, settle 1).
+SILENT_EOBS = 3
 
 
 @dataclass(frozen=True)
@@ -1352,6 +1355,7 @@ class _Sink:
         assert b is not None
         p = self.p
         waited = search = False
+        silent = 0  # EOBs that got no answer
         attempt = -1
         while True:
             attempt += 1
@@ -1411,6 +1415,17 @@ class _Sink:
             except (nats.errors.Error, OSError) as e:
                 self.logf(f"closing batch {b.id}: {e}")
             await self._await(lambda: b.pub_ack is not None or b.unknown or b.no_resp)
+            if b.pub_ack is None and not b.unknown and not b.no_resp:
+                # No answer at all to the EOB. nats-server 2.15.2 keeps a fast batch whose commit
+                # waits for proposals a replica or placement change dropped "committing" for good
+                # (its cleanup timer stops at the commit) and skips every later message of it
+                # without a reply, while the stream takes new batches: read the partition back
+                # (spec/protocol.md §5.1.2, settle 1) instead of closing it forever.
+                silent += 1
+                if silent >= SILENT_EOBS:
+                    self.logf(f"batch {b.id}: {silent} EOBs on {subject} had no answer within {p._c.ack_timeout}s each; reading the partition back")
+                    search = True
+                    continue
             if b.pub_ack is None and not b.unknown:
                 await self._pause(self._backoff(attempt))
 
