@@ -113,6 +113,12 @@ public final class Producer implements AutoCloseable {
     private static final int OP_APPEND = 1;
     private static final int OP_COMMIT = 2;
     private static final int OP_EOB = 3;
+    /**
+     * How many end-of-batch messages of a batch being settled may go unanswered (each for the
+     * acknowledgement timeout) before the sink reads the partition back (spec/protocol.md
+     * §5.1.2, settle 1).
+     */
+    static final int SILENT_EOBS = 3;
     /** A stream leader elected more recently than this may have dropped proposals it counted. */
     private static final long LEADER_SETTLED_NANOS = TimeUnit.SECONDS.toNanos(5);
 
@@ -515,6 +521,74 @@ public final class Producer implements AutoCloseable {
         s.b.recs.add((Pending) pd);
         Long at = s.readBack(known).found().get(0);
         return at == null ? -1 : at;
+    }
+
+    /** Test hook (SilentEobTest): recordForTest with the callback told of the record's fate. */
+    Object recordForTest(ProducerRecord rec, Callback callback) {
+        lock.lock();
+        try {
+            Pending pd = new Pending(++seq, rec, callback);
+            pd.ts = System.currentTimeMillis();
+            identity(pd);
+            buffered++;
+            return pd;
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /** Test hook (SilentEobTest): what settleForTest saw. */
+    record SettledForTest(boolean finished, Throwable error, boolean fenced, List<Object> queue) {}
+
+    /**
+     * Test hook (SilentEobTest): settles a batch of the records pds (of recordForTest), each sent
+     * once above floor to the partition's stream, whose EOBs go to eobSubject, as the sink does
+     * after the anomaly. Gives settle bound to finish; if it does not, the sink is aborted.
+     * The queue is what the sink would send again, in order.
+     */
+    SettledForTest settleForTest(int epoch, int partition, long floor, String eobSubject, List<Object> pds, Duration bound)
+            throws InterruptedException {
+        Sink s = new Sink(epoch, partition, eobSubject);
+        s.floor = floor;
+        s.floorKnown = true;
+        s.b = new Batch("b1");
+        for (Object o : pds) {
+            Pending pd = (Pending) o;
+            pd.floors.put(s.stream, floor);
+            pd.sends = 1;
+            pd.epoch = epoch;
+            pd.partition = partition;
+            s.b.recs.add(pd);
+        }
+        s.b.commit = pds.size() + 1;
+        s.b.anomaly = "no reply within " + ackTimeoutNanos / 1_000_000 + "ms";
+        batches.put(s.b.id, s);
+        TopicDescriptor[] fenced = new TopicDescriptor[1];
+        Throwable[] err = new Throwable[1];
+        Thread t = new Thread(() -> {
+            try {
+                fenced[0] = s.settle(null);
+            } catch (Throwable e) {
+                err[0] = e;
+            }
+        }, "pctl-settle-for-test");
+        t.setDaemon(true);
+        t.start();
+        t.join(bound.toMillis());
+        boolean finished = !t.isAlive();
+        if (!finished) {
+            s.abort(new UnavailableException("settleForTest: settle did not finish within " + bound));
+            t.join(bound.toMillis());
+        }
+        batches.remove("b1");
+        List<Object> queue;
+        synchronized (s) {
+            queue = new ArrayList<>(s.queue);
+        }
+        for (Object o : pds) { // never sent again here: their fate is known
+            complete((Pending) o, null, new UnavailableException("settleForTest: not sent again"));
+        }
+        return new SettledForTest(finished, err[0], fenced[0] != null, queue);
     }
 
     /** Test hook: whether records sent from now on are held, as while a repartition switches epochs. */
@@ -1339,9 +1413,14 @@ public final class Producer implements AutoCloseable {
         private long backoff;
 
         Sink(int epoch, int partition) {
+            this(epoch, partition, Compaction.batchEndSubject(topic, epoch, partition, keySubjects));
+        }
+
+        /** A sink whose EOBs (and a plain topic's records) go to subject. */
+        Sink(int epoch, int partition, String subject) {
             this.epoch = epoch;
             this.partition = partition;
-            this.subject = Compaction.batchEndSubject(topic, epoch, partition, keySubjects);
+            this.subject = subject;
             this.stream = "PCTL_" + topic + "_" + partition;
             this.thread = new Thread(this::run, "pctl-producer-" + id + "-e" + epoch + "p" + partition);
             thread.setDaemon(true);
@@ -2101,9 +2180,21 @@ public final class Producer implements AutoCloseable {
                 }
                 awaitSettling(() -> bt.pubAck != null || bt.unknown || bt.noResp);
                 if (bt.pubAck == null && !bt.unknown && !bt.noResp) {
-                    // No answer: back off. (No responders: the subject moved again, read the
+                    // No answer at all to the EOB. nats-server 2.15.2 keeps a fast batch whose
+                    // commit waits for proposals a replica or placement change dropped
+                    // "committing" for good (its cleanup timer stops at the commit) and skips
+                    // every later message of it without a reply, while the stream takes new
+                    // batches: read the partition back (spec/protocol.md §5.1.2, settle 1)
+                    // instead of closing it forever.
+                    if (++silent >= SILENT_EOBS) {
+                        log("batch %s: %d EOBs on %s had no answer within %d ms each; reading the partition back",
+                                bt.id, silent, subj, ackTimeoutNanos / 1_000_000);
+                        search = true;
+                        continue;
+                    }
+                    // Otherwise back off. (No responders: the subject moved again, read the
                     // descriptor at once; waiting for an epoch change has its own pause.)
-                    sleep(pause(silent++));
+                    sleep(pause(silent - 1));
                 }
             }
         }
