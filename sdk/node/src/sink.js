@@ -23,7 +23,7 @@ const DEDUP_WINDOW = 120_000;
 const LEADER_SETTLED = 5_000;
 /** How many EOBs of a batch being settled may go unanswered (each for the acknowledgement
  * timeout) before the sink reads the partition back (spec/protocol.md §5.1.2, settle 1). */
-export const SILENT_EOBS = 3;
+const SILENT_EOBS = 3;
 
 // A back-off before retry number attempt: 50 ms doubling up to 1 s.
 function pause(attempt) { return Math.min(50 * 2 ** Math.min(attempt, 5), 1000); }

@@ -523,7 +523,7 @@ public final class Producer implements AutoCloseable {
         return at == null ? -1 : at;
     }
 
-    /** Test hook (SilentEobTest): recordForTest with the callback told of the record's fate. */
+    /** Test hook (ProducerBrokerTest, silent EOBs): recordForTest with the callback told of the record's fate. */
     Object recordForTest(ProducerRecord rec, Callback callback) {
         lock.lock();
         try {
@@ -537,11 +537,11 @@ public final class Producer implements AutoCloseable {
         }
     }
 
-    /** Test hook (SilentEobTest): what settleForTest saw. */
+    /** Test hook (ProducerBrokerTest, silent EOBs): what settleForTest saw. */
     record SettledForTest(boolean finished, Throwable error, boolean fenced, List<Object> queue) {}
 
     /**
-     * Test hook (SilentEobTest): settles a batch of the records pds (of recordForTest), each sent
+     * Test hook (ProducerBrokerTest, silent EOBs): settles a batch of the records pds (of recordForTest), each sent
      * once above floor to the partition's stream, whose EOBs go to eobSubject, as the sink does
      * after the anomaly. Gives settle bound to finish; if it does not, the sink is aborted.
      * The queue is what the sink would send again, in order.
