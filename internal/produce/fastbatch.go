@@ -15,6 +15,7 @@ import (
 	"net/textproto"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -245,7 +246,9 @@ func leaderNext(ctx context.Context, c *Conn, stream string, from uint64) (*jets
 // leaderRequest sends one STREAM.MSG.GET request (body) and decodes the message it returns; what
 // names the message asked for in errors.
 func leaderRequest(ctx context.Context, c *Conn, stream, what, body string) (*jetstream.RawStreamMsg, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.AckTimeout)
+	// The acknowledgement timeout, but at least a second: a read is not an acknowledgement, and
+	// with a timeout of a few milliseconds it may never be answered in time under load.
+	ctx, cancel := context.WithTimeout(ctx, max(c.AckTimeout, time.Second))
 	defer cancel()
 	m, err := c.NC.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, []byte(body))
 	if err != nil {

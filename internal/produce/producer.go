@@ -384,10 +384,15 @@ func (p *Producer) fetch(ctx context.Context) (*wire.Topic, error) {
 	}
 }
 
-// fetchQuick reads the descriptor within the acknowledgement timeout (a request lost with a
+// fetchQuick reads the descriptor within the acknowledgement timeout, at least 1 s (a request lost with a
 // connection would otherwise wait out the client's whole request timeout).
 func (p *Producer) fetchQuick(ctx context.Context) (*wire.Topic, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.conn.AckTimeout)
+	// The acknowledgement timeout, but at least a second: with one of a few milliseconds the
+	// broker's answer never came in time under load, and a sink settling a fenced batch closed it
+	// on the old subject (no responders) for good, never learning the new one
+	// (TestLostAcknowledgementsNeverStoreTwice under -race -cpu 1, 2 ms: nothing acknowledged
+	// for 30 s).
+	ctx, cancel := context.WithTimeout(ctx, max(p.conn.AckTimeout, time.Second))
 	defer cancel()
 	return p.fetch(ctx)
 }

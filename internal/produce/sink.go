@@ -809,7 +809,10 @@ func (s *sink) learn(ctx context.Context, desc, fenced **wire.Topic, exact map[i
 		if err := s.p.conn.NC.PublishMsg(&nats.Msg{Subject: subject, Reply: fbReplySubject(s.p.inbox, b.id, 1, seq, fbEOB)}); err != nil {
 			s.logf("closing batch %s: %v", b.id, err)
 		}
-		s.await(ctx, func() bool { return b.pubAck != nil || b.unknown || b.noResp })
+		// An EOB's answer is awaited for the acknowledgement timeout but at least eobWait: only an
+		// EOB nothing answers in that time counts as unanswered below (with a tiny timeout, a
+		// late answer is not silence).
+		s.awaitFor(ctx, func() bool { return b.pubAck != nil || b.unknown || b.noResp }, max(s.p.conn.AckTimeout, eobWait))
 		if b.pubAck == nil && !b.unknown && !b.noResp {
 			// No answer at all to the EOB. nats-server 2.15.2 keeps a fast batch whose commit
 			// waits for proposals a replica or placement change dropped "committing" for good
@@ -817,7 +820,7 @@ func (s *sink) learn(ctx context.Context, desc, fenced **wire.Topic, exact map[i
 			// without a reply, while the stream takes new batches: read the partition back
 			// (spec/protocol.md §5.1.2, settle 1) instead of closing it forever.
 			if silent++; silent >= silentEOBs {
-				s.logf("batch %s: %d EOBs on %s had no answer within %v each; reading the partition back", b.id, silent, subject, s.p.conn.AckTimeout)
+				s.logf("batch %s: %d EOBs on %s had no answer within %v each; reading the partition back", b.id, silent, subject, max(s.p.conn.AckTimeout, eobWait))
 				search = true
 				continue
 			}
@@ -831,6 +834,12 @@ func (s *sink) learn(ctx context.Context, desc, fenced **wire.Topic, exact map[i
 // silentEOBs is how many EOBs of a batch being settled may go unanswered (each for the
 // acknowledgement timeout) before the sink reads the partition back (spec/protocol.md §5.1.2).
 const silentEOBs = 3
+
+// eobWait is the least time an EOB's answer is awaited while settling (spec/protocol.md §5.1.2):
+// with an acknowledgement timeout of a few milliseconds, answers that come a little later are
+// not silence, and reading the partition back with such a timeout may never succeed under load
+// (TestLostAcknowledgementsNeverStoreTwice under -race, 2 ms: no acknowledgement for 30 s).
+const eobWait = time.Second
 
 // finishStored finishes the open batch's records not yet finished: those in stored (index ->
 // stream sequence, 0 if unknown) are acknowledged, refused ones fail, and the others are returned,
@@ -1093,7 +1102,12 @@ func (s *sink) readRange(ctx context.Context, first, last uint64, f func(seq uin
 
 // await handles replies until cond holds or the acknowledgement timeout passes.
 func (s *sink) await(ctx context.Context, cond func() bool) {
-	deadline := time.NewTimer(s.p.conn.AckTimeout)
+	s.awaitFor(ctx, cond, s.p.conn.AckTimeout)
+}
+
+// awaitFor is await for d instead of the acknowledgement timeout.
+func (s *sink) awaitFor(ctx context.Context, cond func() bool, d time.Duration) {
+	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	for !cond() {
 		select {

@@ -24,6 +24,8 @@ const LEADER_SETTLED = 5_000;
 /** How many EOBs of a batch being settled may go unanswered (each for the acknowledgement
  * timeout) before the sink reads the partition back (spec/protocol.md §5.1.2, settle 1). */
 const SILENT_EOBS = 3;
+// The least time an EOB's answer is awaited while settling, in ms (spec/protocol.md §5.1.2).
+const EOB_WAIT = 1000;
 
 // A back-off before retry number attempt: 50 ms doubling up to 1 s.
 function pause(attempt) { return Math.min(50 * 2 ** Math.min(attempt, 5), 1000); }
@@ -641,14 +643,16 @@ export class Sink {
         this.log(`closing batch ${b.id}: ${e.message}`);
       }
       // A connection lost meanwhile lost the answer too: close again once connected.
-      await this.awaitCond(() => b.pubAck !== null || b.unknown || b.noResp || p.disconnects !== gen);
+      // Awaited for the acknowledgement timeout but at least EOB_WAIT ms (spec §5.1.2, settle 1):
+      // with a timeout of a few milliseconds a late answer is not silence.
+      await this.awaitCond(() => b.pubAck !== null || b.unknown || b.noResp || p.disconnects !== gen, Math.max(p.ackTimeout, EOB_WAIT));
       if (b.pubAck === null && !b.unknown && !b.noResp && p.disconnects === gen && ++silent >= SILENT_EOBS) {
         // No answer at all to the EOB. nats-server 2.15.2 keeps a fast batch whose commit waits
         // for proposals a replica or placement change dropped "committing" for good (its cleanup
         // timer stops at the commit) and skips every later message of it without a reply, while
         // the stream takes new batches: read the partition back (spec/protocol.md §5.1.2,
         // settle 1) instead of closing it forever.
-        this.log(`batch ${b.id}: ${silent} EOBs on ${subject} had no answer within ${p.ackTimeout} ms each; reading the partition back`);
+        this.log(`batch ${b.id}: ${silent} EOBs on ${subject} had no answer within ${Math.max(p.ackTimeout, EOB_WAIT)} ms each; reading the partition back`);
         search = true;
         continue;
       }

@@ -45,6 +45,8 @@ LEADER_SETTLED = 5.0  # seconds: a stream leader elected longer ago than this is
 # How many EOBs of a batch being settled may go unanswered (each for the acknowledgement timeout)
 # before the sink reads the partition back (spec/protocol.md §5.1.2, settle 1).
 SILENT_EOBS = 3
+# The least time an EOB's answer is awaited while settling, in seconds (spec/protocol.md §5.1.2).
+EOB_WAIT = 1.0
 
 
 @dataclass(frozen=True)
@@ -1414,7 +1416,9 @@ class _Sink:
                 await _nats.publish_raw_many(p._c.nc, [(subject, fb.reply_subject(p._inbox, b.id, 1, len(b.recs) + 1, fb.OP_EOB), b"", b"")])
             except (nats.errors.Error, OSError) as e:
                 self.logf(f"closing batch {b.id}: {e}")
-            await self._await(lambda: b.pub_ack is not None or b.unknown or b.no_resp)
+            # Awaited for the acknowledgement timeout but at least EOB_WAIT (spec §5.1.2, settle 1):
+            # with a timeout of a few milliseconds a late answer is not silence.
+            await self._await(lambda: b.pub_ack is not None or b.unknown or b.no_resp, max(p._c.ack_timeout, EOB_WAIT))
             if b.pub_ack is None and not b.unknown and not b.no_resp:
                 # No answer at all to the EOB. nats-server 2.15.2 keeps a fast batch whose commit
                 # waits for proposals a replica or placement change dropped "committing" for good
@@ -1423,7 +1427,7 @@ class _Sink:
                 # (spec/protocol.md §5.1.2, settle 1) instead of closing it forever.
                 silent += 1
                 if silent >= SILENT_EOBS:
-                    self.logf(f"batch {b.id}: {silent} EOBs on {subject} had no answer within {p._c.ack_timeout}s each; reading the partition back")
+                    self.logf(f"batch {b.id}: {silent} EOBs on {subject} had no answer within {max(p._c.ack_timeout, EOB_WAIT)}s each; reading the partition back")
                     search = True
                     continue
             if b.pub_ack is None and not b.unknown:
@@ -1436,9 +1440,10 @@ class _Sink:
                 raise Unavailable("the connection is closed")
             await self._pause(0.02)
 
-    async def _await(self, cond: Callable[[], bool]) -> None:
-        """Handles replies (as while settling) until cond holds or the acknowledgement timeout passes."""
-        deadline = time.monotonic() + self.p._c.ack_timeout
+    async def _await(self, cond: Callable[[], bool], wait: Optional[float] = None) -> None:
+        """Handles replies (as while settling) until cond holds or the acknowledgement timeout (or
+        wait seconds) passes."""
+        deadline = time.monotonic() + (self.p._c.ack_timeout if wait is None else wait)
         while not cond():
             while self.replies:
                 self._handle_settling(self.replies.popleft())

@@ -119,6 +119,8 @@ public final class Producer implements AutoCloseable {
      * §5.1.2, settle 1).
      */
     static final int SILENT_EOBS = 3;
+    /** The least time an EOB's answer is awaited while settling (spec/protocol.md §5.1.2). */
+    static final long EOB_WAIT_NANOS = 1_000_000_000L;
     /** A stream leader elected more recently than this may have dropped proposals it counted. */
     private static final long LEADER_SETTLED_NANOS = TimeUnit.SECONDS.toNanos(5);
 
@@ -2178,7 +2180,9 @@ public final class Producer implements AutoCloseable {
                 } catch (IOException e) {
                     log("closing batch %s: %s", bt.id, e.getMessage());
                 }
-                awaitSettling(() -> bt.pubAck != null || bt.unknown || bt.noResp);
+                // Awaited for the acknowledgement timeout but at least EOB_WAIT_NANOS (spec §5.1.2,
+                // settle 1): with a timeout of a few milliseconds a late answer is not silence.
+                awaitSettling(() -> bt.pubAck != null || bt.unknown || bt.noResp, Math.max(ackTimeoutNanos, EOB_WAIT_NANOS));
                 if (bt.pubAck == null && !bt.unknown && !bt.noResp) {
                     // No answer at all to the EOB. nats-server 2.15.2 keeps a fast batch whose
                     // commit waits for proposals a replica or placement change dropped
@@ -2188,7 +2192,7 @@ public final class Producer implements AutoCloseable {
                     // instead of closing it forever.
                     if (++silent >= SILENT_EOBS) {
                         log("batch %s: %d EOBs on %s had no answer within %d ms each; reading the partition back",
-                                bt.id, silent, subj, ackTimeoutNanos / 1_000_000);
+                                bt.id, silent, subj, Math.max(ackTimeoutNanos, EOB_WAIT_NANOS) / 1_000_000);
                         search = true;
                         continue;
                     }
@@ -2201,7 +2205,11 @@ public final class Producer implements AutoCloseable {
 
         /** Handles replies while settling until cond holds or the acknowledgement timeout passes. */
         private void awaitSettling(java.util.function.BooleanSupplier cond) {
-            long deadline = System.nanoTime() + ackTimeoutNanos;
+            awaitSettling(cond, ackTimeoutNanos);
+        }
+
+        private void awaitSettling(java.util.function.BooleanSupplier cond, long waitNanos) {
+            long deadline = System.nanoTime() + waitNanos;
             while (!cond.getAsBoolean()) {
                 long left = deadline - System.nanoTime();
                 if (left <= 0) {
