@@ -131,6 +131,13 @@ func TestStatefulWarmUp(t *testing.T) {
 // while warming without loading it again at the cut-over ends with wrong totals (the records the
 // old owners applied between its last warm-up read and the cut-over are missing).
 func TestStatefulWarmUpCheckerCatchesStaleState(t *testing.T) {
+	if raceEnabled {
+		// Shrunk under -race, the stale member's missed records can all fall before its last
+		// warm-up read (a clean-clone run: lag 15 at the cut-over and every total right), and
+		// the check has no power. It runs at full size in the step without -race
+		// (scripts/test.sh), where the race detector has nothing to add to a checker's test.
+		t.Skip("runs at full size without -race (scripts/test.sh's norace step)")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000})
@@ -139,9 +146,6 @@ func TestStatefulWarmUpCheckerCatchesStaleState(t *testing.T) {
 	}
 	defer b.Close()
 	cfg := stateful.WarmUpConfig{Logf: t.Logf, Phase: time.Second, Prefill: 5000, StaleWarm: true}
-	if raceEnabled {
-		cfg.Interval, cfg.SessionTimeout, cfg.Drain = 10*time.Millisecond, 6*time.Second, 3*time.Minute
-	}
 	rep, err := stateful.RunWarmUp(ctx, b, cfg)
 	if err != nil {
 		t.Fatal(err)
