@@ -161,4 +161,19 @@ class StickyGroupTest {
         Collections.sort(out);
         return out;
     }
+
+    /** A group whose recorded assignor this SDK does not implement (§6.1) is refused as unsupported (§3). */
+    @Test
+    void aGroupWithAnUnknownAssignorIsUnsupported() throws Exception {
+        String topic = "rr";
+        broker.pctlOk(null, "topic", "create", topic, "--partitions", "2", "--partitioner", "kafka-murmur2");
+        try (PctlClient c = PctlClient.connect(broker.options(broker.consumer))) {
+            GroupKv kv = new GroupKv(c, Duration.ofSeconds(5));
+            kv.create(c.topic(topic).id() + ".rr.g.assignor", "{\"assignor\":\"round-robin\"}".getBytes(StandardCharsets.UTF_8));
+            UnsupportedException e = assertThrows(UnsupportedException.class,
+                    () -> c.consumer(topic, ConsumerOptions.builder("rr").member("a").build()).close());
+            org.junit.jupiter.api.Assertions.assertEquals(ErrorCode.UNSUPPORTED, e.code());
+            org.junit.jupiter.api.Assertions.assertTrue(e.getMessage().contains("round-robin") && e.getMessage().contains("another group"), e.getMessage());
+        }
+    }
 }
