@@ -123,7 +123,13 @@ var scenarios = []scenario{
 			r.victim = cands[r.rng.IntN(len(cands))]
 			r.victim.signal(syscall.SIGKILL)
 			<-r.victim.exited
-			r.fault("phase %d: member %s killed (SIGKILL) after %d deliveries", phase, r.victim.name, r.victim.count())
+			r.victim.mu.Lock()
+			cut := ""
+			if r.victim.cut != "" {
+				cut = ", its last line cut short (not a delivery)"
+			}
+			r.victim.mu.Unlock()
+			r.fault("phase %d: member %s killed (SIGKILL) after %d deliveries%s", phase, r.victim.name, r.victim.count(), cut)
 			return nil
 		})
 	}},
