@@ -179,10 +179,10 @@ async function ensureGroup(client, kv, desc, group, o, log) {
 
 // A member joins only a group whose assignor it implements (spec/protocol.md §6.1): this SDK
 // implements modulo and sticky; a group without the key is modulo. An assignor asked for that
-// is not the group's is a conflict. Returns the group's assignor.
-async function checkAssignor(kv, tid, group, topic, asked) {
-  const e = await kv.get(`${tid}.${group}.g.assignor`);
-  const a = e && !e.deleted ? json(e.value)?.assignor : 'modulo';
+// is not the group's is a conflict. `e` is the group's g.assignor (readGroupKeys; null: none).
+// Returns the group's assignor.
+function checkAssignor(e, group, topic, asked) {
+  const a = e ? json(e.value)?.assignor : 'modulo';
   if (!ASSIGNORS.includes(a)) {
     throw new UnsupportedError(`group ${group} of topic ${topic} uses the assignor ${JSON.stringify(a)}, which this client does not implement (it knows modulo and sticky): use a client that implements it, or another group`);
   }
@@ -190,6 +190,41 @@ async function checkAssignor(kv, tid, group, topic, asked) {
     throw new ConflictError(`group ${group} of topic ${topic} uses the assignor ${a}, not the ${asked} this consumer asked for: ask for ${a}, or use another group`);
   }
   return a;
+}
+
+/** How long a member waits, at join, for a state of its group that holds g.created (ms). */
+export const JOIN_TIMEOUT = 30_000;
+
+/**
+ * The group's g.start and g.assignor ({start, assignor}: {value, revision}, or null for a key that
+ * does not exist), read together with g.created from one server's state (spec/protocol.md §6.1,
+ * "Reading the group's keys at join"): the initial values of a watch of the group's g.* keys. A
+ * direct get may be answered by a follower that lags, and its "not found" proves nothing; the
+ * creator writes g.created last, so a state that holds it holds the others if they exist. Without
+ * g.created among the initial values it reads again (back-off 20 ms doubling to 500 ms), and
+ * throws UnavailableError once `timeout` ms have passed.
+ */
+export async function readGroupKeys(kv, tid, group, timeout = JOIN_TIMEOUT) {
+  const deadline = Date.now() + timeout;
+  let wait = 20;
+  for (;;) {
+    let vals;
+    try {
+      vals = await kv.initialValues(`${groupPrefix(tid, group)}g.*`);
+    } catch (e) {
+      if (e?.code === 'permission') throw e;
+      throw new UnavailableError(`consumer group ${group}: read its keys: ${e?.message ?? e}`, { cause: e });
+    }
+    if (vals.has(createdKey(tid, group))) {
+      return { start: vals.get(startKey(tid, group)) ?? null, assignor: vals.get(`${tid}.${group}.g.assignor`) ?? null };
+    }
+    const left = deadline - Date.now();
+    if (left <= 0) {
+      throw new UnavailableError(`consumer group ${group}: its g.created key exists but no server's state that was read holds it yet (waited ${timeout}ms)`);
+    }
+    await idle(Math.min(wait, left));
+    wait = Math.min(2 * wait, 500);
+  }
 }
 
 /** The assignors of spec/protocol.md §6.2 this SDK implements. */
@@ -576,7 +611,8 @@ export class Consumer {
 
   async doStart() {
     await ensureGroup(this.client, this.kv, this.desc, this.group, this.o, (m) => this.log(m));
-    await this.readStart();
+    const gk = await readGroupKeys(this.kv, this.topicId, this.group);
+    this.takeStart(gk.start);
     // The descriptor read after the group's keys exist (spec/protocol.md §10.4: a retirement
     // that does not show in it checked this group's positions after they were written).
     {
@@ -586,7 +622,7 @@ export class Consumer {
         this.desc = t;
       }
     }
-    this.assignor = await checkAssignor(this.kv, this.desc.id, this.group, this.desc.name, this.o.assignor);
+    this.assignor = checkAssignor(gk.assignor, this.group, this.desc.name, this.o.assignor);
     this.watch = new PullReader(this.client, {
       stream: `KV_${GROUPS_BUCKET}`, filter: `${this.prefix}>`, lastPerSubject: true, batch: 256,
       heartbeat: this.o.heartbeat, idleCheck: Math.max(3 * this.o.heartbeat, 3000),
@@ -812,10 +848,10 @@ export class Consumer {
     return r;
   }
 
-  // The group's g.start (spec/protocol.md §10.5): the epoch it started reading the current epoch at.
-  async readStart() {
-    const e = await this.kv.get(startKey(this.topicId, this.group));
-    if (!e || e.deleted) return;
+  // The group's g.start (spec/protocol.md §10.5): the epoch it started reading the current epoch
+  // at. `e` is the key as readGroupKeys read it (null: none).
+  takeStart(e) {
+    if (!e) return;
     const st = json(e.value);
     if (!st || !Number.isSafeInteger(st.epoch) || st.epoch < 1) {
       throw new InternalError(`consumer group ${this.group}: its start key holds ${goQuote(decoder.decode(e.value).slice(0, 80))}`);
