@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import secrets
 from typing import Any, Callable, Iterable, Optional
 
 import nats.errors
@@ -307,6 +308,81 @@ class KV:
 
     async def delete(self, key: str) -> None:
         await self._publish(key, b"", {"KV-Operation": "DEL"})
+
+    async def initial_values(self, pattern: str) -> dict:
+        """The initial values of a watch of `pattern` (a key pattern, ``*`` and ``>`` allowed):
+        the latest entry of every matching key, deleted and purged keys left out, as a dict key
+        -> KVEntry. They come from one server's state: an ephemeral consumer (deliver last per
+        subject) reads them on the one server that holds it, up to its pending count 0
+        (spec/protocol.md §6.1, "Reading the group's keys at join"). Raises Unavailable (or the
+        client's PermissionDenied)."""
+        filt = self.prefix + pattern
+        name = f"pctl_kvw_{secrets.token_hex(8)}"
+        cfg = {"name": name, "ack_policy": "none", "deliver_policy": "last_per_subject", "filter_subject": filt,
+               "replay_policy": "instant", "mem_storage": True, "num_replicas": 1, "inactive_threshold": int(5e9),
+               "max_waiting": 4}
+        try:
+            r = await js_request(self.c, f"$JS.API.CONSUMER.CREATE.{self.stream}.{name}.{filt}",
+                                 {"stream_name": self.stream, "config": cfg, "action": "create"}, timeout=self.timeout)
+        except JSError as e:
+            raise Unavailable(f"watch {filt}: {e}") from None
+        vals: dict = {}
+        try:
+            if int(r.get("num_pending") or 0) == 0:
+                return vals
+            timeout = self.timeout or self.c.timeout
+            nc = self.c.nc
+            sub = await nc.subscribe(nc.new_inbox(), pending_msgs_limit=-1, pending_bytes_limit=-1)
+            try:
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + timeout
+
+                async def pull() -> None:
+                    req = {"batch": 256, "expires": int(max(timeout - 0.1, 0.1) * 1e9)}
+                    await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{name}", json.dumps(req).encode(), reply=sub.subject)
+
+                await pull()
+                while True:
+                    left = deadline - loop.time()
+                    if left <= 0:
+                        raise Unavailable(f"the initial values of {filt} did not arrive within {timeout:g}s")
+                    try:
+                        msg = await sub.next_msg(timeout=left)
+                    except nats.errors.TimeoutError:
+                        continue
+                    hdr = msg.headers or {}
+                    st = hdr.get("Status")
+                    if st:
+                        if st == "100":  # a heartbeat
+                            continue
+                        if st in ("404", "408", "409"):  # the pull ended before the last value: again
+                            await pull()
+                            continue
+                        raise Unavailable(f"watch {filt}: status {st} {hdr.get('Description', '')}".strip())
+                    ack = parse_ack(msg.reply.encode()) if msg.reply else None
+                    if ack is None or ack[0] != name:
+                        continue
+                    key = msg.subject[len(self.prefix):]
+                    op = hdr.get("KV-Operation", "")
+                    if op in ("DEL", "PURGE"):
+                        vals.pop(key, None)
+                    else:
+                        vals[key] = KVEntry(key, bytes(msg.data), ack[1], op, "")
+                    if ack[4] == 0:
+                        return vals
+            finally:
+                try:
+                    await sub.unsubscribe()
+                except Exception:  # noqa: BLE001 - closed connection: nothing to undo
+                    pass
+        finally:
+            asyncio.ensure_future(self._drop_consumer(name))
+
+    async def _drop_consumer(self, name: str) -> None:
+        try:
+            await js_request(self.c, f"$JS.API.CONSUMER.DELETE.{self.stream}.{name}", timeout=2.0)
+        except Exception:  # noqa: BLE001 - it goes by its inactive threshold anyway
+            pass
 
 
 def is_timeout(e: BaseException) -> bool:

@@ -65,6 +65,39 @@ class CommitFailed(Conflict):
     delivered again, in order, by its next owner."""
 
 
+JOIN_TIMEOUT = 30.0
+"""How long a member waits, at join, for a state of its group that holds g.created (seconds)."""
+
+
+async def read_group_keys(kv: _nats.KV, prefix: str, group: str,
+                          timeout: float = JOIN_TIMEOUT) -> tuple[Optional[_nats.KVEntry], Optional[_nats.KVEntry]]:
+    """The group's g.start and g.assignor (None for a key that does not exist), read together with
+    g.created from one server's state (spec/protocol.md §6.1, "Reading the group's keys at join"):
+    the initial values of a watch of the group's g.* keys (`prefix` is ``<topic id>.<group>.``). A
+    direct get may be answered by a follower that lags, and its "not found" proves nothing; the
+    creator writes g.created last, so a state that holds it holds the others if they exist.
+    Without g.created among the initial values it reads again (back-off 20 ms doubling to
+    500 ms), and raises Unavailable once `timeout` seconds have passed."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    wait = 0.02
+    while True:
+        try:
+            vals = await kv.initial_values(prefix + "g.*")
+        except PermissionDenied:
+            raise
+        except Exception as e:  # noqa: BLE001 - any failure to read is "unavailable" (the join is retried)
+            raise Unavailable(f"consumer group {group}: read its keys: {e}") from None
+        if prefix + "g.created" in vals:
+            return vals.get(prefix + "g.start"), vals.get(prefix + "g.assignor")
+        left = deadline - loop.time()
+        if left <= 0:
+            raise Unavailable(f"consumer group {group}: its g.created key exists but no server's state that was read "
+                              f"holds it yet (waited {timeout:g}s)")
+        await asyncio.sleep(min(wait, left))
+        wait = min(2 * wait, 0.5)
+
+
 @dataclass
 class ConsumerStats:
     """What a member did: records delivered, records that waited at a gate and how long."""
@@ -304,13 +337,14 @@ class Consumer:
     async def _start(self) -> None:
         self._stop_listening = self._c._on_violation(self._on_violation)
         await self._ensure_group()
-        await self._read_start()
+        start, assignor = await read_group_keys(self._kv, self._prefix, self.group)
+        self._take_start(start)
         # The descriptor read after the group's keys exist (spec/protocol.md §10.4: a retirement
         # that does not show in it checked this group's positions after they were written).
         t = await _fetch_topic(self._c, self.topic)
         if t.id == self.topic_id and len(t.epochs) >= len(self._desc.epochs):
             self._desc = t
-        await self._check_assignor()
+        self._check_assignor(assignor)
         self._watch = StreamReader(self._c, self._kv.stream, filter_subject=self._subj_prefix + ">", last_per_subject=True,
                                    heartbeat=self._hb, batch=512, max_buffer=1 << 20, logf=self._logf)
         self._tasks.append(asyncio.ensure_future(self._watch_loop()))
@@ -380,12 +414,10 @@ class Consumer:
         except _nats.KVConflict:
             pass
 
-    async def _read_start(self) -> None:
-        """The group's g.start (§10.5): the epoch it started reading the current epoch at."""
-        e = await self._kv.get(self._prefix + "g.start")
+    def _take_start(self, e: Optional[_nats.KVEntry]) -> None:
+        """The group's g.start (§10.5): the epoch it started reading the current epoch at. `e` is
+        the key as read_group_keys read it (None: no such key)."""
         if e is None:
-            return
-        if e.deleted:
             return
         data = e.value
         try:
@@ -405,12 +437,12 @@ class Consumer:
             return False
         return not ((self._start_epoch > 0 and o[0] < self._start_epoch) or compaction.origin_retired(self._desc.raw, o[0]))
 
-    async def _check_assignor(self) -> None:
+    def _check_assignor(self, e: Optional[_nats.KVEntry]) -> None:
         """§6.1: join only a group whose assignor this SDK implements (modulo, sticky; no key:
-        modulo), and that is the one asked for, if any."""
-        e = await self._kv.get(self._prefix + "g.assignor")
+        modulo), and that is the one asked for, if any. `e` is the group's g.assignor as
+        read_group_keys read it (None: no such key)."""
         a: Any = "modulo"
-        if e is not None and not e.deleted:
+        if e is not None:
             try:
                 a = json.loads(e.value).get("assignor")
             except (ValueError, AttributeError):
