@@ -49,14 +49,21 @@ describe("reading the group's keys at join", { skip, timeout: 120_000 }, () => {
   });
 
   test('waits for g.created, then returns g.start and g.assignor', async () => {
+    // A first read of a complete group (not timed): the connection and the code paths warm.
+    await put(`${tid}.g0.g.created`, 'now');
+    await readGroupKeys(kv, tid, 'g0', 30_000);
     await put(`${tid}.g1.g.start`, start);
     await put(`${tid}.g1.g.assignor`, assignor);
     let settled = null;
-    const p = readGroupKeys(kv, tid, 'g1', 30_000).then((v) => { settled = { v }; return v; }, (e) => { settled = { e }; throw e; });
+    let putCreated = false;
+    let afterPut = null;
+    const p = readGroupKeys(kv, tid, 'g1', 30_000).then((v) => { settled = { v }; afterPut = putCreated; return v; }, (e) => { settled = { e }; throw e; });
     await new Promise((r) => setTimeout(r, 300)); // several reads, each without g.created
     assert.equal(settled, null, `returned ${JSON.stringify(settled)} while g.created did not exist`);
+    putCreated = true;
     await put(`${tid}.g1.g.created`, 'now');
     const gk = await p;
+    assert.equal(afterPut, true, 'the read returned before g.created was written');
     assert.equal(gk.start && dec.decode(gk.start.value), start);
     assert.equal(gk.assignor && dec.decode(gk.assignor.value), assignor);
   });

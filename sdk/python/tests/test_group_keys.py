@@ -35,13 +35,26 @@ def _run(broker, body):
 
 def test_read_waits_for_g_created_then_returns_both(broker):
     async def body(nkv, kv, tid):
+        # A first read of a complete group (not timed): the connection and the code paths warm.
+        await nkv.put(f"{tid}.g0.g.created", b"now")
+        await read_group_keys(kv, f"{tid}.g0.", "g0", 30.0)
         await nkv.put(f"{tid}.g1.g.start", START)
         await nkv.put(f"{tid}.g1.g.assignor", ASSIGNOR)
-        task = asyncio.ensure_future(read_group_keys(kv, f"{tid}.g1.", "g1", 30.0))
+        put_created = []
+        after_put = []
+
+        async def read():
+            r = await read_group_keys(kv, f"{tid}.g1.", "g1", 30.0)
+            after_put.append(bool(put_created))
+            return r
+
+        task = asyncio.ensure_future(read())
         await asyncio.sleep(0.3)  # several reads, each without g.created
         assert not task.done(), f"returned {task.result() if not task.exception() else task.exception()!r} while g.created did not exist"
+        put_created.append(True)
         await nkv.put(f"{tid}.g1.g.created", b"now")
         start, assignor = await asyncio.wait_for(task, 10)
+        assert after_put == [True], "the read returned before g.created was written"
         return start, assignor
 
     start, assignor = _run(broker, body)

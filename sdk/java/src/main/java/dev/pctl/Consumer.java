@@ -299,12 +299,13 @@ public final class Consumer implements AutoCloseable {
             }
         });
         ensureGroup();
-        readStart();
+        GroupKeys gk = readGroupKeys(kv, prefix, group, JOIN_TIMEOUT);
+        takeStart(gk.start());
         // The descriptor read after the group's keys exist (spec/protocol.md §10.4: a retirement
         // that does not show in it checked this group's positions after they were written).
         refresh();
         checkFatal();
-        checkAssignor();
+        checkAssignor(gk.assignor());
         watch = new StreamReader(c, raw, GroupKv.STREAM, 1, subjPrefix + ">", false, true, 512, 1 << 20, o.heartbeat(), this::log);
         watchThread = new Thread(this::watchLoop, "pctl-consumer-" + member + "-watch");
         watchThread.setDaemon(true);
@@ -390,10 +391,54 @@ public final class Consumer implements AutoCloseable {
         }
     }
 
-    /** The group's g.start (§10.5): the epoch it started reading the current epoch at. */
-    private void readStart() {
-        GroupKv.Entry e = kv.get(prefix + "g.start");
-        if (e == null || e.deleted()) {
+    /** How long a member waits, at join, for a state of its group that holds g.created. */
+    static final Duration JOIN_TIMEOUT = Duration.ofSeconds(30);
+
+    /** The group's g.start and g.assignor as read at join (null: the key does not exist). */
+    record GroupKeys(GroupKv.Entry start, GroupKv.Entry assignor) {}
+
+    /**
+     * The group's g.start and g.assignor, read together with g.created from one server's state
+     * (spec/protocol.md §6.1, "Reading the group's keys at join"): the initial values of a watch
+     * of the group's g.* keys ({@code prefix} is {@code <topic id>.<group>.}). A direct get may be
+     * answered by a follower that lags, and its "not found" proves nothing; the creator writes
+     * g.created last, so a state that holds it holds the others if they exist. Without g.created
+     * among the initial values it reads again (back-off 20 ms doubling to 500 ms), and throws
+     * UnavailableException once {@code timeout} has passed.
+     */
+    static GroupKeys readGroupKeys(GroupKv kv, String prefix, String group, Duration timeout) {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        long wait = 20;
+        while (true) {
+            Map<String, GroupKv.Entry> vals;
+            try {
+                vals = kv.initialValues(prefix + "g.*");
+            } catch (PermissionDeniedException e) {
+                throw e;
+            } catch (RuntimeException e) {
+                throw new UnavailableException("consumer group " + group + ": read its keys: " + e.getMessage(), e);
+            }
+            if (vals.containsKey(prefix + "g.created")) {
+                return new GroupKeys(vals.get(prefix + "g.start"), vals.get(prefix + "g.assignor"));
+            }
+            long left = TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime());
+            if (left <= 0) {
+                throw new UnavailableException("consumer group " + group + ": its g.created key exists but no server's state that was read holds it yet (waited "
+                        + timeout.toMillis() + " ms)");
+            }
+            try {
+                Thread.sleep(Math.min(wait, left));
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new UnavailableException("interrupted while joining group " + group, e);
+            }
+            wait = Math.min(2 * wait, 500);
+        }
+    }
+
+    /** The group's g.start (§10.5): the epoch it started reading the current epoch at ({@code e}: as read at join, null for none). */
+    private void takeStart(GroupKv.Entry e) {
+        if (e == null) {
             return;
         }
         long epoch = 0;
@@ -427,10 +472,9 @@ public final class Consumer implements AutoCloseable {
     }
 
     /** §6.1: join only a group whose assignor this SDK implements (modulo, sticky; no key: modulo), and the one asked for, if any. */
-    private void checkAssignor() {
-        GroupKv.Entry e = kv.get(prefix + "g.assignor");
+    private void checkAssignor(GroupKv.Entry e) {
         Object a = "modulo";
-        if (e != null && !e.deleted()) {
+        if (e != null) {
             try {
                 a = ((Map<?, ?>) dev.pctl.internal.Json.parse(new String(e.value(), StandardCharsets.UTF_8))).get("assignor");
             } catch (RuntimeException | dev.pctl.internal.Json.JsonException x) {

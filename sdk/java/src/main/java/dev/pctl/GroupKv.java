@@ -3,7 +3,12 @@ package dev.pctl;
 import io.nats.client.impl.Headers;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
 import java.util.Map;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.TimeUnit;
 
 /**
  * The KV operations consumer groups need, on the group bucket's stream directly (spec/protocol.md
@@ -113,6 +118,128 @@ final class GroupKv {
             publish(key, new byte[0], h, t);
         } catch (Conflict e) {
             throw new InternalException("a delete conflicted: " + e.getMessage());
+        }
+    }
+
+    /**
+     * The initial values of a watch of {@code pattern} (a key pattern, {@code *} and {@code >}
+     * allowed): the latest entry of every matching key, deleted and purged keys left out, by key.
+     * They come from one server's state: an ephemeral consumer (deliver last per subject) reads
+     * them on the one server that holds it, up to its pending count 0 (spec/protocol.md §6.1,
+     * "Reading the group's keys at join"). Throws UnavailableException or
+     * PermissionDeniedException.
+     */
+    Map<String, Entry> initialValues(String pattern) {
+        String filter = PREFIX + pattern;
+        String name = "pctl_kvw_" + Long.toHexString(ThreadLocalRandom.current().nextLong() & Long.MAX_VALUE);
+        Map<String, Object> cfg = new LinkedHashMap<>();
+        cfg.put("name", name);
+        cfg.put("ack_policy", "none");
+        cfg.put("deliver_policy", "last_per_subject");
+        cfg.put("filter_subject", filter);
+        cfg.put("replay_policy", "instant");
+        cfg.put("mem_storage", true);
+        cfg.put("num_replicas", 1L);
+        cfg.put("inactive_threshold", 5_000_000_000L);
+        cfg.put("max_waiting", 4L);
+        Map<String, Object> req = new LinkedHashMap<>();
+        req.put("stream_name", STREAM);
+        req.put("config", cfg);
+        req.put("action", "create");
+        Map<String, Object> r;
+        try {
+            r = JsApi.request(c, "$JS.API.CONSUMER.CREATE." + STREAM + "." + name + "." + filter, req, timeout);
+        } catch (JsApi.JsError e) {
+            throw new UnavailableException("watch " + filter + ": " + e.getMessage());
+        }
+        Map<String, Entry> vals = new HashMap<>();
+        RawConn raw = c.raw();
+        int sid = 0;
+        try {
+            if (JsApi.num(r.get("num_pending")) == 0) {
+                return vals;
+            }
+            LinkedBlockingQueue<RawConn.Msg> q = new LinkedBlockingQueue<>();
+            String inbox = raw.newInbox();
+            sid = raw.subscribe(inbox, q::add);
+            long expires = Math.max(timeout.toNanos() - 100_000_000L, 100_000_000L);
+            byte[] pull = utf8("{\"batch\":256,\"expires\":" + expires + "}");
+            String next = "$JS.API.CONSUMER.MSG.NEXT." + STREAM + "." + name;
+            raw.publish(next, inbox, pull);
+            long deadline = System.nanoTime() + timeout.toNanos();
+            while (true) {
+                long left = deadline - System.nanoTime();
+                if (left <= 0) {
+                    throw new UnavailableException("the initial values of " + filter + " did not arrive within " + timeout.toMillis() + " ms");
+                }
+                RawConn.Msg m;
+                try {
+                    m = q.poll(left, TimeUnit.NANOSECONDS);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    throw new UnavailableException("interrupted while reading " + filter, e);
+                }
+                if (m == null) {
+                    continue;
+                }
+                int status = m.status();
+                if (status == 100) {
+                    continue; // a heartbeat
+                }
+                if (status == 404 || status == 408 || status == 409) {
+                    raw.publish(next, inbox, pull); // the pull ended before the last value: again
+                    continue;
+                }
+                if (status != 0) {
+                    throw new UnavailableException("watch " + filter + ": status " + status + " " + m.statusDescription());
+                }
+                long[] ack = ackOf(m.reply(), name);
+                if (ack == null) {
+                    continue;
+                }
+                String key = m.subject().substring(PREFIX.length());
+                String op = m.header("KV-Operation");
+                op = op == null ? "" : op.trim();
+                Entry e = new Entry(key, m.data() == null ? new byte[0] : m.data(), ack[0], op);
+                if (e.deleted()) {
+                    vals.remove(key);
+                } else {
+                    vals.put(key, e);
+                }
+                if (ack[1] == 0) {
+                    return vals;
+                }
+            }
+        } finally {
+            if (sid != 0) {
+                raw.unsubscribe(sid);
+            }
+            try {
+                JsApi.request(c, "$JS.API.CONSUMER.DELETE." + STREAM + "." + name, null, new byte[0], Duration.ofSeconds(2));
+            } catch (RuntimeException | JsApi.JsError e) {
+                // it goes by its inactive threshold anyway
+            }
+        }
+    }
+
+    /**
+     * {stream sequence, pending} of a delivery of consumer {@code name}, from its reply subject
+     * {@code $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>} or the v2 form
+     * with domain and account hash (12 tokens or more); null for anything else.
+     */
+    static long[] ackOf(String reply, String name) {
+        if (reply == null) {
+            return null;
+        }
+        String[] t = reply.split("\\.", -1);
+        int ci = t.length == 9 ? 3 : t.length >= 12 ? 5 : -1;
+        if (ci < 0 || !t[ci].equals(name)) {
+            return null;
+        }
+        try {
+            return new long[] {Long.parseLong(t[ci + 2]), Long.parseLong(t[ci + 5])};
+        } catch (NumberFormatException e) {
+            return null;
         }
     }
 
