@@ -3387,22 +3387,12 @@ public final class Consumer implements AutoCloseable {
         new java.security.SecureRandom().nextBytes(rnd);
         String name = "pctl_seek_" + java.util.HexFormat.of().formatHex(rnd);
         String filt = "pctl.data." + topic + ".>";
-        Map<String, Object> cfg = new LinkedHashMap<>();
-        cfg.put("name", name);
-        cfg.put("ack_policy", "none");
-        cfg.put("deliver_policy", "by_start_time");
-        cfg.put("opt_start_time", java.time.Instant.ofEpochMilli(to.timeMillis()).toString());
-        cfg.put("mem_storage", true);
-        cfg.put("num_replicas", 1);
-        cfg.put("inactive_threshold", 10_000_000_000L);
-        cfg.put("filter_subject", filt);
-        Map<String, Object> req = new LinkedHashMap<>();
-        req.put("stream_name", stream);
-        req.put("config", cfg);
-        req.put("action", "create");
+        Map<String, Object> deliver = new LinkedHashMap<>();
+        deliver.put("deliver_policy", "by_start_time");
+        deliver.put("opt_start_time", java.time.Instant.ofEpochMilli(to.timeMillis()).toString());
         Map<String, Object> r;
         try {
-            r = JsApi.request(c, "$JS.API.CONSUMER.CREATE." + stream + "." + name + "." + filt, req, timeout);
+            r = JsApi.createEphemeral(c, stream, name, filt, deliver, 10_000_000_000L, timeout);
         } catch (JsApi.JsError e) {
             if (e.errCode == JsApi.STREAM_NOT_FOUND) {
                 return 0;

@@ -4,7 +4,6 @@ import io.nats.client.impl.Headers;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.HashMap;
-import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.ThreadLocalRandom;
@@ -132,23 +131,9 @@ final class GroupKv {
     Map<String, Entry> initialValues(String pattern) {
         String filter = PREFIX + pattern;
         String name = "pctl_kvw_" + Long.toHexString(ThreadLocalRandom.current().nextLong() & Long.MAX_VALUE);
-        Map<String, Object> cfg = new LinkedHashMap<>();
-        cfg.put("name", name);
-        cfg.put("ack_policy", "none");
-        cfg.put("deliver_policy", "last_per_subject");
-        cfg.put("filter_subject", filter);
-        cfg.put("replay_policy", "instant");
-        cfg.put("mem_storage", true);
-        cfg.put("num_replicas", 1L);
-        cfg.put("inactive_threshold", 5_000_000_000L);
-        cfg.put("max_waiting", 4L);
-        Map<String, Object> req = new LinkedHashMap<>();
-        req.put("stream_name", STREAM);
-        req.put("config", cfg);
-        req.put("action", "create");
         Map<String, Object> r;
         try {
-            r = JsApi.request(c, "$JS.API.CONSUMER.CREATE." + STREAM + "." + name + "." + filter, req, timeout);
+            r = JsApi.createEphemeral(c, STREAM, name, filter, Map.of("deliver_policy", "last_per_subject"), 5_000_000_000L, timeout);
         } catch (JsApi.JsError e) {
             throw new UnavailableException("watch " + filter + ": " + e.getMessage());
         }

@@ -7,6 +7,7 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.Collections;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 
@@ -110,6 +111,29 @@ final class JsApi {
             }
             throw new UnavailableException("read the state of " + stream + ": " + e.getMessage());
         }
+    }
+
+    /**
+     * Creates a short-lived consumer of our own on {@code stream}: no acknowledgements, in memory,
+     * one replica, gone after {@code inactiveNanos} unused, reading {@code filter} (sent in the
+     * create subject too, as scoped credentials require, spec/protocol.md §8.2) from where {@code
+     * deliver} says ({@code deliver_policy} and its options). Returns JetStream's reply.
+     */
+    static Map<String, Object> createEphemeral(PctlClient c, String stream, String name, String filter, Map<String, Object> deliver,
+            long inactiveNanos, Duration timeout) throws JsError {
+        Map<String, Object> cfg = new LinkedHashMap<>();
+        cfg.put("name", name);
+        cfg.put("ack_policy", "none");
+        cfg.putAll(deliver);
+        cfg.put("mem_storage", true);
+        cfg.put("num_replicas", 1);
+        cfg.put("inactive_threshold", inactiveNanos);
+        cfg.put("filter_subject", filter);
+        Map<String, Object> req = new LinkedHashMap<>();
+        req.put("stream_name", stream);
+        req.put("config", cfg);
+        req.put("action", "create");
+        return request(c, "$JS.API.CONSUMER.CREATE." + stream + "." + name + "." + filter, req, timeout);
     }
 
     /** Now as RFC 3339 (UTC, nanoseconds as Go writes them, trailing zeros dropped). */

@@ -1,11 +1,16 @@
 package dev.pctl;
 
 import static dev.pctl.Groups.produce;
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.pctl.internal.Json;
+import io.nats.client.KeyValue;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -13,9 +18,13 @@ import java.util.Collections;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.UUID;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.BooleanSupplier;
 import java.util.function.Supplier;
 import org.junit.jupiter.api.AfterAll;
@@ -28,7 +37,8 @@ import org.junit.jupiter.api.Test;
  * two Java members of a sticky group on a linear-murmur2 topic of 4 partitions keep every key on
  * its member when the topic grows to 8 (the leader's record says moved 0, and each member owns the
  * children of its partitions); a member that asks for another assignor is refused. Before, the
- * consumer refused every sticky group (unsupported).
+ * consumer refused every sticky group (unsupported). Also the group's keys as a member reads them
+ * at join (§6.1): only from a state that holds g.created.
  */
 @Tag("broker")
 class StickyGroupTest {
@@ -175,5 +185,79 @@ class StickyGroupTest {
             org.junit.jupiter.api.Assertions.assertEquals(ErrorCode.UNSUPPORTED, e.code());
             org.junit.jupiter.api.Assertions.assertTrue(e.getMessage().contains("round-robin") && e.getMessage().contains("another group"), e.getMessage());
         }
+    }
+
+    // Reading the group's keys at join (§6.1): a member takes g.start and g.assignor only from a
+    // state that holds g.created. While only g.start and g.assignor exist (a creator between its
+    // writes, or a replica that lags behind them) the read goes on; once g.created exists it
+    // returns both; a deleted key reads as absent; with no keys at all it gives up with
+    // unavailable. The keys are written with jnats's own KeyValue, not the SDK's GroupKv. The same
+    // three cases as the Go client's TestReadGroupKeysWaitsForTheMarker. The cluster failure this
+    // guards against (a lagging follower answering "not found" for a g.start that exists) needs a
+    // lagging replica at the right moment; the rule that prevents it is what is checked here.
+
+    private static final byte[] START = "{\"from\":\"current-epoch\",\"epoch\":3}".getBytes(StandardCharsets.UTF_8);
+    private static final byte[] ASSIGNOR = "{\"assignor\":\"sticky\"}".getBytes(StandardCharsets.UTF_8);
+    private static final byte[] NOW = "now".getBytes(StandardCharsets.UTF_8);
+
+    /** One case of the group-keys read: a fresh topic id's prefix, jnats's KV and the SDK's, on an admin connection. */
+    private interface KeysCase {
+        void run(String tid, KeyValue nkv, GroupKv kv) throws Exception;
+    }
+
+    private static void keysCase(KeysCase body) throws Exception {
+        try (PctlClient c = PctlClient.connect(broker.options(broker.admin))) {
+            body.run("T" + UUID.randomUUID().toString().replace("-", "").substring(0, 8), c.connection().keyValue(GroupKv.BUCKET),
+                    new GroupKv(c, Duration.ofSeconds(5)));
+        }
+    }
+
+    @Test
+    void theGroupKeysReadWaitsForGCreatedThenReturnsBoth() throws Exception {
+        keysCase((tid, nkv, kv) -> {
+            // A first read of a complete group (not timed): the classes loaded, the connection warm.
+            nkv.put(tid + ".g0.g.created", NOW);
+            Consumer.readGroupKeys(kv, tid + ".g0.", "g0", Duration.ofSeconds(30));
+            String p = tid + ".g1.";
+            nkv.put(p + "g.start", START);
+            nkv.put(p + "g.assignor", ASSIGNOR);
+            AtomicLong doneAt = new AtomicLong();
+            CompletableFuture<Consumer.GroupKeys> f = CompletableFuture.supplyAsync(() -> {
+                Consumer.GroupKeys r = Consumer.readGroupKeys(kv, p, "g1", Duration.ofSeconds(30));
+                doneAt.set(System.nanoTime());
+                return r;
+            });
+            Thread.sleep(300); // several reads, each without g.created
+            assertFalse(f.isDone(), () -> "returned " + (f.isCompletedExceptionally() ? "an error" : f.join()) + " while g.created did not exist");
+            long before = System.nanoTime();
+            nkv.put(p + "g.created", NOW);
+            Consumer.GroupKeys gk = f.get(10, TimeUnit.SECONDS);
+            assertTrue(doneAt.get() > before, "the read returned before g.created was written");
+            assertNotNull(gk.start(), "g.start");
+            assertArrayEquals(START, gk.start().value());
+            assertNotNull(gk.assignor(), "g.assignor");
+            assertArrayEquals(ASSIGNOR, gk.assignor().value());
+        });
+    }
+
+    @Test
+    void theGroupKeysReadTakesADeletedAssignorAndNoStartAsAbsent() throws Exception {
+        keysCase((tid, nkv, kv) -> {
+            String p = tid + ".g2.";
+            nkv.put(p + "g.assignor", ASSIGNOR);
+            nkv.delete(p + "g.assignor");
+            nkv.put(p + "g.created", NOW);
+            Consumer.GroupKeys gk = Consumer.readGroupKeys(kv, p, "g2", Duration.ofSeconds(30));
+            assertNull(gk.start(), "g.start");
+            assertNull(gk.assignor(), "g.assignor");
+        });
+    }
+
+    @Test
+    void theGroupKeysReadWithoutKeysGivesUpWithUnavailable() throws Exception {
+        keysCase((tid, nkv, kv) -> {
+            UnavailableException e = assertThrows(UnavailableException.class, () -> Consumer.readGroupKeys(kv, tid + ".g3.", "g3", Duration.ofMillis(500)));
+            assertEquals(ErrorCode.UNAVAILABLE, e.code(), e.getMessage());
+        });
     }
 }
