@@ -107,7 +107,11 @@ export class KV {
           else resolve();
         };
         const pull = () => {
-          this.nc.publish(`$JS.API.CONSUMER.MSG.NEXT.${this.stream}.${name}`, encoder.encode(JSON.stringify({ batch: 256, expires: Math.max(this.timeout - 100, 100) * 1e6 })), { reply: inbox });
+          try {
+            this.nc.publish(`$JS.API.CONSUMER.MSG.NEXT.${this.stream}.${name}`, encoder.encode(JSON.stringify({ batch: 256, expires: Math.max(this.timeout - 100, 100) * 1e6 })), { reply: inbox });
+          } catch (e) {
+            done(new UnavailableError(`watch ${filter}: ${e?.message ?? e}`, { cause: e }));
+          }
         };
         timer = setTimeout(() => done(new UnavailableError(`the initial values of ${filter} did not arrive within ${this.timeout}ms`)), this.timeout);
         sub = this.nc.subscribe(inbox, {
