@@ -88,6 +88,9 @@ func newSink(p *Producer, epoch, partition int) *sink {
 		wake: make(chan struct{}, 1), replies: make(chan fbReply, 2*p.opts.MaxInFlight+256), done: make(chan struct{})}
 }
 
+// id is the sink's (epoch, partition), as the sticky machine names it.
+func (s *sink) id() proto.SinkID { return proto.SinkID{Epoch: s.epoch, Partition: s.partition} }
+
 func (s *sink) signal() {
 	select {
 	case s.wake <- struct{}{}:
@@ -195,7 +198,9 @@ func (s *sink) run() {
 				continue
 			}
 		} else if fenceDesc != nil {
-			s.exit(event{s: s, left: s.takeQueue(), fenced: fenceDesc, final: true})
+			left := s.takeQueue()
+			s.p.check.HandBack(s.id())
+			s.exit(event{s: s, left: left, fenced: fenceDesc, final: true})
 			return
 		}
 		if s.b == nil && !s.floorKnown && s.queued() > 0 {
@@ -326,6 +331,17 @@ func (s *sink) fill() {
 	full := false // the next record may not join this batch (the per-key rule)
 	for len(b.recs)-max(b.acked, b.flowed) < window && len(b.recs) < size {
 		s.mu.Lock()
+		if s.fenceDesc != nil || s.aborted != nil {
+			// Fenced or stopped: nothing more is sent (the run loop settles the batch). Checked
+			// under s.mu with each record taken, so that no record goes out once the control
+			// loop has fenced the sink (and told the sticky check).
+			s.mu.Unlock()
+			if len(b.recs) == 0 {
+				s.p.batches.Delete(b.id)
+				s.b = nil
+			}
+			return
+		}
 		if len(s.queue) == 0 {
 			s.mu.Unlock()
 			break
@@ -340,6 +356,7 @@ func (s *sink) fill() {
 		// last: no further record can join the batch now (a batch of one record is then sent
 		// as one message that is stored and commits it).
 		last := len(s.queue) == 0 || len(b.recs)+1 >= size || !b.admitsWith(pd, s.queue[0], perKey)
+		s.p.check.Transmit(pd.seq, s.id())
 		s.mu.Unlock()
 		seq := uint64(len(b.recs) + 1)
 		op := fbAppend
@@ -352,6 +369,7 @@ func (s *sink) fill() {
 		m := &nats.Msg{Subject: wire.RecordSubject(s.p.topic, s.epoch, s.partition, s.keys, pd.rec.Key), Reply: fbReplySubject(s.p.inbox, b.id, flow, seq, op), Header: pd.hdr, Data: pd.rec.Value}
 		if err := s.p.conn.NC.PublishMsg(m); err != nil {
 			if errors.Is(err, nats.ErrMaxPayload) {
+				s.p.check.Drop(pd.seq)
 				s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: fmt.Errorf("%w: record %d cannot be published: %v", wire.ErrBadRequest, pd.seq, err)})
 				continue
 			}
@@ -611,6 +629,7 @@ func (s *sink) ackUpTo(n int) {
 		if pd.failed != nil {
 			continue // cannot be: a refused message leaves a gap
 		}
+		s.p.check.Acked(s.id(), pd.seq)
 		s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch})
 	}
 }
@@ -628,6 +647,7 @@ func (s *sink) committed(r fbReply) {
 		if last.sends == 1 && r.streamSeq > 0 {
 			res.Seq = r.streamSeq // its first send, stored by this batch: the PubAck names it
 		}
+		s.p.check.Acked(s.id(), last.seq)
 		s.p.finish(last, res)
 		b.acked = n
 	}
@@ -649,6 +669,7 @@ func (s *sink) endBatch(streamSeq uint64) {
 func (s *sink) settle(ctx context.Context, fenceDesc *wire.Topic) (*wire.Topic, error) {
 	b := s.b
 	s.p.settles.Add(1)
+	s.p.check.Anomaly(s.id())
 	s.logf("settling batch %s (%d records sent, %d acknowledged): %s", b.id, len(b.recs), b.acked, b.anomaly)
 	desc := fenceDesc
 	var fenced *wire.Topic
@@ -847,23 +868,29 @@ const eobWait = time.Second
 func (s *sink) finishStored(stored map[int]uint64) []*pending {
 	b := s.b
 	var rest []*pending
+	var acked, failed []uint64 // for the sticky check
 	for i := b.acked; i < len(b.recs); i++ {
 		pd := b.recs[i]
 		seq, ok := stored[i]
 		switch {
 		case pd.failed != nil:
+			failed = append(failed, pd.seq)
 			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: pd.failed})
 		case ok:
+			acked = append(acked, pd.seq)
 			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Seq: seq})
 		case pd.inProcess.Count() >= InProcessLimit:
 			// Not found stored, and its id is stuck "in process" (inprocess.go): fail it now
 			// rather than re-send it with the same id until the duplicate window ends.
+			failed = append(failed, pd.seq)
 			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: inProcessError(pd.seq, pd.hdr.Get(wire.HeaderMsgID), s.partition, pd.inProcess.Count())})
 		default:
 			rest = append(rest, pd)
 		}
 	}
 	b.acked = len(b.recs)
+	// Settled before the rest is queued again: the machine sends it before the sink does.
+	s.p.check.Settled(s.id(), acked, failed)
 	return rest
 }
 
@@ -873,6 +900,9 @@ func (s *sink) finishStored(stored map[int]uint64) []*pending {
 // (the per-key rule), so each key's order holds.
 func (s *sink) endConfirmed(ctx context.Context, found map[int]uint64, streamSeq uint64) {
 	b := s.b
+	// The read-back decided the batch's records as settling does: to the sticky machine the
+	// leader change was an anomaly (their fate was unknown) and the read its settling.
+	s.p.check.Anomaly(s.id())
 	rest := s.finishStored(found)
 	if len(rest) > 0 {
 		s.holes += len(rest)
@@ -1192,6 +1222,7 @@ func (s *sink) checkPubAck(ctx context.Context, r fbReply) (k, at int, ok bool, 
 		}
 		pd := b.recs[0]
 		if m != nil && sameRecord(m, pd.hdr, pd.rec.Value) {
+			s.p.check.Acked(s.id(), pd.seq)
 			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Seq: r.streamSeq, Duplicate: true})
 			b.acked = 1
 			return 1, -1, true, nil
