@@ -175,10 +175,10 @@ func (s *sink) run() {
 		}
 		if b := s.b; b != nil {
 			if connLost && b.anomaly == "" && (len(b.recs) > b.acked || b.commit > 0) {
-				b.anomaly = "the connection was lost with records in flight"
+				s.anomalous(b, "the connection was lost with records in flight")
 			}
 			if fenceDesc != nil && b.anomaly == "" {
-				b.anomaly = fmt.Sprintf("epoch %d is current", fenceDesc.Current().Epoch)
+				s.anomalous(b, fmt.Sprintf("epoch %d is current", fenceDesc.Current().Epoch))
 			}
 			if b.anomaly != "" {
 				fenced, err := s.settle(ctx, fenceDesc)
@@ -377,7 +377,7 @@ func (s *sink) fill() {
 			s.mu.Lock()
 			s.queue = append([]*pending{pd}, s.queue...)
 			s.mu.Unlock()
-			b.anomaly = "publish failed: " + err.Error()
+			s.anomalous(b, "publish failed: "+err.Error())
 			b.transient = true
 			return
 		}
@@ -398,7 +398,7 @@ func (s *sink) fill() {
 	if len(b.recs) > 0 && (len(b.recs) >= size || full || s.queued() == 0) {
 		seq := uint64(len(b.recs) + 1)
 		if err := s.p.conn.NC.PublishMsg(&nats.Msg{Subject: s.subject, Reply: fbReplySubject(s.p.inbox, b.id, flow, seq, fbEOB)}); err != nil {
-			b.anomaly = "publish failed: " + err.Error()
+			s.anomalous(b, "publish failed: "+err.Error())
 			b.transient = true
 			return
 		}
@@ -505,7 +505,7 @@ func (s *sink) wait(ctx context.Context) {
 	case <-s.timer.C:
 		now := time.Now()
 		if now.Sub(b.progress) >= s.p.conn.AckTimeout {
-			b.anomaly = fmt.Sprintf("no reply within %v", s.p.conn.AckTimeout)
+			s.anomalous(b, fmt.Sprintf("no reply within %v", s.p.conn.AckTimeout))
 			return
 		}
 		if now.Sub(b.checked) >= s.p.opts.StallTimeout {
@@ -526,7 +526,7 @@ func (s *sink) handle(ctx context.Context, r fbReply) {
 	switch r.kind {
 	case replyFlowAck:
 		if r.ackSeq > uint64(len(b.recs)) {
-			b.anomaly = fmt.Sprintf("flow acknowledgement of batch seq %d, only %d sent", r.ackSeq, len(b.recs))
+			s.anomalous(b, fmt.Sprintf("flow acknowledgement of batch seq %d, only %d sent", r.ackSeq, len(b.recs)))
 			return
 		}
 		b.flowed = max(b.flowed, int(r.ackSeq))
@@ -536,23 +536,23 @@ func (s *sink) handle(ctx context.Context, r fbReply) {
 	case replyGap:
 		b.ended = true
 		if b.anomaly == "" {
-			b.anomaly = fmt.Sprintf("gap: the server expected batch seq %d, got %d", r.gapExpected, r.gapGot)
+			s.anomalous(b, fmt.Sprintf("gap: the server expected batch seq %d, got %d", r.gapExpected, r.gapGot))
 		}
 	case replyFlowErr:
 		b.ended = true
 		s.refused(r)
 		if b.anomaly == "" {
-			b.anomaly = fmt.Sprintf("batch seq %d refused: %s (%d)", r.gapGot, r.errText, r.errCode)
+			s.anomalous(b, fmt.Sprintf("batch seq %d refused: %s (%d)", r.gapGot, r.errText, r.errCode))
 		}
 	case replyRefusal:
 		s.refused(r)
 		if b.anomaly == "" {
-			b.anomaly = fmt.Sprintf("batch seq %d refused: %s (%d)", r.seq, r.errText, r.errCode)
+			s.anomalous(b, fmt.Sprintf("batch seq %d refused: %s (%d)", r.seq, r.errText, r.errCode))
 		}
 	case replyNoResponders:
 		b.noResp = true
 		if b.anomaly == "" {
-			b.anomaly = "no stream answers " + s.subject
+			s.anomalous(b, "no stream answers "+s.subject)
 		}
 		s.p.requestCheck()
 	case replyPubAck:
@@ -565,7 +565,7 @@ func (s *sink) handle(ctx context.Context, r fbReply) {
 			if s.verify {
 				found, trusted, err := s.confirm(ctx, len(b.recs), r.streamSeq)
 				if err != nil {
-					b.anomaly = "cannot confirm the batch on the cluster: " + err.Error()
+					s.anomalous(b, "cannot confirm the batch on the cluster: "+err.Error())
 					return // settle takes it up (the PubAck is kept)
 				}
 				if !trusted {
@@ -577,13 +577,22 @@ func (s *sink) handle(ctx context.Context, r fbReply) {
 			return
 		}
 		if b.anomaly == "" {
-			b.anomaly = fmt.Sprintf("PubAck of %d records (batch %q, duplicate %v), %d sent, commit sent: %v", r.count, r.ackBatch, r.duplicate, len(b.recs), b.commit > 0)
+			s.anomalous(b, fmt.Sprintf("PubAck of %d records (batch %q, duplicate %v), %d sent, commit sent: %v", r.count, r.ackBatch, r.duplicate, len(b.recs), b.commit > 0))
 		}
 	default:
 		if b.anomaly == "" {
-			b.anomaly = "unexpected reply: " + r.errText
+			s.anomalous(b, "unexpected reply: "+r.errText)
 		}
 	}
+}
+
+// anomalous marks the open batch b for settling (its first anomaly's why is kept): to the sticky
+// machine every record it has in flight is ambiguous from now on, before anything else is sent.
+func (s *sink) anomalous(b *batch, why string) {
+	if b.anomaly == "" {
+		b.anomaly = why
+	}
+	s.p.check.Anomaly(s.id())
 }
 
 // refused records what a refusal says about one message of the batch.
