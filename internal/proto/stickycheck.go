@@ -228,6 +228,7 @@ func (c *StickyCheck) Acked(id SinkID, seqs ...uint64) {
 			return
 		}
 		delete(c.sentTo, seq)
+		delete(c.parts, seq)
 	}
 }
 
@@ -309,6 +310,9 @@ func (c *StickyCheck) settle(st stickySettling) {
 	if !sameSet(a.Failed, st.failed) {
 		c.violation("sink (%d,%d) failed %v in settling; the machine fails %v", id.Epoch, id.Partition, sorted(st.failed), sorted(a.Failed))
 		return
+	}
+	for _, seq := range append(a.Acked, a.Failed...) {
+		delete(c.parts, seq)
 	}
 	c.apply(a)
 }
@@ -422,6 +426,7 @@ func (c *StickyCheck) Drop(seqs ...uint64) {
 	c.note(stickyEvent{op: "drop", seqs: append([]uint64(nil), seqs...)})
 	for _, seq := range seqs {
 		delete(c.sentTo, seq)
+		delete(c.parts, seq)
 	}
 	if a := c.m.Drop(seqs); !sameSet(a.Failed, seqs) {
 		c.violation("failing %v before sending them; the machine fails %v", seqs, a.Failed)
