@@ -88,6 +88,20 @@ func NewStickyCheck(epoch int, fail func(msg string)) *StickyCheck {
 	return c
 }
 
+// enter takes c's lock and notes e; false (the lock not held) for a nil or stopped check.
+func (c *StickyCheck) enter(e stickyEvent) bool {
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	if c.off {
+		c.mu.Unlock()
+		return false
+	}
+	c.note(e)
+	return true
+}
+
 func (c *StickyCheck) note(e stickyEvent) {
 	if len(c.trace) >= 2*stickyTraceLen {
 		c.trace = append(c.trace[:0], c.trace[len(c.trace)-stickyTraceLen:]...)
@@ -166,15 +180,10 @@ func (c *StickyCheck) valid(seq uint64, id SinkID) bool {
 // Transmit: the producer publishes record seq to sink id now. It must be the record the machine
 // sends there next.
 func (c *StickyCheck) Transmit(seq uint64, id SinkID) {
-	if c == nil {
+	if !c.enter(stickyEvent{op: "transmit", seq: seq, id: id}) {
 		return
 	}
-	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.off {
-		return
-	}
-	c.note(stickyEvent{op: "transmit", seq: seq, id: id})
 	g := c.grants[id]
 	for len(g) > 0 && !c.valid(g[0], id) {
 		g = g[1:]
@@ -205,15 +214,10 @@ func (c *StickyCheck) Transmit(seq uint64, id SinkID) {
 
 // Acked: the producer acknowledged these records of sink id (not by settling: see Settled).
 func (c *StickyCheck) Acked(id SinkID, seqs ...uint64) {
-	if c == nil {
+	if !c.enter(stickyEvent{op: "acked", id: id, seqs: append([]uint64(nil), seqs...)}) {
 		return
 	}
-	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.off {
-		return
-	}
-	c.note(stickyEvent{op: "acked", id: id, seqs: append([]uint64(nil), seqs...)})
 	for _, seq := range seqs {
 		if to, ok := c.sentTo[seq]; !ok || to != id {
 			c.violation("record %d acknowledged in (%d,%d), where it was not transmitted since the machine last sent it", seq, id.Epoch, id.Partition)
@@ -234,15 +238,10 @@ func (c *StickyCheck) Acked(id SinkID, seqs ...uint64) {
 
 // Anomaly: sink id settles its open batch: what it has in flight is ambiguous.
 func (c *StickyCheck) Anomaly(id SinkID) {
-	if c == nil {
+	if !c.enter(stickyEvent{op: "anomaly", id: id}) {
 		return
 	}
-	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.off {
-		return
-	}
-	c.note(stickyEvent{op: "anomaly", id: id})
 	c.apply(c.m.Anomaly(id))
 	delete(c.grants, id)
 }
@@ -258,19 +257,14 @@ func (c *StickyCheck) Settled(id SinkID, stored, failed []uint64) {
 func (c *StickyCheck) HandBack(id SinkID) { c.settled(stickySettling{id: id, handBack: true}) }
 
 func (c *StickyCheck) settled(st stickySettling) {
-	if c == nil {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.off {
-		return
-	}
 	op := "settled"
 	if st.handBack {
 		op = "hand-back"
 	}
-	c.note(stickyEvent{op: op, id: st.id, seqs: append(append([]uint64{}, st.stored...), st.failed...)})
+	if !c.enter(stickyEvent{op: op, id: st.id, seqs: append(append([]uint64{}, st.stored...), st.failed...)}) {
+		return
+	}
+	defer c.mu.Unlock()
 	if c.moving != 0 {
 		c.deferred = append(c.deferred, st)
 		return
@@ -319,15 +313,10 @@ func (c *StickyCheck) settle(st stickySettling) {
 
 // NewEpoch: the producer saw epoch current and fenced its sinks (none transmits any more).
 func (c *StickyCheck) NewEpoch(current int) {
-	if c == nil {
+	if !c.enter(stickyEvent{op: "new-epoch", seq: uint64(current)}) {
 		return
 	}
-	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.off {
-		return
-	}
-	c.note(stickyEvent{op: "new-epoch", seq: uint64(current)})
 	a, err := c.m.NewEpoch(current)
 	if err != nil {
 		c.violation("new epoch %d: %v", current, err)
@@ -341,15 +330,10 @@ func (c *StickyCheck) NewEpoch(current int) {
 // Regather: every old sink handed back; the producer re-sends the records under epoch: parts
 // maps each to the partition it placed it in, failed lists those it could not place (they fail).
 func (c *StickyCheck) Regather(epoch int, parts map[uint64]int, failed []uint64) {
-	if c == nil {
+	if !c.enter(stickyEvent{op: "regather", seq: uint64(epoch)}) {
 		return
 	}
-	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.off {
-		return
-	}
-	c.note(stickyEvent{op: "regather", seq: uint64(epoch)})
 	for seq, q := range parts {
 		c.parts[seq] = SinkID{epoch, q}
 	}
@@ -415,15 +399,10 @@ func (c *StickyCheck) Regather(epoch int, parts map[uint64]int, failed []uint64)
 
 // Drop: the producer failed these records for good before transmitting them.
 func (c *StickyCheck) Drop(seqs ...uint64) {
-	if c == nil {
+	if !c.enter(stickyEvent{op: "drop", seqs: append([]uint64(nil), seqs...)}) {
 		return
 	}
-	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.off {
-		return
-	}
-	c.note(stickyEvent{op: "drop", seqs: append([]uint64(nil), seqs...)})
 	for _, seq := range seqs {
 		delete(c.sentTo, seq)
 		delete(c.parts, seq)

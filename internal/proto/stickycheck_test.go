@@ -12,21 +12,32 @@ import (
 // records only once that sink settled", "a record settled as stored is acknowledged where it is".
 func TestStickyCheck(t *testing.T) {
 	s10, s11, s20 := SinkID{1, 0}, SinkID{1, 1}, SinkID{2, 0}
+	// sent: records produced to sink id and transmitted there, in order.
+	sent := func(c *StickyCheck, id SinkID, seqs ...uint64) {
+		for _, seq := range seqs {
+			c.Produce(seq, id.Epoch, id.Partition)
+		}
+		for _, seq := range seqs {
+			c.Transmit(seq, id)
+		}
+	}
+	// fenced: records 1 in (1,1) and 2 in (1,0) in flight, then epoch 2.
+	fenced := func(c *StickyCheck) {
+		sent(c, s11, 1)
+		sent(c, s10, 2)
+		c.NewEpoch(2)
+	}
 	for _, tc := range []struct {
 		name string
 		run  func(c *StickyCheck)
 		want string // "" no violation; else a piece of the message
 	}{
 		{"clean sends and acknowledgements", func(c *StickyCheck) {
-			c.Produce(1, 1, 0)
-			c.Produce(2, 1, 0)
-			c.Transmit(1, s10)
-			c.Transmit(2, s10)
+			sent(c, s10, 1, 2)
 			c.Acked(s10, 1, 2)
 		}, ""},
 		{"a later record sent while its sink is ambiguous", func(c *StickyCheck) {
-			c.Produce(1, 1, 0)
-			c.Transmit(1, s10)
+			sent(c, s10, 1)
 			c.Anomaly(s10)
 			c.Produce(2, 1, 0)
 			c.Transmit(2, s10)
@@ -39,18 +50,13 @@ func TestStickyCheck(t *testing.T) {
 			c.Transmit(2, s10)
 		}, "record 2 transmitted to (1,0) (the machine holds it ambiguous)"},
 		{"another partition goes on while one is ambiguous", func(c *StickyCheck) {
-			c.Produce(1, 1, 0)
-			c.Transmit(1, s10)
+			sent(c, s10, 1)
 			c.Anomaly(s10)
-			c.Produce(2, 1, 1)
-			c.Transmit(2, s11)
+			sent(c, s11, 2)
 			c.Acked(s11, 2)
 		}, ""},
 		{"after settling, the rest first, in order", func(c *StickyCheck) {
-			c.Produce(1, 1, 0)
-			c.Produce(2, 1, 0)
-			c.Transmit(1, s10)
-			c.Transmit(2, s10)
+			sent(c, s10, 1, 2)
 			c.Anomaly(s10)
 			c.Produce(3, 1, 0)
 			c.Settled(s10, []uint64{1}, nil)
@@ -59,34 +65,26 @@ func TestStickyCheck(t *testing.T) {
 			c.Acked(s10, 2, 3)
 		}, ""},
 		{"after settling, a later record ahead of one not stored", func(c *StickyCheck) {
-			c.Produce(1, 1, 0)
-			c.Transmit(1, s10)
+			sent(c, s10, 1)
 			c.Anomaly(s10)
 			c.Produce(2, 1, 0)
 			c.Settled(s10, nil, nil)
 			c.Transmit(2, s10)
 		}, "record 2 transmitted to (1,0); the machine sends record 1 there next"},
 		{"a record settled as stored is sent again", func(c *StickyCheck) {
-			c.Produce(1, 1, 0)
-			c.Transmit(1, s10)
+			sent(c, s10, 1)
 			c.Anomaly(s10)
 			c.Settled(s10, []uint64{1}, nil)
 			c.Transmit(1, s10)
 		}, "record 1 transmitted to (1,0) (the machine does not hold it)"},
 		{"a record failed in settling is not sent again, the next one is", func(c *StickyCheck) {
-			c.Produce(1, 1, 0)
-			c.Produce(2, 1, 0)
-			c.Transmit(1, s10)
-			c.Transmit(2, s10)
+			sent(c, s10, 1, 2)
 			c.Anomaly(s10)
 			c.Settled(s10, nil, []uint64{1})
 			c.Transmit(2, s10)
 		}, ""},
 		{"an acknowledgement taken while settling counts as settled stored", func(c *StickyCheck) {
-			c.Produce(1, 1, 0)
-			c.Produce(2, 1, 0)
-			c.Transmit(1, s10)
-			c.Transmit(2, s10)
+			sent(c, s10, 1, 2)
 			c.Anomaly(s10)
 			c.Acked(s10, 1) // a flow ack that came while settling
 			c.Settled(s10, nil, nil)
@@ -97,20 +95,14 @@ func TestStickyCheck(t *testing.T) {
 			c.Acked(s10, 1)
 		}, "record 1 acknowledged in (1,0), where it was not transmitted"},
 		{"settled as stored, never in flight", func(c *StickyCheck) {
-			c.Produce(1, 1, 0)
-			c.Transmit(1, s10)
+			sent(c, s10, 1)
 			c.Acked(s10, 1)
-			c.Produce(2, 1, 0)
-			c.Transmit(2, s10)
+			sent(c, s10, 2)
 			c.Anomaly(s10)
 			c.Settled(s10, []uint64{1, 2}, nil)
 		}, "settled [1 2] as stored; the machine acknowledges [2]"},
 		{"a newer epoch: re-sent in send order once every old sink handed back", func(c *StickyCheck) {
-			c.Produce(1, 1, 1)
-			c.Produce(2, 1, 0)
-			c.Transmit(1, s11)
-			c.Transmit(2, s10)
-			c.NewEpoch(2)
+			fenced(c)
 			c.Produce(3, 0, -1)
 			c.Anomaly(s10)
 			c.Settled(s10, nil, nil)
@@ -123,11 +115,7 @@ func TestStickyCheck(t *testing.T) {
 			c.Acked(s20, 1, 2, 3)
 		}, ""},
 		{"a newer epoch: re-sent before every old sink settled", func(c *StickyCheck) {
-			c.Produce(1, 1, 1)
-			c.Produce(2, 1, 0)
-			c.Transmit(1, s11)
-			c.Transmit(2, s10)
-			c.NewEpoch(2)
+			fenced(c)
 			c.HandBack(s10)
 			c.Regather(2, map[uint64]int{1: 0, 2: 0}, nil)
 		}, "while the machine waits for sinks (1,1) to settle"},
@@ -139,11 +127,7 @@ func TestStickyCheck(t *testing.T) {
 			c.Transmit(2, s10)
 		}, "record 2 transmitted to (1,0) (the machine holds it ambiguous)"},
 		{"a newer epoch: re-sent out of send order", func(c *StickyCheck) {
-			c.Produce(1, 1, 1)
-			c.Produce(2, 1, 0)
-			c.Transmit(1, s11)
-			c.Transmit(2, s10)
-			c.NewEpoch(2)
+			fenced(c)
 			c.HandBack(s10)
 			c.HandBack(s11)
 			c.Regather(2, map[uint64]int{1: 0, 2: 0}, nil)
@@ -155,8 +139,7 @@ func TestStickyCheck(t *testing.T) {
 			c.Produce(2, 1, 0)
 		}, "record 2 queued on (1,0) while the producer moves to epoch 2"},
 		{"close ends the check", func(c *StickyCheck) {
-			c.Produce(1, 1, 0)
-			c.Transmit(1, s10)
+			sent(c, s10, 1)
 			c.Close()
 			c.Acked(s10, 1)
 			c.Transmit(9, s10)
