@@ -1,10 +1,16 @@
 package testhook
 
-import "testing"
+import (
+	"os"
+	"testing"
+)
 
 func TestStickyCheckOnInTestsOffInBenchmarks(t *testing.T) {
 	if !CheckSticky() {
 		t.Fatal("the sticky check is off in a test binary: producer tests would not check the machine")
+	}
+	if v := os.Getenv(CheckStickyEnv); v != "1" {
+		t.Fatalf("%s=%q in a test binary: the brokers it starts (the chaos suite's) would not check their produce service", CheckStickyEnv, v)
 	}
 	for _, tc := range []struct {
 		args []string
