@@ -44,10 +44,14 @@ func (cn *Consumer) ensureGroup(ctx context.Context, kv jetstream.KeyValue) erro
 	defer cancel()
 	marker := wire.GroupPrefix(cn.topicID, cn.opts.Group) + "g.created"
 	if _, err := kv.Get(ctx, marker); err == nil {
-		if err := cn.readStart(ctx, kv); err != nil {
+		gk, err := cn.readGroupKeys(ctx, kv)
+		if err != nil {
 			return err
 		}
-		return cn.joinAssignor(ctx, kv)
+		if err := cn.readStart(gk); err != nil {
+			return err
+		}
+		return cn.joinAssignor(gk)
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		// Not "no such group": the state could not be read (a leader election, a timeout).
 		// Creating the group now could start it at the wrong place; the join is retried.
@@ -112,27 +116,87 @@ func (cn *Consumer) ensureGroup(ctx context.Context, kv jetstream.KeyValue) erro
 	if _, err := kv.Create(ctx, marker, []byte(time.Now().UTC().Format(time.RFC3339))); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("%w: create group %s: %v", wire.ErrUnavailable, cn.opts.Group, err)
 	}
-	if err := cn.readStart(ctx, kv); err != nil {
+	gk, err := cn.readGroupKeys(ctx, kv)
+	if err != nil {
 		return err
 	}
-	return cn.joinAssignor(ctx, kv)
+	if err := cn.readStart(gk); err != nil {
+		return err
+	}
+	return cn.joinAssignor(gk)
 }
 
-// readStart reads the group's g.start key: the epoch it started reading the current epoch at.
-func (cn *Consumer) readStart(ctx context.Context, kv jetstream.KeyValue) error {
-	e, err := kv.Get(ctx, wire.StartKey(cn.topicID, cn.opts.Group))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+// groupKeys is what a member reads of its group's own keys at join: g.start and g.assignor
+// (nil: the key does not exist), read from a state that holds g.created.
+type groupKeys struct {
+	start, assignor []byte
+}
+
+// readGroupKeys reads g.created, g.start and g.assignor from one replica's state (spec/protocol.md
+// §6.1, "Reading the group's keys at join"): the initial values of a watch of the group's g.*
+// keys. A direct get may be answered by a follower that lags, and a "not found" from it proves
+// nothing; the creator writes g.created last, so a state that holds it holds the others if they
+// exist. Without g.created among the initial values it reads again, with a back-off.
+func (cn *Consumer) readGroupKeys(ctx context.Context, kv jetstream.KeyValue) (groupKeys, error) {
+	prefix := wire.GroupPrefix(cn.topicID, cn.opts.Group)
+	wait := 20 * time.Millisecond
+	for {
+		vals, err := watchInitial(ctx, kv, prefix+"g.*")
+		if err != nil {
+			if IsPermission(err) {
+				return groupKeys{}, err
+			}
+			return groupKeys{}, fmt.Errorf("%w: consumer group %s: read its keys: %v", wire.ErrUnavailable, cn.opts.Group, err)
+		}
+		if _, ok := vals[prefix+"g.created"]; ok {
+			return groupKeys{start: vals[wire.StartKey(cn.topicID, cn.opts.Group)], assignor: vals[wire.AssignorKey(cn.topicID, cn.opts.Group)]}, nil
+		}
+		select {
+		case <-ctx.Done():
+			return groupKeys{}, fmt.Errorf("%w: consumer group %s: its g.created key exists but no server's state that was read holds it yet: %v", wire.ErrUnavailable, cn.opts.Group, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+	}
+}
+
+// watchInitial returns the latest value of every key matching pattern that a watch's initial
+// values hold (deleted and purged keys left out): one server's state, read in one consumer.
+func watchInitial(ctx context.Context, kv jetstream.KeyValue, pattern string) (map[string][]byte, error) {
+	w, err := kv.Watch(ctx, pattern)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = w.Stop() }()
+	vals := map[string][]byte{}
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, errors.New("the watch ended before its initial values")
+			}
+			if e == nil {
+				return vals, nil
+			}
+			if e.Operation() == jetstream.KeyValuePut {
+				vals[e.Key()] = e.Value()
+			} else {
+				delete(vals, e.Key())
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// readStart takes the group's g.start: the epoch it started reading the current epoch at.
+func (cn *Consumer) readStart(gk groupKeys) error {
+	if gk.start == nil {
 		return nil
 	}
-	if err != nil {
-		if IsPermission(err) {
-			return err
-		}
-		return fmt.Errorf("%w: consumer group %s: read its start: %v", wire.ErrUnavailable, cn.opts.Group, err)
-	}
 	var st wire.GroupStart
-	if json.Unmarshal(e.Value(), &st) != nil || st.Epoch < 1 {
-		return fmt.Errorf("%w: consumer group %s: its start key holds %.80q", wire.ErrInternal, cn.opts.Group, e.Value())
+	if json.Unmarshal(gk.start, &st) != nil || st.Epoch < 1 {
+		return fmt.Errorf("%w: consumer group %s: its start key holds %.80q", wire.ErrInternal, cn.opts.Group, gk.start)
 	}
 	cn.mu.Lock()
 	cn.startEpoch = st.Epoch
@@ -142,21 +206,13 @@ func (cn *Consumer) readStart(ctx context.Context, kv jetstream.KeyValue) error 
 
 // joinAssignor reads the group's assignor (spec/protocol.md §6.1) and refuses to join a group
 // whose assignor this client does not implement, or that differs from the one asked for.
-func (cn *Consumer) joinAssignor(ctx context.Context, kv jetstream.KeyValue) error {
+func (cn *Consumer) joinAssignor(gk groupKeys) error {
 	got := wire.AssignorModulo // a group without the key (older clients, other SDKs, resets)
-	e, err := kv.Get(ctx, wire.AssignorKey(cn.topicID, cn.opts.Group))
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-	case err != nil:
-		if IsPermission(err) {
-			return err
-		}
-		return fmt.Errorf("%w: read the assignor of group %s: %v", wire.ErrUnavailable, cn.opts.Group, err)
-	default:
+	if gk.assignor != nil {
 		var st coAssignorState
-		if json.Unmarshal(e.Value(), &st) != nil || st.Assignor == "" {
+		if json.Unmarshal(gk.assignor, &st) != nil || st.Assignor == "" {
 			return fmt.Errorf("%w: group %s of topic %s has an assignor record this client cannot read (%q): use a client that understands it, or another group",
-				wire.ErrUnsupported, cn.opts.Group, cn.topic, e.Value())
+				wire.ErrUnsupported, cn.opts.Group, cn.topic, gk.assignor)
 		}
 		got = st.Assignor
 		if err := cn.coJoin(st); err != nil {
