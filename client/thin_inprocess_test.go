@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"pctl.dev/pctl/broker"
@@ -131,19 +130,9 @@ func TestThinClientsDoNotRetryStuckRecords(t *testing.T) {
 		thinID = tp.ID()
 		idMu.Unlock()
 		const n = 300
-		results := make([]client.Result, n+1)
-		var wg sync.WaitGroup
-		for i := 1; i <= n; i++ {
-			wg.Add(1)
-			i := i
-			if err := tp.Send(ctx, client.Record{Key: []byte("k" + strconv.Itoa(i%7)), Value: []byte(strconv.Itoa(i))}, func(r client.Result) {
-				results[i] = r
-				wg.Done()
-			}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		wg.Wait()
+		results := sendAll(ctx, t, tp, n, func(i int) client.Record {
+			return client.Record{Key: []byte("k" + strconv.Itoa(i%7)), Value: []byte(strconv.Itoa(i))}
+		})
 		for i := 1; i <= n; i++ {
 			r := results[i]
 			if r.ProducerSeq != uint64(i) {
@@ -174,15 +163,7 @@ func TestThinClientsDoNotRetryStuckRecords(t *testing.T) {
 // Mutants shown failing: retryable() ignoring the detail; the batched result's detail dropped
 // by the client's decoding (ErrorReply.Remote without Detail).
 func TestThinProducerStuckInBatchedReply(t *testing.T) {
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server did not start")
-	}
-	t.Cleanup(srv.Shutdown)
+	srv := plainNATS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -267,16 +248,7 @@ func TestThinProducerStuckInBatchedReply(t *testing.T) {
 	}
 	defer tp.Close(ctx)
 	const n = 200
-	results := make([]client.Result, n+1)
-	var wg sync.WaitGroup
-	for i := 1; i <= n; i++ {
-		wg.Add(1)
-		i := i
-		if err := tp.Send(ctx, client.Record{Key: []byte("k")}, func(r client.Result) { results[i] = r; wg.Done() }); err != nil {
-			t.Fatal(err)
-		}
-	}
-	wg.Wait()
+	results := sendAll(ctx, t, tp, n, func(int) client.Record { return client.Record{Key: []byte("k")} })
 	mu.Lock()
 	defer mu.Unlock()
 	batched := 0
@@ -302,4 +274,21 @@ func TestThinProducerStuckInBatchedReply(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d stuck records went out in batched requests", batched, len(stuck))
+}
+
+// sendAll sends records 1..n (rec(i)) without waiting between them and returns their results,
+// indexed by sequence (results[0] unused), once every one has its result.
+func sendAll(ctx context.Context, t *testing.T, tp *client.ThinProducer, n int, rec func(i int) client.Record) []client.Result {
+	t.Helper()
+	results := make([]client.Result, n+1)
+	var wg sync.WaitGroup
+	for i := 1; i <= n; i++ {
+		wg.Add(1)
+		i := i
+		if err := tp.Send(ctx, rec(i), func(r client.Result) { results[i] = r; wg.Done() }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	return results
 }
