@@ -76,7 +76,9 @@ func (ti *thinIdentity) next() (string, uint64) {
 // the next sequence number, so that a retry is deduplicated: on no responders (no broker, or the
 // one it reached is gone), no reply within 5 seconds, or an unavailable or out_of_sequence reply,
 // it sends the same request again after a pause (100 ms, doubling up to 2 s), until the client's
-// Options.Timeout has passed since the first attempt. For throughput use NewThinProducer, which
+// Options.Timeout has passed since the first attempt; but not for a record whose id is stuck "in
+// process" (errors.Is(err, wire.ErrMsgIDInProcess), spec/protocol.md §5.2 step 5), which fails at
+// once. For throughput use NewThinProducer, which
 // keeps many requests in flight.
 func (c *Client) ProduceBrokerSide(ctx context.Context, topic string, rec Record) (wire.ProduceReply, error) {
 	var reply wire.ProduceReply
@@ -202,7 +204,11 @@ const (
 // records, pauses (100 ms, doubling up to 2 s), and re-sends every record not yet acknowledged,
 // in Send order, with the same producer id and sequence (so copies the old broker stored are
 // deduplicated), again starting with one request to the shared subject. A record fails for good
-// on any other error reply, or when Timeout passes without an acknowledgement.
+// on any other error reply, or when Timeout passes without an acknowledgement. An unavailable
+// reply with the in_process detail (the record's Nats-Msg-Id is stuck, spec/protocol.md §5.2 step
+// 5) is a final error too, at once: errors.Is(err, wire.ErrMsgIDInProcess) holds for it (and
+// wire.ErrUnavailable: its fate is unknown); read the partition it names before producing the
+// record again, as a new record.
 //
 // Order: records with the same key are stored in Send order, like a client-side Producer's,
 // across the failure of a broker with requests in flight (§5.2 says why).
