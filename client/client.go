@@ -233,6 +233,7 @@ func (c *Client) request(ctx context.Context, subject string, req any, out any) 
 			return nil, err
 		}
 	}
+	limit := requestLimit(ctx, c.opts.Timeout)
 	ctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
 	defer cancel()
 	viol, stop := c.watchViolation(subject)
@@ -278,7 +279,7 @@ func (c *Client) request(ctx context.Context, subject string, req any, out any) 
 			return nil, fmt.Errorf("%w: no broker answers %s; is 'pctl serve' running and connected to %s?", wire.ErrUnavailable, subject, c.opts.URL)
 		}
 		if errors.Is(res.err, context.DeadlineExceeded) || errors.Is(res.err, nats.ErrTimeout) {
-			return nil, fmt.Errorf("%w: the broker did not answer %s within %v", wire.ErrUnavailable, subject, c.opts.Timeout)
+			return nil, fmt.Errorf("%w: the broker did not answer %s within %v", wire.ErrUnavailable, subject, limit)
 		}
 		return nil, fmt.Errorf("%w: %s: %v", wire.ErrUnavailable, subject, res.err)
 	}
@@ -315,6 +316,19 @@ var errNotTaken = errors.New("no broker took the request")
 // readTakeWait is how long a read waits for its first keep-alive before it is sent again: a
 // request routed to a broker whose connection was dying is lost without a trace.
 const readTakeWait = 5 * time.Second
+
+// requestLimit is how long a request may wait for its answer: the client's timeout, or what is
+// left of the caller's deadline when that comes first (a producer's descriptor read waits its
+// acknowledgement timeout, at least 1 s), rounded to the millisecond for the error message, which
+// names the wait that ran out rather than the client's default.
+func requestLimit(ctx context.Context, timeout time.Duration) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		if left := time.Until(dl); left < timeout {
+			timeout = max(left.Round(time.Millisecond), 0)
+		}
+	}
+	return timeout
+}
 
 // adminTakeWait is how long an admin request waits for its first keep-alive (a broker sends one
 // as soon as it takes the request) before it fails: it is not sent again, since it changes state.

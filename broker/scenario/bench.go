@@ -31,7 +31,10 @@ type BenchConfig struct {
 	// the group starts: together they make the group lag at the change, as real groups do [150µs, 1s].
 	Handler       time.Duration
 	ConsumerDelay time.Duration
-	Logf          func(format string, args ...any)
+	// Changes are the epoch changes of jump topics measured as pairs, cold and warm (ChangePair),
+	// one fresh broker each; none when empty.
+	Changes []ChangeSize
+	Logf    func(format string, args ...any)
 }
 
 // BenchResult is what BenchEpoch measured.
@@ -48,6 +51,8 @@ type BenchResult struct {
 	GatedRecords, PauseRecords      int
 	ChangeTime, PauseChangeTime     time.Duration // how long the change (or pause+drain+change) took
 	ThroughputRecords, DelayRecords int
+	// Changes: each size of BenchConfig.Changes, its change time cold and warm (ChangePair).
+	Changes []ChangePair
 }
 
 func (c *BenchConfig) defaults() {
@@ -186,6 +191,11 @@ func BenchEpoch(ctx context.Context, cfg BenchConfig) (*BenchResult, error) {
 		} else {
 			res.GatedMax, res.GatedP99, res.GatedP50, res.GatedRecords, res.ChangeTime = pct(1), pct(0.99), pct(0.5), n, took
 		}
+	}
+
+	// Part 3: epoch changes by size, each cold and warm (fresh brokers of their own).
+	if res.Changes, err = changePairs(ctx, cfg); err != nil {
+		return nil, err
 	}
 	return res, nil
 }

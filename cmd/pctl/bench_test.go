@@ -3,8 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"math"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // BenchmarkProduce measures, in one run on one embedded broker, raw JetStream async publishing and fast batches
@@ -59,4 +63,47 @@ func TestBenchProduceCommand(t *testing.T) {
 	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "bench", "produce", "--records", "0"), exitUsage, "at least 1")
 	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "bench", "epoch", "--rounds", "0"), exitUsage, "--rounds >= 1")
 	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "bench", "consume"), exitUsage, `unknown benchmark "consume"`)
+}
+
+// TestBenchEpochColdPairs: pctl bench epoch prints, for each size of --changes, the change's warm
+// time with its cold time (the first change on a freshly started broker) beside it and their
+// ratio, and --json carries the same pairs; a bad --changes is a usage error.
+func TestBenchEpochColdPairs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three brokers")
+	}
+	small := []string{"bench", "epoch", "--records", "200", "--rounds", "1", "--rate", "100", "--window", "100ms", "--consumer-delay", "100ms", "--handler", "1us", "--changes", "2:4,4:8"}
+	r := runCLI(context.Background(), nil, strings.NewReader(""), small...)
+	expect(t, r, exitOK, "epoch changes of a jump topic", "cold: the first change on a freshly started broker")
+	line := regexp.MustCompile(`(?m)^  (\d+) -> (\d+) partitions +warm +([0-9.]+)ms +cold +([0-9.]+)ms +warm/cold ([0-9.]+)$`)
+	got := line.FindAllStringSubmatch(r.stdout, -1)
+	if len(got) != 2 || got[0][1] != "2" || got[0][2] != "4" || got[1][1] != "4" || got[1][2] != "8" {
+		t.Fatalf("want a warm/cold line for 2 -> 4 and for 4 -> 8, in that order: %q\n%s", got, r.stdout)
+	}
+	for _, g := range got {
+		warm, _ := strconv.ParseFloat(g[3], 64)
+		cold, _ := strconv.ParseFloat(g[4], 64)
+		ratio, _ := strconv.ParseFloat(g[5], 64)
+		if warm <= 0 || cold <= 0 || math.Abs(ratio-warm/cold) > 0.01+0.06*warm/cold {
+			t.Fatalf("%s -> %s: warm %vms, cold %vms, ratio %v: want both measured and the ratio warm/cold", g[1], g[2], warm, cold, ratio)
+		}
+	}
+	r = runCLI(context.Background(), nil, strings.NewReader(""), append(small[:len(small)-1], "3:6", "--json")...)
+	expect(t, r, exitOK)
+	var res struct {
+		Changes []struct {
+			From, To   int
+			Warm, Cold time.Duration
+			Ratio      float64
+		}
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || len(res.Changes) != 1 {
+		t.Fatalf("bench epoch --json: %v: %s", err, r)
+	}
+	if c := res.Changes[0]; c.From != 3 || c.To != 6 || c.Warm <= 0 || c.Cold <= 0 || math.Abs(c.Ratio-float64(c.Warm)/float64(c.Cold)) > 1e-9 {
+		t.Fatalf("bench epoch --json: the pair %+v: want 3 -> 6, warm and cold measured, ratio warm/cold", c)
+	}
+	for _, bad := range []string{"8:4", "x", "4:", "0:2"} {
+		expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "bench", "epoch", "--changes", bad), exitUsage, "--changes")
+	}
 }

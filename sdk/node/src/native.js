@@ -66,66 +66,164 @@ function saramaFNV1a(key, n) {
   return p < 0 ? -p : p | 0; // | 0: a negative h with p = 0 gives -0 in JavaScript
 }
 
-const U64 = (x) => BigInt.asUintN(64, x);
-const P1 = 0x9e3779b185ebca87n;
-const P2 = 0xc2b2ae3d27d4eb4fn;
-const P3 = 0x165667b19e3779f9n;
-const P4 = 0x85ebca77c2b2ae63n;
-const P5 = 0x27d4eb2f165667c5n;
-const rotl = (x, r) => U64((x << BigInt(r)) | (x >> BigInt(64 - r)));
-const round = (acc, input) => U64(rotl(U64(acc + U64(input * P2)), 31) * P1);
-const merge = (acc, val) => U64((acc ^ round(0n, val)) * P1 + P4);
-const le32 = (k, i) => BigInt((k[i] | (k[i + 1] << 8) | (k[i + 2] << 16) | (k[i + 3] << 24)) >>> 0);
-const le64 = (k, i) => le32(k, i) | (le32(k, i + 4) << 32n);
+// XXH64 and jump's 64-bit LCG on pairs of uint32 halves (hi, lo), no BigInt: a BigInt operation
+// allocates, and jump ran 7 to 10 times slower natively than its module did. Results of mul64
+// and the rounds come back in the module-level R, a Uint32Array (a uint32 above 2^30 in a plain
+// variable is a heap number: an allocation on every store); every
+// value is a uint32 (>>> 0) between the steps.
+const R = new Uint32Array(2); // R[0]:R[1], the high and low halves of a result
 
-/** XXH64 of the key with seed 0 (as Cyan4973/xxHash), as a BigInt. */
-export function xxh64(key) {
+/**
+ * R = (ah:al * bh:bl) mod 2^64 for 32-bit halves (uint32 or int32 alike): al*bl whole from 16-bit
+ * limbs, its 16-bit columns summed with their carries, plus the cross terms' low halves (Math.imul);
+ * integer operations only, each sum exact, the stores into R taking them mod 2^32.
+ */
+function mul64(ah, al, bh, bl) {
+  const a0 = al & 0xffff;
+  const a1 = al >>> 16;
+  const b0 = bl & 0xffff;
+  const b1 = bl >>> 16;
+  const p00 = Math.imul(a0, b0);
+  const p01 = Math.imul(a0, b1);
+  const p10 = Math.imul(a1, b0);
+  const c16 = (p00 >>> 16) + (p01 & 0xffff) + (p10 & 0xffff); // bits 16-31 and their carry, < 3 * 2^16
+  R[1] = (c16 << 16) | (p00 & 0xffff);
+  R[0] = Math.imul(a1, b1) + (p01 >>> 16) + (p10 >>> 16) + (c16 >>> 16) + Math.imul(ah, bl) + Math.imul(al, bh);
+}
+
+// The primes of XXH64 (Cyan4973/xxHash, doc/xxhash_spec.md), as hi, lo.
+const P1H = 0x9e3779b1, P1L = 0x85ebca87;
+const P2H = 0xc2b2ae3d, P2L = 0x27d4eb4f;
+const P3H = 0x165667b1, P3L = 0x9e3779f9;
+const P4H = 0x85ebca77, P4L = 0xc2b2ae63;
+const P5H = 0x27d4eb2f, P5L = 0x165667c5;
+
+/** R = round(acc, input) = rotl(acc + input * P2, 31) * P1. */
+function round(ah, al, ih, il) {
+  mul64(ih, il, P2H, P2L);
+  const l = al + R[1];
+  const h = (ah + R[0] + (l > 0xffffffff ? 1 : 0)) >>> 0;
+  const lo = l >>> 0;
+  mul64(((h << 31) | (lo >>> 1)) >>> 0, ((lo << 31) | (h >>> 1)) >>> 0, P1H, P1L);
+}
+
+/** R = (acc ^ round(0, val)) * P1 + P4. */
+function merge(ah, al, vh, vl) {
+  round(0, 0, vh, vl);
+  mul64((ah ^ R[0]) >>> 0, (al ^ R[1]) >>> 0, P1H, P1L);
+  const l = R[1] + P4L;
+  R[0] = (R[0] + P4H + (l > 0xffffffff ? 1 : 0)) >>> 0;
+  R[1] = l >>> 0;
+}
+
+const le32 = (k, i) => (k[i] | (k[i + 1] << 8) | (k[i + 2] << 16) | (k[i + 3] << 24)) >>> 0;
+
+/** rotl of h:l by r in [1, 31]: the high half into R[0], the low half returned. */
+function rotl(h, l, r) {
+  R[0] = ((h << r) | (l >>> (32 - r))) >>> 0;
+  return ((l << r) | (h >>> (32 - r))) >>> 0;
+}
+
+/** XXH64 of the key with seed 0 (as Cyan4973/xxHash) into R. */
+function xxh64HL(key) {
   const len = key.length;
   let i = 0;
-  let h;
+  let hh;
+  let hl;
   if (len >= 32) {
-    let v1 = U64(P1 + P2);
-    let v2 = P2;
-    let v3 = 0n;
-    let v4 = U64(-P1);
+    // v1 = P1 + P2, v2 = P2, v3 = 0, v4 = -P1 (seed 0)
+    let v1h = 0x60ea27ee, v1l = 0xadc0b5d6;
+    let v2h = P2H, v2l = P2L;
+    let v3h = 0, v3l = 0;
+    let v4h = 0x61c8864e, v4l = 0x7a143579;
     for (; i + 32 <= len; i += 32) {
-      v1 = round(v1, le64(key, i));
-      v2 = round(v2, le64(key, i + 8));
-      v3 = round(v3, le64(key, i + 16));
-      v4 = round(v4, le64(key, i + 24));
+      round(v1h, v1l, le32(key, i + 4), le32(key, i)); v1h = R[0]; v1l = R[1];
+      round(v2h, v2l, le32(key, i + 12), le32(key, i + 8)); v2h = R[0]; v2l = R[1];
+      round(v3h, v3l, le32(key, i + 20), le32(key, i + 16)); v3h = R[0]; v3l = R[1];
+      round(v4h, v4l, le32(key, i + 28), le32(key, i + 24)); v4h = R[0]; v4l = R[1];
     }
-    h = U64(rotl(v1, 1) + rotl(v2, 7) + rotl(v3, 12) + rotl(v4, 18));
-    h = merge(h, v1);
-    h = merge(h, v2);
-    h = merge(h, v3);
-    h = merge(h, v4);
+    // h = rotl(v1, 1) + rotl(v2, 7) + rotl(v3, 12) + rotl(v4, 18), summed in doubles (< 2^35) with the carries
+    let l = rotl(v1h, v1l, 1);
+    let h = R[0];
+    l += rotl(v2h, v2l, 7);
+    h += R[0];
+    l += rotl(v3h, v3l, 12);
+    h += R[0];
+    l += rotl(v4h, v4l, 18);
+    h += R[0];
+    hh = (h + Math.floor(l / 4294967296)) >>> 0;
+    hl = l >>> 0;
+    merge(hh, hl, v1h, v1l);
+    merge(R[0], R[1], v2h, v2l);
+    merge(R[0], R[1], v3h, v3l);
+    merge(R[0], R[1], v4h, v4l);
+    hh = R[0];
+    hl = R[1];
   } else {
-    h = P5;
+    hh = P5H;
+    hl = P5L;
   }
-  h = U64(h + BigInt(len));
-  for (; i + 8 <= len; i += 8) h = U64(rotl(h ^ round(0n, le64(key, i)), 27) * P1 + P4);
+  // h += len (len <= 65536 here, and any array length < 2^32)
+  let l = hl + len;
+  hh = (hh + (l > 0xffffffff ? 1 : 0)) >>> 0;
+  hl = l >>> 0;
+  for (; i + 8 <= len; i += 8) {
+    round(0, 0, le32(key, i + 4), le32(key, i));
+    l = rotl((hh ^ R[0]) >>> 0, (hl ^ R[1]) >>> 0, 27);
+    mul64(R[0], l, P1H, P1L);
+    l = R[1] + P4L;
+    hh = (R[0] + P4H + (l > 0xffffffff ? 1 : 0)) >>> 0;
+    hl = l >>> 0;
+  }
   if (i + 4 <= len) {
-    h = U64(rotl(h ^ U64(le32(key, i) * P1), 23) * P2 + P3);
+    mul64(0, le32(key, i), P1H, P1L);
+    l = rotl((hh ^ R[0]) >>> 0, (hl ^ R[1]) >>> 0, 23);
+    mul64(R[0], l, P2H, P2L);
+    l = R[1] + P3L;
+    hh = (R[0] + P3H + (l > 0xffffffff ? 1 : 0)) >>> 0;
+    hl = l >>> 0;
     i += 4;
   }
-  for (; i < len; i++) h = U64(rotl(h ^ U64(BigInt(key[i]) * P5), 11) * P1);
-  h ^= h >> 33n;
-  h = U64(h * P2);
-  h ^= h >> 29n;
-  h = U64(h * P3);
-  h ^= h >> 32n;
-  return h;
+  for (; i < len; i++) {
+    mul64(0, key[i], P5H, P5L);
+    l = rotl((hh ^ R[0]) >>> 0, (hl ^ R[1]) >>> 0, 11);
+    mul64(R[0], l, P1H, P1L);
+    hh = R[0];
+    hl = R[1];
+  }
+  // avalanche: h ^= h >> 33; h *= P2; h ^= h >> 29; h *= P3; h ^= h >> 32
+  hl = (hl ^ (hh >>> 1)) >>> 0;
+  mul64(hh, hl, P2H, P2L);
+  hl = (R[1] ^ ((R[1] >>> 29) | (R[0] << 3))) >>> 0;
+  hh = (R[0] ^ (R[0] >>> 29)) >>> 0;
+  mul64(hh, hl, P3H, P3L);
+  R[1] = (R[1] ^ R[0]) >>> 0;
 }
+
+/** XXH64 of the key with seed 0 (as Cyan4973/xxHash), as a BigInt (for tests; jump uses the halves). */
+export function xxh64(key) {
+  xxh64HL(key);
+  return (BigInt(R[0]) << 32n) | BigInt(R[1]);
+}
+
+// jump's LCG multiplier 2862933555777941757 = 0x27bb2ee687b0b0fd.
+const JH = 0x27bb2ee6;
+const JL = 0x87b0b0fd;
 
 /** jump: the paper's jump consistent hash over XXH64 (seed 0), its float expression in order. */
 function jump(key, n) {
-  let k = xxh64(key);
+  xxh64HL(key);
+  let kh = R[0];
+  let kl = R[1];
   let b = -1;
   let j = 0;
   while (j < n) {
     b = j;
-    k = U64(k * 2862933555777941757n + 1n);
-    j = Math.trunc((b + 1) * (2147483648 / (Number(k >> 33n) + 1)));
+    mul64(kh, kl, JH, JL); // k = k * 2862933555777941757 + 1
+    const l = R[1] + 1;
+    kh = (R[0] + (l > 0xffffffff ? 1 : 0)) >>> 0;
+    kl = l >>> 0;
+    j = Math.trunc((b + 1) * (2147483648 / ((kh >>> 1) + 1))); // k >> 33 is the high half >>> 1
   }
   return b;
 }
