@@ -132,7 +132,7 @@ func TestThinClientsDoNotRetryStuckRecords(t *testing.T) {
 		const n = 300
 		results := sendAll(ctx, t, tp, n, func(i int) client.Record {
 			return client.Record{Key: []byte("k" + strconv.Itoa(i%7)), Value: []byte(strconv.Itoa(i))}
-		})
+		}, nil)
 		for i := 1; i <= n; i++ {
 			r := results[i]
 			if r.ProducerSeq != uint64(i) {
@@ -157,8 +157,8 @@ func TestThinClientsDoNotRetryStuckRecords(t *testing.T) {
 // answers single and batched requests with the spec's reply bytes, written here by hand, and
 // answers chosen records with §3's unavailable error and its in_process detail — inside a
 // batched reply's results. (pctl's broker sends such a result only for a record its engine
-// failed on 10158, which a single server never answers.) The replies are slowed so that the
-// records waiting behind four requests go out as batches. Each stuck record must reach the
+// failed on 10158, which a single server never answers.) The probe's reply is held until every
+// record is sent, so that the records waiting behind it go out as batches. Each stuck record must reach the
 // responder once and fail with the in-process error; every other record is acknowledged.
 // Mutants shown failing: retryable() ignoring the detail; the batched result's detail dropped
 // by the client's decoding (ErrorReply.Remote without Detail).
@@ -182,7 +182,14 @@ func TestThinProducerStuckInBatchedReply(t *testing.T) {
 			"message": "record " + strconv.FormatUint(seq, 10) + " refused 4 times as 'in process' (10158); read partition 2 before producing it again",
 			"detail":  map[string]any{"in_process": true, "partition": 2, "epoch": 1, "msg_id": "p-" + strconv.FormatUint(seq, 10) + "-tok"}}
 	}
+	// The probe's reply (to the shared subject) waits until every record is handed to the
+	// producer, so that records 2..n wait behind it and go out in batched requests however slowly
+	// the loop runs; the other replies come after 20 ms, in parallel.
+	release := make(chan struct{})
 	answer := func(m *nats.Msg) {
+		if m.Subject == wire.ProduceSubject("t") {
+			<-release
+		}
 		time.Sleep(20 * time.Millisecond)
 		out := nats.NewMsg(m.Reply)
 		out.Header.Set("Pctl-Broker", brokerID)
@@ -248,7 +255,7 @@ func TestThinProducerStuckInBatchedReply(t *testing.T) {
 	}
 	defer tp.Close(ctx)
 	const n = 200
-	results := sendAll(ctx, t, tp, n, func(int) client.Record { return client.Record{Key: []byte("k")} })
+	results := sendAll(ctx, t, tp, n, func(int) client.Record { return client.Record{Key: []byte("k")} }, func() { close(release) })
 	mu.Lock()
 	defer mu.Unlock()
 	batched := 0
@@ -278,7 +285,8 @@ func TestThinProducerStuckInBatchedReply(t *testing.T) {
 
 // sendAll sends records 1..n (rec(i)) without waiting between them and returns their results,
 // indexed by sequence (results[0] unused), once every one has its result.
-func sendAll(ctx context.Context, t *testing.T, tp *client.ThinProducer, n int, rec func(i int) client.Record) []client.Result {
+// sent, if not nil, runs once every record is handed to the producer.
+func sendAll(ctx context.Context, t *testing.T, tp *client.ThinProducer, n int, rec func(i int) client.Record, sent func()) []client.Result {
 	t.Helper()
 	results := make([]client.Result, n+1)
 	var wg sync.WaitGroup
@@ -288,6 +296,9 @@ func sendAll(ctx context.Context, t *testing.T, tp *client.ThinProducer, n int, 
 		if err := tp.Send(ctx, rec(i), func(r client.Result) { results[i] = r; wg.Done() }); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if sent != nil {
+		sent()
 	}
 	wg.Wait()
 	return results
