@@ -38,6 +38,7 @@ type StickyCheck struct {
 	deferred []stickySettling    // settlings reported while it moves
 	held     []uint64            // records it took while it moves
 	trace    []stickyEvent       // the last events, for the failure's message
+	events   int                 // events taken so far
 	fail     func(msg string)
 	off      bool
 }
@@ -103,6 +104,7 @@ func (c *StickyCheck) enter(e stickyEvent) bool {
 }
 
 func (c *StickyCheck) note(e stickyEvent) {
+	c.events++
 	if len(c.trace) >= 2*stickyTraceLen {
 		c.trace = append(c.trace[:0], c.trace[len(c.trace)-stickyTraceLen:]...)
 	}
@@ -410,6 +412,16 @@ func (c *StickyCheck) Drop(seqs ...uint64) {
 	if a := c.m.Drop(seqs); !sameSet(a.Failed, seqs) {
 		c.violation("failing %v before sending them; the machine fails %v", seqs, a.Failed)
 	}
+}
+
+// Events returns how many events the check has taken (0 for a nil check).
+func (c *StickyCheck) Events() int {
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.events
 }
 
 // Close: the producer stopped (closed, or failed for good). Its last records race with the
