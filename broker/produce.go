@@ -240,8 +240,9 @@ func (b *Broker) produce(m *nats.Msg) {
 		if m.Reply == "" {
 			return
 		}
+		r = b.produceResultHook(topic, rec.Origin, r)
 		if r.Err != nil {
-			b.produceErr(m, r.Err)
+			b.produceErr(m, withInProcessDetail(r))
 			return
 		}
 		out := nats.NewMsg(m.Reply)
@@ -313,9 +314,10 @@ func (b *Broker) produceBatch(m *nats.Msg, p *produce.Producer, topic string, di
 	var mu sync.Mutex
 	left := n
 	finish := func(i int, r produce.Result) {
+		r = b.produceResultHook(topic, &produce.Origin{Producer: id, Seq: recs[i].Seq}, r)
 		res := wire.ProduceResult{Partition: r.Partition, Epoch: r.Epoch, Seq: r.Seq, Duplicate: r.Duplicate}
 		if r.Err != nil {
-			res = wire.ProduceResult{Error: &wire.ErrorReply{Code: wire.Code(r.Err), Message: r.Err.Error()}}
+			res = wire.ProduceResult{Error: &wire.ErrorReply{Code: wire.Code(r.Err), Message: r.Err.Error(), Detail: inProcessDetail(r)}}
 		}
 		mu.Lock()
 		results[i] = res
@@ -340,6 +342,43 @@ func (b *Broker) produceBatch(m *nats.Msg, p *produce.Producer, topic string, di
 			finish(i, produce.Result{Err: err})
 		}
 	}
+}
+
+// inProcessDetail is the detail of a record's failure when its Nats-Msg-Id is stuck "in process"
+// (spec/protocol.md §3, §5.1.5), else nil: it tells the thin client not to re-send the record
+// under the same identity (§5.2), which the failure's code (unavailable) alone would have it do.
+func inProcessDetail(r produce.Result) any {
+	if !errors.Is(r.Err, wire.ErrMsgIDInProcess) {
+		return nil
+	}
+	d := wire.InProcessDetail{InProcess: true, Partition: r.Partition, Epoch: r.Epoch}
+	var ie *produce.InProcessError
+	if errors.As(r.Err, &ie) {
+		d.MsgID, d.Partition = ie.MsgID, ie.Partition
+	}
+	return d
+}
+
+// withInProcessDetail is r's failure, carrying its in-process detail (if any) into the error
+// reply (respondErrWith).
+func withInProcessDetail(r produce.Result) error {
+	if d := inProcessDetail(r); d != nil {
+		return &detailed{err: r.Err, detail: d}
+	}
+	return r.Err
+}
+
+// produceResultHook runs the test hook on a thin producer's record's result
+// (testhook.Broker.ProduceResult).
+func (b *Broker) produceResultHook(topic string, o *produce.Origin, r produce.Result) produce.Result {
+	h := b.cfg.Testing.ProduceResultHook()
+	if h == nil || o == nil {
+		return r
+	}
+	if err := h(topic, o.Producer, o.Seq, r.Partition, r.Epoch); err != nil {
+		return produce.Result{Partition: r.Partition, Epoch: r.Epoch, Err: err}
+	}
+	return r
 }
 
 // produceErr answers a produce request with an error, naming this broker.

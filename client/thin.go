@@ -36,9 +36,25 @@ const (
 )
 
 // retryable reports whether a failed produce attempt should be re-sent: the service is not there
-// or did not answer (a broker or node failure), or it said so (unavailable, out_of_sequence).
+// or did not answer (a broker or node failure), or it said so (unavailable, out_of_sequence) —
+// except for a record whose id is stuck "in process" (unavailable with detail in_process,
+// spec/protocol.md §5.2 step 5): the stream refuses that id for its duplicate window, so a
+// re-send under the same identity could only fail again after the whole timeout.
 func retryable(err error) bool {
-	return errors.Is(err, wire.ErrUnavailable) || errors.Is(err, wire.ErrOutOfSequence)
+	return (errors.Is(err, wire.ErrUnavailable) || errors.Is(err, wire.ErrOutOfSequence)) && !errors.Is(err, wire.ErrMsgIDInProcess)
+}
+
+// produceRefusal is a thin client's error for a produce service's error reply (a single
+// request's, or one record's in a batched request): the *wire.RemoteError, and for a record whose
+// id is stuck "in process" (spec/protocol.md §5.2 step 5) that error with what to do next, since
+// the client does not re-send it. errors.Is(err, wire.ErrMsgIDInProcess) and wire.ErrUnavailable
+// hold for it.
+func produceRefusal(re *wire.RemoteError) error {
+	d, ok := re.InProcess()
+	if !ok {
+		return re
+	}
+	return fmt.Errorf("%w (not re-sent under the same identity, spec/protocol.md §5.2: the stream refuses its id %s for its duplicate window, 2 minutes; the record's fate is unknown: read partition %d of epoch %d before producing it again, as a new record)", re, d.MsgID, d.Partition, d.Epoch)
 }
 
 // thinIdentity is the producer id and sequence that ProduceBrokerSide gives its records, so that
@@ -60,7 +76,9 @@ func (ti *thinIdentity) next() (string, uint64) {
 // the next sequence number, so that a retry is deduplicated: on no responders (no broker, or the
 // one it reached is gone), no reply within 5 seconds, or an unavailable or out_of_sequence reply,
 // it sends the same request again after a pause (100 ms, doubling up to 2 s), until the client's
-// Options.Timeout has passed since the first attempt. For throughput use NewThinProducer, which
+// Options.Timeout has passed since the first attempt; but not for a record whose id is stuck "in
+// process" (errors.Is(err, wire.ErrMsgIDInProcess), spec/protocol.md §5.2 step 5), which fails at
+// once. For throughput use NewThinProducer, which
 // keeps many requests in flight.
 func (c *Client) ProduceBrokerSide(ctx context.Context, topic string, rec Record) (wire.ProduceReply, error) {
 	var reply wire.ProduceReply
@@ -186,7 +204,11 @@ const (
 // records, pauses (100 ms, doubling up to 2 s), and re-sends every record not yet acknowledged,
 // in Send order, with the same producer id and sequence (so copies the old broker stored are
 // deduplicated), again starting with one request to the shared subject. A record fails for good
-// on any other error reply, or when Timeout passes without an acknowledgement.
+// on any other error reply, or when Timeout passes without an acknowledgement. An unavailable
+// reply with the in_process detail (the record's Nats-Msg-Id is stuck, spec/protocol.md §5.2 step
+// 5) is a final error too, at once: errors.Is(err, wire.ErrMsgIDInProcess) holds for it (and
+// wire.ErrUnavailable: its fate is unknown); read the partition it names before producing the
+// record again, as a new record.
 //
 // Order: records with the same key are stored in Send order, like a client-side Producer's,
 // across the failure of a broker with requests in flight (§5.2 says why).
@@ -661,10 +683,7 @@ func (t *ThinProducer) decodeReply(m *nats.Msg, req *thinRequest) ([]Result, str
 	}
 	for i, pr := range rep.Results {
 		if e := pr.Error; e != nil {
-			if e.Message == "" {
-				e.Message = "the produce service refused the record (" + e.Code + ")"
-			}
-			results[i].Err = &wire.RemoteError{Code: e.Code, Message: e.Message}
+			results[i].Err = produceRefusal(e.Remote())
 			continue
 		}
 		results[i] = Result{Partition: pr.Partition, Epoch: pr.Epoch, Seq: pr.Seq, Duplicate: pr.Duplicate}
@@ -850,7 +869,7 @@ func decodeProduceReply(m *nats.Msg) (wire.ProduceReply, error) {
 		if er.Message == "" {
 			er.Message = "the produce service refused the record (" + er.Code + ")"
 		}
-		return reply, &wire.RemoteError{Code: er.Code, Message: er.Message, Detail: er.Detail}
+		return reply, produceRefusal(&wire.RemoteError{Code: er.Code, Message: er.Message, Detail: er.Detail})
 	}
 	if err := json.Unmarshal(m.Data, &reply); err != nil {
 		return reply, fmt.Errorf("%w: bad reply from the produce service: %v", wire.ErrInternal, err)

@@ -331,15 +331,7 @@ func TestThinProducerErrors(t *testing.T) {
 // broker: a topic nobody serves fails at once (no responders); a request that a subscriber
 // receives but never answers fails after the reply timeout.
 func TestThinProducerNoService(t *testing.T) {
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server did not start")
-	}
-	t.Cleanup(srv.Shutdown)
+	srv := plainNATS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := client.Connect(ctx, client.Options{URL: srv.ClientURL(), Timeout: 100 * time.Millisecond})
@@ -453,4 +445,20 @@ func TestThinProducerSendDuringProbeReply(t *testing.T) {
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("stored %v, want %v (send order)", got, want)
 	}
+}
+
+// plainNATS runs a real embedded nats-server without pctl's broker (no JetStream) on a random
+// port, stopped when the test ends.
+func plainNATS(t *testing.T) *server.Server {
+	t.Helper()
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	t.Cleanup(srv.Shutdown)
+	return srv
 }

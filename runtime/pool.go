@@ -221,7 +221,8 @@ func (p *Pool) partition(s *slot, key []byte, n int32) (int32, error) {
 // few crossings as the buffer allows. Results are identical to Partition's. On error, out is
 // undefined and the *CallError says which key of which crossing failed.
 func (p *Pool) PartitionBatch(keys [][]byte, n int32, out []int32) error {
-	if err := checkBatch(keys, n, out); err != nil {
+	total, err := checkBatch(keys, n, out)
+	if err != nil {
 		return err
 	}
 	s, err := p.acquire()
@@ -229,26 +230,42 @@ func (p *Pool) PartitionBatch(keys [][]byte, n int32, out []int32) error {
 		return err
 	}
 	defer p.release(s)
-	return p.partitionBatch(s, keys, n, out)
+	return p.partitionBatch(s, keys, n, out, total)
 }
 
-func checkBatch(keys [][]byte, n int32, out []int32) error {
+// checkBatch checks every argument before any crossing (a refused batch calls nothing) and
+// returns the keys' total length.
+func checkBatch(keys [][]byte, n int32, out []int32) (int, error) {
 	if err := checkN(n); err != nil {
-		return err
+		return 0, err
 	}
 	if len(out) < len(keys) {
-		return fmt.Errorf("runtime: PartitionBatch: out has %d slots for %d keys", len(out), len(keys))
+		return 0, fmt.Errorf("runtime: PartitionBatch: out has %d slots for %d keys", len(out), len(keys))
 	}
+	total := 0
 	for _, k := range keys {
-		if err := checkKey(k); err != nil {
-			return err
+		if len(k) > MaxKeyBytes {
+			return 0, checkKey(k)
 		}
+		total += len(k)
 	}
-	return nil
+	return total, nil
 }
 
-func (p *Pool) partitionBatch(s *slot, keys [][]byte, n int32, out []int32) error {
+// partitionBatch splits the keys into crossings that fit the buffer and MaxBatchKeys; total is
+// the keys' total length (checkBatch). A batch that fits one crossing, the common case, skips
+// the splitting pass.
+func (p *Pool) partitionBatch(s *slot, keys [][]byte, n int32, out []int32, total int) error {
 	maxKeys := p.m.rt.cfg.MaxBatchKeys
+	if len(keys) <= maxKeys {
+		in, err := p.ready(s)
+		if err != nil {
+			return err
+		}
+		if 4*len(keys)+total <= int(in.bufSize) {
+			return in.batch(keys, n, out)
+		}
+	}
 	for start := 0; start < len(keys); {
 		in, err := p.ready(s)
 		if err != nil {
@@ -301,15 +318,19 @@ func (i *Instance) Partition(key []byte, n int32) (int32, error) {
 	if len(key) > MaxKeyBytes {
 		return -1, checkKey(key)
 	}
+	if in := i.s.in; in != nil && !in.broken {
+		return in.partition(key, n) // Pool.ready's fast path, without its call
+	}
 	return i.p.partition(i.s, key, n)
 }
 
 // PartitionBatch is Pool.PartitionBatch on this instance.
 func (i *Instance) PartitionBatch(keys [][]byte, n int32, out []int32) error {
-	if err := checkBatch(keys, n, out); err != nil {
+	total, err := checkBatch(keys, n, out)
+	if err != nil {
 		return err
 	}
-	return i.p.partitionBatch(i.s, keys, n, out)
+	return i.p.partitionBatch(i.s, keys, n, out, total)
 }
 
 // Release returns the instance to its pool. The Instance must not be used afterwards.

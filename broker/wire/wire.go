@@ -7,6 +7,7 @@ package wire
 import (
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -280,6 +281,23 @@ var (
 	ErrUnsupported = errors.New("unsupported")
 )
 
+// ErrMsgIDInProcess marks a record whose Nats-Msg-Id JetStream kept refusing as "duplicate
+// message id is in process" (API error 10158, spec/protocol.md §5.1.5): the producer stopped
+// re-sending it, and its fate is unknown (it may be stored). It is not a wire code of its own: it
+// crosses the wire as code "unavailable" with an InProcessDetail (§3), and a *RemoteError with
+// that detail matches it (errors.Is), as it matches ErrUnavailable. Such a record MUST NOT be
+// re-sent under the same identity (§5.2): read its partition before producing it again.
+var ErrMsgIDInProcess = errors.New("JetStream keeps answering 'duplicate message id is in process' (10158)")
+
+// InProcessDetail is the detail of an "unavailable" error reply (or a batched record's error)
+// for a record whose Nats-Msg-Id is stuck "in process" (spec/protocol.md §3, §5.1.5, §5.2).
+type InProcessDetail struct {
+	InProcess bool   `json:"in_process"`
+	Partition int    `json:"partition"`
+	Epoch     int    `json:"epoch"`
+	MsgID     string `json:"msg_id,omitempty"`
+}
+
 // codeTable lists every code with its sentinel, most specific first. Code takes the first entry
 // an error wraps, so an error that wraps two sentinels (errors.Join, or a fence reported as a bad
 // request) gets the same code every time: a fence before a generic refusal, a refusal before
@@ -346,6 +364,43 @@ func (e *RemoteError) Unwrap() error {
 		return s
 	}
 	return ErrInternal
+}
+
+// Is reports whether the error is ErrMsgIDInProcess: an "unavailable" error whose detail has
+// "in_process": true (spec/protocol.md §3). Other sentinels are matched through Unwrap.
+func (e *RemoteError) Is(target error) bool {
+	if target != ErrMsgIDInProcess {
+		return false
+	}
+	_, ok := e.InProcess()
+	return ok
+}
+
+// InProcess returns the error's in-process detail, and whether it has one: an "unavailable"
+// error for a record whose Nats-Msg-Id is stuck (spec/protocol.md §3, §5.1.5).
+func (e *RemoteError) InProcess() (InProcessDetail, bool) {
+	var d InProcessDetail
+	if e.Code != "unavailable" || len(e.Detail) == 0 || json.Unmarshal(e.Detail, &d) != nil || !d.InProcess {
+		return InProcessDetail{}, false
+	}
+	return d, true
+}
+
+// Remote is the *RemoteError of an error reply as a client decoded it (a batched record's
+// error, spec/protocol.md §5.2): its code, message and detail (re-encoded as raw JSON).
+func (r *ErrorReply) Remote() *RemoteError {
+	e := &RemoteError{Code: r.Code, Message: r.Message}
+	if e.Message == "" {
+		e.Message = "the produce service refused the record (" + r.Code + ")"
+	}
+	switch d := r.Detail.(type) {
+	case nil:
+	case json.RawMessage:
+		e.Detail = d
+	default:
+		e.Detail, _ = json.Marshal(d)
+	}
+	return e
 }
 
 // RoleHint says, for a subject a client was refused, which role it needs.

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -59,5 +60,42 @@ func TestCodesRoundTrip(t *testing.T) {
 	}
 	if !errors.Is(&RemoteError{Code: "no_such_code"}, ErrInternal) {
 		t.Errorf("an unknown code should unwrap to ErrInternal")
+	}
+}
+
+// TestRemoteErrorInProcess: an error reply's in_process detail (spec/protocol.md §3) makes a
+// RemoteError match ErrMsgIDInProcess as well as ErrUnavailable; without the detail, with it false,
+// or on another code it does not. The bodies are written by hand in the spec's words, and go
+// through ErrorReply as a batched result's error does (§5.2).
+func TestRemoteErrorInProcess(t *testing.T) {
+	tests := []struct {
+		name, body string
+		inProcess  bool
+		sentinel   error
+	}{
+		{"stuck", `{"code":"unavailable","message":"m","detail":{"in_process":true,"partition":2,"epoch":1,"msg_id":"p-1-t"}}`, true, ErrUnavailable},
+		{"no detail", `{"code":"unavailable","message":"m"}`, false, ErrUnavailable},
+		{"in_process false", `{"code":"unavailable","message":"m","detail":{"in_process":false}}`, false, ErrUnavailable},
+		{"another code", `{"code":"internal","message":"m","detail":{"in_process":true}}`, false, ErrInternal},
+		{"another detail", `{"code":"unavailable","message":"m","detail":[1,2]}`, false, ErrUnavailable},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var er ErrorReply
+			if err := json.Unmarshal([]byte(tc.body), &er); err != nil {
+				t.Fatal(err)
+			}
+			err := error(er.Remote())
+			if got := errors.Is(err, ErrMsgIDInProcess); got != tc.inProcess {
+				t.Fatalf("errors.Is(ErrMsgIDInProcess) = %v, want %v", got, tc.inProcess)
+			}
+			if !errors.Is(err, tc.sentinel) {
+				t.Fatalf("errors.Is(%v) = false", tc.sentinel)
+			}
+			d, ok := er.Remote().InProcess()
+			if ok != tc.inProcess || ok && (d.Partition != 2 || d.Epoch != 1 || d.MsgID != "p-1-t") {
+				t.Fatalf("InProcess() = %+v, %v", d, ok)
+			}
+		})
 	}
 }

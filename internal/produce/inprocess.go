@@ -1,7 +1,6 @@
 package produce
 
 import (
-	"errors"
 	"fmt"
 
 	"pctl.dev/pctl/broker/wire"
@@ -21,8 +20,9 @@ const InProcessLimit = 4
 
 // ErrMsgIDInProcess marks a record that the producer stopped re-sending because JetStream kept
 // answering 10158 for its id (spec/protocol.md §5.1.5). Its fate is unknown: errors.Is(err,
-// wire.ErrUnavailable) holds as well.
-var ErrMsgIDInProcess = errors.New("JetStream keeps answering 'duplicate message id is in process' (10158)")
+// wire.ErrUnavailable) holds as well. It is wire.ErrMsgIDInProcess, so that the produce service's
+// reply (code unavailable, detail in_process: spec/protocol.md §3) matches it at a thin client.
+var ErrMsgIDInProcess = wire.ErrMsgIDInProcess
 
 // InProcess is the one rule for 10158 that the producer engine and the broker's backfill share
 // (spec/protocol.md §5.1.5). It counts one message id's 10158 answers; Note says when
@@ -58,8 +58,25 @@ func (c *InProcess) Renewed() { c.n = 0 }
 // Count is the number of 10158 answers for the id so far.
 func (c *InProcess) Count() int { return c.n }
 
-// inProcessError is the error of a record failed by the rule (no guard to renew it under).
+// InProcessError is the error of a record failed by the rule (no guard to renew it under): it
+// matches ErrMsgIDInProcess and wire.ErrUnavailable (errors.Is), and says which id and partition.
+// The produce service turns it into its reply's in_process detail (spec/protocol.md §3).
+type InProcessError struct {
+	Seq       uint64 // the record's sequence at its producer
+	MsgID     string // its Nats-Msg-Id
+	Partition int    // the partition that refused it
+	Answers   int    // the 10158 answers it got
+}
+
+func (e *InProcessError) Error() string {
+	return fmt.Sprintf("%v: %v: record %d (id %s) refused %d times by partition %d as 'in process'; a raft proposal with this id was lost in a stream leader change and the server refuses the id until its duplicate window (2 minutes) ends. The record's fate is unknown (it may be stored): read partition %d to check before producing it again",
+		wire.ErrUnavailable, ErrMsgIDInProcess, e.Seq, e.MsgID, e.Answers, e.Partition, e.Partition)
+}
+
+// Unwrap gives the two sentinels the error matches.
+func (e *InProcessError) Unwrap() []error { return []error{wire.ErrUnavailable, ErrMsgIDInProcess} }
+
+// inProcessError is the error of a record failed by the rule.
 func inProcessError(seq uint64, id string, partition, answers int) error {
-	return fmt.Errorf("%w: %w: record %d (id %s) refused %d times by partition %d as 'in process'; a raft proposal with this id was lost in a stream leader change and the server refuses the id until its duplicate window (2 minutes) ends. The record's fate is unknown (it may be stored): read partition %d to check before producing it again",
-		wire.ErrUnavailable, ErrMsgIDInProcess, seq, id, answers, partition, partition)
+	return &InProcessError{Seq: seq, MsgID: id, Partition: partition, Answers: answers}
 }

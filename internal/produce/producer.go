@@ -24,6 +24,7 @@ import (
 
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/internal/proto"
+	"pctl.dev/pctl/internal/testhook"
 	"pctl.dev/pctl/partitioner"
 )
 
@@ -156,6 +157,9 @@ type Producer struct {
 	closing     bool   // Close was called
 	closed      bool   // Close stopped taking records
 	finished    uint64 // records finished (acknowledged or failed) so far
+	// check runs the sticky-ambiguity machine beside the producer's decisions (spec/protocol.md
+	// §5.1.2) in tests (testhook.CheckSticky); nil otherwise.
+	check *proto.StickyCheck
 
 	batches  sync.Map // open batch id -> *sink
 	subs     []*nats.Subscription
@@ -242,6 +246,9 @@ func New(ctx context.Context, conn *Conn, topic string, opts Options) (*Producer
 	}
 	if err := p.install(ctx, desc); err != nil {
 		return nil, err
+	}
+	if testhook.CheckSticky() {
+		p.check = proto.NewStickyCheck(desc.Current().Epoch, testhook.StickyViolation)
 	}
 	replies, err := nc.Subscribe(p.inbox+".>", p.onReply)
 	if err != nil {
@@ -457,10 +464,15 @@ func (p *Producer) Send(ctx context.Context, rec Record, done func(Result)) erro
 	p.buffered++
 	if p.switching {
 		p.held = append(p.held, pd)
+		p.check.Produce(pd.seq, 0, -1)
 		p.mu.Unlock()
 		return nil
 	}
-	err := p.assignLocked(pd)
+	err := p.placeLocked(pd)
+	if err == nil {
+		p.check.Produce(pd.seq, pd.epoch, pd.partition)
+		p.queueLocked(pd)
+	}
 	p.mu.Unlock()
 	if err != nil {
 		p.finish(pd, Result{Err: err})
@@ -473,8 +485,9 @@ func (p *Producer) Produce(ctx context.Context, rec Record) (Result, error) {
 	return Await(ctx, func(done func(Result)) error { return p.Send(ctx, rec, done) })
 }
 
-// assignLocked partitions a record under the current epoch and queues it on its sink.
-func (p *Producer) assignLocked(pd *pending) error {
+// placeLocked partitions a record under the current epoch (queueLocked then queues it on its
+// sink).
+func (p *Producer) placeLocked(pd *pending) error {
 	cur := p.desc.Current()
 	var part int
 	if pd.rec.NoKey && pd.rec.Origin != nil {
@@ -491,15 +504,19 @@ func (p *Producer) assignLocked(pd *pending) error {
 	}
 	pd.epoch, pd.partition = cur.Epoch, part
 	p.refreshTTL(pd)
-	s := p.sinks[part]
+	return nil
+}
+
+// queueLocked queues a placed record on its sink.
+func (p *Producer) queueLocked(pd *pending) {
+	s := p.sinks[pd.partition]
 	if s == nil {
-		s = newSink(p, cur.Epoch, part)
-		p.sinks[part] = s
+		s = newSink(p, pd.epoch, pd.partition)
+		p.sinks[pd.partition] = s
 		p.wg.Add(1)
 		go s.run()
 	}
 	s.push(pd)
-	return nil
 }
 
 // keylessPartition places a keyless record that carries a thin client's identity where every
@@ -589,6 +606,7 @@ func (p *Producer) fail(err error) {
 		p.fatal = err
 		p.opts.Logf("producer %s: %v", p.id, err)
 	}
+	p.check.Close() // every record not acknowledged fails
 	held := p.held
 	p.held = nil
 	sinks := p.sinks
@@ -630,6 +648,7 @@ func (p *Producer) Close(ctx context.Context) error {
 	err := p.flushUntilIdle(ctx, p.opts.CloseIdle)
 	p.mu.Lock()
 	p.closed = true
+	p.check.Close()
 	sinks := p.sinks
 	p.cond.Broadcast()
 	p.mu.Unlock()
@@ -788,13 +807,15 @@ func (p *Producer) repartition(ctx context.Context, desc *wire.Topic) {
 	p.mu.Lock()
 	p.switching = true
 	old := p.sinks
-	p.mu.Unlock()
 	var left []*pending
 	waiting := map[*sink]bool{}
 	for _, s := range old {
 		waiting[s] = true
 		s.fence(desc)
 	}
+	// Every old sink is fenced (it transmits nothing more): the machine's newer epoch.
+	p.check.NewEpoch(desc.Current().Epoch)
+	p.mu.Unlock()
 	for len(waiting) > 0 {
 		select {
 		case ev := <-p.events:
@@ -837,11 +858,28 @@ func (p *Producer) repartition(ctx context.Context, desc *wire.Topic) {
 	left = ordered
 	var failed []*pending
 	var errs []error
+	placed := make([]*pending, 0, len(left))
 	for _, pd := range left {
-		if err := p.assignLocked(pd); err != nil {
+		if err := p.placeLocked(pd); err != nil {
 			failed = append(failed, pd)
 			errs = append(errs, err)
+			continue
 		}
+		placed = append(placed, pd)
+	}
+	if p.check != nil {
+		parts := make(map[uint64]int, len(placed))
+		for _, pd := range placed {
+			parts[pd.seq] = pd.partition
+		}
+		var lost []uint64
+		for _, pd := range failed {
+			lost = append(lost, pd.seq)
+		}
+		p.check.Regather(desc.Current().Epoch, parts, lost)
+	}
+	for _, pd := range placed {
+		p.queueLocked(pd)
 	}
 	p.switching = false
 	p.mu.Unlock()

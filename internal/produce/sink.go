@@ -88,6 +88,9 @@ func newSink(p *Producer, epoch, partition int) *sink {
 		wake: make(chan struct{}, 1), replies: make(chan fbReply, 2*p.opts.MaxInFlight+256), done: make(chan struct{})}
 }
 
+// id is the sink's (epoch, partition), as the sticky machine names it.
+func (s *sink) id() proto.SinkID { return proto.SinkID{Epoch: s.epoch, Partition: s.partition} }
+
 func (s *sink) signal() {
 	select {
 	case s.wake <- struct{}{}:
@@ -172,10 +175,10 @@ func (s *sink) run() {
 		}
 		if b := s.b; b != nil {
 			if connLost && b.anomaly == "" && (len(b.recs) > b.acked || b.commit > 0) {
-				b.anomaly = "the connection was lost with records in flight"
+				s.anomalous(b, "the connection was lost with records in flight")
 			}
 			if fenceDesc != nil && b.anomaly == "" {
-				b.anomaly = fmt.Sprintf("epoch %d is current", fenceDesc.Current().Epoch)
+				s.anomalous(b, fmt.Sprintf("epoch %d is current", fenceDesc.Current().Epoch))
 			}
 			if b.anomaly != "" {
 				fenced, err := s.settle(ctx, fenceDesc)
@@ -195,7 +198,9 @@ func (s *sink) run() {
 				continue
 			}
 		} else if fenceDesc != nil {
-			s.exit(event{s: s, left: s.takeQueue(), fenced: fenceDesc, final: true})
+			left := s.takeQueue()
+			s.p.check.HandBack(s.id())
+			s.exit(event{s: s, left: left, fenced: fenceDesc, final: true})
 			return
 		}
 		if s.b == nil && !s.floorKnown && s.queued() > 0 {
@@ -326,6 +331,17 @@ func (s *sink) fill() {
 	full := false // the next record may not join this batch (the per-key rule)
 	for len(b.recs)-max(b.acked, b.flowed) < window && len(b.recs) < size {
 		s.mu.Lock()
+		if s.fenceDesc != nil || s.aborted != nil {
+			// Fenced or stopped: nothing more is sent (the run loop settles the batch). Checked
+			// under s.mu with each record taken, so that no record goes out once the control
+			// loop has fenced the sink (and told the sticky check).
+			s.mu.Unlock()
+			if len(b.recs) == 0 {
+				s.p.batches.Delete(b.id)
+				s.b = nil
+			}
+			return
+		}
 		if len(s.queue) == 0 {
 			s.mu.Unlock()
 			break
@@ -340,6 +356,7 @@ func (s *sink) fill() {
 		// last: no further record can join the batch now (a batch of one record is then sent
 		// as one message that is stored and commits it).
 		last := len(s.queue) == 0 || len(b.recs)+1 >= size || !b.admitsWith(pd, s.queue[0], perKey)
+		s.p.check.Transmit(pd.seq, s.id())
 		s.mu.Unlock()
 		seq := uint64(len(b.recs) + 1)
 		op := fbAppend
@@ -352,6 +369,7 @@ func (s *sink) fill() {
 		m := &nats.Msg{Subject: wire.RecordSubject(s.p.topic, s.epoch, s.partition, s.keys, pd.rec.Key), Reply: fbReplySubject(s.p.inbox, b.id, flow, seq, op), Header: pd.hdr, Data: pd.rec.Value}
 		if err := s.p.conn.NC.PublishMsg(m); err != nil {
 			if errors.Is(err, nats.ErrMaxPayload) {
+				s.p.check.Drop(pd.seq)
 				s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: fmt.Errorf("%w: record %d cannot be published: %v", wire.ErrBadRequest, pd.seq, err)})
 				continue
 			}
@@ -359,7 +377,7 @@ func (s *sink) fill() {
 			s.mu.Lock()
 			s.queue = append([]*pending{pd}, s.queue...)
 			s.mu.Unlock()
-			b.anomaly = "publish failed: " + err.Error()
+			s.anomalous(b, "publish failed: "+err.Error())
 			b.transient = true
 			return
 		}
@@ -380,7 +398,7 @@ func (s *sink) fill() {
 	if len(b.recs) > 0 && (len(b.recs) >= size || full || s.queued() == 0) {
 		seq := uint64(len(b.recs) + 1)
 		if err := s.p.conn.NC.PublishMsg(&nats.Msg{Subject: s.subject, Reply: fbReplySubject(s.p.inbox, b.id, flow, seq, fbEOB)}); err != nil {
-			b.anomaly = "publish failed: " + err.Error()
+			s.anomalous(b, "publish failed: "+err.Error())
 			b.transient = true
 			return
 		}
@@ -487,7 +505,7 @@ func (s *sink) wait(ctx context.Context) {
 	case <-s.timer.C:
 		now := time.Now()
 		if now.Sub(b.progress) >= s.p.conn.AckTimeout {
-			b.anomaly = fmt.Sprintf("no reply within %v", s.p.conn.AckTimeout)
+			s.anomalous(b, fmt.Sprintf("no reply within %v", s.p.conn.AckTimeout))
 			return
 		}
 		if now.Sub(b.checked) >= s.p.opts.StallTimeout {
@@ -508,7 +526,7 @@ func (s *sink) handle(ctx context.Context, r fbReply) {
 	switch r.kind {
 	case replyFlowAck:
 		if r.ackSeq > uint64(len(b.recs)) {
-			b.anomaly = fmt.Sprintf("flow acknowledgement of batch seq %d, only %d sent", r.ackSeq, len(b.recs))
+			s.anomalous(b, fmt.Sprintf("flow acknowledgement of batch seq %d, only %d sent", r.ackSeq, len(b.recs)))
 			return
 		}
 		b.flowed = max(b.flowed, int(r.ackSeq))
@@ -518,23 +536,23 @@ func (s *sink) handle(ctx context.Context, r fbReply) {
 	case replyGap:
 		b.ended = true
 		if b.anomaly == "" {
-			b.anomaly = fmt.Sprintf("gap: the server expected batch seq %d, got %d", r.gapExpected, r.gapGot)
+			s.anomalous(b, fmt.Sprintf("gap: the server expected batch seq %d, got %d", r.gapExpected, r.gapGot))
 		}
 	case replyFlowErr:
 		b.ended = true
 		s.refused(r)
 		if b.anomaly == "" {
-			b.anomaly = fmt.Sprintf("batch seq %d refused: %s (%d)", r.gapGot, r.errText, r.errCode)
+			s.anomalous(b, fmt.Sprintf("batch seq %d refused: %s (%d)", r.gapGot, r.errText, r.errCode))
 		}
 	case replyRefusal:
 		s.refused(r)
 		if b.anomaly == "" {
-			b.anomaly = fmt.Sprintf("batch seq %d refused: %s (%d)", r.seq, r.errText, r.errCode)
+			s.anomalous(b, fmt.Sprintf("batch seq %d refused: %s (%d)", r.seq, r.errText, r.errCode))
 		}
 	case replyNoResponders:
 		b.noResp = true
 		if b.anomaly == "" {
-			b.anomaly = "no stream answers " + s.subject
+			s.anomalous(b, "no stream answers "+s.subject)
 		}
 		s.p.requestCheck()
 	case replyPubAck:
@@ -547,7 +565,7 @@ func (s *sink) handle(ctx context.Context, r fbReply) {
 			if s.verify {
 				found, trusted, err := s.confirm(ctx, len(b.recs), r.streamSeq)
 				if err != nil {
-					b.anomaly = "cannot confirm the batch on the cluster: " + err.Error()
+					s.anomalous(b, "cannot confirm the batch on the cluster: "+err.Error())
 					return // settle takes it up (the PubAck is kept)
 				}
 				if !trusted {
@@ -559,13 +577,22 @@ func (s *sink) handle(ctx context.Context, r fbReply) {
 			return
 		}
 		if b.anomaly == "" {
-			b.anomaly = fmt.Sprintf("PubAck of %d records (batch %q, duplicate %v), %d sent, commit sent: %v", r.count, r.ackBatch, r.duplicate, len(b.recs), b.commit > 0)
+			s.anomalous(b, fmt.Sprintf("PubAck of %d records (batch %q, duplicate %v), %d sent, commit sent: %v", r.count, r.ackBatch, r.duplicate, len(b.recs), b.commit > 0))
 		}
 	default:
 		if b.anomaly == "" {
-			b.anomaly = "unexpected reply: " + r.errText
+			s.anomalous(b, "unexpected reply: "+r.errText)
 		}
 	}
+}
+
+// anomalous marks the open batch b for settling (its first anomaly's why is kept): to the sticky
+// machine every record it has in flight is ambiguous from now on, before anything else is sent.
+func (s *sink) anomalous(b *batch, why string) {
+	if b.anomaly == "" {
+		b.anomaly = why
+	}
+	s.p.check.Anomaly(s.id())
 }
 
 // refused records what a refusal says about one message of the batch.
@@ -611,6 +638,7 @@ func (s *sink) ackUpTo(n int) {
 		if pd.failed != nil {
 			continue // cannot be: a refused message leaves a gap
 		}
+		s.p.check.Acked(s.id(), pd.seq)
 		s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch})
 	}
 }
@@ -628,6 +656,7 @@ func (s *sink) committed(r fbReply) {
 		if last.sends == 1 && r.streamSeq > 0 {
 			res.Seq = r.streamSeq // its first send, stored by this batch: the PubAck names it
 		}
+		s.p.check.Acked(s.id(), last.seq)
 		s.p.finish(last, res)
 		b.acked = n
 	}
@@ -649,6 +678,7 @@ func (s *sink) endBatch(streamSeq uint64) {
 func (s *sink) settle(ctx context.Context, fenceDesc *wire.Topic) (*wire.Topic, error) {
 	b := s.b
 	s.p.settles.Add(1)
+	s.p.check.Anomaly(s.id())
 	s.logf("settling batch %s (%d records sent, %d acknowledged): %s", b.id, len(b.recs), b.acked, b.anomaly)
 	desc := fenceDesc
 	var fenced *wire.Topic
@@ -847,23 +877,29 @@ const eobWait = time.Second
 func (s *sink) finishStored(stored map[int]uint64) []*pending {
 	b := s.b
 	var rest []*pending
+	var acked, failed []uint64 // for the sticky check
 	for i := b.acked; i < len(b.recs); i++ {
 		pd := b.recs[i]
 		seq, ok := stored[i]
 		switch {
 		case pd.failed != nil:
+			failed = append(failed, pd.seq)
 			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: pd.failed})
 		case ok:
+			acked = append(acked, pd.seq)
 			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Seq: seq})
 		case pd.inProcess.Count() >= InProcessLimit:
 			// Not found stored, and its id is stuck "in process" (inprocess.go): fail it now
 			// rather than re-send it with the same id until the duplicate window ends.
+			failed = append(failed, pd.seq)
 			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: inProcessError(pd.seq, pd.hdr.Get(wire.HeaderMsgID), s.partition, pd.inProcess.Count())})
 		default:
 			rest = append(rest, pd)
 		}
 	}
 	b.acked = len(b.recs)
+	// Settled before the rest is queued again: the machine sends it before the sink does.
+	s.p.check.Settled(s.id(), acked, failed)
 	return rest
 }
 
@@ -873,6 +909,9 @@ func (s *sink) finishStored(stored map[int]uint64) []*pending {
 // (the per-key rule), so each key's order holds.
 func (s *sink) endConfirmed(ctx context.Context, found map[int]uint64, streamSeq uint64) {
 	b := s.b
+	// The read-back decided the batch's records as settling does: to the sticky machine the
+	// leader change was an anomaly (their fate was unknown) and the read its settling.
+	s.p.check.Anomaly(s.id())
 	rest := s.finishStored(found)
 	if len(rest) > 0 {
 		s.holes += len(rest)
@@ -1192,6 +1231,7 @@ func (s *sink) checkPubAck(ctx context.Context, r fbReply) (k, at int, ok bool, 
 		}
 		pd := b.recs[0]
 		if m != nil && sameRecord(m, pd.hdr, pd.rec.Value) {
+			s.p.check.Acked(s.id(), pd.seq)
 			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Seq: r.streamSeq, Duplicate: true})
 			b.acked = 1
 			return 1, -1, true, nil

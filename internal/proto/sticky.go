@@ -52,45 +52,78 @@ type KeyPartition func(epoch int, key string) (int, error)
 type stickyRec struct {
 	seq       uint64
 	key       string
-	sent      bool // transmitted, fate not yet known
-	ambiguous bool // an anomaly left its fate unknown; only settling ends it
+	sink      *stickySink // nil while held
+	sent      bool        // transmitted, fate not yet known
+	ambiguous bool        // an anomaly left its fate unknown; only settling ends it
+	gone      bool        // acknowledged or failed: no longer the machine's
 }
 
 type stickySink struct {
 	id   SinkID
-	recs []*stickyRec // unacknowledged, in send order
+	recs []*stickyRec // unacknowledged, in send order (entries gone are skipped)
+	live int          // entries of recs not gone
+	amb  int          // entries of recs ambiguous
 }
 
-func (k *stickySink) ambiguous() bool {
+// remove takes r (one of k's records) out of the machine.
+func (s *Sticky) remove(k *stickySink, r *stickyRec) {
+	if r.ambiguous {
+		k.amb--
+	}
+	r.gone, r.ambiguous, r.sent = true, false, false
+	delete(s.bySeq, r.seq)
+	k.live--
+	i := 0
+	for i < len(k.recs) && k.recs[i].gone {
+		i++
+	}
+	k.recs = k.recs[i:]
+	if len(k.recs) > 2*k.live+64 {
+		k.recs = k.records()
+	}
+}
+
+// records returns k's records not gone, in order.
+func (k *stickySink) records() []*stickyRec {
+	out := make([]*stickyRec, 0, k.live)
 	for _, r := range k.recs {
-		if r.ambiguous {
-			return true
+		if !r.gone {
+			out = append(out, r)
 		}
 	}
-	return false
+	return out
 }
 
-// Sticky is the state machine; NewSticky makes one.
+func (k *stickySink) ambiguous() bool { return k.amb > 0 }
+
+// mark makes every record k has in flight ambiguous.
+func (k *stickySink) mark() {
+	for _, r := range k.recs {
+		if r.sent && !r.gone && !r.ambiguous {
+			r.ambiguous = true
+			k.amb++
+		}
+	}
+}
+
+// Sticky is the state machine; NewSticky makes one. It is not safe for concurrent use.
 type Sticky struct {
 	epoch  int // the epoch new records go to
 	next   int // a newer epoch the descriptor shows, waiting for the old sinks (0: none)
 	f      KeyPartition
 	sinks  []*stickySink // in creation order
-	held   []*stickyRec  // produced while the producer moves to epoch next
+	byID   map[SinkID]*stickySink
+	bySeq  map[uint64]*stickyRec // every record the machine holds
+	held   []*stickyRec          // produced while the producer moves to epoch next
 	closed bool
 }
 
 // NewSticky starts a producer at epoch (the descriptor's current one) with no records.
-func NewSticky(epoch int, f KeyPartition) *Sticky { return &Sticky{epoch: epoch, f: f} }
-
-func (s *Sticky) sink(id SinkID) *stickySink {
-	for _, k := range s.sinks {
-		if k.id == id {
-			return k
-		}
-	}
-	return nil
+func NewSticky(epoch int, f KeyPartition) *Sticky {
+	return &Sticky{epoch: epoch, f: f, byID: map[SinkID]*stickySink{}, bySeq: map[uint64]*stickyRec{}}
 }
+
+func (s *Sticky) sink(id SinkID) *stickySink { return s.byID[id] }
 
 // place puts r into its key's sink of the current epoch and transmits it unless the sink is
 // ambiguous.
@@ -104,8 +137,12 @@ func (s *Sticky) place(r *stickyRec, a *StickyActions) error {
 	if k == nil {
 		k = &stickySink{id: id}
 		s.sinks = append(s.sinks, k)
+		s.byID[id] = k
 	}
 	k.recs = append(k.recs, r)
+	k.live++
+	r.sink = k
+	s.bySeq[r.seq] = r
 	if !k.ambiguous() {
 		r.sent = true
 		a.Send = append(a.Send, Placed{r.seq, id.Epoch, id.Partition})
@@ -124,6 +161,7 @@ func (s *Sticky) Produce(seq uint64, key string) (StickyActions, error) {
 		a.Failed = []uint64{seq}
 	case s.next != 0:
 		s.held = append(s.held, r)
+		s.bySeq[seq] = r
 	default:
 		if err := s.place(r, &a); err != nil {
 			return a, err
@@ -137,14 +175,9 @@ func (s *Sticky) Produce(seq uint64, key string) (StickyActions, error) {
 func (s *Sticky) Acked(seqs []uint64) StickyActions {
 	var a StickyActions
 	for _, seq := range seqs {
-		for _, k := range s.sinks {
-			for i, r := range k.recs {
-				if r.seq == seq && r.sent && !r.ambiguous {
-					k.recs = append(k.recs[:i], k.recs[i+1:]...)
-					a.Acked = append(a.Acked, seq)
-					break
-				}
-			}
+		if r := s.bySeq[seq]; r != nil && r.sink != nil && r.sent && !r.ambiguous {
+			s.remove(r.sink, r)
+			a.Acked = append(a.Acked, seq)
 		}
 	}
 	return a
@@ -155,11 +188,7 @@ func (s *Sticky) Acked(seqs []uint64) StickyActions {
 // moves; a sink already ambiguous stays so (a timeout never ends an ambiguity).
 func (s *Sticky) Anomaly(id SinkID) StickyActions {
 	if k := s.sink(id); k != nil {
-		for _, r := range k.recs {
-			if r.sent {
-				r.ambiguous = true
-			}
-		}
+		k.mark()
 	}
 	return StickyActions{}
 }
@@ -169,6 +198,15 @@ func (s *Sticky) Anomaly(id SinkID) StickyActions {
 // later records and are re-sent there when its epoch is current, or moved with them once every
 // old sink has settled.
 func (s *Sticky) Settled(id SinkID, stored []uint64) (StickyActions, error) {
+	return s.SettledFailing(id, stored, nil)
+}
+
+// SettledFailing is Settled where settling also failed some of the sink's ambiguous records for
+// good (spec/protocol.md §5.1.2: a refusal 10054 or another permanent error fails that one
+// record, "the records after it are re-sent"; §5.1.5: an id stuck in process that settling did
+// not find stored): those are reported Failed and never sent again. A record both stored and
+// failed counts as stored.
+func (s *Sticky) SettledFailing(id SinkID, stored, failed []uint64) (StickyActions, error) {
 	var a StickyActions
 	k := s.sink(id)
 	if k == nil || !k.ambiguous() {
@@ -178,28 +216,60 @@ func (s *Sticky) Settled(id SinkID, stored []uint64) (StickyActions, error) {
 	for _, q := range stored {
 		in[q] = true
 	}
-	rest := k.recs[:0]
-	for _, r := range k.recs {
-		if r.ambiguous && in[r.seq] {
-			a.Acked = append(a.Acked, r.seq)
-			continue
-		}
-		if r.ambiguous {
-			r.ambiguous, r.sent = false, false
-		}
-		rest = append(rest, r)
+	out := map[uint64]bool{}
+	for _, q := range failed {
+		out[q] = true
 	}
-	k.recs = rest
+	for _, r := range k.records() {
+		switch {
+		case r.ambiguous && in[r.seq]:
+			a.Acked = append(a.Acked, r.seq)
+			s.remove(k, r)
+		case r.ambiguous && out[r.seq]:
+			a.Failed = append(a.Failed, r.seq)
+			s.remove(k, r)
+		case r.ambiguous:
+			r.ambiguous, r.sent = false, false
+			k.amb--
+		}
+	}
 	if s.next != 0 {
 		return a, s.regather(&a)
 	}
-	for _, r := range k.recs {
+	for _, r := range k.records() {
 		if !r.sent {
 			r.sent = true
 			a.Send = append(a.Send, Placed{r.seq, id.Epoch, id.Partition})
 		}
 	}
 	return a, nil
+}
+
+// Drop: the producer failed these records for good before they were transmitted (a record its
+// connection refuses to publish, a partitioner that fails on a re-sent record's key), wherever
+// they wait. Each one the machine holds is reported Failed. Not for records in flight: settling
+// decides those (SettledFailing).
+func (s *Sticky) Drop(seqs []uint64) StickyActions {
+	var a StickyActions
+	for _, seq := range seqs {
+		r := s.bySeq[seq]
+		if r == nil || r.ambiguous {
+			continue
+		}
+		if r.sink != nil {
+			s.remove(r.sink, r)
+		} else {
+			delete(s.bySeq, seq)
+			for i, h := range s.held {
+				if h == r {
+					s.held = append(s.held[:i], s.held[i+1:]...)
+					break
+				}
+			}
+		}
+		a.Failed = append(a.Failed, seq)
+	}
+	return a
 }
 
 // NewEpoch: the descriptor shows epoch current, newer than the producer's. Every old sink's
@@ -213,11 +283,7 @@ func (s *Sticky) NewEpoch(current int) (StickyActions, error) {
 	}
 	s.next = current
 	for _, k := range s.sinks {
-		for _, r := range k.recs {
-			if r.sent {
-				r.ambiguous = true
-			}
-		}
+		k.mark()
 	}
 	return a, s.regather(&a)
 }
@@ -229,7 +295,7 @@ func (s *Sticky) regather(a *StickyActions) error {
 		if k.ambiguous() {
 			return nil
 		}
-		left = append(left, k.recs...)
+		left = append(left, k.records()...)
 	}
 	left = append(left, s.held...)
 	seqs := make([]uint64, len(left))
@@ -237,9 +303,10 @@ func (s *Sticky) regather(a *StickyActions) error {
 		seqs[i] = r.seq
 	}
 	s.sinks, s.held, s.epoch, s.next = nil, nil, s.next, 0
+	s.byID, s.bySeq = map[SinkID]*stickySink{}, map[uint64]*stickyRec{}
 	for _, i := range ResendOrder(seqs) {
 		r := left[i]
-		r.sent, r.ambiguous = false, false
+		r.sent, r.ambiguous, r.sink = false, false, nil
 		if err := s.place(r, a); err != nil {
 			return err
 		}
@@ -251,15 +318,11 @@ func (s *Sticky) regather(a *StickyActions) error {
 // it was acknowledged), in send order; an ambiguous one is never re-sent elsewhere.
 func (s *Sticky) Close() StickyActions {
 	var a StickyActions
-	for _, k := range s.sinks {
-		for _, r := range k.recs {
-			a.Failed = append(a.Failed, r.seq)
-		}
-	}
-	for _, r := range s.held {
-		a.Failed = append(a.Failed, r.seq)
+	for seq := range s.bySeq {
+		a.Failed = append(a.Failed, seq)
 	}
 	sort.Slice(a.Failed, func(i, j int) bool { return a.Failed[i] < a.Failed[j] })
 	s.sinks, s.held, s.closed = nil, nil, true
+	s.byID, s.bySeq = map[SinkID]*stickySink{}, map[uint64]*stickyRec{}
 	return a
 }

@@ -21,6 +21,20 @@ type Broker struct {
 	// a stream that cannot be created or moved would. Fault-injection tests use it to stop a step
 	// half way, with some partitions done and others not.
 	Partition func(topic, step string, q int) error
+	// ProduceResult, if set, runs in the produce service (spec/protocol.md §5.2) when a record of
+	// a thin producer has its result from the producer engine (partition and epoch: where it was
+	// produced), before the reply; a non-nil error replaces the result as the record's failure.
+	// Tests use it to fail a record with an engine error that a real server gives only under
+	// faults (internal/produce's InProcessError, spec/protocol.md §5.1.5).
+	ProduceResult func(topic, producer string, seq uint64, partition, epoch int) error
+}
+
+// ProduceResultHook returns b's ProduceResult (nil for a nil b).
+func (b *Broker) ProduceResultHook() func(topic, producer string, seq uint64, partition, epoch int) error {
+	if b == nil {
+		return nil
+	}
+	return b.ProduceResult
 }
 
 // StepHook returns b's Step (nil for a nil b).

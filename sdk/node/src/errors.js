@@ -102,8 +102,11 @@ export class UnavailableError extends PctlError {
  * in process" (API error 10158, spec/protocol.md §5.1.5), so the producer stopped re-sending it.
  * Its fate is unknown (it may be stored): read the partition before producing it again. `msgId`
  * is the record's Nats-Msg-Id, `partition` the partition that refused it, `answers` how many 10158
- * answers it got. Its code is `unavailable`, so it is also an UnavailableError (and crosses the
- * wire, from the produce service, as `unavailable`).
+ * answers it got (0 when it came from the produce service, whose reply does not say). Its code is
+ * `unavailable`, so it is also an UnavailableError; it crosses the wire, from the produce service,
+ * as `unavailable` with the detail `in_process: true` (spec/protocol.md §3), which errorFromCode
+ * maps back to this class. A thin client does not re-send such a record under the same identity
+ * (§5.2 step 5).
  */
 export class MsgIdInProcessError extends UnavailableError {
   constructor(message, { msgId = '', partition = -1, answers = 0, ...opts } = {}) {
@@ -154,8 +157,24 @@ const BY_CODE = {
   internal: InternalError,
 };
 
-/** The PctlError of a wire code (an unknown code becomes `internal`, keeping the message). */
+/**
+ * The PctlError of a wire code (an unknown code becomes `internal`, keeping the message). An
+ * `unavailable` error whose detail has `in_process: true` (spec/protocol.md §3: a record whose
+ * Nats-Msg-Id is stuck, §5.1.5) becomes a MsgIdInProcessError carrying the detail's `msg_id` and
+ * `partition` (its `answers` is 0: the wire does not say): a thin client MUST NOT re-send such a
+ * record under the same identity (§5.2 step 5), and the message says to read the partition first.
+ * This holds for an error reply and for a batched request's per-record `error` object alike.
+ */
 export function errorFromCode(code, message, opts = {}) {
+  const d = opts.detail;
+  if (code === 'unavailable' && d && typeof d === 'object' && d.in_process === true) {
+    const partition = Number.isInteger(d.partition) ? d.partition : -1;
+    const msgId = typeof d.msg_id === 'string' ? d.msg_id : '';
+    return new MsgIdInProcessError(
+      `${message} (not to be re-sent under the same identity, spec/protocol.md §5.2: the stream refuses its id ${msgId} for its duplicate window, 2 minutes; the record's fate is unknown: read partition ${partition} of epoch ${d.epoch} before producing it again, as a new record)`,
+      { ...opts, msgId, partition },
+    );
+  }
   const C = BY_CODE[code];
   if (!C) return new InternalError(`${message} (unknown error code ${JSON.stringify(code)})`, opts);
   return new C(message, opts);

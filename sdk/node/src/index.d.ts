@@ -71,6 +71,10 @@ export class MisplacedError extends PctlError {
   readonly misplacement: Misplacement;
 }
 /** The PctlError subclass of a wire code (unknown codes become internal). */
+/**
+ * The PctlError of a wire code; `unavailable` with detail `in_process: true` (spec/protocol.md §3)
+ * is a MsgIdInProcessError, not to be re-sent under the same identity (§5.2 step 5).
+ */
 export function errorFromCode(code: string, message: string, opts?: object): PctlError;
 
 // ---- connecting ----

@@ -152,9 +152,13 @@ test('nativeFor: a built-in digest without config only; errors are the module pa
   assert.equal(p.partition(new Uint8Array(65536), 3), w.partition(new Uint8Array(65536), 3), 'a key of exactly 65536 bytes is a key');
 });
 
+// Short rounds, interleaved, the best of each: the machine is shared (load averages of 10 to 20
+// while other suites run), and a round that was preempted says nothing about either path.
+const ROUNDS = 21;
+const best = (a) => Math.min(...a);
 for (const name of ['kafka-murmur2', 'jump']) {
   test(`native vs WebAssembly per call, ${name}, 16-byte keys (a ratio, not asserted)`, () => {
-    const keys = Array.from({ length: 200_000 }, (_, i) => new TextEncoder().encode(`k${i}`.padEnd(16, '.')));
+    const keys = Array.from({ length: 50_000 }, (_, i) => new TextEncoder().encode(`k${i}`.padEnd(16, '.')));
     const nat = nativeFor({ digest: Partitioner.builtin(name).digest });
     const wasm = Partitioner.builtin(name);
     const time = (p) => {
@@ -165,18 +169,17 @@ for (const name of ['kafka-murmur2', 'jump']) {
     };
     const tn = [];
     const tw = [];
-    for (let r = 0; r < 7; r++) {
+    for (let r = 0; r < ROUNDS; r++) {
       const [a, sa] = time(nat);
       const [b, sb] = time(wasm);
       assert.equal(sa, sb);
       tn.push(a);
       tw.push(b);
     }
-    const med = (a) => a.sort((x, y) => x - y)[3];
-    console.log(`${name} 16-byte keys, Partitioner.partition per call: wasm ${(med(tw) / keys.length).toFixed(0)} ns, native ${(med(tn) / keys.length).toFixed(0)} ns: wasm/native ${(med(tw) / med(tn)).toFixed(2)}x`);
+    console.log(`${name} 16-byte keys, Partitioner.partition per call: wasm ${(best(tw) / keys.length).toFixed(0)} ns, native ${(best(tn) / keys.length).toFixed(0)} ns: wasm/native ${(best(tw) / best(tn)).toFixed(2)}x`);
     const bn = [];
     const bw = [];
-    for (let r = 0; r < 7; r++) {
+    for (let r = 0; r < ROUNDS; r++) {
       const t0 = process.hrtime.bigint();
       const a = nat.partitionMany(keys, 1000);
       const t1 = process.hrtime.bigint();
@@ -185,7 +188,7 @@ for (const name of ['kafka-murmur2', 'jump']) {
       bw.push(Number(process.hrtime.bigint() - t1));
       assert.deepEqual(a, b);
     }
-    console.log(`${name} 16-byte keys, partitionMany: wasm ${(med(bw) / keys.length).toFixed(0)} ns/key, native ${(med(bn) / keys.length).toFixed(0)} ns/key: wasm/native ${(med(bw) / med(bn)).toFixed(2)}x`);
+    console.log(`${name} 16-byte keys, partitionMany: wasm ${(best(bw) / keys.length).toFixed(0)} ns/key, native ${(best(bn) / keys.length).toFixed(0)} ns/key: wasm/native ${(best(bw) / best(bn)).toFixed(2)}x`);
   });
 }
 

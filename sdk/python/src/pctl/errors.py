@@ -126,8 +126,11 @@ class MsgIdInProcess(Unavailable):
     (API error 10158, spec/protocol.md §5.1.5), so the producer stopped re-sending it. Its fate is
     unknown (it may be stored): read the partition before producing it again. ``msg_id`` is the
     record's ``Nats-Msg-Id``, ``partition`` the partition that refused it, ``answers`` how many
-    10158 answers it got. Its code is ``unavailable`` (it is an :class:`Unavailable`, and crosses
-    the wire, from the produce service, as ``unavailable``)."""
+    10158 answers it got (0 when it came from the produce service, whose reply does not say). Its
+    code is ``unavailable`` (it is an :class:`Unavailable`); it crosses the wire, from the produce
+    service, as ``unavailable`` with the detail ``"in_process": true`` (spec/protocol.md §3), which
+    :func:`error_from_code` maps back to this class. A thin client does not re-send such a record
+    under the same identity (§5.2 step 5)."""
 
     def __init__(self, message: str, *, msg_id: str = "", partition: int = -1, answers: int = 0, detail: Any = None):
         super().__init__(message, detail=detail)
@@ -162,7 +165,21 @@ _BY_CODE = {c.code: c for c in (BadRequest, NotFound, Exists, Conflict, InUse, P
 
 def error_from_code(code: str, message: str, detail: Any = None) -> PctlError:
     """The exception for an error reply of the broker (spec/protocol.md §3). An unknown code
-    becomes an :class:`InternalError` that keeps the code."""
+    becomes an :class:`InternalError` that keeps the code. An ``unavailable`` error whose detail
+    has ``"in_process": true`` (a record whose Nats-Msg-Id is stuck, §5.1.5) becomes a
+    :class:`MsgIdInProcess` with the detail's ``msg_id`` and ``partition`` (``answers`` 0: the wire
+    does not say): a thin client MUST NOT re-send such a record under the same identity (§5.2
+    step 5), and the message says to read the partition first. This holds for an error reply and
+    for a batched request's per-record ``error`` object alike."""
+    if code == "unavailable" and isinstance(detail, dict) and detail.get("in_process") is True:
+        partition = detail.get("partition")
+        partition = partition if isinstance(partition, int) and not isinstance(partition, bool) else -1
+        msg_id = detail.get("msg_id") if isinstance(detail.get("msg_id"), str) else ""
+        return MsgIdInProcess(
+            f"{message or 'unavailable'} (not to be re-sent under the same identity, spec/protocol.md §5.2: the stream "
+            f"refuses its id {msg_id} for its duplicate window, 2 minutes; the record's fate is unknown: read partition "
+            f"{partition} of epoch {detail.get('epoch')} before producing it again, as a new record)",
+            msg_id=msg_id, partition=partition, detail=detail)
     cls = _BY_CODE.get(code)
     if cls is None:
         e = InternalError(message or f"broker error {code}", detail=detail)

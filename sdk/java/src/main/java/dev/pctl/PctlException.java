@@ -55,7 +55,13 @@ public class PctlException extends RuntimeException {
         return detail;
     }
 
-    /** The exception for a broker error reply (spec/protocol.md §3). */
+    /**
+     * The exception for a broker error reply (spec/protocol.md §3): the class of its code, except
+     * that {@code unavailable} with a detail {@code "in_process": true} (a record whose
+     * Nats-Msg-Id is stuck, §5.1.5) is a {@link MsgIdInProcessException}, which a thin client does
+     * not re-send under the same identity (§5.2 step 5). {@code detail} is the raw JSON detail; a
+     * batched produce reply's per-record {@code error} maps the same way.
+     */
     public static PctlException fromReply(String code, String message, String detail) {
         ErrorCode c = ErrorCode.fromWire(code);
         String msg = message == null || message.isEmpty() ? "the broker answered " + code : message;
@@ -81,7 +87,8 @@ public class PctlException extends RuntimeException {
             case PERMISSION:
                 return new PermissionDeniedException(msg, null, null, detail);
             case UNAVAILABLE:
-                return new UnavailableException(msg, detail, null);
+                MsgIdInProcessException stuck = MsgIdInProcessException.fromReply(msg, detail);
+                return stuck != null ? stuck : new UnavailableException(msg, detail, null);
             case OUT_OF_SEQUENCE:
                 return new OutOfSequenceException(msg, detail, null);
             case UNSUPPORTED:

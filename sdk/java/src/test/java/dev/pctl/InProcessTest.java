@@ -73,4 +73,11 @@ class InProcessTest {
         // Across the wire (the produce service) the code is unavailable: it maps back to an UnavailableException.
         assertInstanceOf(UnavailableException.class, PctlException.fromReply(e.wireCode(), e.getMessage(), null));
     }
+
+    @Test
+    void anUnavailableWithoutTheInProcessDetailStaysRetryable() {
+        // spec/protocol.md §3: only "in_process": true makes an unavailable reply the in-process error.
+        PctlException e = PctlException.fromReply("unavailable", "no stream", "{\"in_process\":false}");
+        assertEquals(UnavailableException.class, e.getClass());
+    }
 }

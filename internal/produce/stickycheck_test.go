@@ -1,0 +1,102 @@
+package produce
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/partitioner"
+)
+
+// TestProducerRunsTheStickyCheck: in tests a real producer runs the sticky-ambiguity machine
+// beside its decisions (spec/protocol.md §5.1.2, proto.StickyCheck), fed by every record it
+// produces, transmits and has acknowledged, and by an epoch change with records in flight (the
+// fence, the hand-backs, the re-send). A decision of the producer that is not the machine's
+// panics with the events that led to it; this test fails if the check is not wired in at all.
+// Keyless records, so that no partitioner runs: the streams are real, the descriptor is the
+// test's (no broker in this package).
+func TestProducerRunsTheStickyCheck(t *testing.T) {
+	nc, js := testServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const topic = "sc"
+	stream := func(q, epoch int) jetstream.StreamConfig {
+		return jetstream.StreamConfig{Name: wire.StreamName(topic, q), Subjects: []string{wire.DataSubject(topic, epoch, q)}, Storage: jetstream.MemoryStorage, AllowBatchPublish: true, Duplicates: time.Minute}
+	}
+	for q := 0; q < 2; q++ {
+		if _, err := js.CreateStream(ctx, stream(q, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	epoch1 := wire.Epoch{Epoch: 1, Partitions: 2}
+	var desc atomic.Pointer[wire.Topic]
+	desc.Store(&wire.Topic{Name: topic, ID: "id1", Epochs: []wire.Epoch{epoch1}})
+	conn := &Conn{NC: nc, JS: js, Timeout: 5 * time.Second, AckTimeout: 2 * time.Second,
+		Topic: func(context.Context, string) (*wire.Topic, error) {
+			d := *desc.Load()
+			return &d, nil
+		},
+		Partitioner: func(context.Context, wire.Partitioner) (partitioner.Partitioner, error) { return nil, nil }}
+	p, err := New(ctx, conn, topic, Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(ctx)
+	if p.check == nil {
+		t.Fatal("no sticky check in a test binary: the producer's decisions are not checked against the machine (testhook.CheckSticky)")
+	}
+	var acked, failed atomic.Int64
+	send := func(n int) {
+		for i := 0; i < n; i++ {
+			if err := p.Send(ctx, Record{NoKey: true, Value: []byte(fmt.Sprint("v", i))}, func(r Result) {
+				if r.Err != nil {
+					failed.Add(1)
+				} else {
+					acked.Add(1)
+				}
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	send(300)
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	send(300) // in flight at the fence
+	// Epoch 2, three partitions: the old subjects go (the fence), the new ones come.
+	e1 := epoch1
+	for q := 0; q < 2; q++ {
+		st, err := js.UpdateStream(ctx, stream(q, 2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e1.Boundaries = append(e1.Boundaries, st.CachedInfo().State.LastSeq)
+	}
+	if _, err := js.CreateStream(ctx, stream(2, 2)); err != nil {
+		t.Fatal(err)
+	}
+	desc.Store(&wire.Topic{Name: topic, ID: "id1", Epochs: []wire.Epoch{e1, {Epoch: 2, Partitions: 3}}})
+	if err := nc.Publish(wire.TopicEventSubject(topic), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	send(300)
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if acked.Load() != 900 || failed.Load() != 0 {
+		t.Fatalf("%d acknowledged, %d failed; want all 900 acknowledged", acked.Load(), failed.Load())
+	}
+	if p.Epoch() != 2 {
+		t.Fatalf("the producer is at epoch %d; want 2", p.Epoch())
+	}
+	if n := p.check.Events(); n < 3*900 {
+		t.Fatalf("the sticky check took %d events for 900 records; want at least 3 a record (produced, transmitted, acknowledged)", n)
+	}
+	t.Logf("sticky check: %d events; %d records re-sent under epoch 2, %d batches settled", p.check.Events(), p.Resent(), p.Settled())
+}
