@@ -41,6 +41,13 @@ type StickyCheck struct {
 	events   int                 // events taken so far
 	fail     func(msg string)
 	off      bool
+	// During Resend: the machine's f places records of epoch placing with place (the producer's
+	// partitioner, in the machine's order); lost collects those it could not place; plan the
+	// machine's Send actions in order.
+	place   func(seq uint64) (int, error)
+	placing int
+	lost    []uint64
+	plan    []Placed
 }
 
 type stickySettling struct {
@@ -80,6 +87,14 @@ func NewStickyCheck(epoch int, fail func(msg string)) *StickyCheck {
 		early: map[SinkID][]uint64{}, fail: fail}
 	c.m = NewSticky(epoch, func(epoch int, key string) (int, error) {
 		seq, _ := strconv.ParseUint(key, 10, 64)
+		if c.place != nil && epoch == c.placing {
+			q, err := c.place(seq)
+			if err != nil {
+				c.lost, q = append(c.lost, seq), 0 // the machine places it; Resend drops it
+			}
+			c.parts[seq] = SinkID{epoch, q}
+			return q, nil
+		}
 		id, ok := c.parts[seq]
 		if !ok || id.Epoch != epoch {
 			return 0, fmt.Errorf("the machine places record %d in epoch %d; the producer did not place it there", seq, epoch)
@@ -129,8 +144,12 @@ func (c *StickyCheck) violation(format string, args ...any) {
 		fmt.Sprintf(format, args...), len(lines), strings.Join(lines, "\n  ")))
 }
 
-// apply takes the machine's actions: Send grants the producer a transmit.
+// apply takes the machine's actions: Send grants the producer a transmit (and, during Resend,
+// is the re-send's plan).
 func (c *StickyCheck) apply(a StickyActions) {
+	if c.place != nil {
+		c.plan = append(c.plan, a.Send...)
+	}
 	for _, p := range a.Send {
 		id := SinkID{p.Epoch, p.Partition}
 		c.grants[id] = append(c.grants[id], p.Seq)
@@ -177,6 +196,30 @@ func (c *StickyCheck) Produce(seq uint64, epoch, q int) {
 func (c *StickyCheck) valid(seq uint64, id SinkID) bool {
 	r := c.m.bySeq[seq]
 	return r != nil && r.sink != nil && r.sink.id == id && r.sent && !r.ambiguous
+}
+
+// Next (a decision, not a check): the record the machine sends to sink id next, 0 when it sends
+// nothing there now (the sink is ambiguous, or everything granted there went out). A sink
+// transmits that record and no other. on is false when the check is off (closed, or stopped at a
+// violation): the machine decides nothing then, and the sink's own queue order stands.
+func (c *StickyCheck) Next(id SinkID) (seq uint64, on bool) {
+	if c == nil {
+		return 0, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.off {
+		return 0, false
+	}
+	g := c.grants[id]
+	for len(g) > 0 && !c.valid(g[0], id) {
+		g = g[1:]
+	}
+	c.grants[id] = g
+	if len(g) == 0 {
+		return 0, true
+	}
+	return g[0], true
 }
 
 // Transmit: the producer publishes record seq to sink id now. It must be the record the machine
@@ -329,32 +372,34 @@ func (c *StickyCheck) NewEpoch(current int) {
 	c.apply(a)
 }
 
-// Regather: every old sink handed back; the producer re-sends the records under epoch: parts
-// maps each to the partition it placed it in, failed lists those it could not place (they fail).
-func (c *StickyCheck) Regather(epoch int, parts map[uint64]int, failed []uint64) {
-	if !c.enter(stickyEvent{op: "regather", seq: uint64(epoch)}) {
-		return
+// Resend (a decision, not a check): every old sink handed back, and the producer re-sends their
+// records and those it took meanwhile under epoch. The machine decides which records go and in
+// what order (its settlings, its re-gather in send order, spec/protocol.md §5.1.2 step 4); place
+// gives a record's partition in epoch (the producer's partitioner, called by the machine in its
+// order, so a keyless record's round robin follows it too), or an error: that record fails
+// (lost), the others go on. plan is what the producer transmits, in this order, each record to
+// its partition; ok is false when the check is off (closed, or stopped at a violation): the
+// machine decides nothing then, and the producer fails the records it holds.
+func (c *StickyCheck) Resend(epoch int, place func(seq uint64) (int, error)) (plan []Placed, lost []uint64, ok bool) {
+	if !c.enter(stickyEvent{op: "resend", seq: uint64(epoch)}) {
+		return nil, nil, false
 	}
 	defer c.mu.Unlock()
-	for seq, q := range parts {
-		c.parts[seq] = SinkID{epoch, q}
-	}
-	for _, seq := range failed {
-		c.parts[seq] = SinkID{epoch, 0}
-	}
 	if c.moving == 0 {
 		c.violation("re-sending under epoch %d with no move to a newer epoch begun", epoch)
-		return
+		return nil, nil, false
 	}
+	c.place, c.placing, c.lost, c.plan = place, epoch, nil, nil
+	defer func() { c.place, c.lost, c.plan = nil, nil, nil }()
 	if _, err := c.m.NewEpoch(epoch); err != nil {
 		c.violation("new epoch %d: %v", epoch, err)
-		return
+		return nil, nil, false
 	}
 	c.grants = map[SinkID][]uint64{}
 	for _, st := range c.deferred {
 		c.settle(st)
 		if c.off {
-			return
+			return nil, nil, false
 		}
 	}
 	c.deferred = nil
@@ -365,38 +410,42 @@ func (c *StickyCheck) Regather(epoch int, parts map[uint64]int, failed []uint64)
 				waiting = append(waiting, fmt.Sprintf("(%d,%d)", k.id.Epoch, k.id.Partition))
 			}
 		}
-		c.violation("re-sending %d records under epoch %d while the machine waits for sinks %s to settle", len(parts)+len(failed), epoch, strings.Join(waiting, " "))
-		return
+		c.violation("re-sending under epoch %d while the machine waits for sinks %s to settle (each old sink settles or hands back before the producer re-sends)", epoch, strings.Join(waiting, " "))
+		return nil, nil, false
 	}
 	if c.m.epoch != epoch {
 		c.violation("re-sending under epoch %d; the machine moved to epoch %d", epoch, c.m.epoch)
-		return
+		return nil, nil, false
 	}
 	for _, seq := range c.held {
 		a, err := c.m.Produce(seq, key(seq))
 		if err != nil {
 			c.violation("record %d, taken during the move: %v", seq, err)
-			return
+			return nil, nil, false
 		}
 		c.apply(a)
 	}
 	c.held, c.moving = nil, 0
-	want := make([]uint64, 0, len(parts)+len(failed))
-	for seq := range parts {
-		want = append(want, seq)
+	lost = c.lost
+	if len(lost) > 0 {
+		if a := c.m.Drop(lost); !sameSet(a.Failed, lost) {
+			c.violation("failing %v at the move to epoch %d; the machine fails %v", lost, epoch, a.Failed)
+			return nil, nil, false
+		}
+		out := map[uint64]bool{}
+		for _, seq := range lost {
+			out[seq] = true
+			delete(c.parts, seq)
+		}
+		for _, p := range c.plan {
+			if !out[p.Seq] {
+				plan = append(plan, p)
+			}
+		}
+	} else {
+		plan = c.plan
 	}
-	want = append(want, failed...)
-	var got []uint64
-	for _, g := range c.grants {
-		got = append(got, g...)
-	}
-	if !sameSet(got, want) {
-		c.violation("re-sending %v under epoch %d; the machine re-sends %v", sorted(want), epoch, sorted(got))
-		return
-	}
-	if a := c.m.Drop(failed); !sameSet(a.Failed, failed) {
-		c.violation("failing %v at the move to epoch %d; the machine fails %v", failed, epoch, a.Failed)
-	}
+	return plan, lost, true
 }
 
 // Drop: the producer failed these records for good before transmitting them.
