@@ -329,6 +329,7 @@ func (s *sink) fill() {
 	flow := max(1, window/4)
 	perKey := s.perKey()
 	full := false // the next record may not join this batch (the per-key rule)
+	none := false // the machine sends nothing more here now
 	for len(b.recs)-max(b.acked, b.flowed) < window && len(b.recs) < size {
 		s.mu.Lock()
 		if s.fenceDesc != nil || s.aborted != nil {
@@ -346,13 +347,32 @@ func (s *sink) fill() {
 			s.mu.Unlock()
 			break
 		}
-		pd := s.queue[0]
+		// The sticky machine decides what this sink transmits next (spec/protocol.md §5.1.2:
+		// nothing past an ambiguous batch until it settled, then the rest first, in send order).
+		i := 0
+		if seq, on := s.p.check.Next(s.id()); on {
+			if i = queueIndex(s.queue, seq); i < 0 {
+				s.mu.Unlock()
+				if len(b.recs) == 0 {
+					s.p.batches.Delete(b.id)
+					s.b = nil
+					return // nothing the machine sends here now (wait reads the queue again)
+				}
+				none = true // commit what went, as with an empty queue
+				break
+			}
+		}
+		pd := s.queue[i]
 		if !b.admits(pd, perKey) {
 			s.mu.Unlock()
 			full = true
 			break
 		}
-		s.queue = s.queue[1:]
+		if i == 0 {
+			s.queue = s.queue[1:]
+		} else {
+			s.queue = append(s.queue[:i:i], s.queue[i+1:]...)
+		}
 		// last: no further record can join the batch now (a batch of one record is then sent
 		// as one message that is stored and commits it).
 		last := len(s.queue) == 0 || len(b.recs)+1 >= size || !b.admitsWith(pd, s.queue[0], perKey)
@@ -395,7 +415,7 @@ func (s *sink) fill() {
 			return
 		}
 	}
-	if len(b.recs) > 0 && (len(b.recs) >= size || full || s.queued() == 0) {
+	if len(b.recs) > 0 && (len(b.recs) >= size || full || none || s.queued() == 0) {
 		seq := uint64(len(b.recs) + 1)
 		if err := s.p.conn.NC.PublishMsg(&nats.Msg{Subject: s.subject, Reply: fbReplySubject(s.p.inbox, b.id, flow, seq, fbEOB)}); err != nil {
 			s.anomalous(b, "publish failed: "+err.Error())
@@ -404,6 +424,19 @@ func (s *sink) fill() {
 		}
 		b.commit = seq
 	}
+}
+
+// queueIndex is the index of record seq in queue, -1 when it is not there (seq 0: no record).
+func queueIndex(queue []*pending, seq uint64) int {
+	if seq == 0 {
+		return -1
+	}
+	for i, pd := range queue {
+		if pd.seq == seq {
+			return i
+		}
+	}
+	return -1
 }
 
 // perKey reports whether the per-key rule holds for this sink's batches (spec/protocol.md
