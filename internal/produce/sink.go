@@ -904,35 +904,59 @@ const silentEOBs = 3
 // (TestLostAcknowledgementsNeverStoreTwice under -race, 2 ms: no acknowledgement for 30 s).
 const eobWait = time.Second
 
-// finishStored finishes the open batch's records not yet finished: those in stored (index ->
-// stream sequence, 0 if unknown) are acknowledged, refused ones fail, and the others are returned,
-// in order, to be sent again.
+// finishStored finishes the open batch's records not yet finished as the sticky machine
+// classifies them (spec/protocol.md §5.1.2) from what settling learnt: stored (index -> stream
+// sequence, 0 if unknown), refused (pd.failed) or stuck in process and not found stored
+// (inprocess.go). The machine's acknowledged are acknowledged, its failed fail, and the others are
+// returned, in order, to be sent again. While the producer moves to a newer epoch the machine
+// decides at the re-send: the facts stand then (checked against the machine at Resend).
 func (s *sink) finishStored(stored map[int]uint64) []*pending {
 	b := s.b
-	var rest []*pending
-	var acked, failed []uint64 // for the sticky check
+	var storedSeqs, failedSeqs []uint64
 	for i := b.acked; i < len(b.recs); i++ {
 		pd := b.recs[i]
-		seq, ok := stored[i]
+		_, ok := stored[i]
 		switch {
 		case pd.failed != nil:
-			failed = append(failed, pd.seq)
-			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: pd.failed})
+			failedSeqs = append(failedSeqs, pd.seq)
 		case ok:
-			acked = append(acked, pd.seq)
-			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Seq: seq})
+			storedSeqs = append(storedSeqs, pd.seq)
 		case pd.inProcess.Count() >= InProcessLimit:
 			// Not found stored, and its id is stuck "in process" (inprocess.go): fail it now
 			// rather than re-send it with the same id until the duplicate window ends.
-			failed = append(failed, pd.seq)
-			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: inProcessError(pd.seq, pd.hdr.Get(wire.HeaderMsgID), s.partition, pd.inProcess.Count())})
+			failedSeqs = append(failedSeqs, pd.seq)
+		}
+	}
+	// Settled before the rest is queued again: the machine sends it before the sink does.
+	acked, failed, decided := s.p.check.Settled(s.id(), storedSeqs, failedSeqs)
+	if !decided {
+		acked, failed = storedSeqs, failedSeqs
+	}
+	in := make(map[uint64]bool, len(acked))
+	for _, seq := range acked {
+		in[seq] = true
+	}
+	out := make(map[uint64]bool, len(failed))
+	for _, seq := range failed {
+		out[seq] = true
+	}
+	var rest []*pending
+	for i := b.acked; i < len(b.recs); i++ {
+		pd := b.recs[i]
+		switch {
+		case in[pd.seq]:
+			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Seq: stored[i]})
+		case out[pd.seq]:
+			err := pd.failed
+			if err == nil {
+				err = inProcessError(pd.seq, pd.hdr.Get(wire.HeaderMsgID), s.partition, pd.inProcess.Count())
+			}
+			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: err})
 		default:
 			rest = append(rest, pd)
 		}
 	}
 	b.acked = len(b.recs)
-	// Settled before the rest is queued again: the machine sends it before the sink does.
-	s.p.check.Settled(s.id(), acked, failed)
 	return rest
 }
 

@@ -8,25 +8,30 @@ import (
 	"sync"
 )
 
-// StickyCheck runs the sticky-ambiguity machine (Sticky, spec/protocol.md §5.1.2) beside a
-// producer that makes its own decisions (internal/produce), and checks each decision against the
-// machine's: the producer feeds it every event the machine knows (a record produced, records
-// acknowledged, an anomaly, a settling, a newer epoch, close) and every record it transmits, and
-// the check fails (fail, once, with the last events) when the producer transmits a record the
-// machine does not send there next, acknowledges one it did not send there, settles or re-sends
-// differently from the machine, or re-sends under a new epoch before every old sink settled.
+// StickyCheck runs the sticky-ambiguity machine (Sticky, spec/protocol.md §5.1.2) inside a
+// producer (internal/produce) that takes its decisions from it and checks the rest against it.
+// The producer feeds it every event the machine knows (a record produced, records acknowledged,
+// an anomaly, a settling, a newer epoch, close) and every record it transmits.
 //
-// The producer places records itself (its partitioner, its round robin for keyless records):
-// where it put a record is the machine's f. It may hold back a record the machine would send (a
-// sink waiting for its control loop); every record it transmits must be one the machine sends,
-// in the machine's order per sink. Two timings differ from the machine's and are mapped, not
-// relaxed: an acknowledgement the producer takes while the machine holds the record ambiguous (a
-// flow ack or PubAck that arrived while settling, or before the sink saw a fence) counts as
-// settled stored, and must be among the stored of that sink's next settling; and while the
-// producer moves to a newer epoch, settlings are applied when it re-sends (Regather), which
-// checks that by then every old sink handed its records back.
+// Decisions (the producer executes the machine's answer): Next, the record a sink transmits
+// next (nothing while the sink is ambiguous); Settled, how a settling classifies the sink's
+// ambiguous records from the facts it learnt; Resend, which records are re-sent under a newer
+// epoch, in what order, placed by the producer's partitioner in that order.
 //
-// StickyCheck is safe for concurrent use; a nil *StickyCheck checks nothing.
+// Checks (the producer decides; the check fails, once, with the last events): an acknowledgement
+// of a record the machine does not have in flight there, a transmit of a record other than the
+// machine's next (a race Next cannot see), a settling during a move whose classification is not
+// the machine's, a re-send before every old sink settled. The producer places records itself
+// (its partitioner, its round robin for keyless records): where it put a record is the
+// machine's f. Two timings differ from the machine's and are mapped, not relaxed: an
+// acknowledgement the producer takes while the machine holds the record ambiguous (a flow ack
+// or PubAck that arrived while settling, or before the sink saw a fence) counts as settled
+// stored, and is among the stored of that sink's next settling; and while the producer moves to
+// a newer epoch, settlings are applied when it re-sends (Resend), once the new epoch's
+// partitioner is loaded.
+//
+// StickyCheck is safe for concurrent use (its own lock; every call is computation); a nil
+// *StickyCheck decides and checks nothing.
 type StickyCheck struct {
 	mu       sync.Mutex
 	m        *Sticky
@@ -291,37 +296,48 @@ func (c *StickyCheck) Anomaly(id SinkID) {
 	delete(c.grants, id)
 }
 
-// Settled: settling sink id's batch found stored those records and failed these for good; the
-// others go again. While the producer moves to a newer epoch it is applied at Regather.
-func (c *StickyCheck) Settled(id SinkID, stored, failed []uint64) {
-	c.settled(stickySettling{id: id, stored: stored, failed: failed})
+// Settled (a decision while the producer is at its epoch; a check while it moves): settling
+// sink id's batch found these records stored and failed these for good (the facts the
+// producer's I/O learnt); the machine classifies the sink's ambiguous records: acked are
+// acknowledged, failed fail, every other one is sent again (its sink's Next). decided is false
+// while the producer moves to a newer epoch (the settling is applied at Resend, which checks
+// the producer's own classification against the machine's) and when the check is off: the
+// facts stand then.
+func (c *StickyCheck) Settled(id SinkID, stored, failed []uint64) (acked, failedOut []uint64, decided bool) {
+	return c.settled(stickySettling{id: id, stored: stored, failed: failed})
 }
 
 // HandBack: sink id, fenced, stopped and handed its records back to the producer (its final
 // settling: nothing of it is in flight any more).
 func (c *StickyCheck) HandBack(id SinkID) { c.settled(stickySettling{id: id, handBack: true}) }
 
-func (c *StickyCheck) settled(st stickySettling) {
+func (c *StickyCheck) settled(st stickySettling) (acked, failed []uint64, decided bool) {
 	op := "settled"
 	if st.handBack {
 		op = "hand-back"
 	}
 	if !c.enter(stickyEvent{op: op, id: st.id, seqs: append(append([]uint64{}, st.stored...), st.failed...)}) {
-		return
+		return nil, nil, false
 	}
 	defer c.mu.Unlock()
 	if c.moving != 0 {
 		c.deferred = append(c.deferred, st)
-		return
+		return nil, nil, false
 	}
 	if st.handBack {
 		c.violation("sink (%d,%d) handed its records back with no newer epoch to move to", st.id.Epoch, st.id.Partition)
-		return
+		return nil, nil, false
 	}
-	c.settle(st)
+	a, ok := c.settle(st, false)
+	if !ok {
+		return nil, nil, false
+	}
+	return a.Acked, a.Failed, true
 }
 
-func (c *StickyCheck) settle(st stickySettling) {
+// settle applies a settling to the machine. check: the producer decided it itself (a settling
+// deferred during a move), so the machine's classification must be the producer's.
+func (c *StickyCheck) settle(st stickySettling, check bool) (StickyActions, bool) {
 	id := st.id
 	stored := append(append([]uint64{}, st.stored...), c.early[id]...)
 	delete(c.early, id)
@@ -329,8 +345,9 @@ func (c *StickyCheck) settle(st stickySettling) {
 	if k == nil || !k.ambiguous() {
 		if len(stored)+len(st.failed) > 0 {
 			c.violation("sink (%d,%d) settled records %v (stored) %v (failed) the machine does not hold ambiguous there", id.Epoch, id.Partition, stored, st.failed)
+			return StickyActions{}, false
 		}
-		return
+		return StickyActions{}, true
 	}
 	for _, r := range k.records() {
 		if r.ambiguous {
@@ -340,20 +357,21 @@ func (c *StickyCheck) settle(st stickySettling) {
 	a, err := c.m.SettledFailing(id, stored, st.failed)
 	if err != nil {
 		c.violation("settling (%d,%d): %v", id.Epoch, id.Partition, err)
-		return
+		return StickyActions{}, false
 	}
-	if !sameSet(a.Acked, stored) {
+	if check && !sameSet(a.Acked, stored) {
 		c.violation("sink (%d,%d) settled %v as stored; the machine acknowledges %v", id.Epoch, id.Partition, sorted(stored), sorted(a.Acked))
-		return
+		return StickyActions{}, false
 	}
-	if !sameSet(a.Failed, st.failed) {
+	if check && !sameSet(a.Failed, st.failed) {
 		c.violation("sink (%d,%d) failed %v in settling; the machine fails %v", id.Epoch, id.Partition, sorted(st.failed), sorted(a.Failed))
-		return
+		return StickyActions{}, false
 	}
 	for _, seq := range append(a.Acked, a.Failed...) {
 		delete(c.parts, seq)
 	}
 	c.apply(a)
+	return a, true
 }
 
 // NewEpoch: the producer saw epoch current and fenced its sinks (none transmits any more).
@@ -397,7 +415,7 @@ func (c *StickyCheck) Resend(epoch int, place func(seq uint64) (int, error)) (pl
 	}
 	c.grants = map[SinkID][]uint64{}
 	for _, st := range c.deferred {
-		c.settle(st)
+		c.settle(st, true)
 		if c.off {
 			return nil, nil, false
 		}

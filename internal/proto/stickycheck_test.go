@@ -100,12 +100,14 @@ func TestStickyCheck(t *testing.T) {
 			c.Produce(1, 1, 0)
 			c.Acked(s10, 1)
 		}, "record 1 acknowledged in (1,0), where it was not transmitted"},
-		{"settled as stored, never in flight", func(c *StickyCheck) {
+		{"settled as stored, never in flight (during a move: the producer's own classification)", func(c *StickyCheck) {
 			sent(c, s10, 1)
 			c.Acked(s10, 1)
 			sent(c, s10, 2)
-			c.Anomaly(s10)
+			c.NewEpoch(2)
 			c.Settled(s10, []uint64{1, 2}, nil)
+			c.HandBack(s10)
+			resend(c, 2, map[uint64]int{})
 		}, "settled [1 2] as stored; the machine acknowledges [2]"},
 		{"a newer epoch: re-sent in send order once every old sink handed back", func(c *StickyCheck) {
 			fenced(c)
