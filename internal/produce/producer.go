@@ -4,6 +4,16 @@
 // a topic's descriptor and to load a partitioner) and imports neither package: client.Producer
 // is a thin public wrapper over Producer, and the broker's produce service uses Producer directly,
 // with the thin clients' identities (Record.Origin) that only the service may set.
+//
+// The sticky-ambiguity decisions (spec/protocol.md §5.1.2) are not the producer's own: it runs on
+// the I/O-free machine of internal/proto (proto.Sticky, through proto.StickyCheck, in production
+// as in tests). A sink transmits the record the machine sends it next (nothing past an ambiguous
+// batch until it settled), a settling finishes the records as the machine classifies what the
+// sink learnt, and after a fence the machine's plan says which records are re-sent, in what
+// order, placed by the producer's partitioner when the machine asks. The machine's calls are
+// computation (its own lock, taken under the producer's or a sink's lock): no network call is
+// made while any of these locks is held. Acknowledgements from the server's replies, and settlings while the producer moves to a
+// newer epoch, are still decided here and checked against the machine.
 package produce
 
 import (
