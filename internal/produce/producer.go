@@ -12,8 +12,9 @@
 // sink learnt, and after a fence the machine's plan says which records are re-sent, in what
 // order, placed by the producer's partitioner when the machine asks. The machine's calls are
 // computation (its own lock, taken under the producer's or a sink's lock): no network call is
-// made while any of these locks is held. Acknowledgements from the server's replies, and settlings while the producer moves to a
-// newer epoch, are still decided here and checked against the machine.
+// made while any of these locks is held. Acknowledgements from the server's replies, and
+// settlings while the producer moves to a newer epoch, are still decided here and checked
+// against the machine.
 package produce
 
 import (
@@ -906,9 +907,14 @@ func (p *Producer) repartition(ctx context.Context, desc *wire.Topic) {
 	if len(pool) > 0 {
 		// Records the machine did not re-send (it is off: closed, failed, or stopped at a
 		// violation): they fail rather than wait for ever.
-		err := p.fatal
-		if err == nil {
-			err = fmt.Errorf("%w: producer %s: the sticky machine (spec/protocol.md §5.1.2) did not re-send this record under epoch %d (ok %v)", wire.ErrInternal, p.id, desc.Current().Epoch, ok)
+		var err error
+		switch {
+		case p.fatal != nil:
+			err = p.fatal
+		case p.closing:
+			err = fmt.Errorf("%w: producer closed before the record was acknowledged", wire.ErrUnavailable)
+		default:
+			err = fmt.Errorf("%w: producer %s: the sticky machine (spec/protocol.md §5.1.2) did not re-send this record under epoch %d (decided: %v); report this as a bug", wire.ErrInternal, p.id, desc.Current().Epoch, ok)
 		}
 		for _, pd := range left {
 			if pool[pd.seq] != nil {
