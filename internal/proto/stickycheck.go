@@ -264,7 +264,13 @@ func (c *StickyCheck) Transmit(seq uint64, id SinkID) {
 
 // Acked: the producer acknowledged these records of sink id (not by settling: see Settled).
 func (c *StickyCheck) Acked(id SinkID, seqs ...uint64) {
-	if !c.enter(stickyEvent{op: "acked", id: id, seqs: append([]uint64(nil), seqs...)}) {
+	e := stickyEvent{op: "acked", id: id}
+	if len(seqs) == 1 {
+		e.seq = seqs[0] // the producer's usual call: no copy
+	} else {
+		e.seqs = append([]uint64(nil), seqs...)
+	}
+	if !c.enter(e) {
 		return
 	}
 	defer c.mu.Unlock()
@@ -277,7 +283,7 @@ func (c *StickyCheck) Acked(id SinkID, seqs ...uint64) {
 			c.early[id] = append(c.early[id], seq) // settling's: see Settled
 			continue
 		}
-		if a := c.m.Acked([]uint64{seq}); len(a.Acked) != 1 {
+		if !c.m.ackOne(seq) {
 			c.violation("record %d acknowledged in (%d,%d); the machine does not have it in flight there", seq, id.Epoch, id.Partition)
 			return
 		}
