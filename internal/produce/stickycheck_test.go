@@ -2,7 +2,6 @@ package produce
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,15 +23,8 @@ func TestProducerRunsTheStickyCheck(t *testing.T) {
 	defer cancel()
 	const topic = "sc"
 	stream := func(q, epoch int) jetstream.StreamConfig { return partStream(topic, q, epoch) }
-	for q := 0; q < 2; q++ {
-		if _, err := js.CreateStream(ctx, stream(q, 1)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	epoch1 := wire.Epoch{Epoch: 1, Partitions: 2}
-	var desc atomic.Pointer[wire.Topic]
-	desc.Store(&wire.Topic{Name: topic, ID: "id1", Epochs: []wire.Epoch{epoch1}})
-	k := newKeyless(t, ctx, nc, js, topic, &desc, 2*time.Second, t.Logf)
+	desc, epoch1 := epochOne(t, ctx, js, topic, 2)
+	k := newKeyless(t, ctx, nc, js, topic, desc, 2*time.Second, t.Logf)
 	p, send := k.p, k.send
 	if p.check == nil {
 		t.Fatal("no sticky machine in the producer (it decides, and checks the rest)")

@@ -28,15 +28,8 @@ func TestFenceResendFollowsTheMachine(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const topic = "fr"
-	for q := 0; q < 2; q++ {
-		if _, err := js.CreateStream(ctx, partStream(topic, q, 1)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	epoch1 := wire.Epoch{Epoch: 1, Partitions: 2}
-	var desc atomic.Pointer[wire.Topic]
-	desc.Store(&wire.Topic{Name: topic, ID: "id1", Epochs: []wire.Epoch{epoch1}})
-	k := newKeyless(t, ctx, nc, js, topic, &desc, 500*time.Millisecond, func(string, ...any) {})
+	desc, epoch1 := epochOne(t, ctx, js, topic, 2)
+	k := newKeyless(t, ctx, nc, js, topic, desc, 500*time.Millisecond, func(string, ...any) {})
 	k.send(200)
 	k.flushAll(200)
 	// The old subjects go before the producer learns of epoch 2: what it sends now finds no
@@ -84,12 +77,8 @@ func TestSettlingSendsTheRestFirst(t *testing.T) {
 	defer cancel()
 	const topic = "rf"
 	cfg := partStream(topic, 0, 1)
-	if _, err := js.CreateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	var desc atomic.Pointer[wire.Topic]
-	desc.Store(&wire.Topic{Name: topic, ID: "id1", Epochs: []wire.Epoch{{Epoch: 1, Partitions: 1}}})
-	k := newKeyless(t, ctx, nc, js, topic, &desc, 200*time.Millisecond, func(string, ...any) {})
+	desc, _ := epochOne(t, ctx, js, topic, 1)
+	k := newKeyless(t, ctx, nc, js, topic, desc, 200*time.Millisecond, func(string, ...any) {})
 	k.send(100)
 	k.flushAll(100)
 	gone := cfg
@@ -121,6 +110,20 @@ func TestSettlingSendsTheRestFirst(t *testing.T) {
 // fast batches, the test's duplicate window).
 func partStream(topic string, q, epoch int) jetstream.StreamConfig {
 	return jetstream.StreamConfig{Name: wire.StreamName(topic, q), Subjects: []string{wire.DataSubject(topic, epoch, q)}, Storage: jetstream.MemoryStorage, AllowBatchPublish: true, Duplicates: time.Minute}
+}
+
+// epochOne creates topic's streams of epoch 1 with n partitions and returns the test's
+// descriptor of it (for newKeyless) and the epoch.
+func epochOne(t *testing.T, ctx context.Context, js jetstream.JetStream, topic string, n int) (*atomic.Pointer[wire.Topic], wire.Epoch) {
+	for q := 0; q < n; q++ {
+		if _, err := js.CreateStream(ctx, partStream(topic, q, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := wire.Epoch{Epoch: 1, Partitions: n}
+	desc := &atomic.Pointer[wire.Topic]{}
+	desc.Store(&wire.Topic{Name: topic, ID: "id1", Epochs: []wire.Epoch{e}})
+	return desc, e
 }
 
 // keyless is a producer of keyless records (no partitioner runs) over a real nats-server, whose
