@@ -76,12 +76,17 @@ func (b *Broker) connectProduce(ctx context.Context) (*nats.Conn, *produce.Conn,
 		Topic: func(ctx context.Context, topic string) (*wire.Topic, error) {
 			t, _, err := b.getTopic(ctx, topic)
 			if err == nil && t.Creating {
-				err = fmt.Errorf("%w: topic %s is being created; retry in a moment", wire.ErrUnavailable, t.Name)
+				err = &wire.TopicCreatingError{Topic: t.Name}
 			}
 			if errors.Is(err, wire.ErrUnavailable) {
 				// What a client reading it through the topic API gets: the broker's answer, which
 				// the producer retries.
-				return nil, &wire.RemoteError{Code: wire.Code(err), Message: err.Error()}
+				re := &wire.RemoteError{Code: wire.Code(err), Message: err.Error()}
+				var creating *wire.TopicCreatingError
+				if errors.As(err, &creating) {
+					re.Detail, _ = json.Marshal(creating.Detail())
+				}
+				return nil, re
 			}
 			return t, err
 		},
