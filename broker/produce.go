@@ -66,21 +66,27 @@ func (b *Broker) connectProduce(ctx context.Context) (*nats.Conn, *produce.Conn,
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to %s: %v", b.ClientURL(), err)
 	}
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1<<16), jetstream.WithPublishAsyncTimeout(produceAckTimeout))
+	ackTimeout := b.cfg.Testing.AckTimeout(produceAckTimeout)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1<<16), jetstream.WithPublishAsyncTimeout(ackTimeout))
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
 	}
-	conn := &produce.Conn{NC: nc, JS: js, Timeout: produceTimeout, AckTimeout: produceAckTimeout,
+	conn := &produce.Conn{NC: nc, JS: js, Timeout: produceTimeout, AckTimeout: ackTimeout,
 		Topic: func(ctx context.Context, topic string) (*wire.Topic, error) {
 			t, _, err := b.getTopic(ctx, topic)
 			if err == nil && t.Creating {
-				err = fmt.Errorf("%w: topic %s is being created; retry in a moment", wire.ErrUnavailable, t.Name)
+				err = &wire.TopicCreatingError{Topic: t.Name}
 			}
 			if errors.Is(err, wire.ErrUnavailable) {
 				// What a client reading it through the topic API gets: the broker's answer, which
 				// the producer retries.
-				return nil, &wire.RemoteError{Code: wire.Code(err), Message: err.Error()}
+				re := &wire.RemoteError{Code: wire.Code(err), Message: err.Error()}
+				var creating *wire.TopicCreatingError
+				if errors.As(err, &creating) {
+					re.Detail, _ = json.Marshal(creating.Detail())
+				}
+				return nil, re
 			}
 			return t, err
 		},

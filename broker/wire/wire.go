@@ -298,6 +298,37 @@ type InProcessDetail struct {
 	MsgID     string `json:"msg_id,omitempty"`
 }
 
+// ErrTopicCreating marks the "unavailable" answer for a topic whose creation has not finished
+// (spec/protocol.md §3): it crosses the wire as code "unavailable" with a CreatingDetail, and a
+// *RemoteError with that detail matches it (errors.Is), as it matches ErrUnavailable. Clients
+// that wait for a new topic decide by it, not by the message's words.
+var ErrTopicCreating = errors.New("topic is being created")
+
+// CreatingDetail is the detail of an "unavailable" error reply for a topic being created
+// (spec/protocol.md §3).
+type CreatingDetail struct {
+	Creating bool   `json:"creating"`
+	Topic    string `json:"topic"`
+}
+
+// TopicCreatingError is the error for a topic being created (spec/protocol.md §3): it matches
+// ErrUnavailable and ErrTopicCreating, and its Detail is what the broker's reply carries.
+type TopicCreatingError struct {
+	Topic string
+}
+
+func (e *TopicCreatingError) Error() string {
+	return fmt.Sprintf("%v: topic %s is being created; retry in a moment", ErrUnavailable, e.Topic)
+}
+
+// Unwrap gives the two sentinels the error matches.
+func (e *TopicCreatingError) Unwrap() []error { return []error{ErrUnavailable, ErrTopicCreating} }
+
+// Detail is the error's reply detail.
+func (e *TopicCreatingError) Detail() CreatingDetail {
+	return CreatingDetail{Creating: true, Topic: e.Topic}
+}
+
 // codeTable lists every code with its sentinel, most specific first. Code takes the first entry
 // an error wraps, so an error that wraps two sentinels (errors.Join, or a fence reported as a bad
 // request) gets the same code every time: a fence before a generic refusal, a refusal before
@@ -366,14 +397,19 @@ func (e *RemoteError) Unwrap() error {
 	return ErrInternal
 }
 
-// Is reports whether the error is ErrMsgIDInProcess: an "unavailable" error whose detail has
-// "in_process": true (spec/protocol.md §3). Other sentinels are matched through Unwrap.
+// Is reports whether the error is ErrMsgIDInProcess (an "unavailable" error whose detail has
+// "in_process": true) or ErrTopicCreating (one whose detail has "creating": true, spec/protocol.md
+// §3). Other sentinels are matched through Unwrap.
 func (e *RemoteError) Is(target error) bool {
-	if target != ErrMsgIDInProcess {
-		return false
+	switch target {
+	case ErrMsgIDInProcess:
+		_, ok := e.InProcess()
+		return ok
+	case ErrTopicCreating:
+		var d CreatingDetail
+		return e.Code == "unavailable" && len(e.Detail) > 0 && json.Unmarshal(e.Detail, &d) == nil && d.Creating
 	}
-	_, ok := e.InProcess()
-	return ok
+	return false
 }
 
 // InProcess returns the error's in-process detail, and whether it has one: an "unavailable"
