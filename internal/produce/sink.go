@@ -759,7 +759,7 @@ func (s *sink) settle(ctx context.Context, fenceDesc *wire.Topic) (*wire.Topic, 
 	transient := b.transient
 	s.p.batches.Delete(b.id)
 	s.b = nil
-	s.logf("batch %s: %d of %d records stored; %d to send again", b.id, len(b.recs)-len(rest), len(b.recs), len(rest))
+	s.logf("batch %s: %d of %d records settled (stored, or failed for good); %d to send again", b.id, len(b.recs)-len(rest), len(b.recs), len(rest))
 	if fenced != nil {
 		s.mu.Lock()
 		s.queue = append(rest, s.queue...)
