@@ -34,7 +34,7 @@ type sink struct {
 
 	mu        sync.Mutex
 	queue     []*pending
-	fenceDesc *wire.Topic // the producer says this descriptor ended the sink's epoch
+	fenceDesc *wire.Topic // the producer says this descriptor ended the sink's epoch (set by repartition: the sink settles its open batch and stops, handing back its records)
 	aborted   error
 	connLost  bool // a disconnect happened since the run loop last looked
 	wake      chan struct{}
@@ -101,15 +101,6 @@ func (s *sink) signal() {
 func (s *sink) push(pd *pending) {
 	s.mu.Lock()
 	s.queue = append(s.queue, pd)
-	s.mu.Unlock()
-	s.signal()
-}
-
-// fence tells the sink that desc ended its epoch: it settles its open batch and stops, handing
-// back its records.
-func (s *sink) fence(desc *wire.Topic) {
-	s.mu.Lock()
-	s.fenceDesc = desc
 	s.mu.Unlock()
 	s.signal()
 }
