@@ -285,13 +285,15 @@ def _lanes_list(x: int, m: int) -> list[int]:
 
 
 def _vector_many(keys: list[bytes], n: int, vec: Callable[[bytes, int, int], int],
-                 post: Callable[[int, int, int], int], one: Callable[[bytes, int], int]) -> list[int]:
+                 post: Callable[[int, int, int], int], one: Callable[[bytes, int], int], lens: Optional[list[int]]) -> list[int]:
     """The partition of each key, in order: runs of keys of one length through `vec` and `post`
-    (sorted by length first when the lengths differ), runs shorter than _SWAR_MIN through `one`."""
+    (sorted by length first when the lengths differ), runs shorter than _SWAR_MIN through `one`.
+    `lens` is the keys' lengths when the caller has them."""
     m = len(keys)
     if m < _SWAR_MIN:
         return [one(k, n) for k in keys]
-    lens = list(map(len, keys))
+    if lens is None:
+        lens = list(map(len, keys))
     lo = min(lens)
     if lo == max(lens):
         out: list[int] = []
@@ -319,31 +321,32 @@ def _vector_many(keys: list[bytes], n: int, vec: Callable[[bytes, int, int], int
     return out
 
 
-def _kafka_murmur2_many(keys: list[bytes], n: int) -> list[int]:
-    return _vector_many(keys, n, _murmur2_vec, _kafka_murmur2_lanes, kafka_murmur2)
+def _kafka_murmur2_many(keys: list[bytes], n: int, lens: Optional[list[int]] = None) -> list[int]:
+    return _vector_many(keys, n, _murmur2_vec, _kafka_murmur2_lanes, kafka_murmur2, lens)
 
 
-def _linear_murmur2_many(keys: list[bytes], n: int) -> list[int]:
-    return _vector_many(keys, n, _murmur2_vec, _linear_murmur2_lanes, linear_murmur2)
+def _linear_murmur2_many(keys: list[bytes], n: int, lens: Optional[list[int]] = None) -> list[int]:
+    return _vector_many(keys, n, _murmur2_vec, _linear_murmur2_lanes, linear_murmur2, lens)
 
 
-def _librdkafka_fnv1a_many(keys: list[bytes], n: int) -> list[int]:
-    return _vector_many(keys, n, _fnv1a32_vec, _fnv1a_lanes, librdkafka_fnv1a)
+def _librdkafka_fnv1a_many(keys: list[bytes], n: int, lens: Optional[list[int]] = None) -> list[int]:
+    return _vector_many(keys, n, _fnv1a32_vec, _fnv1a_lanes, librdkafka_fnv1a, lens)
 
 
-def _sarama_fnv1a_many(keys: list[bytes], n: int) -> list[int]:
-    return _vector_many(keys, n, _fnv1a32_vec, _fnv1a_lanes, sarama_fnv1a)
+def _sarama_fnv1a_many(keys: list[bytes], n: int, lens: Optional[list[int]] = None) -> list[int]:
+    return _vector_many(keys, n, _fnv1a32_vec, _fnv1a_lanes, sarama_fnv1a, lens)
 
 
-def _librdkafka_consistent_many(keys: list[bytes], n: int) -> list[int]:
+def _librdkafka_consistent_many(keys: list[bytes], n: int, lens: Optional[list[int]] = None) -> list[int]:
     return [c % n for c in map(zlib.crc32, keys)]  # zlib's crc32 is C already: no vectors needed
 
 
-#: The native batch functions by built-in name: f(list of key bytes, n) -> partitions, for the
-#: built-ins whose native batch is faster than the module's batch export in CPython (bench.py
-#: --all prints each ratio). jump is not here: its loop runs ln(n) float steps per key, which no
-#: big-int vector does, and the module's batch runs it faster than CPython's loop over the keys.
-NATIVE_MANY: dict[str, Callable[[list[bytes], int], list[int]]] = {
+#: The native batch functions by built-in name: f(list of key bytes, n, their lengths or None) ->
+#: partitions, for the built-ins whose native batch is faster than the module's batch export in
+#: CPython (bench.py prints each ratio). jump is not here: its loop runs ln(n) float steps per
+#: key, which no big-int vector does, and the module's batch runs it faster than CPython's loop
+#: over the keys (about 1.0x against the module, measured: no gain to take).
+NATIVE_MANY: dict[str, Callable[[list[bytes], int, Optional[list[int]]], list[int]]] = {
     "kafka-murmur2": _kafka_murmur2_many,
     "librdkafka-consistent": _librdkafka_consistent_many,
     "librdkafka-fnv1a": _librdkafka_fnv1a_many,
@@ -366,7 +369,7 @@ class NativePartitioner(Partitioner):
     export, which is faster in CPython than a loop over the keys."""
 
     def __init__(self, module: bytes, fn: Callable[[bytes, int], int], *, source: str = "",
-                 many: Optional[Callable[[list[bytes], int], list[int]]] = None):
+                 many: Optional[Callable[[list[bytes], int, Optional[list[int]]], list[int]]] = None):
         super().__init__(module, source=source)
         self._native = fn
         self._many = many
@@ -381,13 +384,14 @@ class NativePartitioner(Partitioner):
     def partition_many(self, keys: Sequence[Key], n: int) -> list[int]:
         if self._many is None and len(keys) > _NATIVE_BATCH_MAX:
             return super().partition_many(keys, n)  # the module's batch export is faster here
-        ks = [k if type(k) is bytes else _key_bytes(k) for k in keys]
+        ks = list(keys) if set(map(type, keys)) <= {bytes} else [_key_bytes(k) for k in keys]
         _check_n(n)
-        if ks and max(map(len, ks)) > MAX_KEY:
-            i = next(i for i, k in enumerate(ks) if len(k) > MAX_KEY)
-            raise BadRequest(f"key too long: key {i} has {len(ks[i])} bytes; keys are at most {MAX_KEY} bytes (spec/abi-v1.md §1.1)")
+        lens = list(map(len, ks))
+        if ks and max(lens) > MAX_KEY:
+            i = next(i for i, k in enumerate(lens) if k > MAX_KEY)
+            raise BadRequest(f"key too long: key {i} has {lens[i]} bytes; keys are at most {MAX_KEY} bytes (spec/abi-v1.md §1.1)")
         if self._many is not None:
-            return self._many(ks, n)
+            return self._many(ks, n, lens)
         f = self._native
         return [f(k, n) for k in ks]
 
