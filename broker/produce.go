@@ -66,12 +66,13 @@ func (b *Broker) connectProduce(ctx context.Context) (*nats.Conn, *produce.Conn,
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to %s: %v", b.ClientURL(), err)
 	}
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1<<16), jetstream.WithPublishAsyncTimeout(produceAckTimeout))
+	ackTimeout := b.cfg.Testing.AckTimeout(produceAckTimeout)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1<<16), jetstream.WithPublishAsyncTimeout(ackTimeout))
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
 	}
-	conn := &produce.Conn{NC: nc, JS: js, Timeout: produceTimeout, AckTimeout: produceAckTimeout,
+	conn := &produce.Conn{NC: nc, JS: js, Timeout: produceTimeout, AckTimeout: ackTimeout,
 		Topic: func(ctx context.Context, topic string) (*wire.Topic, error) {
 			t, _, err := b.getTopic(ctx, topic)
 			if err == nil && t.Creating {
