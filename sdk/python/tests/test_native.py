@@ -16,7 +16,7 @@ import time
 import pytest
 
 import pctl
-from pctl._native import _LANES, _SWAR_MIN, NATIVE, NATIVE_MANY, NativePartitioner, builtin_digests, native_for
+from pctl._native import _LANES, _SWAR_MIN, _mod_lanes, NATIVE, NATIVE_MANY, NativePartitioner, builtin_digests, native_for
 from conftest import ROOT, VECTORS
 
 NS = [1, 2, 3, 7, 8, 16, 31, 100, 1000, 65535, 2147483647]
@@ -115,6 +115,20 @@ def test_native_batch_agrees_with_the_module(name):
         for n in (7, 1000, 2**16):
             assert f(same, n) == wasm.partition_many(same, n), f"{name}: {len(same)} keys of {L} bytes, n={n}"
     assert f([], 5) == []
+
+
+def test_mod_lanes_is_python_mod_at_the_edges():
+    """The batch's % n in the lanes (a multiply by ceil(2^s / n)) against Python's %, for lane
+    values up to 2^31 (FNV-1a's |INT32_MIN|) and n near powers of two, near 2^31 and random."""
+    r = random.Random(5)
+    ns = [1, 3, 7, 12, 1000, 65535, 65537, 2**30 - 1, 2**30 + 1, 2**31 - 1, 3 * 2**29]
+    ns += [(1 << b) + d for b in range(2, 31) for d in (-1, 1)] + [r.randrange(1, 2**31) for _ in range(100)]
+    for n in ns:
+        xs = [0, 1, 2**31, 2**31 - 1, n - 1, n, n + 1, 2 * n - 1, (2**31 // n) * n, (2**31 // n) * n - 1]
+        xs = [x for x in xs if 0 <= x <= 2**31] + [r.randrange(2**31 + 1) for _ in range(200)]
+        lanes = int.from_bytes(b"".join(x.to_bytes(8, "little") for x in xs), "little")
+        got = _mod_lanes(lanes, len(xs), n).to_bytes(8 * len(xs), "little")
+        assert [int.from_bytes(got[8 * i:8 * i + 8], "little") for i in range(len(xs))] == [x % n for x in xs], f"n={n}"
 
 
 def test_jump_batches_run_the_module():
