@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
+from pctl._native import kafka_murmur2  # noqa: E402,F401 - tests/test_partitioner.py checks it against the vectors
 
 
 def _rates(fs, keys, reps: int) -> list[float]:
