@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/natsver"
 	"pctl.dev/pctl/internal/produce"
 	"pctl.dev/pctl/partitioner"
 	"pctl.dev/pctl/runtime"
@@ -212,9 +213,10 @@ func (c *Client) onConnEvent(f func(connected bool)) func() { return c.listeners
 
 func (c *Client) connEvent(connected bool) { c.listeners.ConnEvent(connected) }
 
-// MinServerVersion is the oldest nats-server pctl's producer runs on: fast batch publishing
-// (spec/protocol.md §5.1).
-const MinServerVersion = produce.MinServerVersion
+// MinServerVersion is the oldest nats-server pctl's producer and consumer run on: fast batch
+// publishing (spec/protocol.md §5.1), and the conditioned write that proves a new consumer group
+// absent (§6.1). NewProducer and NewConsumer refuse an older server with wire.ErrUnavailable.
+const MinServerVersion = natsver.Min
 
 // permissionError is returned when the connection's role may not use a subject.
 func permissionError(subject string) error { return produce.PermissionError(subject) }

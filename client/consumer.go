@@ -388,6 +388,11 @@ func (c *Client) NewConsumer(ctx context.Context, topic string, opts ConsumerOpt
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
+	// Before any group key is written: a server older than 2.11 ignores the condition that
+	// proves a group absent (spec/protocol.md §6.1), so the minimum is checked here, not learnt.
+	if err := requireConsumerServer(c.nc); err != nil {
+		return nil, err
+	}
 	t, _, err := c.Topic(ctx, topic)
 	if err != nil {
 		return nil, err

@@ -11,11 +11,21 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/natsver"
 	"pctl.dev/pctl/internal/proto"
 )
+
+// requireConsumerServer refuses a server older than natsver.Min before a member writes a group
+// key: the first write that creates a group is conditioned on g.created having no message
+// (Nats-Expected-Last-Subject-Sequence-Subject), which a server older than 2.11 ignores, so
+// there it would prove nothing (spec/protocol.md §6.1, "The server version a consumer needs").
+func requireConsumerServer(nc *nats.Conn) error {
+	return natsver.Require(nc, "pctl's consumer", "a member proves a new group absent with a conditioned write, spec/protocol.md §6.1")
+}
 
 // join opens the group's bucket, creates the group's keys if it is new, reads the descriptor
 // and the group's generation: what a member does before its first assignment. Each step is

@@ -34,6 +34,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/natsver"
 	"pctl.dev/pctl/internal/proto"
 	"pctl.dev/pctl/internal/testhook"
 	"pctl.dev/pctl/partitioner"
@@ -324,31 +325,12 @@ func PermissionError(subject string) error {
 }
 
 // MinServerVersion is the oldest nats-server the producer runs on: fast batch publishing
-// (spec/protocol.md §5.1).
-const MinServerVersion = "2.14.0"
+// (spec/protocol.md §5.1); a consumer needs the same (natsver.Min, §6.1).
+const MinServerVersion = natsver.Min
 
 // RequireFastBatches refuses a connection to a server older than MinServerVersion.
 func RequireFastBatches(nc *nats.Conn) error {
-	v := nc.ConnectedServerVersion()
-	if !versionAtLeast(v, 2, 14) {
-		return fmt.Errorf("%w: the server at %s runs nats-server %q; pctl's producer needs %s or later on every node (fast batch publishing, spec/protocol.md §5.1): upgrade the NATS servers", wire.ErrUnavailable, nc.ConnectedUrlRedacted(), v, MinServerVersion)
-	}
-	return nil
-}
-
-// versionAtLeast reports whether a "major.minor.patch[-suffix]" version is at least major.minor.
-func versionAtLeast(v string, major, minor int) bool {
-	v = strings.TrimPrefix(v, "v")
-	parts := strings.SplitN(v, ".", 3)
-	if len(parts) < 2 {
-		return false
-	}
-	ma, err1 := strconv.Atoi(parts[0])
-	mi, err2 := strconv.Atoi(strings.SplitN(parts[1], "-", 2)[0])
-	if err1 != nil || err2 != nil {
-		return false
-	}
-	return ma > major || ma == major && mi >= minor
+	return natsver.Require(nc, "pctl's producer", "fast batch publishing, spec/protocol.md §5.1")
 }
 
 // ID returns the producer's id.
