@@ -18,6 +18,7 @@ import { epochOf, ended, maxPartitions } from './rules.js';
 import { KV, CasConflict, GROUPS_BUCKET } from './kv.js';
 import { streamInfo, jsRequest, JsApiError, JS } from './jsapi.js';
 import { goQuote } from './jsonl.js';
+import { requireServer } from './server.js';
 import { appHeaders, parseTime, TIME_HEADER } from './records.js';
 import { BadRequestError, ConflictError, NotFoundError, PctlError, UnavailableError, UnsupportedError, InternalError, permissionError } from './errors.js';
 import { keyToken, keySubjects, parseOrigin, backfilling, originRetired, currentEpochStart } from './compact.js';
@@ -492,6 +493,9 @@ export class Consumer {
     }
     let resetTo = null;
     if (opts.resetTo !== undefined && opts.resetTo !== null) resetTo = parseTarget(opts.resetTo);
+    // Before any group key is written: a server older than 2.11 ignores the condition that proves
+    // a group absent (spec/protocol.md §6.1, "The server version a consumer needs").
+    requireServer(client, "pctl's consumer", 'a member proves a new group absent with a conditioned write, spec/protocol.md §6.1');
     const { topic: desc } = await client.topic(topic);
     const cn = new Consumer(client, topic, desc, member, opts);
     cn.resetTo = resetTo;

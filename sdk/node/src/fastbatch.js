@@ -194,12 +194,3 @@ async function leaderRequest(nc, stream, what, req, timeout) {
   const data = m.data ? new Uint8Array(Buffer.from(m.data, 'base64')) : new Uint8Array(0);
   return { seq: m.seq, subject: m.subject, headers: new RawHeaders(hdrs), data };
 }
-
-/** Whether a "major.minor.patch[-suffix]" version is at least major.minor. */
-export function versionAtLeast(v, major, minor) {
-  const m = /^v?(\d+)\.(\d+)/.exec(String(v ?? ''));
-  if (!m) return false;
-  const ma = Number(m[1]);
-  const mi = Number(m[2]);
-  return ma > major || (ma === major && mi >= minor);
-}

@@ -185,7 +185,7 @@ export interface ProducerOptions {
   onLog?: (line: string) => void;
 }
 export const PRODUCER_DEFAULTS: Readonly<{ maxInFlight: number; maxBuffered: number; batchSize: number; stallTimeout: number }>;
-/** The oldest nats-server the producer works with ('2.14.0': fast batches). */
+/** The oldest nats-server the producer and the consumer work with ('2.14.0': fast batches, and the conditioned write of spec/protocol.md §6.1). */
 export const MIN_SERVER_VERSION: string;
 
 /** Application headers: {name: value or values}, a Map, or [name, value] pairs (spec/protocol.md §5.3). */

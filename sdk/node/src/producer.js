@@ -14,7 +14,8 @@
 
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import { keyBytes } from './partitioner.js';
-import { parseReplySubject, parseReply, newToken, recordToken, versionAtLeast } from './fastbatch.js';
+import { parseReplySubject, parseReply, newToken, recordToken } from './fastbatch.js';
+import { MIN_SERVER_VERSION, requireServer } from './server.js';
 import { Sink } from './sink.js';
 import { InProcess } from './inprocess.js';
 import { BadRequestError, NotFoundError, PctlError, UnavailableError, isTopicCreating, permissionError } from './errors.js';
@@ -28,8 +29,9 @@ const encoder = new TextEncoder();
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const current = (desc) => desc.epochs[desc.epochs.length - 1];
 
-/** The oldest nats-server the producer works with (fast batches, spec/protocol.md §5.1). */
-export const MIN_SERVER_VERSION = '2.14.0';
+// MIN_SERVER_VERSION (server.js): the oldest nats-server the producer (fast batches, spec/protocol.md
+// §5.1) and the consumer (§6.1) work with.
+export { MIN_SERVER_VERSION };
 
 /** Defaults of Producer options. */
 export const PRODUCER_DEFAULTS = Object.freeze({ maxInFlight: 1024, maxBuffered: 65536, batchSize: 4096, stallTimeout: 250 });
@@ -76,10 +78,7 @@ export class Producer {
     if (typeof id !== 'string' || !NAME_RE.test(id)) {
       throw new BadRequestError(`bad producer id ${JSON.stringify(id)}: a producer id is 1 to 64 characters of A-Z a-z 0-9 _ - (spec/protocol.md §2)`);
     }
-    const version = client.nc.info?.version ?? '';
-    if (!versionAtLeast(version, 2, 14)) {
-      throw new UnavailableError(`the server at ${client.opts.server} runs nats-server ${JSON.stringify(version)}; pctl's producer needs nats-server ${MIN_SERVER_VERSION} or later on every node (fast batch publishing, spec/protocol.md §5.1): upgrade the NATS servers`);
-    }
+    requireServer(client, "pctl's producer", 'fast batch publishing, spec/protocol.md §5.1');
     const p = new Producer(client, topic, id, opts);
     const desc = await p.fetch();
     await p.install(desc);

@@ -4,7 +4,7 @@
 // and the stored-record check refusing every look-alike.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { replySubject, parseReplySubject, parseReply, KIND, recordToken, newToken, sameRecord, versionAtLeast } from '../src/fastbatch.js';
+import { replySubject, parseReplySubject, parseReply, KIND, recordToken, newToken, sameRecord } from '../src/fastbatch.js';
 import { RawHeaders } from '../src/headers.js';
 
 const enc = new TextEncoder();
@@ -70,9 +70,4 @@ test('sameRecord: only the very record counts; each differing header or byte is 
   ];
   for (const [lines, data, why] of wrong) assert.equal(sameRecord(stored(lines, data), pd), false, why);
   assert.equal(sameRecord(stored(good.slice(1)), { ...pd, keyHdr: null }), true, 'keyless: no Pctl-Key at all');
-});
-
-test('versionAtLeast: nats-server 2.14 or later', () => {
-  for (const v of ['2.14.0', '2.15.2', 'v2.14.1-beta', '3.0.0']) assert.equal(versionAtLeast(v, 2, 14), true, v);
-  for (const v of ['2.13.9', '2.9.25', '1.99.0', '', 'x']) assert.equal(versionAtLeast(v, 2, 14), false, v);
 });

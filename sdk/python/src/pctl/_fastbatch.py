@@ -185,15 +185,3 @@ def same_record(m: Optional[StoredMsg], producer: str, seq: str, msg_id: str, ke
     elif keys != [key_hdr]:
         return False
     return m.data == value
-
-
-def version_at_least(v: str, major: int, minor: int) -> bool:
-    """Whether "major.minor.patch[-suffix]" is at least major.minor."""
-    parts = v.lstrip("v").split(".", 2)
-    if len(parts) < 2:
-        return False
-    try:
-        ma, mi = int(parts[0]), int(parts[1].split("-", 1)[0])
-    except ValueError:
-        return False
-    return ma > major or (ma == major and mi >= minor)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, NoReturn, Optional, 
 
 from . import _nats, _rules, wire
 from . import compact as compaction
+from ._server import require_server
 from .errors import BadRequest, Conflict, InternalError, NotFound, PctlError, PermissionDenied, Unavailable, Unsupported, is_topic_creating
 from .reader import RawRecord, ReaderClosed, StreamReader
 from .record import HEADER_FENCE, HEADER_TIME, KeyChange, Misplacement, Record, decode_key, parse_time
@@ -325,6 +326,9 @@ class Consumer:
                              f"{commit_interval:g}s: all positive, and the session timeout longer than the heartbeat")
         if max_buffered < 1:
             raise BadRequest("max_buffered must be at least 1")
+        # Before any group key is written: a server older than 2.11 ignores the condition that
+        # proves a group absent (spec/protocol.md §6.1, "The server version a consumer needs").
+        require_server(client, "pctl's consumer", "a member proves a new group absent with a conditioned write, spec/protocol.md §6.1")
         t = await _fetch_topic(client, topic)
         cn = cls(client, t, group, member, from_beginning=from_beginning, auto_commit=auto_commit, heartbeat=heartbeat,
                  session_timeout=session_timeout, commit_interval=commit_interval, gating=gating,

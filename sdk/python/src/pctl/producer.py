@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 import nats.errors
 
 from . import _fastbatch as fb
-from . import _nats, _rules, wire
+from . import _nats, _rules, _server, wire
 from . import compact as compaction
 from ._inprocess import InProcess, in_process_error
+from ._server import require_server
 from .errors import BadRequest, Conflict, NotFound, PctlError, PermissionDenied, PluginFailed, Unavailable, is_topic_creating
 from .record import HEADER_TIME, HeadersArg, check_headers, check_time
 
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 
 Data = Union[bytes, bytearray, memoryview, str]
 
-MIN_SERVER = "2.14.0"
+MIN_SERVER = _server.MIN_SERVER
 DEDUP_WINDOW = 120.0  # seconds: the partition streams' Duplicates window (spec/protocol.md §2)
 LEADER_SETTLED = 5.0  # seconds: a stream leader elected longer ago than this is trusted (§5.1.2)
 # How many EOBs of a batch being settled may go unanswered (each for the acknowledgement timeout)
@@ -115,15 +116,7 @@ def _data(v: Data, what: str) -> bytes:
 
 def _require_fast_batches(client: "Client") -> None:
     """spec/protocol.md §5.1: the server must run nats-server 2.14 or later (fast batches)."""
-    nc = client.nc
-    v = ""
-    srv = getattr(nc, "_current_server", None)
-    if srv is not None and getattr(srv, "server_version", None):
-        v = str(srv.server_version)
-    v = v or str((getattr(nc, "_server_info", None) or {}).get("version") or "")
-    if not fb.version_at_least(v, 2, 14):
-        raise Unavailable(f"the server at {client.server} runs nats-server {v or '(unknown version)'!r}; pctl's producer needs "
-                          f"{MIN_SERVER} or later on every node (fast batch publishing, spec/protocol.md §5.1): upgrade the NATS servers")
+    require_server(client, "pctl's producer", "fast batch publishing, spec/protocol.md §5.1")
 
 
 def _parse_time(s: str) -> Optional[float]:

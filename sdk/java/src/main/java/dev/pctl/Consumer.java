@@ -241,6 +241,9 @@ public final class Consumer implements AutoCloseable {
     // ---- creation -----------------------------------------------------------------------------
 
     Consumer(PctlClient c, TopicDescriptor t, ConsumerOptions o) {
+        // Before any group key is written: a server older than 2.11 ignores the condition that
+        // proves a group absent (spec/protocol.md §6.1, "The server version a consumer needs").
+        ServerVersion.require(c, "pctl's consumer", "a member proves a new group absent with a conditioned write, spec/protocol.md §6.1");
         this.c = c;
         this.topic = t.name();
         this.topicId = t.id();

@@ -94,8 +94,6 @@ public final class Producer implements AutoCloseable {
         void onCompletion(RecordMetadata metadata, PctlException error);
     }
 
-    /** The oldest nats-server with fast batches (spec/protocol.md §5.1). */
-    static final String MIN_SERVER_VERSION = "2.14.0";
     private static final java.security.SecureRandom TOKENS = new java.security.SecureRandom();
     private static final Object STOP = new Object();
     private static final Object CHECK = new Object();
@@ -230,33 +228,7 @@ public final class Producer implements AutoCloseable {
 
     /** Refuses a server older than nats-server 2.14 (spec/protocol.md §5.1), with what it found. */
     static void requireFastBatches(PctlClient client) {
-        String v = client.connection().getServerInfo() == null ? null : client.connection().getServerInfo().getVersion();
-        if (!versionAtLeast(v, 2, 14)) {
-            throw new UnavailableException(String.format(
-                    "the server at %s runs nats-server \"%s\"; pctl's producer needs %s or later on every node (fast batch publishing, spec/protocol.md §5.1): upgrade the NATS servers",
-                    client.options().server(), v, MIN_SERVER_VERSION));
-        }
-    }
-
-    /** Whether a "major.minor.patch[-suffix]" version is at least major.minor. */
-    static boolean versionAtLeast(String v, int major, int minor) {
-        if (v == null) {
-            return false;
-        }
-        if (v.startsWith("v")) {
-            v = v.substring(1);
-        }
-        String[] parts = v.split("\\.", 3);
-        if (parts.length < 2) {
-            return false;
-        }
-        try {
-            int ma = Integer.parseInt(parts[0]);
-            int mi = Integer.parseInt(parts[1].split("-", 2)[0]);
-            return ma > major || ma == major && mi >= minor;
-        } catch (NumberFormatException e) {
-            return false;
-        }
+        ServerVersion.require(client, "pctl's producer", "fast batch publishing, spec/protocol.md §5.1");
     }
 
     /** The producer id (the records' {@code Pctl-Producer}). */
