@@ -240,9 +240,14 @@ def test_replay_fails_on_wrong_sticky_machines() -> None:
         "one ambiguous sink holds back every partition": _HoldsEveryPartition,
         "close drops unsettled records silently": _CloseDrops,
     }
+    _assert_caught(mutants, "sticky-ambiguity")
+
+
+def _assert_caught(mutants: dict, rule: str) -> None:
+    """Every wrong machine fails the replay of rule's file."""
     for name, cls in mutants.items():
         bad, _ = replay_all(_mutant(Sticky=cls))
-        assert any(b.startswith("sticky-ambiguity") for b in bad), f"sticky-ambiguity did not catch: {name}"
+        assert any(b.startswith(rule + " / ") for b in bad), f"{rule} did not catch: {name}"
 
 
 class _ResendsFailed(_sticky.Sticky):
@@ -292,6 +297,4 @@ def test_replay_fails_on_sticky_machines_wrong_about_permanent_failures() -> Non
         "an ambiguous record dropped": _DropsAmbiguous,
         "a drop reports records already acknowledged or failed": _DropReportsAll,
     }
-    for name, cls in mutants.items():
-        bad, _ = replay_all(_mutant(Sticky=cls))
-        assert any(b.startswith("sticky-permanent-failures") for b in bad), f"sticky-permanent-failures did not catch: {name}"
+    _assert_caught(mutants, "sticky-permanent-failures")
