@@ -547,8 +547,12 @@ func respondErr(m *nats.Msg, err error) { respondErrWith(m, err, nil) }
 func respondErrWith(m *nats.Msg, err error, headers nats.Header) {
 	reply := wire.ErrorReply{Code: wire.Code(err), Message: err.Error()}
 	var d *detailed
-	if errors.As(err, &d) {
+	var creating *wire.TopicCreatingError
+	switch {
+	case errors.As(err, &d):
 		reply.Detail = d.detail
+	case errors.As(err, &creating):
+		reply.Detail = creating.Detail() // spec/protocol.md §3: clients wait by it
 	}
 	body, _ := json.Marshal(reply)
 	out := nats.NewMsg(m.Reply)

@@ -66,21 +66,27 @@ func (b *Broker) connectProduce(ctx context.Context) (*nats.Conn, *produce.Conn,
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to %s: %v", b.ClientURL(), err)
 	}
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1<<16), jetstream.WithPublishAsyncTimeout(produceAckTimeout))
+	ackTimeout := b.cfg.Testing.AckTimeout(produceAckTimeout)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1<<16), jetstream.WithPublishAsyncTimeout(ackTimeout))
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
 	}
-	conn := &produce.Conn{NC: nc, JS: js, Timeout: produceTimeout, AckTimeout: produceAckTimeout,
+	conn := &produce.Conn{NC: nc, JS: js, Timeout: produceTimeout, AckTimeout: ackTimeout,
 		Topic: func(ctx context.Context, topic string) (*wire.Topic, error) {
 			t, _, err := b.getTopic(ctx, topic)
 			if err == nil && t.Creating {
-				err = fmt.Errorf("%w: topic %s is being created; retry in a moment", wire.ErrUnavailable, t.Name)
+				err = &wire.TopicCreatingError{Topic: t.Name}
 			}
 			if errors.Is(err, wire.ErrUnavailable) {
 				// What a client reading it through the topic API gets: the broker's answer, which
 				// the producer retries.
-				return nil, &wire.RemoteError{Code: wire.Code(err), Message: err.Error()}
+				re := &wire.RemoteError{Code: wire.Code(err), Message: err.Error()}
+				var creating *wire.TopicCreatingError
+				if errors.As(err, &creating) {
+					re.Detail, _ = json.Marshal(creating.Detail())
+				}
+				return nil, re
 			}
 			return t, err
 		},
@@ -242,7 +248,7 @@ func (b *Broker) produce(m *nats.Msg) {
 		}
 		r = b.produceResultHook(topic, rec.Origin, r)
 		if r.Err != nil {
-			b.produceErr(m, withInProcessDetail(r))
+			b.produceErr(m, withRecordDetail(r))
 			return
 		}
 		out := nats.NewMsg(m.Reply)
@@ -317,7 +323,7 @@ func (b *Broker) produceBatch(m *nats.Msg, p *produce.Producer, topic string, di
 		r = b.produceResultHook(topic, &produce.Origin{Producer: id, Seq: recs[i].Seq}, r)
 		res := wire.ProduceResult{Partition: r.Partition, Epoch: r.Epoch, Seq: r.Seq, Duplicate: r.Duplicate}
 		if r.Err != nil {
-			res = wire.ProduceResult{Error: &wire.ErrorReply{Code: wire.Code(r.Err), Message: r.Err.Error(), Detail: inProcessDetail(r)}}
+			res = wire.ProduceResult{Error: &wire.ErrorReply{Code: wire.Code(r.Err), Message: r.Err.Error(), Detail: recordDetail(r)}}
 		}
 		mu.Lock()
 		results[i] = res
@@ -344,10 +350,14 @@ func (b *Broker) produceBatch(m *nats.Msg, p *produce.Producer, topic string, di
 	}
 }
 
-// inProcessDetail is the detail of a record's failure when its Nats-Msg-Id is stuck "in process"
-// (spec/protocol.md §3, §5.1.5), else nil: it tells the thin client not to re-send the record
-// under the same identity (§5.2), which the failure's code (unavailable) alone would have it do.
-func inProcessDetail(r produce.Result) any {
+// recordDetail is the detail of a record's failure (spec/protocol.md §3), else nil: when its
+// Nats-Msg-Id is stuck "in process" (§5.1.5) it tells the thin client not to re-send the record
+// under the same identity (§5.2), which the failure's code (unavailable) alone would have it do;
+// when the record was refused for its size, it says so without the message's words.
+func recordDetail(r produce.Result) any {
+	if limit, ok := wire.TooLargeLimit(r.Err); ok {
+		return wire.TooLargeDetail{TooLarge: true, Limit: limit}
+	}
 	if !errors.Is(r.Err, wire.ErrMsgIDInProcess) {
 		return nil
 	}
@@ -359,10 +369,10 @@ func inProcessDetail(r produce.Result) any {
 	return d
 }
 
-// withInProcessDetail is r's failure, carrying its in-process detail (if any) into the error
-// reply (respondErrWith).
-func withInProcessDetail(r produce.Result) error {
-	if d := inProcessDetail(r); d != nil {
+// withRecordDetail is r's failure, carrying its detail (if any) into the error reply
+// (respondErrWith).
+func withRecordDetail(r produce.Result) error {
+	if d := recordDetail(r); d != nil {
 		return &detailed{err: r.Err, detail: d}
 	}
 	return r.Err

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -222,6 +223,10 @@ func TestProduceBatchedRequests(t *testing.T) {
 	}
 	if e := rep.Results[1].Error; e == nil || e.Code != "bad_request" || rep.Results[0].Error != nil || rep.Results[2].Error != nil {
 		t.Fatalf("results %+v %+v %+v: want only the middle one refused (bad_request)", rep.Results[0], rep.Results[1], rep.Results[2])
+	}
+	// Refused for its size, and the reply says so by its detail (spec/protocol.md §3), not words.
+	if re := rep.Results[1].Error.Remote(); !errors.Is(re, wire.ErrRecordTooLarge) || !errors.Is(re, wire.ErrBadRequest) {
+		t.Fatalf("the too-large record's error %+v (detail %s): want the too_large detail (wire.ErrRecordTooLarge)", rep.Results[1].Error, re.Detail)
 	}
 	stored = storedBySeq(t, admin, "t", partitions)
 	if stored["batcher/30"] == nil || stored["batcher/32"] == nil || stored["batcher/31"] != nil {

@@ -25,7 +25,7 @@ import (
 // by the spec's field names. The engine's failure is the real internal/produce error
 // (produce.InProcessError), put in place of the record's result by the broker's test hook: a
 // single nats-server never answers 10158. The other records of the batch are stored as usual.
-// Mutant shown failing: the broker dropping the detail (inProcessDetail returning nil).
+// Mutant shown failing: the broker dropping the detail (recordDetail returning nil).
 func TestProduceServiceInProcessDetail(t *testing.T) {
 	const producer = "P"
 	stuck := map[uint64]bool{2: true, 4: true}

@@ -38,7 +38,7 @@ func (b *Broker) apiTopicGet(ctx context.Context, m *nats.Msg) (any, error) {
 		return nil, err
 	}
 	if t.Creating {
-		return nil, fmt.Errorf("%w: topic %s is being created; retry in a moment", wire.ErrUnavailable, t.Name)
+		return nil, &wire.TopicCreatingError{Topic: t.Name}
 	}
 	return wire.TopicReply{Topic: *t, Revision: rev}, nil
 }

@@ -846,7 +846,7 @@ func thinMessage(subject string, rec Record, id string, seq uint64) (*nats.Msg, 
 
 func tooLarge(m *nats.Msg, max int64) error {
 	size := m.Size() - len(m.Subject) - len(m.Reply)
-	return fmt.Errorf("%w: record of %d bytes (value and headers) is larger than the server's max_payload of %d bytes", wire.ErrBadRequest, size, max)
+	return wire.TooLarge(wire.LimitMaxPayload, fmt.Sprintf("record of %d bytes (value and headers) is larger than the server's max_payload of %d bytes", size, max))
 }
 
 func noProduceService(subject, url string) error {

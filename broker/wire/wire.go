@@ -298,6 +298,93 @@ type InProcessDetail struct {
 	MsgID     string `json:"msg_id,omitempty"`
 }
 
+// ErrTopicCreating marks the "unavailable" answer for a topic whose creation has not finished
+// (spec/protocol.md §3): it crosses the wire as code "unavailable" with a CreatingDetail, and a
+// *RemoteError with that detail matches it (errors.Is), as it matches ErrUnavailable. Clients
+// that wait for a new topic decide by it, not by the message's words.
+var ErrTopicCreating = errors.New("topic is being created")
+
+// CreatingDetail is the detail of an "unavailable" error reply for a topic being created
+// (spec/protocol.md §3).
+type CreatingDetail struct {
+	Creating bool   `json:"creating"`
+	Topic    string `json:"topic"`
+}
+
+// TopicCreatingError is the error for a topic being created (spec/protocol.md §3): it matches
+// ErrUnavailable and ErrTopicCreating, and its Detail is what the broker's reply carries.
+type TopicCreatingError struct {
+	Topic string
+}
+
+func (e *TopicCreatingError) Error() string {
+	return fmt.Sprintf("%v: topic %s is being created; retry in a moment", ErrUnavailable, e.Topic)
+}
+
+// Unwrap gives the two sentinels the error matches.
+func (e *TopicCreatingError) Unwrap() []error { return []error{ErrUnavailable, ErrTopicCreating} }
+
+// Detail is the error's reply detail.
+func (e *TopicCreatingError) Detail() CreatingDetail {
+	return CreatingDetail{Creating: true, Topic: e.Topic}
+}
+
+// ErrRecordTooLarge marks a record refused for its size: larger than the server's max_payload or
+// the stream's maximum message size (JetStream error 10054). It is not a wire code of its own: it
+// crosses the wire as code "bad_request" with the detail {"too_large": true} (spec/protocol.md §3),
+// and a *RemoteError with that detail matches it (errors.Is), as it matches ErrBadRequest.
+var ErrRecordTooLarge = errors.New("record too large")
+
+// TooLargeDetail is the detail of a "bad_request" failure of a record refused for its size
+// (spec/protocol.md §3): Limit is the limit it is over, LimitMaxPayload or LimitMaxMsgSize.
+type TooLargeDetail struct {
+	TooLarge bool   `json:"too_large"`
+	Limit    string `json:"limit,omitempty"`
+}
+
+// The limits a record can be too large for (TooLargeDetail.Limit).
+const (
+	LimitMaxPayload = "max_payload"  // the NATS server's largest message
+	LimitMaxMsgSize = "max_msg_size" // the partition stream's largest message (JetStream error 10054)
+)
+
+// TooLargeError is a record's refusal for its size: it matches ErrBadRequest and
+// ErrRecordTooLarge, and says which limit (LimitMaxPayload or LimitMaxMsgSize).
+type TooLargeError struct {
+	Limit string
+	Msg   string // what was refused, and what to do
+}
+
+// TooLarge is the error of a record refused for its size (limit: LimitMaxPayload or
+// LimitMaxMsgSize; msg says what and what to do).
+func TooLarge(limit, msg string) error { return &TooLargeError{Limit: limit, Msg: msg} }
+
+func (e *TooLargeError) Error() string   { return ErrBadRequest.Error() + ": " + e.Msg }
+func (e *TooLargeError) Unwrap() []error { return []error{ErrBadRequest, ErrRecordTooLarge} }
+
+// Detail is the error's reply detail.
+func (e *TooLargeError) Detail() TooLargeDetail {
+	return TooLargeDetail{TooLarge: true, Limit: e.Limit}
+}
+
+// TooLargeLimit is the limit a record refused for its size was over (LimitMaxPayload or
+// LimitMaxMsgSize; "" when the error does not say), and whether err is such a refusal at all: a
+// *TooLargeError, or a *RemoteError with the too_large detail (spec/protocol.md §3).
+func TooLargeLimit(err error) (string, bool) {
+	var te *TooLargeError
+	if errors.As(err, &te) {
+		return te.Limit, true
+	}
+	var re *RemoteError
+	if errors.As(err, &re) {
+		var d TooLargeDetail
+		if re.Code == "bad_request" && len(re.Detail) > 0 && json.Unmarshal(re.Detail, &d) == nil && d.TooLarge {
+			return d.Limit, true
+		}
+	}
+	return "", false
+}
+
 // codeTable lists every code with its sentinel, most specific first. Code takes the first entry
 // an error wraps, so an error that wraps two sentinels (errors.Join, or a fence reported as a bad
 // request) gets the same code every time: a fence before a generic refusal, a refusal before
@@ -366,14 +453,23 @@ func (e *RemoteError) Unwrap() error {
 	return ErrInternal
 }
 
-// Is reports whether the error is ErrMsgIDInProcess: an "unavailable" error whose detail has
-// "in_process": true (spec/protocol.md §3). Other sentinels are matched through Unwrap.
+// Is reports whether the error is ErrMsgIDInProcess (an "unavailable" error whose detail has
+// "in_process": true), ErrTopicCreating (one whose detail has "creating": true) or
+// ErrRecordTooLarge (a "bad_request" whose detail has "too_large": true), spec/protocol.md §3.
+// Other sentinels are matched through Unwrap.
 func (e *RemoteError) Is(target error) bool {
-	if target != ErrMsgIDInProcess {
-		return false
+	switch target {
+	case ErrMsgIDInProcess:
+		_, ok := e.InProcess()
+		return ok
+	case ErrTopicCreating:
+		var d CreatingDetail
+		return e.Code == "unavailable" && len(e.Detail) > 0 && json.Unmarshal(e.Detail, &d) == nil && d.Creating
+	case ErrRecordTooLarge:
+		var d TooLargeDetail
+		return e.Code == "bad_request" && len(e.Detail) > 0 && json.Unmarshal(e.Detail, &d) == nil && d.TooLarge
 	}
-	_, ok := e.InProcess()
-	return ok
+	return false
 }
 
 // InProcess returns the error's in-process detail, and whether it has one: an "unavailable"

@@ -99,3 +99,46 @@ func TestRemoteErrorInProcess(t *testing.T) {
 		})
 	}
 }
+
+// TestRemoteErrorDetails: a RemoteError matches ErrTopicCreating and ErrRecordTooLarge by its
+// detail alone (spec/protocol.md §3), with the right code, never by the message's words; the
+// local errors match the same sentinels and encode the same details.
+func TestRemoteErrorDetails(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		re              *RemoteError
+		creating, large bool
+		limit           string
+	}{
+		{"creating", &RemoteError{Code: "unavailable", Message: "x", Detail: []byte(`{"creating":true,"topic":"t"}`)}, true, false, ""},
+		{"creating words only", &RemoteError{Code: "unavailable", Message: "topic t is being created; retry in a moment"}, false, false, ""},
+		{"creating with another code", &RemoteError{Code: "conflict", Detail: []byte(`{"creating":true}`)}, false, false, ""},
+		{"too large", &RemoteError{Code: "bad_request", Detail: []byte(`{"too_large":true,"limit":"max_msg_size"}`)}, false, true, LimitMaxMsgSize},
+		{"too large words only", &RemoteError{Code: "bad_request", Message: "message size exceeds maximum allowed"}, false, false, ""},
+		{"too large false", &RemoteError{Code: "bad_request", Detail: []byte(`{"too_large":false}`)}, false, false, ""},
+		{"too large with another code", &RemoteError{Code: "unavailable", Detail: []byte(`{"too_large":true}`)}, false, false, ""},
+		{"bad detail", &RemoteError{Code: "bad_request", Detail: []byte(`{`)}, false, false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := errors.Is(tc.re, ErrTopicCreating); got != tc.creating {
+				t.Errorf("errors.Is(ErrTopicCreating) = %v, want %v", got, tc.creating)
+			}
+			if got := errors.Is(tc.re, ErrRecordTooLarge); got != tc.large {
+				t.Errorf("errors.Is(ErrRecordTooLarge) = %v, want %v", got, tc.large)
+			}
+			limit, ok := TooLargeLimit(tc.re)
+			if ok != tc.large || limit != tc.limit {
+				t.Errorf("TooLargeLimit = %q, %v; want %q, %v", limit, ok, tc.limit, tc.large)
+			}
+		})
+	}
+	local := []error{&TopicCreatingError{Topic: "t"}, TooLarge(LimitMaxPayload, "too big")}
+	for i, sentinel := range []error{ErrTopicCreating, ErrRecordTooLarge} {
+		if !errors.Is(local[i], sentinel) || Code(local[i]) != []string{"unavailable", "bad_request"}[i] {
+			t.Errorf("%v: matches %v: %v, code %s", local[i], sentinel, errors.Is(local[i], sentinel), Code(local[i]))
+		}
+	}
+	if limit, ok := TooLargeLimit(fmt.Errorf("wrapped: %w", local[1])); !ok || limit != LimitMaxPayload {
+		t.Errorf("TooLargeLimit of a wrapped TooLargeError = %q, %v", limit, ok)
+	}
+}

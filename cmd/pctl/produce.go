@@ -481,14 +481,13 @@ func (t *produceTally) failed(line int, err error) {
 		return
 	}
 	msg := oneLine(err.Error())
-	switch {
-	case strings.Contains(msg, "exceeds maximum"):
-		// JetStream's words, through the producer: say it in ours.
-		msg = "refused by the broker: the record (key, value and headers) is larger than its max record size"
+	if limit, ok := wire.TooLargeLimit(err); ok { // spec/protocol.md §3: by the error, not its words
 		t.oversized = true
-	case strings.Contains(msg, "max_payload"):
-		msg = trimSentinel(err)
-		t.oversized = true
+		if limit == wire.LimitMaxMsgSize {
+			msg = "refused by the broker: the record (key, value and headers) is larger than its max record size"
+		} else {
+			msg = oneLine(trimSentinel(err))
+		}
 	}
 	if len(t.failures) < maxReported {
 		t.failures = append(t.failures, fmt.Sprintf("line %d: %s", line, msg))

@@ -8,9 +8,10 @@ import (
 
 // ErrCodeMsgIDInProcess is JetStream's "duplicate message id is in process" (API error 10158):
 // the stream leader holds the publish's Nats-Msg-Id as being stored, without a stream sequence.
-// On a cluster that is a raft proposal with the id still in flight, or one that a leader change
-// dropped: the leader then refuses every re-send with that id until its duplicate window (2
-// minutes by default) forgets it (spec/protocol.md §5.1.5).
+// On a cluster that is a raft proposal with the id still in flight (a leader cut off from its
+// followers holds it so until it gives up its leadership, about 10 s), or one that a leader
+// change dropped: the leader then refuses every re-send with that id until its duplicate window
+// (2 minutes by default) forgets it (spec/protocol.md §5.1.5).
 const ErrCodeMsgIDInProcess = 10158
 
 // InProcessLimit is how many 10158 answers for one id make the id stuck (spec/protocol.md
@@ -69,7 +70,7 @@ type InProcessError struct {
 }
 
 func (e *InProcessError) Error() string {
-	return fmt.Sprintf("%v: %v: record %d (id %s) refused %d times by partition %d as 'in process'; a raft proposal with this id was lost in a stream leader change and the server refuses the id until its duplicate window (2 minutes) ends. The record's fate is unknown (it may be stored): read partition %d to check before producing it again",
+	return fmt.Sprintf("%v: %v: record %d (id %s) refused %d times by partition %d as 'in process'; a raft proposal with this id is undecided (its stream leader cannot reach its followers) or was lost in a leader change, and the server refuses the id until its duplicate window (2 minutes) ends. The record's fate is unknown (it may be stored): read partition %d to check before producing it again",
 		wire.ErrUnavailable, ErrMsgIDInProcess, e.Seq, e.MsgID, e.Answers, e.Partition, e.Partition)
 }
 

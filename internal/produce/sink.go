@@ -370,7 +370,7 @@ func (s *sink) fill() {
 		if err := s.p.conn.NC.PublishMsg(m); err != nil {
 			if errors.Is(err, nats.ErrMaxPayload) {
 				s.p.check.Drop(pd.seq)
-				s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: fmt.Errorf("%w: record %d cannot be published: %v", wire.ErrBadRequest, pd.seq, err)})
+				s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: wire.TooLarge(wire.LimitMaxPayload, fmt.Sprintf("record %d cannot be published: %v; a record (key, value and headers) must fit the server's max_payload", pd.seq, err))})
 				continue
 			}
 			// Not sent (connection closed or its buffer full): put it back and settle.
@@ -614,7 +614,7 @@ func (s *sink) refused(r fbReply) {
 	case errCodeTooLarge:
 		if seq >= 1 && seq <= uint64(len(b.recs)) {
 			pd := b.recs[seq-1]
-			pd.failed = fmt.Errorf("%w: record %d refused by partition %d: %s (JetStream error %d); a record must fit the stream's maximum message size", wire.ErrBadRequest, pd.seq, s.partition, r.errText, r.errCode)
+			pd.failed = wire.TooLarge(wire.LimitMaxMsgSize, fmt.Sprintf("record %d refused by partition %d: %s (JetStream error %d); a record must fit the stream's maximum message size", pd.seq, s.partition, r.errText, r.errCode))
 		}
 	case errCodeUnknownBatch:
 		b.unknown = true

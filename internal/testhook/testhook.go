@@ -5,6 +5,8 @@
 // switches (WithUnguarded, WithReferenceFuel), which a context passed to runtime.New carries.
 package testhook
 
+import "time"
+
 // Broker holds a broker's test hooks (broker.Config.Testing).
 type Broker struct {
 	// Step, if set, runs after each recorded step of an epoch change (state "planned" when a
@@ -27,6 +29,19 @@ type Broker struct {
 	// Tests use it to fail a record with an engine error that a real server gives only under
 	// faults (internal/produce's InProcessError, spec/protocol.md §5.1.5).
 	ProduceResult func(topic, producer string, seq uint64, partition, epoch int) error
+	// ProduceAckTimeout, if positive, replaces the produce service's acknowledgement timeout
+	// (5 s): how long a fast batch waits for a reply before it is settled. Tests of a real
+	// 10158 shorten it, so that the service's re-sends reach a stream leader cut off from its
+	// followers before the leader gives up its leadership for want of a quorum (about 10 s).
+	ProduceAckTimeout time.Duration
+}
+
+// AckTimeout returns b's ProduceAckTimeout, or def when b is nil or it is not set.
+func (b *Broker) AckTimeout(def time.Duration) time.Duration {
+	if b == nil || b.ProduceAckTimeout <= 0 {
+		return def
+	}
+	return b.ProduceAckTimeout
 }
 
 // ProduceResultHook returns b's ProduceResult (nil for a nil b).

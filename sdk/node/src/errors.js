@@ -181,6 +181,15 @@ export function errorFromCode(code, message, opts = {}) {
 }
 
 /**
+ * Whether an error is the broker's answer for a topic whose creation has not finished:
+ * `unavailable` with the detail `{"creating": true, "topic": T}` (spec/protocol.md §3). Clients
+ * that wait for a new topic decide by the detail, never by the message's words.
+ */
+export function isTopicCreating(e) {
+  return e?.code === 'unavailable' && e.detail !== null && typeof e.detail === 'object' && e.detail.creating === true;
+}
+
+/**
  * The role a refused subject needs, and a hint that says what to do, like the Go client's
  * wire.RoleHint (spec/protocol.md §8).
  */

@@ -51,7 +51,7 @@ export class InProcess {
  */
 export function inProcessError(pseq, msgId, partition, answers) {
   return new MsgIdInProcessError(
-    `JetStream keeps answering 'duplicate message id is in process' (${ERR_MSG_ID_IN_PROCESS}): record ${pseq} (id ${msgId}) refused ${answers} times by partition ${partition} as 'in process'; a raft proposal with this id was lost in a stream leader change and the server refuses the id until its duplicate window (2 minutes) ends. The record's fate is unknown (it may be stored): read partition ${partition} to check before producing it again`,
+    `JetStream keeps answering 'duplicate message id is in process' (${ERR_MSG_ID_IN_PROCESS}): record ${pseq} (id ${msgId}) refused ${answers} times by partition ${partition} as 'in process'; a raft proposal with this id is undecided (its stream leader cannot reach its followers) or was lost in a leader change, and the server refuses the id until its duplicate window (2 minutes) ends. The record's fate is unknown (it may be stored): read partition ${partition} to check before producing it again`,
     { msgId, partition, answers },
   );
 }

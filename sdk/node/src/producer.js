@@ -17,7 +17,7 @@ import { keyBytes } from './partitioner.js';
 import { parseReplySubject, parseReply, newToken, recordToken, versionAtLeast } from './fastbatch.js';
 import { Sink } from './sink.js';
 import { InProcess } from './inprocess.js';
-import { BadRequestError, NotFoundError, PctlError, UnavailableError, permissionError } from './errors.js';
+import { BadRequestError, NotFoundError, PctlError, UnavailableError, isTopicCreating, permissionError } from './errors.js';
 import { headerPairs, timeHeader, headerBlockBytes, TIME_HEADER, DEFAULT_MAX_RECORD_BYTES } from './records.js';
 import { streamInfo, directGet } from './jsapi.js';
 import * as rules from './rules.js';
@@ -168,8 +168,9 @@ export class Producer {
       try {
         ({ topic } = await this.client.topic(this.topic, { timeout }));
       } catch (e) {
-        // A topic being created answers "unavailable ... being created": wait for it (20 s).
-        if (e?.code === 'unavailable' && /being created/.test(e.message) && i < 400) {
+        // A topic being created answers unavailable with the detail creating (spec/protocol.md
+        // §3): wait for it (20 s).
+        if (isTopicCreating(e) && i < 400) {
           await sleep(50);
           continue;
         }

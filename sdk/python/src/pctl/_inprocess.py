@@ -56,6 +56,7 @@ def in_process_error(pseq: int, msg_id: str, partition: int, answers: int) -> Ms
     return MsgIdInProcess(
         f"JetStream keeps answering 'duplicate message id is in process' ({ERR_MSG_ID_IN_PROCESS}): record {pseq} "
         f"(id {msg_id}) refused {answers} times by partition {partition} as 'in process'; a raft proposal with this id "
-        f"was lost in a stream leader change and the server refuses the id until its duplicate window (2 minutes) ends. "
+        f"is undecided (its stream leader cannot reach its followers) or was lost in a leader change, and the server "
+        f"refuses the id until its duplicate window (2 minutes) ends. "
         f"The record's fate is unknown (it may be stored): read partition {partition} to check before producing it again",
         msg_id=msg_id, partition=partition, answers=answers)

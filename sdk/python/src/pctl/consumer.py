@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, NoReturn, Optional, 
 
 from . import _nats, _rules, wire
 from . import compact as compaction
-from .errors import BadRequest, Conflict, InternalError, NotFound, PctlError, PermissionDenied, Unavailable, Unsupported
+from .errors import BadRequest, Conflict, InternalError, NotFound, PctlError, PermissionDenied, Unavailable, Unsupported, is_topic_creating
 from .reader import RawRecord, ReaderClosed, StreamReader
 from .record import HEADER_FENCE, HEADER_TIME, KeyChange, Misplacement, Record, decode_key, parse_time
 from .state import KeySet, StateHandler, StateReason
@@ -1836,7 +1836,7 @@ async def _fetch_topic(client: "Client", topic: str, timeout: Optional[float] = 
         try:
             t = await client.topic(topic, timeout=timeout)
         except Unavailable as e:
-            if "being created" in str(e) and time.monotonic() < deadline:
+            if is_topic_creating(e) and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
                 continue
             raise

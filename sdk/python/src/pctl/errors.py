@@ -163,6 +163,14 @@ _BY_CODE = {c.code: c for c in (BadRequest, NotFound, Exists, Conflict, InUse, P
                                  Unsupported, InternalError)}
 
 
+def is_topic_creating(e: BaseException) -> bool:
+    """Whether ``e`` is the broker's answer for a topic whose creation has not finished:
+    ``unavailable`` with the detail ``{"creating": true, "topic": T}`` (spec/protocol.md §3).
+    Clients that wait for a new topic decide by the detail, never by the message's words."""
+    d = getattr(e, "detail", None)
+    return isinstance(e, Unavailable) and isinstance(d, dict) and d.get("creating") is True
+
+
 def error_from_code(code: str, message: str, detail: Any = None) -> PctlError:
     """The exception for an error reply of the broker (spec/protocol.md §3). An unknown code
     becomes an :class:`InternalError` that keeps the code. An ``unavailable`` error whose detail

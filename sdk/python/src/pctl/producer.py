@@ -30,7 +30,7 @@ from . import _fastbatch as fb
 from . import _nats, _rules, wire
 from . import compact as compaction
 from ._inprocess import InProcess, in_process_error
-from .errors import BadRequest, Conflict, NotFound, PctlError, PermissionDenied, PluginFailed, Unavailable
+from .errors import BadRequest, Conflict, NotFound, PctlError, PermissionDenied, PluginFailed, Unavailable, is_topic_creating
 from .record import HEADER_TIME, HeadersArg, check_headers, check_time
 
 if TYPE_CHECKING:
@@ -421,7 +421,7 @@ class Producer:
             try:
                 t = await self._c.topic(self.topic, timeout=timeout)
             except Unavailable as e:
-                if "being created" in str(e) and time.monotonic() < deadline:
+                if is_topic_creating(e) and time.monotonic() < deadline:
                     await asyncio.sleep(0.05)
                     continue
                 raise

@@ -3345,7 +3345,7 @@ public final class Consumer implements AutoCloseable {
             try {
                 t = c.topic(topic, timeout);
             } catch (UnavailableException e) {
-                if (String.valueOf(e.getMessage()).contains("being created") && System.nanoTime() < deadline) {
+                if (e.topicCreating() && System.nanoTime() < deadline) {
                     sleep(50);
                     continue;
                 }

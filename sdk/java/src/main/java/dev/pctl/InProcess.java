@@ -57,7 +57,7 @@ final class InProcess {
      */
     static MsgIdInProcessException error(long pseq, String msgId, int partition, int answers) {
         return new MsgIdInProcessException(String.format(
-                "JetStream keeps answering 'duplicate message id is in process' (%d): record %d (id %s) refused %d times by partition %d as 'in process'; a raft proposal with this id was lost in a stream leader change and the server refuses the id until its duplicate window (2 minutes) ends. The record's fate is unknown (it may be stored): read partition %d to check before producing it again",
+                "JetStream keeps answering 'duplicate message id is in process' (%d): record %d (id %s) refused %d times by partition %d as 'in process'; a raft proposal with this id is undecided (its stream leader cannot reach its followers) or was lost in a leader change, and the server refuses the id until its duplicate window (2 minutes) ends. The record's fate is unknown (it may be stored): read partition %d to check before producing it again",
                 ERR_MSG_ID_IN_PROCESS, pseq, msgId, answers, partition, partition), msgId, partition, answers);
     }
 }

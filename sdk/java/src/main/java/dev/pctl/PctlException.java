@@ -1,5 +1,7 @@
 package dev.pctl;
 
+import dev.pctl.internal.Json;
+
 /**
  * The root of the SDK's errors. Each subclass stands for one {@linkplain ErrorCode code} of
  * spec/protocol.md §3, whether the broker answered with it or the SDK found the problem itself,
@@ -53,6 +55,22 @@ public class PctlException extends RuntimeException {
     /** The broker's optional {@code detail} (raw JSON, e.g. a conformance report), or null. */
     public String detail() {
         return detail;
+    }
+
+    /**
+     * Whether this is the broker's answer for a topic whose creation has not finished:
+     * {@code unavailable} with the detail {@code {"creating": true, "topic": T}} (spec/protocol.md
+     * §3). Clients that wait for a new topic decide by the detail, never by the message's words.
+     */
+    public boolean topicCreating() {
+        if (!(this instanceof UnavailableException) || detail == null) {
+            return false;
+        }
+        try {
+            return Json.parse(detail) instanceof java.util.Map<?, ?> d && Boolean.TRUE.equals(d.get("creating"));
+        } catch (Json.JsonException e) {
+            return false;
+        }
     }
 
     /**

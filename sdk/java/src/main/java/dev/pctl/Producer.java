@@ -1080,7 +1080,7 @@ public final class Producer implements AutoCloseable {
             try {
                 d = client.topic(topic);
             } catch (UnavailableException e) {
-                if (String.valueOf(e.getMessage()).contains("being created") && System.nanoTime() < deadline) {
+                if (e.topicCreating() && System.nanoTime() < deadline) {
                     sleepOrThrow(50);
                     continue;
                 }

@@ -718,7 +718,7 @@ final class PlainPublishProducer implements AutoCloseable {
             try {
                 d = client.topic(topic);
             } catch (UnavailableException e) {
-                if (String.valueOf(e.getMessage()).contains("being created") && System.nanoTime() < deadline) {
+                if (e.topicCreating() && System.nanoTime() < deadline) {
                     sleep(50);
                     continue;
                 }
