@@ -223,7 +223,12 @@ func TestAssignorRefusal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A group created by a client with another assignor: g.assignor, then g.created (a group
+	// without g.created is being created, and a member may still write its own assignor, §6.1).
 	if _, err := kv.Create(ctx, wire.AssignorKey(desc.ID, "future"), []byte(`{"assignor":"range-2030"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, wire.GroupPrefix(desc.ID, "future")+"g.created", []byte("now")); err != nil {
 		t.Fatal(err)
 	}
 	c := thinConnect(t, b, broker.RoleConsumer)

@@ -218,7 +218,14 @@ type unsureWrite struct {
 	until time.Time
 }
 
+// isWrongSeq reports whether a compare-and-set write of a key lost: JetStream's "wrong last
+// sequence", 10071 on a stream of one replica and 10164 on a replicated one (the group bucket on a
+// cluster), or nats.go's ErrKeyRevisionMismatch, which its Update wraps either in.
 func isWrongSeq(err error) bool {
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return true
+	}
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }

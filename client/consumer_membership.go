@@ -39,19 +39,20 @@ func (cn *Consumer) join(ctx context.Context) (jetstream.KeyValue, error) {
 // position (its last sequence, 0 from the beginning, the start of the current epoch), then the
 // group marker. Whoever comes first wins each key; a partition created later has no state and is
 // read from its first record. It reads the group's g.start (spec/protocol.md §10.5).
+//
+// A get that finds no g.created proves nothing (a lagging follower answers direct gets), so the
+// create path starts with a write that proves it (spec/protocol.md §6.1, "Proving that the group
+// does not exist"): g.assignor, stored only if g.created has no message before it in the stream's
+// order. Refused: the group exists, and the member creates nothing.
 func (cn *Consumer) ensureGroup(ctx context.Context, kv jetstream.KeyValue) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	marker := wire.GroupPrefix(cn.topicID, cn.opts.Group) + "g.created"
+	cn.mu.Lock()
+	desc := cn.desc // read before the proof below: every stream in it predates the group
+	cn.mu.Unlock()
 	if _, err := kv.Get(ctx, marker); err == nil {
-		gk, err := cn.readGroupKeys(ctx, kv)
-		if err != nil {
-			return err
-		}
-		if err := cn.readStart(gk); err != nil {
-			return err
-		}
-		return cn.joinAssignor(gk)
+		return cn.joinExisting(ctx, kv)
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		// Not "no such group": the state could not be read (a leader election, a timeout).
 		// Creating the group now could start it at the wrong place; the join is retried.
@@ -60,9 +61,12 @@ func (cn *Consumer) ensureGroup(ctx context.Context, kv jetstream.KeyValue) erro
 		}
 		return fmt.Errorf("%w: consumer group %s: read its marker: %v", wire.ErrUnavailable, cn.opts.Group, err)
 	}
-	cn.mu.Lock()
-	desc := cn.desc
-	cn.mu.Unlock()
+	switch absent, err := cn.proveAbsent(ctx, marker); {
+	case err != nil:
+		return err
+	case !absent:
+		return cn.joinExisting(ctx, kv)
+	}
 	start := cn.opts.Start
 	if start == StartDefault {
 		switch {
@@ -102,6 +106,17 @@ func (cn *Consumer) ensureGroup(ctx context.Context, kv jetstream.KeyValue) erro
 			return fmt.Errorf("%w: create group %s: %v", wire.ErrUnavailable, cn.opts.Group, err)
 		}
 	}
+	if _, err := kv.Create(ctx, marker, []byte(time.Now().UTC().Format(time.RFC3339))); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("%w: create group %s: %v", wire.ErrUnavailable, cn.opts.Group, err)
+	}
+	return cn.joinExisting(ctx, kv)
+}
+
+// proveAbsent writes the group's g.assignor on the condition that its g.created (marker) has no
+// message (spec/protocol.md §6.1): true when it was stored (the group did not exist), false when
+// JetStream refused it with "wrong last sequence" (g.created exists, or another member is
+// creating the group). Any other failure is unavailable: the member creates nothing.
+func (cn *Consumer) proveAbsent(ctx context.Context, marker string) (bool, error) {
 	want := cn.opts.Assignor
 	if want == "" {
 		want = wire.AssignorModulo
@@ -110,12 +125,24 @@ func (cn *Consumer) ensureGroup(ctx context.Context, kv jetstream.KeyValue) erro
 	if cn.co != nil {
 		body, _ = json.Marshal(coAssignorState{Assignor: AssignorCopartitioned, Topics: cn.co.topics})
 	}
-	if _, err := kv.Create(ctx, wire.AssignorKey(cn.topicID, cn.opts.Group), body); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		return fmt.Errorf("%w: create group %s: %v", wire.ErrUnavailable, cn.opts.Group, err)
+	subj := "$KV." + wire.GroupsBucket + "."
+	_, err := cn.c.js.Publish(ctx, subj+wire.AssignorKey(cn.topicID, cn.opts.Group), body,
+		jetstream.WithExpectLastSequenceForSubject(0, subj+marker))
+	var apiErr *jetstream.APIError
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant):
+		return false, nil
+	case IsPermission(err):
+		return false, err
 	}
-	if _, err := kv.Create(ctx, marker, []byte(time.Now().UTC().Format(time.RFC3339))); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		return fmt.Errorf("%w: create group %s: %v", wire.ErrUnavailable, cn.opts.Group, err)
-	}
+	return false, fmt.Errorf("%w: consumer group %s: could not learn whether it exists (its assignor written on the condition that it does not: %v): retry the join", wire.ErrUnavailable, cn.opts.Group, err)
+}
+
+// joinExisting reads the keys of a group that exists (or is being created by another member) and
+// takes its start and assignor.
+func (cn *Consumer) joinExisting(ctx context.Context, kv jetstream.KeyValue) error {
 	gk, err := cn.readGroupKeys(ctx, kv)
 	if err != nil {
 		return err

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"pctl.dev/pctl/broker/wire"
@@ -19,15 +18,7 @@ import (
 // and said "within 30s"), the client's timeout otherwise. A real nats-server; the broker is a
 // subscriber on pctl.api.topic.get that swallows every request.
 func TestRequestTimeoutMessageNamesTheRealWait(t *testing.T) {
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	t.Cleanup(s.Shutdown)
+	s := EmbeddedNATS(t, false)
 	hole, err := nats.Connect(s.ClientURL())
 	if err != nil {
 		t.Fatal(err)

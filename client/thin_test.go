@@ -449,16 +449,4 @@ func TestThinProducerSendDuringProbeReply(t *testing.T) {
 
 // plainNATS runs a real embedded nats-server without pctl's broker (no JetStream) on a random
 // port, stopped when the test ends.
-func plainNATS(t *testing.T) *server.Server {
-	t.Helper()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server did not start")
-	}
-	t.Cleanup(srv.Shutdown)
-	return srv
-}
+func plainNATS(t *testing.T) *server.Server { return client.EmbeddedNATS(t, false) }

@@ -65,3 +65,40 @@ func (c *Cluster) setRoutes(i, j int, cut bool) error {
 	}
 	return nil
 }
+
+// FreezeRoutes holds every route to and from node i (Options.ProxiedRoutes): nothing is read or
+// written, and nothing is closed, until ThawRoutes, which delivers the bytes held in order. Node i
+// keeps its clients and answers them from its own state (a follower that lags, not one that is
+// gone); what it sends to the others arrives late. Keep it shorter than a raft election timeout
+// (4s) unless an election is what the test wants.
+func (c *Cluster) FreezeRoutes(i int) error { return c.freezeRoutes(i, true) }
+
+// ThawRoutes ends FreezeRoutes(i).
+func (c *Cluster) ThawRoutes(i int) error { return c.freezeRoutes(i, false) }
+
+func (c *Cluster) freezeRoutes(i int, freeze bool) error {
+	if !c.opts.ProxiedRoutes {
+		return errNotProxied
+	}
+	if i < 0 || i >= len(c.nodes) {
+		return fmt.Errorf("natscluster: no node %d", i)
+	}
+	for j := range c.nodes {
+		if j == i {
+			continue
+		}
+		for _, k := range [][2]int{{i, j}, {j, i}} {
+			if freeze {
+				c.proxies[k].Freeze()
+			} else {
+				c.proxies[k].Thaw()
+			}
+		}
+	}
+	if freeze {
+		c.logf("natscluster: routes of %s frozen", c.Name(i))
+	} else {
+		c.logf("natscluster: routes of %s thawed", c.Name(i))
+	}
+	return nil
+}

@@ -4,6 +4,17 @@
 // a topic's descriptor and to load a partitioner) and imports neither package: client.Producer
 // is a thin public wrapper over Producer, and the broker's produce service uses Producer directly,
 // with the thin clients' identities (Record.Origin) that only the service may set.
+//
+// The sticky-ambiguity decisions (spec/protocol.md §5.1.2) are not the producer's own: it runs on
+// the I/O-free machine of internal/proto (proto.Sticky, through proto.StickyCheck, in production
+// as in tests). A sink transmits the record the machine sends it next (nothing past an ambiguous
+// batch until it settled), a settling finishes the records as the machine classifies what the
+// sink learnt, and after a fence the machine's plan says which records are re-sent, in what
+// order, placed by the producer's partitioner when the machine asks. The machine's calls are
+// computation (its own lock, taken under the producer's or a sink's lock): no network call is
+// made while any of these locks is held. Acknowledgements from the server's replies, and
+// settlings while the producer moves to a newer epoch, are still decided here and checked
+// against the machine.
 package produce
 
 import (
@@ -157,8 +168,9 @@ type Producer struct {
 	closing     bool   // Close was called
 	closed      bool   // Close stopped taking records
 	finished    uint64 // records finished (acknowledged or failed) so far
-	// check runs the sticky-ambiguity machine beside the producer's decisions (spec/protocol.md
-	// §5.1.2) in tests (testhook.CheckSticky); nil otherwise.
+	// check runs the sticky-ambiguity machine (spec/protocol.md §5.1.2): it decides the re-send
+	// after a fence (Resend) and what each sink transmits next (Next), and checks the producer's
+	// other decisions against the machine.
 	check *proto.StickyCheck
 
 	batches  sync.Map // open batch id -> *sink
@@ -247,9 +259,17 @@ func New(ctx context.Context, conn *Conn, topic string, opts Options) (*Producer
 	if err := p.install(ctx, desc); err != nil {
 		return nil, err
 	}
-	if testhook.CheckSticky() {
-		p.check = proto.NewStickyCheck(desc.Current().Epoch, testhook.StickyViolation)
+	// The sticky machine decides (the re-send after a fence, what a sink transmits next) in
+	// production too; the rest of the producer's decisions are checked against it. A decision
+	// the machine does not make panics in tests (testhook.CheckSticky) and fails the producer
+	// otherwise (asynchronously: the check runs under the producer's locks).
+	violation := testhook.StickyViolation
+	if !testhook.CheckSticky() {
+		violation = func(msg string) {
+			go p.fail(fmt.Errorf("%w: producer %s: %s", wire.ErrInternal, p.id, msg))
+		}
 	}
+	p.check = proto.NewStickyCheck(desc.Current().Epoch, violation)
 	replies, err := nc.Subscribe(p.inbox+".>", p.onReply)
 	if err != nil {
 		return nil, fmt.Errorf("%w: subscribe to the producer's replies: %v", wire.ErrUnavailable, err)
@@ -809,12 +829,23 @@ func (p *Producer) repartition(ctx context.Context, desc *wire.Topic) {
 	old := p.sinks
 	var left []*pending
 	waiting := map[*sink]bool{}
+	// Every old sink is fenced (it transmits nothing more) and the machine learns of the newer
+	// epoch in one step for each sink, under the sinks' own locks: a sink takes each record it
+	// transmits, and reads its fence before it hands its records back, under its lock, so it
+	// neither transmits after the machine's newer epoch nor hands back before it. (Fencing a sink
+	// and then telling the machine let a sink with nothing in flight hand back in between: chaos
+	// seed 99 stopped on "handed its records back with no newer epoch to move to".) No network
+	// call is made under these locks.
 	for _, s := range old {
 		waiting[s] = true
-		s.fence(desc)
+		s.mu.Lock()
+		s.fenceDesc = desc
 	}
-	// Every old sink is fenced (it transmits nothing more): the machine's newer epoch.
 	p.check.NewEpoch(desc.Current().Epoch)
+	for _, s := range old {
+		s.mu.Unlock()
+		s.signal()
+	}
 	p.mu.Unlock()
 	for len(waiting) > 0 {
 		select {
@@ -846,47 +877,68 @@ func (p *Producer) repartition(ctx context.Context, desc *wire.Topic) {
 	p.mu.Lock()
 	left = append(left, p.held...)
 	p.held = nil
-	// Re-sent in their original send order (spec/protocol.md §5.1.2 step 4).
-	seqs := make([]uint64, len(left))
-	for i, pd := range left {
-		seqs[i] = pd.seq
-	}
-	ordered := make([]*pending, 0, len(left))
-	for _, i := range proto.ResendOrder(seqs) {
-		ordered = append(ordered, left[i])
-	}
-	left = ordered
-	var failed []*pending
-	var errs []error
-	placed := make([]*pending, 0, len(left))
+	// The sticky machine decides what is re-sent and in what order (spec/protocol.md §5.1.2 step
+	// 4: their original send order, whatever sink they came from); the producer places each
+	// record when the machine asks (its partitioner: pure computation under p.mu) and queues
+	// them as the machine's plan says.
+	pool := make(map[uint64]*pending, len(left))
 	for _, pd := range left {
+		pool[pd.seq] = pd
+	}
+	errs := map[uint64]error{}
+	plan, lost, ok := p.check.Resend(desc.Current().Epoch, func(seq uint64) (int, error) {
+		pd := pool[seq]
+		if pd == nil {
+			return 0, fmt.Errorf("%w: the sticky machine re-sends record %d, which the producer does not hold", wire.ErrInternal, seq)
+		}
 		if err := p.placeLocked(pd); err != nil {
-			failed = append(failed, pd)
-			errs = append(errs, err)
-			continue
+			errs[seq] = err
+			return 0, err
 		}
-		placed = append(placed, pd)
+		return pd.partition, nil
+	})
+	var failed []*pending
+	var failErrs []error
+	for _, seq := range lost {
+		if pd := pool[seq]; pd != nil {
+			delete(pool, seq)
+			failed, failErrs = append(failed, pd), append(failErrs, errs[seq])
+		}
 	}
-	if p.check != nil {
-		parts := make(map[uint64]int, len(placed))
-		for _, pd := range placed {
-			parts[pd.seq] = pd.partition
+	queued := 0
+	for _, pl := range plan {
+		pd := pool[pl.Seq]
+		if pd == nil {
+			continue // the machine's bookkeeping, not a record of ours: nothing to send
 		}
-		var lost []uint64
-		for _, pd := range failed {
-			lost = append(lost, pd.seq)
-		}
-		p.check.Regather(desc.Current().Epoch, parts, lost)
-	}
-	for _, pd := range placed {
+		delete(pool, pl.Seq)
 		p.queueLocked(pd)
+		queued++
+	}
+	if len(pool) > 0 {
+		// Records the machine did not re-send (it is off: closed, failed, or stopped at a
+		// violation): they fail rather than wait for ever.
+		var err error
+		switch {
+		case p.fatal != nil:
+			err = p.fatal
+		case p.closing:
+			err = fmt.Errorf("%w: producer closed before the record was acknowledged", wire.ErrUnavailable)
+		default:
+			err = fmt.Errorf("%w: producer %s: the sticky machine (spec/protocol.md §5.1.2) did not re-send this record under epoch %d (decided: %v); report this as a bug", wire.ErrInternal, p.id, desc.Current().Epoch, ok)
+		}
+		for _, pd := range left {
+			if pool[pd.seq] != nil {
+				failed, failErrs = append(failed, pd), append(failErrs, err)
+			}
+		}
 	}
 	p.switching = false
 	p.mu.Unlock()
-	p.resent.Add(int64(len(left) - len(failed)))
-	p.hookRepartitioned(desc.Current().Epoch, len(left)-len(failed)) // hooks.go
+	p.resent.Add(int64(queued))
+	p.hookRepartitioned(desc.Current().Epoch, queued) // hooks.go
 	for i, pd := range failed {
-		p.finish(pd, Result{Err: errs[i]})
+		p.finish(pd, Result{Err: failErrs[i]})
 	}
 }
 

@@ -34,7 +34,7 @@ type sink struct {
 
 	mu        sync.Mutex
 	queue     []*pending
-	fenceDesc *wire.Topic // the producer says this descriptor ended the sink's epoch
+	fenceDesc *wire.Topic // the producer says this descriptor ended the sink's epoch (set by repartition: the sink settles its open batch and stops, handing back its records)
 	aborted   error
 	connLost  bool // a disconnect happened since the run loop last looked
 	wake      chan struct{}
@@ -101,15 +101,6 @@ func (s *sink) signal() {
 func (s *sink) push(pd *pending) {
 	s.mu.Lock()
 	s.queue = append(s.queue, pd)
-	s.mu.Unlock()
-	s.signal()
-}
-
-// fence tells the sink that desc ended its epoch: it settles its open batch and stops, handing
-// back its records.
-func (s *sink) fence(desc *wire.Topic) {
-	s.mu.Lock()
-	s.fenceDesc = desc
 	s.mu.Unlock()
 	s.signal()
 }
@@ -329,6 +320,7 @@ func (s *sink) fill() {
 	flow := max(1, window/4)
 	perKey := s.perKey()
 	full := false // the next record may not join this batch (the per-key rule)
+	none := false // the machine sends nothing more here now
 	for len(b.recs)-max(b.acked, b.flowed) < window && len(b.recs) < size {
 		s.mu.Lock()
 		if s.fenceDesc != nil || s.aborted != nil {
@@ -346,13 +338,32 @@ func (s *sink) fill() {
 			s.mu.Unlock()
 			break
 		}
-		pd := s.queue[0]
+		// The sticky machine decides what this sink transmits next (spec/protocol.md §5.1.2:
+		// nothing past an ambiguous batch until it settled, then the rest first, in send order).
+		i := 0
+		if seq, on := s.p.check.Next(s.id()); on {
+			if i = queueIndex(s.queue, seq); i < 0 {
+				s.mu.Unlock()
+				if len(b.recs) == 0 {
+					s.p.batches.Delete(b.id)
+					s.b = nil
+					return // nothing the machine sends here now (wait reads the queue again)
+				}
+				none = true // commit what went, as with an empty queue
+				break
+			}
+		}
+		pd := s.queue[i]
 		if !b.admits(pd, perKey) {
 			s.mu.Unlock()
 			full = true
 			break
 		}
-		s.queue = s.queue[1:]
+		if i == 0 {
+			s.queue = s.queue[1:]
+		} else {
+			s.queue = append(s.queue[:i:i], s.queue[i+1:]...)
+		}
 		// last: no further record can join the batch now (a batch of one record is then sent
 		// as one message that is stored and commits it).
 		last := len(s.queue) == 0 || len(b.recs)+1 >= size || !b.admitsWith(pd, s.queue[0], perKey)
@@ -395,7 +406,7 @@ func (s *sink) fill() {
 			return
 		}
 	}
-	if len(b.recs) > 0 && (len(b.recs) >= size || full || s.queued() == 0) {
+	if len(b.recs) > 0 && (len(b.recs) >= size || full || none || s.queued() == 0) {
 		seq := uint64(len(b.recs) + 1)
 		if err := s.p.conn.NC.PublishMsg(&nats.Msg{Subject: s.subject, Reply: fbReplySubject(s.p.inbox, b.id, flow, seq, fbEOB)}); err != nil {
 			s.anomalous(b, "publish failed: "+err.Error())
@@ -404,6 +415,19 @@ func (s *sink) fill() {
 		}
 		b.commit = seq
 	}
+}
+
+// queueIndex is the index of record seq in queue, -1 when it is not there (seq 0: no record).
+func queueIndex(queue []*pending, seq uint64) int {
+	if seq == 0 {
+		return -1
+	}
+	for i, pd := range queue {
+		if pd.seq == seq {
+			return i
+		}
+	}
+	return -1
 }
 
 // perKey reports whether the per-key rule holds for this sink's batches (spec/protocol.md
@@ -726,7 +750,7 @@ func (s *sink) settle(ctx context.Context, fenceDesc *wire.Topic) (*wire.Topic, 
 	transient := b.transient
 	s.p.batches.Delete(b.id)
 	s.b = nil
-	s.logf("batch %s: %d of %d records stored; %d to send again", b.id, len(b.recs)-len(rest), len(b.recs), len(rest))
+	s.logf("batch %s: %d of %d records settled (stored, or failed for good); %d to send again", b.id, len(b.recs)-len(rest), len(b.recs), len(rest))
 	if fenced != nil {
 		s.mu.Lock()
 		s.queue = append(rest, s.queue...)
@@ -871,35 +895,59 @@ const silentEOBs = 3
 // (TestLostAcknowledgementsNeverStoreTwice under -race, 2 ms: no acknowledgement for 30 s).
 const eobWait = time.Second
 
-// finishStored finishes the open batch's records not yet finished: those in stored (index ->
-// stream sequence, 0 if unknown) are acknowledged, refused ones fail, and the others are returned,
-// in order, to be sent again.
+// finishStored finishes the open batch's records not yet finished as the sticky machine
+// classifies them (spec/protocol.md §5.1.2) from what settling learnt: stored (index -> stream
+// sequence, 0 if unknown), refused (pd.failed) or stuck in process and not found stored
+// (inprocess.go). The machine's acknowledged are acknowledged, its failed fail, and the others are
+// returned, in order, to be sent again. While the producer moves to a newer epoch the machine
+// decides at the re-send: the facts stand then (checked against the machine at Resend).
 func (s *sink) finishStored(stored map[int]uint64) []*pending {
 	b := s.b
-	var rest []*pending
-	var acked, failed []uint64 // for the sticky check
+	var storedSeqs, failedSeqs []uint64
 	for i := b.acked; i < len(b.recs); i++ {
 		pd := b.recs[i]
-		seq, ok := stored[i]
+		_, ok := stored[i]
 		switch {
 		case pd.failed != nil:
-			failed = append(failed, pd.seq)
-			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: pd.failed})
+			failedSeqs = append(failedSeqs, pd.seq)
 		case ok:
-			acked = append(acked, pd.seq)
-			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Seq: seq})
+			storedSeqs = append(storedSeqs, pd.seq)
 		case pd.inProcess.Count() >= InProcessLimit:
 			// Not found stored, and its id is stuck "in process" (inprocess.go): fail it now
 			// rather than re-send it with the same id until the duplicate window ends.
-			failed = append(failed, pd.seq)
-			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: inProcessError(pd.seq, pd.hdr.Get(wire.HeaderMsgID), s.partition, pd.inProcess.Count())})
+			failedSeqs = append(failedSeqs, pd.seq)
+		}
+	}
+	// Settled before the rest is queued again: the machine sends it before the sink does.
+	acked, failed, decided := s.p.check.Settled(s.id(), storedSeqs, failedSeqs)
+	if !decided {
+		acked, failed = storedSeqs, failedSeqs
+	}
+	in := make(map[uint64]bool, len(acked))
+	for _, seq := range acked {
+		in[seq] = true
+	}
+	out := make(map[uint64]bool, len(failed))
+	for _, seq := range failed {
+		out[seq] = true
+	}
+	var rest []*pending
+	for i := b.acked; i < len(b.recs); i++ {
+		pd := b.recs[i]
+		switch {
+		case in[pd.seq]:
+			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Seq: stored[i]})
+		case out[pd.seq]:
+			err := pd.failed
+			if err == nil {
+				err = inProcessError(pd.seq, pd.hdr.Get(wire.HeaderMsgID), s.partition, pd.inProcess.Count())
+			}
+			s.p.finish(pd, Result{Partition: s.partition, Epoch: s.epoch, Err: err})
 		default:
 			rest = append(rest, pd)
 		}
 	}
 	b.acked = len(b.recs)
-	// Settled before the rest is queued again: the machine sends it before the sink does.
-	s.p.check.Settled(s.id(), acked, failed)
 	return rest
 }
 

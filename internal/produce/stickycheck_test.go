@@ -2,15 +2,12 @@ package produce
 
 import (
 	"context"
-	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"pctl.dev/pctl/broker/wire"
-	"pctl.dev/pctl/partitioner"
 )
 
 // TestProducerRunsTheStickyCheck: in tests a real producer runs the sticky-ambiguity machine
@@ -25,44 +22,12 @@ func TestProducerRunsTheStickyCheck(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const topic = "sc"
-	stream := func(q, epoch int) jetstream.StreamConfig {
-		return jetstream.StreamConfig{Name: wire.StreamName(topic, q), Subjects: []string{wire.DataSubject(topic, epoch, q)}, Storage: jetstream.MemoryStorage, AllowBatchPublish: true, Duplicates: time.Minute}
-	}
-	for q := 0; q < 2; q++ {
-		if _, err := js.CreateStream(ctx, stream(q, 1)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	epoch1 := wire.Epoch{Epoch: 1, Partitions: 2}
-	var desc atomic.Pointer[wire.Topic]
-	desc.Store(&wire.Topic{Name: topic, ID: "id1", Epochs: []wire.Epoch{epoch1}})
-	conn := &Conn{NC: nc, JS: js, Timeout: 5 * time.Second, AckTimeout: 2 * time.Second,
-		Topic: func(context.Context, string) (*wire.Topic, error) {
-			d := *desc.Load()
-			return &d, nil
-		},
-		Partitioner: func(context.Context, wire.Partitioner) (partitioner.Partitioner, error) { return nil, nil }}
-	p, err := New(ctx, conn, topic, Options{Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close(ctx)
+	stream := func(q, epoch int) jetstream.StreamConfig { return partStream(topic, q, epoch) }
+	desc, epoch1 := epochOne(t, ctx, js, topic, 2)
+	k := newKeyless(t, ctx, nc, js, topic, desc, 2*time.Second, t.Logf)
+	p, send := k.p, k.send
 	if p.check == nil {
-		t.Fatal("no sticky check in a test binary: the producer's decisions are not checked against the machine (testhook.CheckSticky)")
-	}
-	var acked, failed atomic.Int64
-	send := func(n int) {
-		for i := 0; i < n; i++ {
-			if err := p.Send(ctx, Record{NoKey: true, Value: []byte(fmt.Sprint("v", i))}, func(r Result) {
-				if r.Err != nil {
-					failed.Add(1)
-				} else {
-					acked.Add(1)
-				}
-			}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		t.Fatal("no sticky machine in the producer (it decides, and checks the rest)")
 	}
 	send(300)
 	if err := p.Flush(ctx); err != nil {
@@ -86,12 +51,7 @@ func TestProducerRunsTheStickyCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	send(300)
-	if err := p.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if acked.Load() != 900 || failed.Load() != 0 {
-		t.Fatalf("%d acknowledged, %d failed; want all 900 acknowledged", acked.Load(), failed.Load())
-	}
+	k.flushAll(900)
 	if p.Epoch() != 2 {
 		t.Fatalf("the producer is at epoch %d; want 2", p.Epoch())
 	}

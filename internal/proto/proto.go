@@ -5,6 +5,15 @@
 // a parent is past its boundary for keys assigned — as pure functions of the descriptor, the
 // group's committed positions, the leases and the time, all passed in.
 //
+// It also holds the producer's decisions of spec/protocol.md §5.1.2: the re-send order after a
+// fence, the search's floor and top, the per-key rule's batches, and sticky ambiguity as a state
+// machine (Sticky: events in, actions out). internal/produce (client.Producer and the broker's
+// produce service) runs on that machine through StickyCheck: the machine decides what a sink
+// transmits next, how a settling classifies a batch's records (stored, failed, sent again) and
+// which records are re-sent under a newer epoch in what order; the producer's I/O (fast batches,
+// settling's reads) learns the facts and executes the actions, and what it still decides itself
+// (acknowledgements from replies, the settlings of a move) is checked against the machine.
+//
 // Nothing here talks to NATS, reads a clock or runs a partitioner: a key's partition in an epoch is
 // a function argument, the time is unix milliseconds. client.Consumer makes these decisions
 // through this package, and spec/vectors/protocol/*.jsonl (written by ./gen from the hand-written

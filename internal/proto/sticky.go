@@ -175,12 +175,21 @@ func (s *Sticky) Produce(seq uint64, key string) (StickyActions, error) {
 func (s *Sticky) Acked(seqs []uint64) StickyActions {
 	var a StickyActions
 	for _, seq := range seqs {
-		if r := s.bySeq[seq]; r != nil && r.sink != nil && r.sent && !r.ambiguous {
-			s.remove(r.sink, r)
+		if s.ackOne(seq) {
 			a.Acked = append(a.Acked, seq)
 		}
 	}
 	return a
+}
+
+// ackOne is Acked for one record, without building actions: whether it was in flight (not
+// ambiguous) and is acknowledged now.
+func (s *Sticky) ackOne(seq uint64) bool {
+	if r := s.bySeq[seq]; r != nil && r.sink != nil && r.sent && !r.ambiguous {
+		s.remove(r.sink, r)
+		return true
+	}
+	return false
 }
 
 // Anomaly: the sink's open batch had an anomaly (no reply in time, the connection lost, a PubAck

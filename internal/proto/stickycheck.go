@@ -8,25 +8,30 @@ import (
 	"sync"
 )
 
-// StickyCheck runs the sticky-ambiguity machine (Sticky, spec/protocol.md §5.1.2) beside a
-// producer that makes its own decisions (internal/produce), and checks each decision against the
-// machine's: the producer feeds it every event the machine knows (a record produced, records
-// acknowledged, an anomaly, a settling, a newer epoch, close) and every record it transmits, and
-// the check fails (fail, once, with the last events) when the producer transmits a record the
-// machine does not send there next, acknowledges one it did not send there, settles or re-sends
-// differently from the machine, or re-sends under a new epoch before every old sink settled.
+// StickyCheck runs the sticky-ambiguity machine (Sticky, spec/protocol.md §5.1.2) inside a
+// producer (internal/produce) that takes its decisions from it and checks the rest against it.
+// The producer feeds it every event the machine knows (a record produced, records acknowledged,
+// an anomaly, a settling, a newer epoch, close) and every record it transmits.
 //
-// The producer places records itself (its partitioner, its round robin for keyless records):
-// where it put a record is the machine's f. It may hold back a record the machine would send (a
-// sink waiting for its control loop); every record it transmits must be one the machine sends,
-// in the machine's order per sink. Two timings differ from the machine's and are mapped, not
-// relaxed: an acknowledgement the producer takes while the machine holds the record ambiguous (a
-// flow ack or PubAck that arrived while settling, or before the sink saw a fence) counts as
-// settled stored, and must be among the stored of that sink's next settling; and while the
-// producer moves to a newer epoch, settlings are applied when it re-sends (Regather), which
-// checks that by then every old sink handed its records back.
+// Decisions (the producer executes the machine's answer): Next, the record a sink transmits
+// next (nothing while the sink is ambiguous); Settled, how a settling classifies the sink's
+// ambiguous records from the facts it learnt; Resend, which records are re-sent under a newer
+// epoch, in what order, placed by the producer's partitioner in that order.
 //
-// StickyCheck is safe for concurrent use; a nil *StickyCheck checks nothing.
+// Checks (the producer decides; the check fails, once, with the last events): an acknowledgement
+// of a record the machine does not have in flight there, a transmit of a record other than the
+// machine's next (a race Next cannot see), a settling during a move whose classification is not
+// the machine's, a re-send before every old sink settled. The producer places records itself
+// (its partitioner, its round robin for keyless records): where it put a record is the
+// machine's f. Two timings differ from the machine's and are mapped, not relaxed: an
+// acknowledgement the producer takes while the machine holds the record ambiguous (a flow ack
+// or PubAck that arrived while settling, or before the sink saw a fence) counts as settled
+// stored, and is among the stored of that sink's next settling; and while the producer moves to
+// a newer epoch, settlings are applied when it re-sends (Resend), once the new epoch's
+// partitioner is loaded.
+//
+// StickyCheck is safe for concurrent use (its own lock; every call is computation); a nil
+// *StickyCheck decides and checks nothing.
 type StickyCheck struct {
 	mu       sync.Mutex
 	m        *Sticky
@@ -41,6 +46,13 @@ type StickyCheck struct {
 	events   int                 // events taken so far
 	fail     func(msg string)
 	off      bool
+	// During Resend: the machine's f places records of epoch placing with place (the producer's
+	// partitioner, in the machine's order); lost collects those it could not place; plan the
+	// machine's Send actions in order.
+	place   func(seq uint64) (int, error)
+	placing int
+	lost    []uint64
+	plan    []Placed
 }
 
 type stickySettling struct {
@@ -80,6 +92,14 @@ func NewStickyCheck(epoch int, fail func(msg string)) *StickyCheck {
 		early: map[SinkID][]uint64{}, fail: fail}
 	c.m = NewSticky(epoch, func(epoch int, key string) (int, error) {
 		seq, _ := strconv.ParseUint(key, 10, 64)
+		if c.place != nil && epoch == c.placing {
+			q, err := c.place(seq)
+			if err != nil {
+				c.lost, q = append(c.lost, seq), 0 // the machine places it; Resend drops it
+			}
+			c.parts[seq] = SinkID{epoch, q}
+			return q, nil
+		}
 		id, ok := c.parts[seq]
 		if !ok || id.Epoch != epoch {
 			return 0, fmt.Errorf("the machine places record %d in epoch %d; the producer did not place it there", seq, epoch)
@@ -129,8 +149,12 @@ func (c *StickyCheck) violation(format string, args ...any) {
 		fmt.Sprintf(format, args...), len(lines), strings.Join(lines, "\n  ")))
 }
 
-// apply takes the machine's actions: Send grants the producer a transmit.
+// apply takes the machine's actions: Send grants the producer a transmit (and, during Resend,
+// is the re-send's plan).
 func (c *StickyCheck) apply(a StickyActions) {
+	if c.place != nil {
+		c.plan = append(c.plan, a.Send...)
+	}
 	for _, p := range a.Send {
 		id := SinkID{p.Epoch, p.Partition}
 		c.grants[id] = append(c.grants[id], p.Seq)
@@ -179,6 +203,30 @@ func (c *StickyCheck) valid(seq uint64, id SinkID) bool {
 	return r != nil && r.sink != nil && r.sink.id == id && r.sent && !r.ambiguous
 }
 
+// Next (a decision, not a check): the record the machine sends to sink id next, 0 when it sends
+// nothing there now (the sink is ambiguous, or everything granted there went out). A sink
+// transmits that record and no other. on is false when the check is off (closed, or stopped at a
+// violation): the machine decides nothing then, and the sink's own queue order stands.
+func (c *StickyCheck) Next(id SinkID) (seq uint64, on bool) {
+	if c == nil {
+		return 0, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.off {
+		return 0, false
+	}
+	g := c.grants[id]
+	for len(g) > 0 && !c.valid(g[0], id) {
+		g = g[1:]
+	}
+	c.grants[id] = g
+	if len(g) == 0 {
+		return 0, true
+	}
+	return g[0], true
+}
+
 // Transmit: the producer publishes record seq to sink id now. It must be the record the machine
 // sends there next.
 func (c *StickyCheck) Transmit(seq uint64, id SinkID) {
@@ -216,7 +264,13 @@ func (c *StickyCheck) Transmit(seq uint64, id SinkID) {
 
 // Acked: the producer acknowledged these records of sink id (not by settling: see Settled).
 func (c *StickyCheck) Acked(id SinkID, seqs ...uint64) {
-	if !c.enter(stickyEvent{op: "acked", id: id, seqs: append([]uint64(nil), seqs...)}) {
+	e := stickyEvent{op: "acked", id: id}
+	if len(seqs) == 1 {
+		e.seq = seqs[0] // the producer's usual call: no copy
+	} else {
+		e.seqs = append([]uint64(nil), seqs...)
+	}
+	if !c.enter(e) {
 		return
 	}
 	defer c.mu.Unlock()
@@ -229,7 +283,7 @@ func (c *StickyCheck) Acked(id SinkID, seqs ...uint64) {
 			c.early[id] = append(c.early[id], seq) // settling's: see Settled
 			continue
 		}
-		if a := c.m.Acked([]uint64{seq}); len(a.Acked) != 1 {
+		if !c.m.ackOne(seq) {
 			c.violation("record %d acknowledged in (%d,%d); the machine does not have it in flight there", seq, id.Epoch, id.Partition)
 			return
 		}
@@ -248,37 +302,48 @@ func (c *StickyCheck) Anomaly(id SinkID) {
 	delete(c.grants, id)
 }
 
-// Settled: settling sink id's batch found stored those records and failed these for good; the
-// others go again. While the producer moves to a newer epoch it is applied at Regather.
-func (c *StickyCheck) Settled(id SinkID, stored, failed []uint64) {
-	c.settled(stickySettling{id: id, stored: stored, failed: failed})
+// Settled (a decision while the producer is at its epoch; a check while it moves): settling
+// sink id's batch found these records stored and failed these for good (the facts the
+// producer's I/O learnt); the machine classifies the sink's ambiguous records: acked are
+// acknowledged, failed fail, every other one is sent again (its sink's Next). decided is false
+// while the producer moves to a newer epoch (the settling is applied at Resend, which checks
+// the producer's own classification against the machine's) and when the check is off: the
+// facts stand then.
+func (c *StickyCheck) Settled(id SinkID, stored, failed []uint64) (acked, failedOut []uint64, decided bool) {
+	return c.settled(stickySettling{id: id, stored: stored, failed: failed})
 }
 
 // HandBack: sink id, fenced, stopped and handed its records back to the producer (its final
 // settling: nothing of it is in flight any more).
 func (c *StickyCheck) HandBack(id SinkID) { c.settled(stickySettling{id: id, handBack: true}) }
 
-func (c *StickyCheck) settled(st stickySettling) {
+func (c *StickyCheck) settled(st stickySettling) (acked, failed []uint64, decided bool) {
 	op := "settled"
 	if st.handBack {
 		op = "hand-back"
 	}
 	if !c.enter(stickyEvent{op: op, id: st.id, seqs: append(append([]uint64{}, st.stored...), st.failed...)}) {
-		return
+		return nil, nil, false
 	}
 	defer c.mu.Unlock()
 	if c.moving != 0 {
 		c.deferred = append(c.deferred, st)
-		return
+		return nil, nil, false
 	}
 	if st.handBack {
 		c.violation("sink (%d,%d) handed its records back with no newer epoch to move to", st.id.Epoch, st.id.Partition)
-		return
+		return nil, nil, false
 	}
-	c.settle(st)
+	a, ok := c.settle(st, false)
+	if !ok {
+		return nil, nil, false
+	}
+	return a.Acked, a.Failed, true
 }
 
-func (c *StickyCheck) settle(st stickySettling) {
+// settle applies a settling to the machine. check: the producer decided it itself (a settling
+// deferred during a move), so the machine's classification must be the producer's.
+func (c *StickyCheck) settle(st stickySettling, check bool) (StickyActions, bool) {
 	id := st.id
 	stored := append(append([]uint64{}, st.stored...), c.early[id]...)
 	delete(c.early, id)
@@ -286,8 +351,9 @@ func (c *StickyCheck) settle(st stickySettling) {
 	if k == nil || !k.ambiguous() {
 		if len(stored)+len(st.failed) > 0 {
 			c.violation("sink (%d,%d) settled records %v (stored) %v (failed) the machine does not hold ambiguous there", id.Epoch, id.Partition, stored, st.failed)
+			return StickyActions{}, false
 		}
-		return
+		return StickyActions{}, true
 	}
 	for _, r := range k.records() {
 		if r.ambiguous {
@@ -297,20 +363,21 @@ func (c *StickyCheck) settle(st stickySettling) {
 	a, err := c.m.SettledFailing(id, stored, st.failed)
 	if err != nil {
 		c.violation("settling (%d,%d): %v", id.Epoch, id.Partition, err)
-		return
+		return StickyActions{}, false
 	}
-	if !sameSet(a.Acked, stored) {
+	if check && !sameSet(a.Acked, stored) {
 		c.violation("sink (%d,%d) settled %v as stored; the machine acknowledges %v", id.Epoch, id.Partition, sorted(stored), sorted(a.Acked))
-		return
+		return StickyActions{}, false
 	}
-	if !sameSet(a.Failed, st.failed) {
+	if check && !sameSet(a.Failed, st.failed) {
 		c.violation("sink (%d,%d) failed %v in settling; the machine fails %v", id.Epoch, id.Partition, sorted(st.failed), sorted(a.Failed))
-		return
+		return StickyActions{}, false
 	}
 	for _, seq := range append(a.Acked, a.Failed...) {
 		delete(c.parts, seq)
 	}
 	c.apply(a)
+	return a, true
 }
 
 // NewEpoch: the producer saw epoch current and fenced its sinks (none transmits any more).
@@ -329,32 +396,34 @@ func (c *StickyCheck) NewEpoch(current int) {
 	c.apply(a)
 }
 
-// Regather: every old sink handed back; the producer re-sends the records under epoch: parts
-// maps each to the partition it placed it in, failed lists those it could not place (they fail).
-func (c *StickyCheck) Regather(epoch int, parts map[uint64]int, failed []uint64) {
-	if !c.enter(stickyEvent{op: "regather", seq: uint64(epoch)}) {
-		return
+// Resend (a decision, not a check): every old sink handed back, and the producer re-sends their
+// records and those it took meanwhile under epoch. The machine decides which records go and in
+// what order (its settlings, its re-gather in send order, spec/protocol.md §5.1.2 step 4); place
+// gives a record's partition in epoch (the producer's partitioner, called by the machine in its
+// order, so a keyless record's round robin follows it too), or an error: that record fails
+// (lost), the others go on. plan is what the producer transmits, in this order, each record to
+// its partition; ok is false when the check is off (closed, or stopped at a violation): the
+// machine decides nothing then, and the producer fails the records it holds.
+func (c *StickyCheck) Resend(epoch int, place func(seq uint64) (int, error)) (plan []Placed, lost []uint64, ok bool) {
+	if !c.enter(stickyEvent{op: "resend", seq: uint64(epoch)}) {
+		return nil, nil, false
 	}
 	defer c.mu.Unlock()
-	for seq, q := range parts {
-		c.parts[seq] = SinkID{epoch, q}
-	}
-	for _, seq := range failed {
-		c.parts[seq] = SinkID{epoch, 0}
-	}
 	if c.moving == 0 {
 		c.violation("re-sending under epoch %d with no move to a newer epoch begun", epoch)
-		return
+		return nil, nil, false
 	}
+	c.place, c.placing, c.lost, c.plan = place, epoch, nil, nil
+	defer func() { c.place, c.lost, c.plan = nil, nil, nil }()
 	if _, err := c.m.NewEpoch(epoch); err != nil {
 		c.violation("new epoch %d: %v", epoch, err)
-		return
+		return nil, nil, false
 	}
 	c.grants = map[SinkID][]uint64{}
 	for _, st := range c.deferred {
-		c.settle(st)
+		c.settle(st, true)
 		if c.off {
-			return
+			return nil, nil, false
 		}
 	}
 	c.deferred = nil
@@ -365,38 +434,42 @@ func (c *StickyCheck) Regather(epoch int, parts map[uint64]int, failed []uint64)
 				waiting = append(waiting, fmt.Sprintf("(%d,%d)", k.id.Epoch, k.id.Partition))
 			}
 		}
-		c.violation("re-sending %d records under epoch %d while the machine waits for sinks %s to settle", len(parts)+len(failed), epoch, strings.Join(waiting, " "))
-		return
+		c.violation("re-sending under epoch %d while the machine waits for sinks %s to settle (each old sink settles or hands back before the producer re-sends)", epoch, strings.Join(waiting, " "))
+		return nil, nil, false
 	}
 	if c.m.epoch != epoch {
 		c.violation("re-sending under epoch %d; the machine moved to epoch %d", epoch, c.m.epoch)
-		return
+		return nil, nil, false
 	}
 	for _, seq := range c.held {
 		a, err := c.m.Produce(seq, key(seq))
 		if err != nil {
 			c.violation("record %d, taken during the move: %v", seq, err)
-			return
+			return nil, nil, false
 		}
 		c.apply(a)
 	}
 	c.held, c.moving = nil, 0
-	want := make([]uint64, 0, len(parts)+len(failed))
-	for seq := range parts {
-		want = append(want, seq)
+	lost = c.lost
+	if len(lost) > 0 {
+		if a := c.m.Drop(lost); !sameSet(a.Failed, lost) {
+			c.violation("failing %v at the move to epoch %d; the machine fails %v", lost, epoch, a.Failed)
+			return nil, nil, false
+		}
+		out := map[uint64]bool{}
+		for _, seq := range lost {
+			out[seq] = true
+			delete(c.parts, seq)
+		}
+		for _, p := range c.plan {
+			if !out[p.Seq] {
+				plan = append(plan, p)
+			}
+		}
+	} else {
+		plan = c.plan
 	}
-	want = append(want, failed...)
-	var got []uint64
-	for _, g := range c.grants {
-		got = append(got, g...)
-	}
-	if !sameSet(got, want) {
-		c.violation("re-sending %v under epoch %d; the machine re-sends %v", sorted(want), epoch, sorted(got))
-		return
-	}
-	if a := c.m.Drop(failed); !sameSet(a.Failed, failed) {
-		c.violation("failing %v at the move to epoch %d; the machine fails %v", failed, epoch, a.Failed)
-	}
+	return plan, lost, true
 }
 
 // Drop: the producer failed these records for good before transmitting them.

@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// CheckStickyEnv is the environment variable that turns the producers' sticky-ambiguity check on
-// ("1") or off ("0") whatever the process: a test binary sets it to "1" for the processes it
+// CheckStickyEnv is the environment variable that makes a producer's disagreement with its
+// sticky-ambiguity machine panic ("1") or fail the producer ("0") whatever the process: a test binary sets it to "1" for the processes it
 // starts (the chaos suite's brokers, whose produce service is a producer).
 const CheckStickyEnv = "PCTL_CHECK_STICKY"
 
@@ -29,7 +29,8 @@ func init() {
 }
 
 // benchmarking reports whether a test binary's arguments ask for benchmarks: they measure what
-// production runs, so the check is off there (CheckStickyEnv=1 turns it on, to measure its cost).
+// production runs, so a disagreement fails the producer there as in production (CheckStickyEnv=1
+// makes it panic).
 func benchmarking(args []string) bool {
 	for i, a := range args {
 		a = strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
@@ -43,10 +44,11 @@ func benchmarking(args []string) bool {
 	return false
 }
 
-// CheckSticky reports whether producers (internal/produce) run the sticky-ambiguity machine
-// (proto.StickyCheck, spec/protocol.md §5.1.2) beside their own decisions and check each one
-// against it: in every test binary of the module (not when it runs benchmarks) and the processes
-// it starts; never in production unless CheckStickyEnv is "1".
+// CheckSticky reports whether a producer's decision that is not its sticky-ambiguity machine's
+// (proto.StickyCheck, spec/protocol.md §5.1.2) panics (StickyViolation): in every test binary of
+// the module (not when it runs benchmarks) and the processes it starts; never in production
+// unless CheckStickyEnv is "1". The machine runs in every producer either way (it decides);
+// without CheckSticky a disagreement fails the producer with code internal.
 func CheckSticky() bool { return checkSticky }
 
 // StickyViolation is what a producer does when its decision is not the machine's: it writes msg

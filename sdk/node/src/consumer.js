@@ -132,10 +132,22 @@ function startOf(o, desc) {
 }
 
 // Creates the group's state on first use (spec/protocol.md §6.1): a group that reads the current
-// epoch alone writes g.start first (§10.5).
-async function ensureGroup(client, kv, desc, group, o, log) {
+// epoch alone writes g.start (§10.5). A get that finds no g.created proves nothing (a lagging
+// follower answers direct gets), so the create path starts with a write that proves the group
+// absent (§6.1, "Proving that the group does not exist"): g.assignor, stored only while g.created
+// has no message. Refused: the group exists (or another member is creating it), and nothing is
+// created. `desc` was read before that write, so every stream in it predates the group.
+export async function ensureGroup(client, kv, desc, group, o, log) {
   const tid = desc.id;
   if (await kv.get(createdKey(tid, group))) return false;
+  let absent;
+  try {
+    absent = await kv.putIfAbsent(`${tid}.${group}.g.assignor`, encoder.encode(JSON.stringify({ assignor: o?.assignor ?? 'modulo' })), createdKey(tid, group));
+  } catch (e) {
+    if (e?.code === 'permission') throw e;
+    throw new UnavailableError(`consumer group ${group}: could not learn whether it exists (its assignor written on the condition that it does not: ${e?.message ?? e}): retry the join`, { cause: e });
+  }
+  if (!absent) return false;
   const from = startOf(o, desc);
   if (from === 'current-epoch') {
     const bf = backfilling(desc);
@@ -162,12 +174,6 @@ async function ensureGroup(client, kv, desc, group, o, log) {
     } catch (e) {
       if (!(e instanceof CasConflict)) throw e;
     }
-  }
-  // The group's assignor, before g.created (spec/protocol.md §6.1; first writer wins).
-  try {
-    await kv.create(`${tid}.${group}.g.assignor`, encoder.encode(JSON.stringify({ assignor: o.assignor ?? 'modulo' })));
-  } catch (e) {
-    if (!(e instanceof CasConflict)) throw e;
   }
   try {
     await kv.create(createdKey(tid, group), encoder.encode(new Date().toISOString()));

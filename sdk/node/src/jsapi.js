@@ -16,6 +16,9 @@ export const JS = Object.freeze({
   streamNotFound: 10059,
   consumerNotFound: 10014,
   wrongLastSequence: 10071,
+  // "wrong last sequence" without the sequence: a replicated stream's leader refusing a
+  // compare-and-set while a write of the subject it checks is in flight.
+  wrongLastSequenceConstant: 10164,
   noMessageFound: 10037,
   messageTooLarge: 10054,
 });

@@ -22,7 +22,9 @@ export class CasConflict extends Error {
   }
 }
 
-function isWrongLast(e) { return e instanceof JsApiError && e.errCode === JS.wrongLastSequence; }
+function isWrongLast(e) {
+  return e instanceof JsApiError && (e.errCode === JS.wrongLastSequence || e.errCode === JS.wrongLastSequenceConstant);
+}
 
 /** One KV bucket. `timeout` bounds every round trip (milliseconds). */
 export class KV {
@@ -68,6 +70,25 @@ export class KV {
     const cur = await this.get(key);
     if (cur?.deleted) return this.update(key, value, cur.revision);
     throw new CasConflict(key, 0);
+  }
+
+  /**
+   * Writes the key only if `guard` (another key) has no message before this write in the stream's
+   * order (Nats-Expected-Last-Subject-Sequence-Subject, nats-server 2.11+): true when stored, false
+   * when refused with "wrong last sequence" (the guard exists, or a write of it is in flight).
+   * Other failures throw. The leader checks it, and every replica again when it applies the write.
+   */
+  async putIfAbsent(key, value, guard) {
+    try {
+      await jsPublish(this.nc, this.subject(key), value, {
+        'Nats-Expected-Last-Subject-Sequence': 0,
+        'Nats-Expected-Last-Subject-Sequence-Subject': this.subject(guard),
+      }, this.timeout);
+      return true;
+    } catch (e) {
+      if (isWrongLast(e)) return false;
+      throw e;
+    }
   }
 
   /** Deletes the key (a delete marker). */

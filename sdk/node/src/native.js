@@ -6,6 +6,7 @@
 // points) and to spec/vectors; any other digest (an upload claiming compatible:<builtin>
 // included) runs as a module.
 
+import { Buffer } from 'node:buffer';
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { Partitioner, builtinNames, keyBytes } from './partitioner.js';
@@ -17,13 +18,13 @@ const encoder = new TextEncoder();
 const builtinDir = new URL('../builtin/', import.meta.url);
 
 /** kafka-murmur2: (murmur2(key) & 0x7fffffff) % n. */
-function kafkaMurmur2(key, n) {
-  return (murmur2(key) & 0x7fffffff) % n;
+function kafkaMurmur2(key, n, len = key.length) {
+  return (murmur2(key, len) & 0x7fffffff) % n;
 }
 
 /** linear-murmur2: h % 2b, folded by b when it is >= n (b = 2^floor(log2 n)). */
-function linearMurmur2(key, n) {
-  const h = murmur2(key) & 0x7fffffff;
+function linearMurmur2(key, n, len = key.length) {
+  const h = murmur2(key, len) & 0x7fffffff;
   const b = 2 ** (31 - Math.clz32(n)); // n >= 1: b <= n < 2b
   let p = h % (2 * b);
   if (p >= n) p -= b;
@@ -41,28 +42,28 @@ const CRC_TABLE = (() => {
 })();
 
 /** librdkafka-consistent: crc32 (IEEE, as zlib) of the key, unsigned % n. */
-function librdkafkaConsistent(key, n) {
+function librdkafkaConsistent(key, n, len = key.length) {
   let c = -1;
-  for (let i = 0; i < key.length; i++) c = CRC_TABLE[(c ^ key[i]) & 0xff] ^ (c >>> 8);
+  for (let i = 0; i < len; i++) c = CRC_TABLE[(c ^ key[i]) & 0xff] ^ (c >>> 8);
   return ((c ^ -1) >>> 0) % n;
 }
 
-/** FNV-1a 32 of the key as an int32. */
-function fnv1a32(key) {
+/** FNV-1a 32 of the key's first len bytes as an int32. */
+function fnv1a32(key, len) {
   let h = 0x811c9dc5 | 0;
-  for (let i = 0; i < key.length; i++) h = Math.imul(h ^ key[i], 0x01000193);
+  for (let i = 0; i < len; i++) h = Math.imul(h ^ key[i], 0x01000193);
   return h;
 }
 
 /** librdkafka-fnv1a: abs(h) as u32 (abs(INT32_MIN) = 0x80000000), unsigned % n. */
-function librdkafkaFNV1a(key, n) {
-  const h = fnv1a32(key);
+function librdkafkaFNV1a(key, n, len = key.length) {
+  const h = fnv1a32(key, len);
   return ((h < 0 ? -h : h) >>> 0) % n; // -INT32_MIN is 2^31 as a Number: >>> 0 keeps 0x80000000
 }
 
 /** sarama-fnv1a: h % n truncating (JavaScript's % on Numbers), negated if negative. */
-function saramaFNV1a(key, n) {
-  const p = fnv1a32(key) % n;
+function saramaFNV1a(key, n, len = key.length) {
+  const p = fnv1a32(key, len) % n;
   return p < 0 ? -p : p | 0; // | 0: a negative h with p = 0 gives -0 in JavaScript
 }
 
@@ -124,9 +125,8 @@ function rotl(h, l, r) {
   return ((l << r) | (h >>> (32 - r))) >>> 0;
 }
 
-/** XXH64 of the key with seed 0 (as Cyan4973/xxHash) into R. */
-function xxh64HL(key) {
-  const len = key.length;
+/** XXH64 of the key's first len bytes with seed 0 (as Cyan4973/xxHash) into R. */
+function xxh64HL(key, len) {
   let i = 0;
   let hh;
   let hl;
@@ -202,7 +202,7 @@ function xxh64HL(key) {
 
 /** XXH64 of the key with seed 0 (as Cyan4973/xxHash), as a BigInt (for tests; jump uses the halves). */
 export function xxh64(key) {
-  xxh64HL(key);
+  xxh64HL(key, key.length);
   return (BigInt(R[0]) << 32n) | BigInt(R[1]);
 }
 
@@ -211,8 +211,8 @@ const JH = 0x27bb2ee6;
 const JL = 0x87b0b0fd;
 
 /** jump: the paper's jump consistent hash over XXH64 (seed 0), its float expression in order. */
-function jump(key, n) {
-  xxh64HL(key);
+function jump(key, n, len = key.length) {
+  xxh64HL(key, len);
   let kh = R[0];
   let kl = R[1];
   let b = -1;
@@ -228,7 +228,10 @@ function jump(key, n) {
   return b;
 }
 
-/** The native functions by built-in name: f(keyBytes, n) -> partition, for 1 <= n <= 2^31-1. */
+/**
+ * The native functions by built-in name: f(keyBytes, n, len = keyBytes.length) -> partition of the
+ * key's first len bytes, for 1 <= n <= 2^31-1.
+ */
 export const NATIVE = Object.freeze({
   jump,
   'kafka-murmur2': kafkaMurmur2,
@@ -267,21 +270,44 @@ export class NativePartitioner extends Partitioner {
 
   partition(key, n) {
     if ((n | 0) !== n || n < 1) checkN(n);
-    const k = typeof key === 'string' ? encoder.encode(key) : keyBytes(key);
+    if (typeof key === 'string') return this.native(scratch, n, encodeKey(key, -1));
+    const k = keyBytes(key);
     if (k.length > LIMITS.maxKey) throw new BadRequestError(`key too long: ${k.length} bytes; the limit is ${LIMITS.maxKey} (spec/abi-v1.md §1.1)`);
-    return this.native(k, n);
+    return this.native(k, n, k.length);
   }
 
   partitionMany(keys, n) {
     checkN(n);
-    const ks = keys.map((k) => (typeof k === 'string' ? encoder.encode(k) : keyBytes(k)));
-    ks.forEach((k, i) => {
-      if (k.length > LIMITS.maxKey) throw new BadRequestError(`key too long: key ${i} has ${k.length} bytes; the limit is ${LIMITS.maxKey} (spec/abi-v1.md §1.1)`);
-    });
-    const out = new Int32Array(ks.length);
-    for (let i = 0; i < ks.length; i++) out[i] = this.native(ks[i], n);
+    const f = this.native;
+    const out = new Int32Array(keys.length);
+    for (let i = 0; i < keys.length; i++) {
+      const key = keys[i];
+      if (typeof key === 'string') {
+        out[i] = f(scratch, n, encodeKey(key, i));
+      } else {
+        const k = keyBytes(key);
+        if (k.length > LIMITS.maxKey) throw new BadRequestError(`key too long: key ${i} has ${k.length} bytes; the limit is ${LIMITS.maxKey} (spec/abi-v1.md §1.1)`);
+        out[i] = f(k, n, k.length);
+      }
+    }
     return out;
   }
+}
+
+// String keys are hashed from their UTF-8 in one buffer, reused by every call (one thread: a call
+// never yields between encoding and hashing), not from a Uint8Array allocated per key. A UTF-16
+// unit takes at most 3 bytes of UTF-8, so any string of at most LIMITS.maxKey units fits, and a
+// longer one has more than LIMITS.maxKey bytes anyway.
+const scratch = new Uint8Array(3 * LIMITS.maxKey);
+
+/** The UTF-8 of key into scratch, its length returned; a key over the limit throws (key i, or -1 for a single call). */
+function encodeKey(key, i) {
+  const len = key.length <= LIMITS.maxKey ? encoder.encodeInto(key, scratch).written : Buffer.byteLength(key, 'utf8');
+  if (len > LIMITS.maxKey) {
+    const which = i < 0 ? `${len} bytes` : `key ${i} has ${len} bytes`;
+    throw new BadRequestError(`key too long: ${which}; the limit is ${LIMITS.maxKey} (spec/abi-v1.md §1.1)`);
+  }
+  return len;
 }
 
 function checkN(n) {

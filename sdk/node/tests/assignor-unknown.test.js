@@ -1,7 +1,8 @@
 // A group whose recorded assignor this SDK does not implement (spec/protocol.md §6.1) is refused
 // with the error of code `unsupported` (§3), as its own class (UnsupportedError), against a real
 // broker (tests/broker.js): the group's g.assignor key names "round-robin" before any member
-// joins. It is written with the official JetStream client (@nats-io/jetstream), not the SDK.
+// joins (then g.created, as its creator writes it: a group without g.created is being created, and
+// a member may still write its own assignor, §6.1). It is written with the official JetStream client (@nats-io/jetstream), not the SDK.
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { jetstream } from '@nats-io/jetstream';
@@ -32,6 +33,7 @@ describe('a group with an assignor this SDK does not implement', { skip, timeout
     assert.ok(desc.id, 'the topic has an id');
     const js = jetstream(admin.connection);
     await js.publish(`$KV.pctl-groups.${desc.id}.rr.g.assignor`, JSON.stringify({ assignor: 'round-robin' }));
+    await js.publish(`$KV.pctl-groups.${desc.id}.rr.g.created`, 'now');
     const c = await admin.consumer('rr', { group: 'rr', member: 'a' });
     await assert.rejects(c.start(), (e) => {
       assert.ok(e instanceof UnsupportedError, `${e?.name}: ${e?.message}`);

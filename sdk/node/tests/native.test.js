@@ -123,6 +123,46 @@ for (const name of ['kafka-murmur2', 'linear-murmur2', 'librdkafka-consistent', 
   });
 }
 
+// String keys go through one reused UTF-8 buffer (encodeInto), hashed to the encoded length: a
+// short key after a long one must not see the long one's bytes, and multi-byte UTF-8 (2, 3 and
+// 4 bytes, lone surrogates as U+FFFD) must be the bytes the module gets.
+function randomStrings(seed, count) {
+  let x = seed >>> 0;
+  const next = () => { x = (Math.imul(x, 1664525) + 1013904223) >>> 0; return x; };
+  const alphabet = ['a', 'Z', '0', '-', 'é', 'ß', '€', '中', '😀', '\ud800', '\udc00', '\u0000'];
+  return Array.from({ length: count }, () => {
+    const len = next() % 40;
+    let t = '';
+    for (let i = 0; i < len; i++) t += next() % 4 === 0 ? alphabet[next() % alphabet.length] : String.fromCharCode(32 + (next() % 95));
+    return t;
+  });
+}
+
+for (const name of ['kafka-murmur2', 'linear-murmur2', 'librdkafka-consistent', 'librdkafka-fnv1a', 'sarama-fnv1a', 'jump']) {
+  test(`native ${name}: string keys (the reused UTF-8 buffer) agree with the module, batched and per call`, () => {
+    const strings = randomStrings(7, 20_000);
+    strings.push('x'.repeat(300), '', 'é'.repeat(21845), 'y'); // a long key, then short ones after it
+    const wasm = Partitioner.builtin(name);
+    const nat = nativeFor({ digest: wasm.digest });
+    for (const n of [1, 7, 1000, 2147483647]) {
+      const want = wasm.partitionMany(strings, n);
+      const got = nat.partitionMany(strings, n);
+      for (let i = 0; i < strings.length; i++) {
+        if (got[i] !== want[i]) assert.fail(`${name} partitionMany n=${n} key ${JSON.stringify(strings[i])}: wasm ${want[i]}, native ${got[i]}`);
+      }
+      for (let i = 0; i < strings.length; i += 7) {
+        const r = nat.partition(strings[i], n);
+        if (r !== want[i]) assert.fail(`${name} partition n=${n} key ${JSON.stringify(strings[i])}: wasm ${want[i]}, native ${r}`);
+      }
+    }
+    const over = 'é'.repeat(32769); // 65538 bytes in 32769 units
+    assert.throws(() => nat.partition(over, 3), (e) => e instanceof BadRequestError && /key too long: 65538 bytes/.test(e.message));
+    assert.throws(() => nat.partitionMany(['a', over], 3), (e) => e instanceof BadRequestError && /key 1 has 65538 bytes/.test(e.message));
+    assert.throws(() => nat.partitionMany(['a', 'b'.repeat(65537)], 3), (e) => e instanceof BadRequestError && /key 1 has 65537 bytes/.test(e.message));
+    assert.equal(nat.partition('é'.repeat(32768), 3), wasm.partition('é'.repeat(32768), 3), 'a key of exactly 65536 bytes is a key');
+  });
+}
+
 test('nativeFor: a built-in digest without config only; errors are the module path\'s', () => {
   for (const name of builtinNames()) {
     const d = Partitioner.builtin(name).digest;
@@ -189,6 +229,49 @@ for (const name of ['kafka-murmur2', 'jump']) {
       assert.deepEqual(a, b);
     }
     console.log(`${name} 16-byte keys, partitionMany: wasm ${(best(bw) / keys.length).toFixed(0)} ns/key, native ${(best(bn) / keys.length).toFixed(0)} ns/key: wasm/native ${(best(bw) / best(bn)).toFixed(2)}x`);
+    // String keys (what producers give): the native batch against the module's and against the
+    // previous native batch, which encoded every key into its own Uint8Array first.
+    const strings = keys.map((k) => new TextDecoder().decode(k));
+    const f = NATIVE[name];
+    const enc = new TextEncoder();
+    const encodeFirst = (ks) => { // the previous NativePartitioner.partitionMany, line for line
+      const e = ks.map((k) => enc.encode(k));
+      e.forEach((k, i) => { if (k.length > 65536) throw new Error(`key ${i} too long`); });
+      const out = new Int32Array(e.length);
+      for (let i = 0; i < e.length; i++) out[i] = f(e[i], 1000);
+      return out;
+    };
+    const sn = [];
+    const sw = [];
+    const se = [];
+    for (let r = 0; r < ROUNDS; r++) {
+      const t0 = process.hrtime.bigint();
+      const a = nat.partitionMany(strings, 1000);
+      const t1 = process.hrtime.bigint();
+      const b = wasm.partitionMany(strings, 1000);
+      const t2 = process.hrtime.bigint();
+      const c = encodeFirst(strings);
+      se.push(Number(process.hrtime.bigint() - t2));
+      sn.push(Number(t1 - t0));
+      sw.push(Number(t2 - t1));
+      assert.deepEqual(a, b);
+      assert.deepEqual(c, b);
+    }
+    console.log(`${name} 16-byte string keys, partitionMany: wasm ${(best(sw) / keys.length).toFixed(0)} ns/key, native ${(best(sn) / keys.length).toFixed(0)} ns/key, native encoding every key first ${(best(se) / keys.length).toFixed(0)} ns/key: wasm/native ${(best(sw) / best(sn)).toFixed(2)}x, encode-first/native ${(best(se) / best(sn)).toFixed(2)}x`);
+    const pn = [];
+    const pw = [];
+    for (let r = 0; r < ROUNDS; r++) {
+      const t0 = process.hrtime.bigint();
+      let x = 0;
+      for (const k of strings) x += nat.partition(k, 1000);
+      const t1 = process.hrtime.bigint();
+      let y = 0;
+      for (const k of strings) y += wasm.partition(k, 1000);
+      pw.push(Number(process.hrtime.bigint() - t1));
+      pn.push(Number(t1 - t0));
+      assert.equal(x, y);
+    }
+    console.log(`${name} 16-byte string keys, Partitioner.partition per call: wasm ${(best(pw) / keys.length).toFixed(0)} ns, native ${(best(pn) / keys.length).toFixed(0)} ns: wasm/native ${(best(pw) / best(pn)).toFixed(2)}x`);
   });
 }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import zlib
+from bisect import bisect_right
 from importlib import resources
 from typing import Callable, Optional, Sequence
 
@@ -177,23 +178,201 @@ def builtin_digests() -> dict[str, str]:
     return _digests
 
 
-# Beyond this many keys partition_many runs the module's batch export (pctl_partition_batch): one
-# crossing into wasmtime then costs less than CPython's loop over the keys (16-byte keys: about
-# 0.6-2 us per key in the module's batch against 3-5 us per key in Python, with some 20 us per
-# crossing; the ratio test prints both).
+# The batch path (partition_many): CPython runs a loop over keys at some 1-3 us per key for these
+# hashes, slower than one crossing into the module's batch export. So the batch functions below
+# hash many keys at once with Python's big integers as vectors ("SWAR"): the keys of one length are
+# packed into one int, one 64-bit lane per key, the 32-bit state in each lane's low half, and each
+# step of the hash (multiply by a 32-bit constant, xor, shift) is one big-int operation over all
+# the lanes, run in C. A 32 x 32-bit product fits its 64-bit lane, so a multiply never carries
+# into the next lane; what a right shift brings down from the next lane, and the high half of a
+# product, are masked off (_ONES) before they could. bench.py and tests/test_native.py print the
+# ratios against the module's batch; the tests pin every lane to the scalar functions and the
+# module.
+
+_LANES = 4096  # keys per vector: big enough to amortise the per-operation cost, small enough for the cache
+_SWAR_MIN = 8  # fewer keys of one length than this hash one by one
+_lane_masks: dict[int, tuple[int, int]] = {}
+
+
+def _masks(m: int) -> tuple[int, int]:
+    """(0x00000000FFFFFFFF in each of m 64-bit lanes, 1 in each lane), cached by m."""
+    c = _lane_masks.get(m)
+    if c is None:
+        c = (int.from_bytes(b"\xff\xff\xff\xff\x00\x00\x00\x00" * m, "little"), int.from_bytes((b"\x01" + bytes(7)) * m, "little"))
+        if len(_lane_masks) < 64:
+            _lane_masks[m] = c
+    return c
+
+
+def _murmur2_vec(data: bytes, length: int, m: int) -> int:
+    """murmur2 of the m keys of `length` bytes each laid end to end in `data`, in m lanes."""
+    ones, one = _masks(m)
+    fb = int.from_bytes
+    h = one * ((0x9747B28C ^ length) & _MASK32)
+    buf = bytearray(8 * m)  # lane i's bytes 0-3 are word j of key i, bytes 4-7 stay 0
+    whole = length & ~3
+    for o in range(0, whole, 4):
+        buf[0::8] = data[o::length]
+        buf[1::8] = data[o + 1::length]
+        buf[2::8] = data[o + 2::length]
+        buf[3::8] = data[o + 3::length]
+        k = (fb(buf, "little") * _M) & ones
+        k = ((k ^ ((k >> 24) & ones)) * _M) & ones
+        h = ((h * _M) & ones) ^ k
+    t = length & 3
+    if t:
+        zero = bytes(m)
+        buf[3::8] = zero
+        buf[2::8] = data[whole + 2::length] if t == 3 else zero
+        buf[1::8] = data[whole + 1::length] if t >= 2 else zero
+        buf[0::8] = data[whole::length]
+        h = ((h ^ fb(buf, "little")) * _M) & ones
+    h ^= (h >> 13) & ones
+    h = (h * _M) & ones
+    return h ^ ((h >> 15) & ones)
+
+
+def _fnv1a32_vec(data: bytes, length: int, m: int) -> int:
+    """FNV-1a 32 of the m keys of `length` bytes each laid end to end in `data`, in m lanes."""
+    ones, one = _masks(m)
+    fb = int.from_bytes
+    h = one * 0x811C9DC5
+    buf = bytearray(8 * m)  # lane i's byte 0 is byte j of key i
+    for o in range(length):
+        buf[0::8] = data[o::length]
+        h = ((h ^ fb(buf, "little")) * 0x01000193) & ones
+    return h
+
+
+def _mod_lanes(x: int, m: int, n: int) -> int:
+    """x % n in each of m lanes, for lane values x <= 2^31 and 1 <= n < 2^31. A power of two is a
+    mask; any other n divides by multiplying with c = ceil(2^s / n), s = 31 + l, l = ceil(log2 n)
+    (the round-up method of Granlund and Montgomery, exact here: (c*n - 2^s) * x < n * 2^31 <= 2^s;
+    and x * c <= 2^31 * 2^32 fits the lane); then x - q*n per lane, never below 0."""
+    _, one = _masks(m)
+    if n & (n - 1) == 0:
+        return x & (one * (n - 1))
+    s = 31 + n.bit_length()
+    c = -(-(1 << s) // n)
+    q = ((x * c) >> s) & (one * ((1 << (64 - s)) - 1))  # q < 2^(32 - l): the next lane's bits start at 64 - s
+    return x - q * n
+
+
+def _kafka_murmur2_lanes(h: int, m: int, n: int) -> int:
+    _, one = _masks(m)
+    return _mod_lanes(h & (one * 0x7FFFFFFF), m, n)
+
+
+def _linear_murmur2_lanes(h: int, m: int, n: int) -> int:
+    _, one = _masks(m)
+    b = 1 << (n.bit_length() - 1)
+    p = h & (one * (2 * b - 1))  # (h & 0x7fffffff) % 2b, 2b <= 2^31
+    ge = ((p + one * ((1 << 32) - n)) >> 32) & one  # 1 where p >= n: bit 32 of p + 2^32 - n
+    return p - ge * b
+
+
+def _fnv1a_lanes(h: int, m: int, n: int) -> int:
+    # librdkafka's abs(int32) as u32 and sarama's truncating % negated are both |h as int32| % n
+    # (abs(INT32_MIN) = 2^31 in both); the scalar functions above spell each one out.
+    ones, one = _masks(m)
+    sel = ((h >> 31) & one) * _MASK32  # all ones in the lanes where h is negative as an int32
+    neg = ((h ^ ones) + one) & ones  # 2^32 - h
+    return _mod_lanes((neg & sel) | (h & (sel ^ ones)), m, n)
+
+
+def _lanes_list(x: int, m: int) -> list[int]:
+    return memoryview(x.to_bytes(8 * m, "little")).cast("Q").tolist()
+
+
+def _vector_many(keys: list[bytes], n: int, vec: Callable[[bytes, int, int], int],
+                 post: Callable[[int, int, int], int], one: Callable[[bytes, int], int], lens: Optional[list[int]]) -> list[int]:
+    """The partition of each key, in order: runs of keys of one length through `vec` and `post`
+    (sorted by length first when the lengths differ), runs shorter than _SWAR_MIN through `one`.
+    `lens` is the keys' lengths when the caller has them."""
+    m = len(keys)
+    if m < _SWAR_MIN:
+        return [one(k, n) for k in keys]
+    if lens is None:
+        lens = list(map(len, keys))
+    lo = min(lens)
+    if lo == max(lens):
+        out: list[int] = []
+        for i in range(0, m, _LANES):
+            part = keys[i:i + _LANES]
+            c = len(part)
+            out += _lanes_list(post(vec(b"".join(part), lo, c), c, n), c)
+        return out
+    order = sorted(range(m), key=lens.__getitem__)
+    sl = [lens[x] for x in order]
+    got: list[int] = []
+    i = 0
+    while i < m:
+        length = sl[i]
+        j = bisect_right(sl, length, i, min(m, i + _LANES))
+        if j - i < _SWAR_MIN:
+            got += [one(keys[x], n) for x in order[i:j]]
+        else:
+            c = j - i
+            got += _lanes_list(post(vec(b"".join([keys[x] for x in order[i:j]]), length, c), c, n), c)
+        i = j
+    out = [0] * m
+    for x, v in zip(order, got):
+        out[x] = v
+    return out
+
+
+def _kafka_murmur2_many(keys: list[bytes], n: int, lens: Optional[list[int]] = None) -> list[int]:
+    return _vector_many(keys, n, _murmur2_vec, _kafka_murmur2_lanes, kafka_murmur2, lens)
+
+
+def _linear_murmur2_many(keys: list[bytes], n: int, lens: Optional[list[int]] = None) -> list[int]:
+    return _vector_many(keys, n, _murmur2_vec, _linear_murmur2_lanes, linear_murmur2, lens)
+
+
+def _librdkafka_fnv1a_many(keys: list[bytes], n: int, lens: Optional[list[int]] = None) -> list[int]:
+    return _vector_many(keys, n, _fnv1a32_vec, _fnv1a_lanes, librdkafka_fnv1a, lens)
+
+
+def _sarama_fnv1a_many(keys: list[bytes], n: int, lens: Optional[list[int]] = None) -> list[int]:
+    return _vector_many(keys, n, _fnv1a32_vec, _fnv1a_lanes, sarama_fnv1a, lens)
+
+
+def _librdkafka_consistent_many(keys: list[bytes], n: int, lens: Optional[list[int]] = None) -> list[int]:
+    return [c % n for c in map(zlib.crc32, keys)]  # zlib's crc32 is C already: no vectors needed
+
+
+#: The native batch functions by built-in name: f(list of key bytes, n, their lengths or None) ->
+#: partitions, for the built-ins whose native batch is faster than the module's batch export in
+#: CPython (bench.py prints each ratio). jump is not here: its loop runs ln(n) float steps per
+#: key, which no big-int vector does, and the module's batch runs it faster than CPython's loop
+#: over the keys (about 1.0x against the module, measured: no gain to take).
+NATIVE_MANY: dict[str, Callable[[list[bytes], int, Optional[list[int]]], list[int]]] = {
+    "kafka-murmur2": _kafka_murmur2_many,
+    "librdkafka-consistent": _librdkafka_consistent_many,
+    "librdkafka-fnv1a": _librdkafka_fnv1a_many,
+    "linear-murmur2": _linear_murmur2_many,
+    "sarama-fnv1a": _sarama_fnv1a_many,
+}
+
+# A built-in without a native batch (NATIVE_MANY) runs partition_many of more than this many keys
+# in the module's batch export (pctl_partition_batch): one crossing into wasmtime then costs less
+# than CPython's loop over the keys.
 _NATIVE_BATCH_MAX = 8
 
 
 class NativePartitioner(Partitioner):
     """A built-in's :class:`Partitioner` that partitions natively: the module is loaded (digest,
-    name and metadata are the module's), but :meth:`partition` and :meth:`partition_many` of a
-    few keys run the Python function, with the module path's checks and errors
-    (:class:`pctl.BadRequest` for a bad `n` or a key over 64 KiB); larger batches run the
-    module's batch export, which is faster in CPython."""
+    name and metadata are the module's), but :meth:`partition` runs the Python function and
+    :meth:`partition_many` the native batch function (NATIVE_MANY), with the module path's checks
+    and errors (:class:`pctl.BadRequest` for a bad `n` or a key over 64 KiB). A built-in without a
+    native batch function (jump) runs batches of more than a few keys in the module's batch
+    export, which is faster in CPython than a loop over the keys."""
 
-    def __init__(self, module: bytes, fn: Callable[[bytes, int], int], *, source: str = ""):
+    def __init__(self, module: bytes, fn: Callable[[bytes, int], int], *, source: str = "",
+                 many: Optional[Callable[[list[bytes], int, Optional[list[int]]], list[int]]] = None):
         super().__init__(module, source=source)
         self._native = fn
+        self._many = many
 
     def partition(self, key: Key, n: int) -> int:
         k = _key_bytes(key)
@@ -203,13 +382,16 @@ class NativePartitioner(Partitioner):
         return self._native(k, n)
 
     def partition_many(self, keys: Sequence[Key], n: int) -> list[int]:
-        if len(keys) > _NATIVE_BATCH_MAX:
+        if self._many is None and len(keys) > _NATIVE_BATCH_MAX:
             return super().partition_many(keys, n)  # the module's batch export is faster here
-        ks = [_key_bytes(k) for k in keys]
+        ks = list(keys) if set(map(type, keys)) <= {bytes} else [_key_bytes(k) for k in keys]
         _check_n(n)
-        for i, k in enumerate(ks):
-            if len(k) > MAX_KEY:
-                raise BadRequest(f"key too long: key {i} has {len(k)} bytes; keys are at most {MAX_KEY} bytes (spec/abi-v1.md §1.1)")
+        lens = list(map(len, ks))
+        if ks and max(lens) > MAX_KEY:
+            i = next(i for i, k in enumerate(lens) if k > MAX_KEY)
+            raise BadRequest(f"key too long: key {i} has {lens[i]} bytes; keys are at most {MAX_KEY} bytes (spec/abi-v1.md §1.1)")
+        if self._many is not None:
+            return self._many(ks, n, lens)
         f = self._native
         return [f(k, n) for k in ks]
 
@@ -226,4 +408,4 @@ def native_for(digest: str, config: bytes = b"", module: Optional[bytes] = None)
     data = module if module is not None else _builtin_module(name)
     if hashlib.sha256(data).hexdigest() != digest:
         return None
-    return NativePartitioner(data, NATIVE[name], source="built-in " + name)
+    return NativePartitioner(data, NATIVE[name], source="built-in " + name, many=NATIVE_MANY.get(name))

@@ -205,6 +205,9 @@ ERR_STREAM_NOT_FOUND = 10059
 ERR_CONSUMER_NOT_FOUND = 10014
 ERR_NO_MESSAGE = 10037
 ERR_WRONG_LAST_SEQ = 10071
+# "wrong last sequence" without the sequence: a replicated stream's leader refusing a
+# compare-and-set while a write of the subject it checks is in flight.
+ERR_WRONG_LAST_SEQ_CONSTANT = 10164
 
 
 async def js_request(client: Any, subject: str, body: Any = None, *, headers: Optional[dict] = None,
@@ -284,7 +287,7 @@ class KV:
         try:
             r = await js_request(self.c, self.prefix + key, value, headers=headers or None, timeout=timeout or self.timeout)
         except JSError as e:
-            if e.err_code == ERR_WRONG_LAST_SEQ:
+            if e.err_code in (ERR_WRONG_LAST_SEQ, ERR_WRONG_LAST_SEQ_CONSTANT):
                 raise KVConflict(f"{key} changed (compare-and-set lost)") from None
             raise Unavailable(f"write {key}: {e}") from None
         return int(r.get("seq") or 0)
@@ -305,6 +308,19 @@ class KV:
             if e is not None and e.deleted:
                 return await self.update(key, value, e.revision)
             raise
+
+    async def put_if_absent(self, key: str, value: bytes, guard: str) -> bool:
+        """Writes `key` only if `guard` (another key) has no message before this write in the
+        stream's order (``Nats-Expected-Last-Subject-Sequence-Subject``, nats-server 2.11+): True
+        when stored, False when refused with "wrong last sequence" (the guard exists, or a write of
+        it is in flight). The leader checks it, and every replica again when it applies the write.
+        Other failures raise Unavailable (or the client's PermissionDenied)."""
+        try:
+            await self._publish(key, value, {"Nats-Expected-Last-Subject-Sequence": "0",
+                                             "Nats-Expected-Last-Subject-Sequence-Subject": self.prefix + guard})
+        except KVConflict:
+            return False
+        return True
 
     async def delete(self, key: str) -> None:
         await self._publish(key, b"", {"KV-Operation": "DEL"})

@@ -378,13 +378,26 @@ class Consumer:
     async def _ensure_group(self) -> None:
         """§6.1: the first member creates a key for every existing partition stream (position 0,
         the stream's last sequence, or where the current epoch starts), then ``g.created``. First
-        writer wins each key. A group that reads the current epoch alone writes ``g.start`` first
-        (§10.5)."""
+        writer wins each key. A group that reads the current epoch alone writes ``g.start``
+        (§10.5). A get that finds no ``g.created`` proves nothing (a lagging follower answers
+        direct gets), so the create path starts with a write that proves the group absent (§6.1,
+        "Proving that the group does not exist"): ``g.assignor``, stored only while ``g.created``
+        has no message. Refused: the group exists (or another member is creating it), and nothing
+        is created. The descriptor was read before that write: every stream in it predates the
+        group."""
         marker = self._prefix + "g.created"
+        raw = self._desc.raw
         if await self._kv.get(marker) is not None:
             return
+        try:
+            absent = await self._kv.put_if_absent(self._prefix + "g.assignor",
+                                                  json.dumps({"assignor": self._assignor_asked or "modulo"}).encode(), marker)
+        except Unavailable as e:
+            raise Unavailable(f"consumer group {self.group}: could not learn whether it exists (its assignor written on the "
+                              f"condition that it does not: {e}): retry the join") from None
+        if not absent:
+            return
         frm = self._start_of()
-        raw = self._desc.raw
         if frm == "current-epoch":
             bf = compaction.backfilling(raw)
             if bf is not None:
@@ -405,10 +418,6 @@ class Consumer:
                 await self._kv.create(self._prefix + f"p.{q}", _pstate_json("", 0, start, 0))
             except _nats.KVConflict:
                 pass
-        try:  # the group's assignor, before g.created (§6.1; first writer wins)
-            await self._kv.create(self._prefix + "g.assignor", json.dumps({"assignor": self._assignor_asked or "modulo"}).encode())
-        except _nats.KVConflict:
-            pass
         try:
             await self._kv.create(marker, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ").encode())
         except _nats.KVConflict:

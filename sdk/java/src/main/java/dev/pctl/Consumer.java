@@ -339,19 +339,42 @@ public final class Consumer implements AutoCloseable {
 
     /**
      * §6.1: the first member creates a key for every existing partition stream (position 0, or the
-     * stream's last sequence), then {@code g.created}. First writer wins each key.
+     * stream's last sequence), then {@code g.created}. First writer wins each key. A get that finds
+     * no {@code g.created} proves nothing (a lagging follower answers direct gets), so the create
+     * path starts with a write that proves the group absent (§6.1, "Proving that the group does
+     * not exist"): {@code g.assignor}, stored only while {@code g.created} has no message. Refused:
+     * the group exists (or another member is creating it), and nothing is created. The descriptor
+     * is read before that write: every stream in it predates the group.
      */
     private void ensureGroup() {
-        String marker = prefix + "g.created";
-        if (kv.get(marker) != null) {
-            return;
-        }
         TopicDescriptor d;
         mu.lock();
         try {
             d = desc;
         } finally {
             mu.unlock();
+        }
+        ensureGroup(c, kv, d, o, opTimeout, this::log);
+    }
+
+    /** {@link #ensureGroup()} of the member with options {@code o}, descriptor {@code d} read before it. */
+    static void ensureGroup(PctlClient c, GroupKv kv, TopicDescriptor d, ConsumerOptions o, Duration opTimeout, java.util.function.Consumer<String> log) {
+        String group = o.group();
+        String topic = d.name();
+        String prefix = d.id() + "." + group + ".";
+        String marker = prefix + "g.created";
+        if (kv.get(marker) != null) {
+            return;
+        }
+        boolean absent;
+        try {
+            absent = kv.putIfAbsent(prefix + "g.assignor", GroupKv.utf8("{\"assignor\":\"" + (o.assignor() != null ? o.assignor() : "modulo") + "\"}"), marker);
+        } catch (UnavailableException e) {
+            throw new UnavailableException("consumer group " + group + ": could not learn whether it exists (its assignor written on the condition that it does not: "
+                    + e.getMessage() + "): retry the join");
+        }
+        if (!absent) {
+            return;
         }
         // Where it starts (§6.1, §10.5): the start option; else beginning with fromBeginning; on
         // a compacted topic current-epoch when no backfill runs (beginning while one does); else now.
@@ -361,7 +384,7 @@ public final class Consumer implements AutoCloseable {
         }
         if (from.equals("current-epoch")) {
             if (d.backfilling > 0) {
-                log(String.format("group %s starts at the current epoch %d while its backfill runs: keys not yet copied arrive as their copies do", group, d.backfilling));
+                log.accept(String.format("group %s starts at the current epoch %d while its backfill runs: keys not yet copied arrive as their copies do", group, d.backfilling));
             }
             try {
                 kv.create(prefix + "g.start", GroupKv.utf8("{\"from\":\"current-epoch\",\"epoch\":" + d.current().number() + "}"));
@@ -378,11 +401,6 @@ public final class Consumer implements AutoCloseable {
             } catch (GroupKv.Conflict e) {
                 // another member was first
             }
-        }
-        try { // the group's assignor, before g.created (§6.1; first writer wins)
-            kv.create(prefix + "g.assignor", GroupKv.utf8("{\"assignor\":\"" + (o.assignor() != null ? o.assignor() : "modulo") + "\"}"));
-        } catch (GroupKv.Conflict e) {
-            // another member was first
         }
         try {
             kv.create(marker, GroupKv.utf8(JsApi.now()));

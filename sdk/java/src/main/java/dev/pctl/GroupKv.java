@@ -15,7 +15,7 @@ import java.util.concurrent.TimeUnit;
  * credential scoped to one group allows); writes are JetStream publishes, compare-and-set with
  * {@code Nats-Expected-Last-Subject-Sequence}. Internal.
  */
-final class GroupKv {
+class GroupKv { // not final: a test's bucket answers a get as a lagging follower does
     static final String BUCKET = "pctl-groups";
     static final String STREAM = "KV_" + BUCKET;
     static final String PREFIX = "$KV." + BUCKET + ".";
@@ -75,7 +75,7 @@ final class GroupKv {
             Map<String, Object> r = JsApi.request(c, PREFIX + key, h, value, t);
             return JsApi.num(r.get("seq"));
         } catch (JsApi.JsError e) {
-            if (e.errCode == JsApi.WRONG_LAST_SEQ) {
+            if (e.errCode == JsApi.WRONG_LAST_SEQ || e.errCode == JsApi.WRONG_LAST_SEQ_CONSTANT) {
                 throw new Conflict(key);
             }
             throw new UnavailableException("write " + key + " of the group state: " + e.getMessage());
@@ -107,6 +107,25 @@ final class GroupKv {
                 return update(key, value, en.revision());
             }
             throw e;
+        }
+    }
+
+    /**
+     * Writes {@code key} only if {@code guard} (another key) has no message before this write in
+     * the stream's order ({@code Nats-Expected-Last-Subject-Sequence-Subject}, nats-server 2.11+):
+     * true when stored, false when refused with "wrong last sequence" (the guard exists, or a write
+     * of it is in flight). The leader checks it, and every replica again when it applies the
+     * write. Other failures throw UnavailableException or PermissionDeniedException.
+     */
+    boolean putIfAbsent(String key, byte[] value, String guard) {
+        Headers h = new Headers();
+        h.put("Nats-Expected-Last-Subject-Sequence", "0");
+        h.put("Nats-Expected-Last-Subject-Sequence-Subject", PREFIX + guard);
+        try {
+            publish(key, value, h, timeout);
+            return true;
+        } catch (Conflict e) {
+            return false;
         }
     }
 

@@ -21,6 +21,9 @@ final class JsApi {
     static final int CONSUMER_NOT_FOUND = 10014;
     static final int NO_MESSAGE = 10037;
     static final int WRONG_LAST_SEQ = 10071;
+    /** "wrong last sequence" without the sequence: a replicated stream's leader refusing a
+     *  compare-and-set while a write of the subject it checks is in flight. */
+    static final int WRONG_LAST_SEQ_CONSTANT = 10164;
 
     private JsApi() {}
 

@@ -179,7 +179,10 @@ class StickyGroupTest {
         broker.pctlOk(null, "topic", "create", topic, "--partitions", "2", "--partitioner", "kafka-murmur2");
         try (PctlClient c = PctlClient.connect(broker.options(broker.consumer))) {
             GroupKv kv = new GroupKv(c, Duration.ofSeconds(5));
+            // Then g.created, as its creator writes it: a group without g.created is being
+            // created, and a member may still write its own assignor (§6.1).
             kv.create(c.topic(topic).id() + ".rr.g.assignor", "{\"assignor\":\"round-robin\"}".getBytes(StandardCharsets.UTF_8));
+            kv.create(c.topic(topic).id() + ".rr.g.created", NOW);
             UnsupportedException e = assertThrows(UnsupportedException.class,
                     () -> c.consumer(topic, ConsumerOptions.builder("rr").member("a").build()).close());
             org.junit.jupiter.api.Assertions.assertEquals(ErrorCode.UNSUPPORTED, e.code());
