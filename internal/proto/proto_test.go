@@ -57,6 +57,15 @@ func TestVectorsAreGenerated(t *testing.T) {
 	}
 	want, _ := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	have, _ := filepath.Glob(filepath.Join(vectorDir, "*.jsonl"))
+	written := map[string]bool{}
+	for _, w := range want {
+		written[filepath.Base(w)] = true
+	}
+	for _, h := range have {
+		if !written[filepath.Base(h)] {
+			t.Errorf("%s is checked in but the generator does not write it: every vector file comes from internal/proto/protovec (and every SDK replays it)", filepath.Base(h))
+		}
+	}
 	if len(want) != len(have) {
 		t.Fatalf("%d files checked in, the generator writes %d: run go run ./internal/proto/gen", len(have), len(want))
 	}
@@ -166,7 +175,9 @@ func TestVectorsCatchWrongCores(t *testing.T) {
 		}, "sticky-ambiguity"},
 		{"a record settled as stored is re-sent", func(c *protovec.Core) {
 			c.NewSticky = mutantSticky(func(m *stickyMutant) {
-				m.settled = func(id proto.SinkID, _ []uint64) (proto.StickyActions, error) { return m.Sticky.Settled(id, nil) }
+				m.settled = func(id proto.SinkID, _, failed []uint64) (proto.StickyActions, error) {
+					return m.Sticky.SettledFailing(id, nil, failed)
+				}
 			})
 		}, "sticky-ambiguity"},
 		{"one ambiguous sink holds back every partition", func(c *protovec.Core) {
@@ -182,8 +193,8 @@ func TestVectorsCatchWrongCores(t *testing.T) {
 		}, "sticky-ambiguity"},
 		{"after a fence the re-send starts when the first old sink settled", func(c *protovec.Core) {
 			c.NewSticky = mutantSticky(func(m *stickyMutant) {
-				m.settled = func(id proto.SinkID, stored []uint64) (proto.StickyActions, error) {
-					a, err := m.Sticky.Settled(id, stored)
+				m.settled = func(id proto.SinkID, stored, failed []uint64) (proto.StickyActions, error) {
+					a, err := m.Sticky.SettledFailing(id, stored, failed)
 					for q := 0; m.fenced && q < 4; q++ { // the other old sinks taken as settled, nothing stored
 						if b, err := m.Sticky.Settled(proto.SinkID{Epoch: m.epoch, Partition: q}, nil); err == nil {
 							a.Send, a.Acked = append(a.Send, b.Send...), append(a.Acked, b.Acked...)
@@ -193,6 +204,67 @@ func TestVectorsCatchWrongCores(t *testing.T) {
 				}
 			})
 		}, "sticky-ambiguity"},
+		{"a record failed in settling is re-sent", func(c *protovec.Core) {
+			c.NewSticky = mutantSticky(func(m *stickyMutant) {
+				m.settled = func(id proto.SinkID, stored, _ []uint64) (proto.StickyActions, error) {
+					return m.Sticky.SettledFailing(id, stored, nil)
+				}
+			})
+		}, "sticky-permanent-failures"},
+		{"a failure in settling holds back the records after it", func(c *protovec.Core) {
+			c.NewSticky = mutantSticky(func(m *stickyMutant) {
+				m.settled = func(id proto.SinkID, stored, failed []uint64) (proto.StickyActions, error) {
+					a, err := m.Sticky.SettledFailing(id, stored, failed)
+					if len(a.Failed) > 0 {
+						a.Send = nil
+					}
+					return a, err
+				}
+			})
+		}, "sticky-permanent-failures"},
+		{"a permanent failure wins over stored", func(c *protovec.Core) {
+			c.NewSticky = mutantSticky(func(m *stickyMutant) {
+				m.settled = func(id proto.SinkID, stored, failed []uint64) (proto.StickyActions, error) {
+					out := map[uint64]bool{}
+					for _, q := range failed {
+						out[q] = true
+					}
+					var st []uint64
+					for _, q := range stored {
+						if !out[q] {
+							st = append(st, q)
+						}
+					}
+					return m.Sticky.SettledFailing(id, st, failed)
+				}
+			})
+		}, "sticky-permanent-failures"},
+		{"a drop ignored: the record stays and is sent, settled or failed at close", func(c *protovec.Core) {
+			c.NewSticky = mutantSticky(func(m *stickyMutant) {
+				m.drop = func([]uint64) proto.StickyActions { return proto.StickyActions{} }
+			})
+		}, "sticky-permanent-failures"},
+		{"a drop fails every record it names (ambiguous, acknowledged, unknown)", func(c *protovec.Core) {
+			c.NewSticky = mutantSticky(func(m *stickyMutant) {
+				m.drop = func(seqs []uint64) proto.StickyActions {
+					m.Sticky.Drop(seqs)
+					return proto.StickyActions{Failed: seqs}
+				}
+			})
+		}, "sticky-permanent-failures"},
+		{"a drop ends the sink's ambiguity", func(c *protovec.Core) {
+			c.NewSticky = mutantSticky(func(m *stickyMutant) {
+				m.drop = func(seqs []uint64) proto.StickyActions {
+					a := m.Sticky.Drop(seqs)
+					for id := range m.ambiguous { // as if the drop had settled every ambiguous sink, nothing stored
+						if b, err := m.SettledFailing(id, nil, nil); err == nil {
+							a.Send = append(a.Send, b.Send...)
+						}
+					}
+					return a
+				}
+			})
+		}, "sticky-permanent-failures"},
 		{"the empty key treated as keyless", func(c *protovec.Core) {
 			c.Batches = func(keys []string, keyless []bool, perKey bool, size int) [][]int {
 				kl := make([]bool, len(keys))
@@ -230,14 +302,15 @@ type stickyMutant struct {
 	ambiguous map[proto.SinkID]bool
 	produce   func(uint64, string) (proto.StickyActions, error)
 	anomaly   func(proto.SinkID) proto.StickyActions
-	settled   func(proto.SinkID, []uint64) (proto.StickyActions, error)
+	settled   func(id proto.SinkID, stored, failed []uint64) (proto.StickyActions, error)
+	drop      func([]uint64) proto.StickyActions
 	newEpoch  func(int) (proto.StickyActions, error)
 }
 
 func mutantSticky(set func(*stickyMutant)) func(int, proto.KeyPartition) protovec.StickyCore {
 	return func(epoch int, f proto.KeyPartition) protovec.StickyCore {
 		m := &stickyMutant{Sticky: proto.NewSticky(epoch, f), epoch: epoch, ambiguous: map[proto.SinkID]bool{}}
-		m.produce, m.anomaly, m.settled, m.newEpoch = m.Sticky.Produce, m.Sticky.Anomaly, m.Sticky.Settled, m.Sticky.NewEpoch
+		m.produce, m.anomaly, m.settled, m.drop, m.newEpoch = m.Sticky.Produce, m.Sticky.Anomaly, m.Sticky.SettledFailing, m.Sticky.Drop, m.Sticky.NewEpoch
 		set(m)
 		return m
 	}
@@ -252,10 +325,12 @@ func (m *stickyMutant) Anomaly(id proto.SinkID) proto.StickyActions {
 	return m.anomaly(id)
 }
 
-func (m *stickyMutant) Settled(id proto.SinkID, stored []uint64) (proto.StickyActions, error) {
+func (m *stickyMutant) SettledFailing(id proto.SinkID, stored, failed []uint64) (proto.StickyActions, error) {
 	delete(m.ambiguous, id)
-	return m.settled(id, stored)
+	return m.settled(id, stored, failed)
 }
+
+func (m *stickyMutant) Drop(seqs []uint64) proto.StickyActions { return m.drop(seqs) }
 
 func (m *stickyMutant) NewEpoch(e int) (proto.StickyActions, error) {
 	m.fenced = true

@@ -123,9 +123,12 @@ type Event struct {
 	Acked *Seqs `json:"acked,omitempty"`
 	// Anomaly: a sink's open batch had an anomaly (also: a timeout while it settles).
 	Anomaly *SinkRef `json:"anomaly,omitempty"`
-	// Settled: settling the sink's batch decided its ambiguous records: Stored are stored, the
-	// others not.
+	// Settled: settling the sink's batch decided its ambiguous records: Stored are stored, Failed
+	// failed for good (a record in both counts as stored), the others not stored.
 	Settled *SettledIn `json:"settled,omitempty"`
+	// Drop: the producer failed these records for good before transmitting them (wherever they
+	// wait; an ambiguous one is not failed this way).
+	Drop *Seqs `json:"drop,omitempty"`
 	// NewEpoch: the descriptor shows this epoch current.
 	NewEpoch *EpochRef `json:"new_epoch,omitempty"`
 	// Close: the producer is closed.
@@ -143,11 +146,13 @@ type SinkRef struct {
 	Partition int `json:"partition"`
 }
 
-// SettledIn is a settling's outcome for a sink's ambiguous records.
+// SettledIn is a settling's outcome for a sink's ambiguous records: Stored are stored, Failed
+// (absent: none) failed for good, the others not stored.
 type SettledIn struct {
 	Epoch     int      `json:"epoch"`
 	Partition int      `json:"partition"`
 	Stored    []uint64 `json:"stored"`
+	Failed    []uint64 `json:"failed,omitempty"`
 }
 
 // EpochRef names an epoch.
@@ -161,7 +166,7 @@ type Placed = proto.Placed
 
 // StickyOut is the sticky machine's actions after an event ({send, acked, failed}): the records to
 // transmit now, in this order; the records acknowledged; the records failed (closed before
-// acknowledged). Lists are [] when empty in a vector.
+// acknowledged, failed for good in settling, dropped). Lists are [] when empty in a vector.
 type StickyOut = proto.StickyActions
 
 // ProducerRecord is a record of a producer: its Pctl-Seq and key (or keyless).

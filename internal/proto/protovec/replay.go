@@ -41,7 +41,8 @@ type StickyCore interface {
 	Produce(seq uint64, key string) (proto.StickyActions, error)
 	Acked(seqs []uint64) proto.StickyActions
 	Anomaly(id proto.SinkID) proto.StickyActions
-	Settled(id proto.SinkID, stored []uint64) (proto.StickyActions, error)
+	SettledFailing(id proto.SinkID, stored, failed []uint64) (proto.StickyActions, error)
+	Drop(seqs []uint64) proto.StickyActions
 	NewEpoch(current int) (proto.StickyActions, error)
 	Close() proto.StickyActions
 }
@@ -274,7 +275,7 @@ func (r *replayer) step(e Event) (any, error) {
 			b = [][]int{}
 		}
 		return BatchesOut{b}, nil
-	case e.Produce != nil || e.Acked != nil || e.Anomaly != nil || e.Settled != nil || e.NewEpoch != nil || e.Close != nil:
+	case e.Produce != nil || e.Acked != nil || e.Anomaly != nil || e.Settled != nil || e.Drop != nil || e.NewEpoch != nil || e.Close != nil:
 		return r.stickyStep(e)
 	default:
 		return nil, fmt.Errorf("an event of no known kind")
@@ -303,7 +304,9 @@ func (r *replayer) stickyStep(e Event) (any, error) {
 	case e.Anomaly != nil:
 		a = m.Anomaly(proto.SinkID{Epoch: e.Anomaly.Epoch, Partition: e.Anomaly.Partition})
 	case e.Settled != nil:
-		a, err = m.Settled(proto.SinkID{Epoch: e.Settled.Epoch, Partition: e.Settled.Partition}, e.Settled.Stored)
+		a, err = m.SettledFailing(proto.SinkID{Epoch: e.Settled.Epoch, Partition: e.Settled.Partition}, e.Settled.Stored, e.Settled.Failed)
+	case e.Drop != nil:
+		a = m.Drop(e.Drop.Seqs)
 	case e.NewEpoch != nil:
 		a, err = m.NewEpoch(e.NewEpoch.Epoch)
 	default:

@@ -470,5 +470,5 @@ func perKeyBatches() File {
 
 // Files returns every vector file, in the order written.
 func Files() []File {
-	return []File{gating(), keysAssigned(), markers(), leases(), retirement(), resend(), search(), perKeyBatches(), sticky()}
+	return []File{gating(), keysAssigned(), markers(), leases(), retirement(), resend(), search(), perKeyBatches(), sticky(), permanentFailures()}
 }

@@ -1,7 +1,8 @@
 // The native fast path (spec/builtins.md, "The native fast path"): JavaScript implementations of
 // the built-in partitioners, written from spec/builtins.md, used instead of a topic's module only
 // when the client was connected with `nativeBuiltins: true` and the epoch's module has exactly the
-// digest of a built-in module this package ships (builtin/), without config. The module stays the
+// digest of a built-in module this package ships (builtin/), without config, and only in the call
+// shapes where the native function is the faster (NATIVE_SHAPES: never for jump). The module stays the
 // reference: tests/native.test.js pins every function here to it (random keys, both entry
 // points) and to spec/vectors; any other digest (an upload claiming compatible:<builtin>
 // included) runs as a module.
@@ -257,18 +258,36 @@ export function builtinDigests() {
 }
 
 /**
+ * Where the native function is chosen, per built-in and call shape: `call` (partition) and `many`
+ * (partitionMany); a built-in not listed is native in both. The fast path exists to be faster than
+ * the module, and a native path slower than the module on V8 must not be chosen (RATIONALE.md,
+ * "Why does Python's native batch pack keys..."): jump's XXH64 and 64-bit LCG on 32-bit halves cost
+ * some ten integer operations per 64-bit multiply, where its module does one i64.mul, and measured
+ * 0.70-0.85x of the module's speed (tests/native.test.js, "per call", 16-byte keys: single calls
+ * and batches, byte and string keys alike, in the same runs), so both of its shapes run its module.
+ * The native function stays pinned to the module by the tests (NATIVE.jump) for when V8 changes.
+ */
+export const NATIVE_SHAPES = Object.freeze({
+  jump: Object.freeze({ call: false, many: false }),
+});
+const EVERY_SHAPE = Object.freeze({ call: true, many: true });
+
+/**
  * A built-in's Partitioner that partitions natively: its module is loaded (digest, name, metadata
- * are the module's) but partition and partitionMany run the JavaScript function. The checks and
- * errors are the module path's: BadRequestError for a bad n or a key over 65536 bytes.
+ * are the module's) but partition and partitionMany run the JavaScript function, each unless its
+ * shape runs the module (NATIVE_SHAPES). The checks and errors are the module path's:
+ * BadRequestError for a bad n or a key over 65536 bytes.
  */
 export class NativePartitioner extends Partitioner {
   /** @private use nativeFor(). */
-  constructor(module, config, fn) {
+  constructor(module, config, fn, shapes = EVERY_SHAPE) {
     super(module, config);
     this.native = fn;
+    this.shapes = shapes;
   }
 
   partition(key, n) {
+    if (!this.shapes.call) return super.partition(key, n);
     if ((n | 0) !== n || n < 1) checkN(n);
     if (typeof key === 'string') return this.native(scratch, n, encodeKey(key, -1));
     const k = keyBytes(key);
@@ -277,6 +296,7 @@ export class NativePartitioner extends Partitioner {
   }
 
   partitionMany(keys, n) {
+    if (!this.shapes.many) return super.partitionMany(keys, n);
     checkN(n);
     const f = this.native;
     const out = new Int32Array(keys.length);
@@ -318,16 +338,19 @@ function checkN(n) {
 
 /**
  * The native Partitioner for an epoch's partitioner {digest, config}, or null: only when the
- * digest is exactly that of a built-in module this package ships and there is no config. The
- * module bytes are given (verified against the digest by the caller, Client.module) or read from
- * builtin/.
+ * digest is exactly that of a built-in module this package ships, there is no config and the
+ * built-in is native in at least one call shape (NATIVE_SHAPES; jump is in none). The module bytes
+ * are given (verified against the digest by the caller, Client.module) or read from builtin/.
+ * `everyShape: true` (tests and benchmarks) runs the native function in every shape.
  */
-export function nativeFor(p, bytes) {
+export function nativeFor(p, bytes, { everyShape = false } = {}) {
   if (p.config) return null; // base64 config: any config at all runs the module
   const name = builtinDigests().get(p.digest);
   if (!name) return null;
+  const shapes = everyShape ? EVERY_SHAPE : (NATIVE_SHAPES[name] ?? EVERY_SHAPE);
+  if (!shapes.call && !shapes.many) return null; // the module is faster in every shape
   const b = bytes ?? readFileSync(new URL(`${name}.wasm`, builtinDir));
   const module = PluginModule.compile(b instanceof Uint8Array ? b : new Uint8Array(b), { source: `built-in ${name}` });
   if (module.digest !== p.digest) return null;
-  return new NativePartitioner(module, new Uint8Array(0), NATIVE[name]);
+  return new NativePartitioner(module, new Uint8Array(0), NATIVE[name], shapes);
 }

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { Partitioner, builtinNames, BadRequestError, connect } from '../src/index.js';
-import { NATIVE, NativePartitioner, nativeFor, builtinDigests, xxh64 } from '../src/native.js';
+import { NATIVE, NATIVE_SHAPES, NativePartitioner, nativeFor, builtinDigests, xxh64 } from '../src/native.js';
 import { startBroker, missingToolchain, pctlPartitions, root } from './broker.js';
 
 const hex = (h) => new Uint8Array(Buffer.from(h, 'hex'));
@@ -59,7 +59,7 @@ test('native: every built-in against its spec/vectors file (all keys of keys.txt
     assert.equal(v.partitioner, name);
     assert.deepEqual(v.cases.map((c) => [c.key_hex, c.n]), cases, `${name}.json: the cases of keys.txt`);
     const f = NATIVE[name];
-    const p = nativeFor({ digest: Partitioner.builtin(name).digest });
+    const p = nativeFor({ digest: Partitioner.builtin(name).digest }, undefined, { everyShape: true });
     for (const c of v.cases) {
       const k = hex(c.key_hex);
       assert.ok(Object.is(f(k, c.n), c.partition), `${name}: key ${c.key_hex} n=${c.n}: native gives ${f(k, c.n)}, ${v.source} gives ${c.partition}`);
@@ -143,7 +143,7 @@ for (const name of ['kafka-murmur2', 'linear-murmur2', 'librdkafka-consistent', 
     const strings = randomStrings(7, 20_000);
     strings.push('x'.repeat(300), '', 'é'.repeat(21845), 'y'); // a long key, then short ones after it
     const wasm = Partitioner.builtin(name);
-    const nat = nativeFor({ digest: wasm.digest });
+    const nat = nativeFor({ digest: wasm.digest }, undefined, { everyShape: true }); // the native function even where the module is chosen
     for (const n of [1, 7, 1000, 2147483647]) {
       const want = wasm.partitionMany(strings, n);
       const got = nat.partitionMany(strings, n);
@@ -166,7 +166,7 @@ for (const name of ['kafka-murmur2', 'linear-murmur2', 'librdkafka-consistent', 
 test('nativeFor: a built-in digest without config only; errors are the module path\'s', () => {
   for (const name of builtinNames()) {
     const d = Partitioner.builtin(name).digest;
-    const p = nativeFor({ name, digest: d, config: null });
+    const p = nativeFor({ name, digest: d, config: null }, undefined, { everyShape: true });
     assert.ok(p instanceof NativePartitioner, name);
     assert.equal(p.digest, d);
     assert.equal(p.name, name, 'the metadata is the module\'s');
@@ -192,6 +192,32 @@ test('nativeFor: a built-in digest without config only; errors are the module pa
   assert.equal(p.partition(new Uint8Array(65536), 3), w.partition(new Uint8Array(65536), 3), 'a key of exactly 65536 bytes is a key');
 });
 
+// The choice per built-in and call shape (NATIVE_SHAPES): a native path slower than the module on
+// V8 is not chosen. jump measured 0.70-0.85x of its module in every shape (the "per call" test
+// below prints it), so connect({nativeBuiltins: true}) runs jump's module; the others are native
+// in both shapes; a shape marked false runs the module through the same Partitioner methods.
+test('nativeFor: jump runs its module in both call shapes, every other built-in is native in both', () => {
+  assert.deepEqual(Object.keys(NATIVE_SHAPES), ['jump']);
+  assert.equal(nativeFor({ digest: Partitioner.builtin('jump').digest }), null, 'jump: the module is faster, the module runs');
+  for (const name of builtinNames().filter((b) => b !== 'jump')) {
+    const p = nativeFor({ digest: Partitioner.builtin(name).digest });
+    assert.ok(p instanceof NativePartitioner && p.shapes.call && p.shapes.many, `${name}: native in both shapes`);
+  }
+  // A shape marked false goes to the module: a native function that is wrong in every key shows
+  // which shapes ran it.
+  const wasm = Partitioner.builtin('kafka-murmur2');
+  const wrong = () => 0;
+  const keys = ['a', 'b', 'c', 'd', 'e', 'f'];
+  const want = [...wasm.partitionMany(keys, 1000)];
+  assert.ok(want.some((q) => q !== 0));
+  const callOnly = new NativePartitioner(wasm.module, new Uint8Array(0), wrong, { call: true, many: false });
+  assert.deepEqual([...callOnly.partitionMany(keys, 1000)], want, 'many: false runs the module');
+  assert.deepEqual(keys.map((k) => callOnly.partition(k, 1000)), [0, 0, 0, 0, 0, 0], 'call: true runs the native function');
+  const manyOnly = new NativePartitioner(wasm.module, new Uint8Array(0), wrong, { call: false, many: true });
+  assert.deepEqual(keys.map((k) => manyOnly.partition(k, 1000)), want, 'call: false runs the module');
+  assert.deepEqual([...manyOnly.partitionMany(keys, 1000)], [0, 0, 0, 0, 0, 0], 'many: true runs the native function');
+});
+
 // Short rounds, interleaved, the best of each: the machine is shared (load averages of 10 to 20
 // while other suites run), and a round that was preempted says nothing about either path.
 const ROUNDS = 21;
@@ -199,7 +225,7 @@ const best = (a) => Math.min(...a);
 for (const name of ['kafka-murmur2', 'jump']) {
   test(`native vs WebAssembly per call, ${name}, 16-byte keys (a ratio, not asserted)`, () => {
     const keys = Array.from({ length: 50_000 }, (_, i) => new TextEncoder().encode(`k${i}`.padEnd(16, '.')));
-    const nat = nativeFor({ digest: Partitioner.builtin(name).digest });
+    const nat = nativeFor({ digest: Partitioner.builtin(name).digest }, undefined, { everyShape: true }); // native even where not chosen
     const wasm = Partitioner.builtin(name);
     const time = (p) => {
       const t0 = process.hrtime.bigint();

@@ -41,6 +41,47 @@ test('kafka-murmur2.wasm: the batch path gives the single calls\' results', () =
   for (let i = 0; i < keys.length; i += 997) assert.equal(many[i], p.partition(keys[i], 1000));
 });
 
+// partitionMany encodes a batch's string keys into one reused arena, each key a view of it: every
+// vector key that is UTF-8 as a string must land on the vector's partition (Kafka's client, not
+// this SDK), and strings mixed with bytes, multi-byte UTF-8 (lone surrogates are U+FFFD), a short
+// key after a long one and more bytes than the 1 MiB arena holds (it is flushed and reused
+// mid-batch) must give the partitions of the same keys encoded by TextEncoder, one by one.
+test('kafka-murmur2.wasm: partitionMany of string keys (the reused arena) gives the vectors and the bytes\' partitions', () => {
+  const p = Partitioner.loadSync(builtin);
+  const byN = new Map();
+  for (const c of vectors.cases) {
+    const s = Buffer.from(c.key_hex, 'hex').toString('utf8');
+    if (Buffer.from(s, 'utf8').toString('hex') !== c.key_hex) continue; // not UTF-8: no string has these bytes
+    byN.set(c.n, [...(byN.get(c.n) ?? []), [s, c.partition]]);
+  }
+  assert.ok([...byN.values()].flat().length > 40);
+  for (const [n, cases] of byN) {
+    assert.deepEqual([...p.partitionMany(cases.map(([s]) => s), n)], cases.map(([, want]) => want), `string keys of the vectors, n=${n}`);
+  }
+  const enc = new TextEncoder();
+  const parts = ['a', 'é', '€', '中', '😀', '\ud800', '\udc00', '\u0000', 'user-'];
+  const keys = [];
+  for (let i = 0; i < 30000; i++) {
+    let k = '';
+    for (let j = 0; j < (i * 7) % 23; j++) k += parts[(i + j * 3) % parts.length];
+    keys.push(i % 5 === 4 ? enc.encode(k) : k);
+    if (i % 1000 === 0) keys.push('€'.repeat(21845), '', 'z'); // 65535 bytes, then short keys after it
+  }
+  for (const n of [1, 7, 1000, 2147483647]) {
+    const got = p.partitionMany(keys, n);
+    const want = p.partitionMany(keys.map((k) => (typeof k === 'string' ? enc.encode(k) : k)), n);
+    assert.equal(got.length, keys.length);
+    for (let i = 0; i < keys.length; i++) {
+      if (got[i] !== want[i]) assert.fail(`n=${n} key ${i} ${JSON.stringify(keys[i]).slice(0, 40)}: partitionMany of strings ${got[i]}, of their TextEncoder bytes ${want[i]}`);
+    }
+    for (let i = 0; i < keys.length; i += 101) assert.equal(got[i], p.partition(keys[i], n), `key ${i}, a single call`);
+  }
+  assert.throws(() => p.partitionMany(['a', 'é'.repeat(32769)], 3), (e) => e instanceof BadRequestError && /key 1 has 65538 bytes/.test(e.message));
+  assert.throws(() => p.partitionMany(['a', 'b', 'c'.repeat(65537)], 3), (e) => e instanceof BadRequestError && /key 2 has 65537 bytes/.test(e.message));
+  assert.throws(() => p.partitionMany(['a', new Uint8Array(65537)], 3), (e) => e instanceof BadRequestError && /key 1 has 65537 bytes/.test(e.message));
+  assert.equal(p.partitionMany(['x', 'é'.repeat(32768)], 3)[1], p.partition('é'.repeat(32768), 3), 'a key of exactly 65536 bytes is a key');
+});
+
 test('native JS murmur2 matches the vectors and the module', () => {
   for (const c of vectors.cases) assert.equal(kafkaMurmur2(hex(c.key_hex), c.n), c.partition, `key ${c.key_hex} n=${c.n}`);
   // Kafka's UtilsTest.testMurmur2 values (signed int32 there).

@@ -1,16 +1,19 @@
 """The producer's sticky-ambiguity rule (spec/protocol.md §5.1.2) as an I/O-free state machine,
 the same as the Go core's proto.Sticky: events in (a record produced, records acknowledged, an
-anomaly on a sink, a sink's settling decided, a newer epoch, close), actions out
+anomaly on a sink, a sink's settling decided, records failed before transmit, a newer epoch,
+close), actions out
 (``{"send": [{"seq", "epoch", "partition"}], "acked": [seq], "failed": [seq]}``). No I/O, no
 clock, no partitioner: ``f(epoch, key)`` gives a key's partition. tests/test_protocol_vectors.py
-replays spec/vectors/protocol/sticky-ambiguity.jsonl against it.
+replays spec/vectors/protocol/sticky-ambiguity.jsonl and sticky-permanent-failures.jsonl against
+it.
 
 The rule: an anomaly makes every record a sink has in flight ambiguous; while any is, the sink
 sends nothing more (of any key); other partitions' sinks of the epoch go on. Nothing a sink holds
 moves to another partition or epoch before the sink settled: after a newer epoch every old sink's
 records, and those produced since, are re-sent in send order once every old sink settled. A
 record settled as stored is acknowledged where it is; one not stored is re-sent, ahead of every
-later record. Only settling ends an ambiguity; close fails what is left."""
+later record; one failed for good (in settling, or before it is transmitted) fails where it is and
+is never sent again. Only settling ends an ambiguity; close fails what is left."""
 
 from __future__ import annotations
 
@@ -99,8 +102,9 @@ class Sticky:
                 r.ambiguous = True
         return _none()
 
-    def settled(self, epoch: int, partition: int, stored: list) -> dict:
-        """Settling decided the sink's ambiguous records: those in stored are stored, the rest not."""
+    def settled(self, epoch: int, partition: int, stored: list, failed: list = ()) -> dict:
+        """Settling decided the sink's ambiguous records: those in stored are stored, those in failed
+        failed for good (never sent again; a record in both is stored), the rest not stored."""
         k = self._sink(epoch, partition)
         if k is None or not self._ambiguous(k):
             raise ValueError(f"sink (epoch {epoch}, partition {partition}) has no ambiguous record to settle")
@@ -109,6 +113,9 @@ class Sticky:
         for r in k.recs:
             if r.ambiguous and r.seq in stored:
                 a["acked"].append(r.seq)
+                continue
+            if r.ambiguous and r.seq in failed:
+                a["failed"].append(r.seq)
                 continue
             if r.ambiguous:
                 r.ambiguous = r.sent = False
@@ -121,6 +128,29 @@ class Sticky:
             if not r.sent:
                 r.sent = True
                 a["send"].append({"seq": r.seq, "epoch": epoch, "partition": partition})
+        return a
+
+    def drop(self, seqs: list) -> dict:
+        """The producer failed these records for good before transmitting them, wherever they wait
+        (told to be sent, behind an ambiguous record, held for a newer epoch): each one the machine
+        holds fails; nothing else changes. An ambiguous record is not failed this way: settling
+        decides it."""
+        a = _none()
+        for seq in seqs:
+            gone = False
+            for k in self.sinks:
+                r = next((r for r in k.recs if r.seq == seq), None)
+                if r is not None:
+                    if not r.ambiguous:
+                        k.recs.remove(r)
+                        gone = True
+                    break
+            h = next((r for r in self.held if r.seq == seq), None)
+            if h is not None:
+                self.held.remove(h)
+                gone = True
+            if gone:
+                a["failed"].append(seq)
         return a
 
     def new_epoch(self, current: int) -> dict:

@@ -9,16 +9,18 @@ import java.util.function.BiFunction;
 /**
  * The producer's sticky-ambiguity rule (spec/protocol.md §5.1.2) as an I/O-free state machine,
  * the same as the Go core's proto.Sticky: events in (a record produced, records acknowledged, an
- * anomaly on a sink, a sink's settling decided, a newer epoch, close), {@link Actions} out. No I/O,
- * no clock, no partitioner: {@code f.apply(epoch, key)} gives a key's partition.
- * ProtocolVectorsTest replays spec/vectors/protocol/sticky-ambiguity.jsonl against it.
+ * anomaly on a sink, a sink's settling decided, records failed before transmit, a newer epoch,
+ * close), {@link Actions} out. No I/O, no clock, no partitioner: {@code f.apply(epoch, key)} gives
+ * a key's partition. ProtocolVectorsTest replays spec/vectors/protocol/sticky-ambiguity.jsonl and
+ * sticky-permanent-failures.jsonl against it.
  *
  * <p>The rule: an anomaly makes every record a sink has in flight ambiguous; while any is, the
  * sink sends nothing more (of any key); other partitions' sinks of the epoch go on. Nothing a sink
  * holds moves to another partition or epoch before the sink settled: after a newer epoch every old
  * sink's records, and those produced since, are re-sent in send order once every old sink settled.
  * A record settled as stored is acknowledged where it is; one not stored is re-sent, ahead of
- * every later record. Only settling ends an ambiguity; close fails what is left.
+ * every later record; one failed for good (in settling, or before it is transmitted) fails where it
+ * is and is never sent again. Only settling ends an ambiguity; close fails what is left.
  */
 class Sticky {
     /** A record to transmit now, to a partition of an epoch. */
@@ -144,18 +146,26 @@ class Sticky {
         return Actions.none();
     }
 
-    /** Settling decided the sink's ambiguous records: those in stored are stored, the rest not. */
-    Actions settled(int e, int q, List<Long> stored) {
+    /**
+     * Settling decided the sink's ambiguous records: those in stored are stored, those in failed
+     * failed for good (never sent again; a record in both is stored), the rest not stored.
+     */
+    Actions settled(int e, int q, List<Long> stored, List<Long> failed) {
         Sink k = sink(e, q);
         if (k == null || !ambiguous(k)) {
             throw new IllegalStateException("sink (epoch " + e + ", partition " + q + ") has no ambiguous record to settle");
         }
         Actions a = Actions.none();
         Set<Long> in = new HashSet<>(stored);
+        Set<Long> out = new HashSet<>(failed);
         List<Rec> keep = new ArrayList<>();
         for (Rec r : k.recs) {
             if (r.ambiguous && in.contains(r.seq)) {
                 a.acked().add(r.seq);
+                continue;
+            }
+            if (r.ambiguous && out.contains(r.seq)) {
+                a.failed().add(r.seq);
                 continue;
             }
             if (r.ambiguous) {
@@ -173,6 +183,37 @@ class Sticky {
             if (!r.sent) {
                 r.sent = true;
                 a.send().add(new Placed(r.seq, e, q));
+            }
+        }
+        return a;
+    }
+
+    /**
+     * The producer failed these records for good before transmitting them, wherever they wait
+     * (told to be sent, behind an ambiguous record, held for a newer epoch): each one the machine
+     * holds fails; nothing else changes. An ambiguous record is not failed this way: settling
+     * decides it.
+     */
+    Actions drop(List<Long> seqs) {
+        Actions a = Actions.none();
+        for (long seq : seqs) {
+            boolean gone = false;
+            found:
+            for (Sink k : sinks) {
+                for (int i = 0; i < k.recs.size(); i++) {
+                    Rec r = k.recs.get(i);
+                    if (r.seq == seq) {
+                        if (!r.ambiguous) {
+                            k.recs.remove(i);
+                            gone = true;
+                        }
+                        break found;
+                    }
+                }
+            }
+            gone |= held.removeIf(r -> r.seq == seq);
+            if (gone) {
+                a.failed().add(seq);
             }
         }
         return a;
