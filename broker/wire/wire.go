@@ -376,11 +376,9 @@ func TooLargeLimit(err error) (string, bool) {
 		return te.Limit, true
 	}
 	var re *RemoteError
-	if errors.As(err, &re) {
-		var d TooLargeDetail
-		if re.Code == "bad_request" && len(re.Detail) > 0 && json.Unmarshal(re.Detail, &d) == nil && d.TooLarge {
-			return d.Limit, true
-		}
+	var d TooLargeDetail
+	if errors.As(err, &re) && re.detail("bad_request", &d) && d.TooLarge {
+		return d.Limit, true
 	}
 	return "", false
 }
@@ -464,19 +462,25 @@ func (e *RemoteError) Is(target error) bool {
 		return ok
 	case ErrTopicCreating:
 		var d CreatingDetail
-		return e.Code == "unavailable" && len(e.Detail) > 0 && json.Unmarshal(e.Detail, &d) == nil && d.Creating
+		return e.detail("unavailable", &d) && d.Creating
 	case ErrRecordTooLarge:
-		var d TooLargeDetail
-		return e.Code == "bad_request" && len(e.Detail) > 0 && json.Unmarshal(e.Detail, &d) == nil && d.TooLarge
+		_, ok := TooLargeLimit(e)
+		return ok
 	}
 	return false
+}
+
+// detail decodes the error's detail into v when the error has that code and a detail that
+// decodes: each detail of spec/protocol.md §3 belongs to one code.
+func (e *RemoteError) detail(code string, v any) bool {
+	return e.Code == code && len(e.Detail) > 0 && json.Unmarshal(e.Detail, v) == nil
 }
 
 // InProcess returns the error's in-process detail, and whether it has one: an "unavailable"
 // error for a record whose Nats-Msg-Id is stuck (spec/protocol.md §3, §5.1.5).
 func (e *RemoteError) InProcess() (InProcessDetail, bool) {
 	var d InProcessDetail
-	if e.Code != "unavailable" || len(e.Detail) == 0 || json.Unmarshal(e.Detail, &d) != nil || !d.InProcess {
+	if !e.detail("unavailable", &d) || !d.InProcess {
 		return InProcessDetail{}, false
 	}
 	return d, true
