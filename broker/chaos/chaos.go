@@ -124,6 +124,11 @@ type Result struct {
 	// to its caller as failed).
 	Sent, Acked, SendFailed int
 	SendErrors              []string // a few examples
+	// InProcess counts records failed because JetStream kept answering 10158 for their id
+	// (spec/protocol.md §5.1.5: a raft proposal undecided, e.g. its leader cut off): their fate is
+	// unknown, as a record's never acknowledged is, so they are not failures of the run; the
+	// order checker still sees them (stored at most once).
+	InProcess int
 	// Unresolved counts records handed to a producer that it neither acknowledged nor failed
 	// by the end of the run (its Close gave up): they are in no sent log.
 	Unresolved int
@@ -241,8 +246,8 @@ func (r *Result) Summary() string {
 	if !r.OK() {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("seed %d: %s; %d sent, %d acked; changes: %s; faults: %s; drain %v, worst delivery delay %v",
-		r.Seed, verdict, r.Sent, r.Acked, strings.Join(cs, ", "), strings.Join(fs, ", "), r.Drain.Round(time.Millisecond), r.WorstStall.Round(time.Millisecond))
+	return fmt.Sprintf("seed %d: %s; %d sent, %d acked, %d of unknown fate (10158); changes: %s; faults: %s; drain %v, worst delivery delay %v",
+		r.Seed, verdict, r.Sent, r.Acked, r.InProcess, strings.Join(cs, ", "), strings.Join(fs, ", "), r.Drain.Round(time.Millisecond), r.WorstStall.Round(time.Millisecond))
 }
 
 // run is one run's state.
@@ -254,21 +259,22 @@ type run struct {
 	creds   map[string]string // role -> seed file
 	brokers []*brokerProc
 
-	mu       sync.Mutex
-	sent     []verify.Sent
-	deliv    []verify.Delivered
-	places   []scenario.Placement
-	handedAt map[string]time.Duration // recordID -> when it was handed to its producer, from t0
-	liveAt   map[string]time.Duration // recordID -> its first delivery to the live group, from t0
-	sendErrs []string
-	ackedIDs []string // recordID of every acknowledged record
-	pending  []pendingCount
-	order    atomic.Int64
-	acked    atomic.Int64
-	failed   atomic.Int64
-	res      Result
-	admin    *client.Client
-	named    map[string]*client.Client // connection name -> client (to find a client's node)
+	mu        sync.Mutex
+	sent      []verify.Sent
+	deliv     []verify.Delivered
+	places    []scenario.Placement
+	handedAt  map[string]time.Duration // recordID -> when it was handed to its producer, from t0
+	liveAt    map[string]time.Duration // recordID -> its first delivery to the live group, from t0
+	sendErrs  []string
+	ackedIDs  []string // recordID of every acknowledged record
+	pending   []pendingCount
+	order     atomic.Int64
+	acked     atomic.Int64
+	failed    atomic.Int64
+	inProcess atomic.Int64
+	res       Result
+	admin     *client.Client
+	named     map[string]*client.Client // connection name -> client (to find a client's node)
 }
 
 // Run executes a run. Its error is for a run that could not be set up (the cluster or a broker
@@ -473,7 +479,7 @@ func Run(parent context.Context, cfg Config) (*Result, error) {
 		r.res.Placement = scenario.CheckPlacements(cctx, desc, admin.Module, places)
 	}
 	r.res.Verify = verify.Check(sent, deliv, verify.Options{Groups: []string{"live", "late"}})
-	r.res.Sent, r.res.Acked, r.res.SendFailed = len(sent), int(acked), int(r.failed.Load())
+	r.res.Sent, r.res.Acked, r.res.SendFailed, r.res.InProcess = len(sent), int(acked), int(r.failed.Load()), int(r.inProcess.Load())
 	r.mu.Lock()
 	r.res.SendErrors = r.sendErrs
 	for _, p := range r.pending {

@@ -39,9 +39,14 @@ func (r *run) logSent(s verify.Sent, err error) {
 		r.sendErrs = append(r.sendErrs, fmt.Sprintf("%s #%d: %v", s.Producer, s.PSeq, err))
 	}
 	r.mu.Unlock()
-	if s.Acked {
+	switch {
+	case s.Acked:
 		r.acked.Add(1)
-	} else {
+	case errors.Is(err, wire.ErrMsgIDInProcess):
+		// A stuck id (spec/protocol.md §5.1.5): the record's fate is unknown, as for a record
+		// never acknowledged; the checker allows it stored once or not at all, never twice.
+		r.inProcess.Add(1)
+	default:
 		r.failed.Add(1)
 	}
 }
