@@ -165,9 +165,10 @@ func TestConsumerRefusesOldServer(t *testing.T) {
 		_, err := c.NewConsumer(ctx, "t", ConsumerOptions{Group: group})
 		_, coErr := c.NewCoConsumer(ctx, []string{"t", "u"}, ConsumerOptions{Group: group})
 		pr, prodErr := connect("nats://"+px.ln.Addr().String(), broker.RoleProducer).NewProducer(ctx, "t", ProducerOptions{ID: group})
+		_, resetErr := c.ResetGroup(ctx, "t", group+"_reset", SeekBeginning)
 		if claim == "2.14.0" {
-			if err != nil || coErr != nil || prodErr != nil {
-				t.Fatalf("a server claiming 2.14.0 refused: consumer %v, co-consumer %v, producer %v", err, coErr, prodErr)
+			if err != nil || coErr != nil || prodErr != nil || resetErr != nil {
+				t.Fatalf("a server claiming 2.14.0 refused: consumer %v, co-consumer %v, producer %v, reset %v", err, coErr, prodErr, resetErr)
 			}
 			_ = pr.Close(ctx)
 			continue
@@ -188,6 +189,13 @@ func TestConsumerRefusesOldServer(t *testing.T) {
 		}
 		if keys := groupKeys(group); len(keys) != 0 {
 			t.Errorf("nats-server %s: the refused member's group has keys %v", claim, keys)
+		}
+		// A reset of a group that does not exist would create it (§6.6): refused before any key.
+		if !errors.Is(resetErr, wire.ErrUnavailable) || !strings.Contains(resetErr.Error(), "pctl's group reset needs 2.14.0 or later") {
+			t.Errorf("nats-server %s: ResetGroup = %v, want the reset's refusal", claim, resetErr)
+		}
+		if keys := groupKeys(group + "_reset"); len(keys) != 0 {
+			t.Errorf("nats-server %s: the refused reset's group has keys %v", claim, keys)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"pctl.dev/pctl/broker/wire"
+	"pctl.dev/pctl/internal/natsver"
 )
 
 // SeekTarget says where a reset moves a consumer group (spec/protocol.md §6.6): to the beginning
@@ -94,6 +95,12 @@ func (c *Client) resetGroup(ctx context.Context, topic, group string, to SeekTar
 	}
 	if to.IsZero() {
 		return nil, fmt.Errorf("%w: reset of group %s: no target (SeekBeginning, SeekEnd or SeekTime)", wire.ErrBadRequest, group)
+	}
+	// A reset writes group keys (and creates a missing group's g.created) that members read by the
+	// rules of spec/protocol.md §6.1: it needs the server the members need, checked before any
+	// key is written (§6.6).
+	if err := natsver.Require(c.nc, "pctl's group reset", "it writes the group's keys that members read, spec/protocol.md §6.1, §6.6"); err != nil {
+		return nil, err
 	}
 	kvx, err := c.js.KeyValue(ctx, wire.GroupsBucket)
 	if err != nil {

@@ -290,6 +290,8 @@ export async function resetGroup(client, topic, group, target, { by = 'pctl-node
     throw new BadRequestError(`bad group name ${JSON.stringify(group)}: a group name is 1 to 64 characters of A-Z a-z 0-9 _ - (spec/protocol.md §2)`);
   }
   const tgt = parseTarget(target);
+  // A reset writes group keys (and creates a missing group): the members' server (§6.1, §6.6).
+  requireServer(client, "pctl's group reset", "it writes the group's keys that members read, spec/protocol.md §6.1, §6.6");
   const { topic: desc } = await client.topic(topic);
   const kv = new KV(client.nc, GROUPS_BUCKET, 10_000);
   await ensureGroup(client, kv, desc, group, true);

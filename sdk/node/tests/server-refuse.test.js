@@ -100,6 +100,9 @@ describe('a consumer refuses a server older than 2.14.0', { skip, timeout: 180_0
       assert.deepEqual(await groupKeys(group), []);
       const { c: pc } = await via(claim, 'producer');
       await assert.rejects(pc.producer('t'), (e) => e instanceof UnavailableError && e.message.includes("pctl's producer needs nats-server 2.14.0 or later"));
+      // A reset of a group that does not exist would create it (§6.6): refused before any key.
+      await assert.rejects(c.resetGroup('t', `${group}_reset`, 'earliest'), (e) => e instanceof UnavailableError && e.message.includes("pctl's group reset needs nats-server 2.14.0 or later"));
+      assert.deepEqual(await groupKeys(`${group}_reset`), []);
     });
   }
 
@@ -108,6 +111,7 @@ describe('a consumer refuses a server older than 2.14.0', { skip, timeout: 180_0
     const cn = await c.consumer('t', { group: 'claims214' });
     await cn.start();
     await cn.close();
+    await c.resetGroup('t', 'claims214_reset', 'earliest');
     const direct = await connect({ server: broker.url, creds: broker.creds.consumer });
     clients.push(direct);
     const cd = await direct.consumer('t', { group: 'real' });

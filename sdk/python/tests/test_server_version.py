@@ -99,6 +99,7 @@ def test_consumer_refuses_old_server(broker):
                             cn = await c.consumer(topic, group)
                             await cn.close()
                             await (await pc.producer(topic)).close()
+                            await pctl.reset_group(c, topic, group + "_reset", "beginning")
                             continue
                         with pytest.raises(Unavailable) as ei:
                             await c.consumer(topic, group)
@@ -107,6 +108,11 @@ def test_consumer_refuses_old_server(broker):
                         assert await _group_keys(admin, tid, group) == []
                         with pytest.raises(Unavailable, match="pctl's producer needs 2.14.0 or later"):
                             await pc.producer(topic)
+                        # A reset of a group that does not exist would create it (§6.6): refused
+                        # before any key.
+                        with pytest.raises(Unavailable, match="pctl's group reset needs 2.14.0 or later"):
+                            await pctl.reset_group(c, topic, group + "_reset", "beginning")
+                        assert await _group_keys(admin, tid, group + "_reset") == []
                 finally:
                     srv.close()
                     for t in tasks:

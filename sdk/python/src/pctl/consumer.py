@@ -1921,6 +1921,8 @@ async def reset_group(client: "Client", topic: str, group: str, kind: str, tms: 
     or after it), in every partition stream the topic has ever had. Writes ``g.reset`` with the
     next generation (the commit point), then every partition key. Members follow by themselves.
     Returns (revision of g.reset, generation, positions). Needs the consumer or admin role."""
+    # A reset writes group keys (and creates a missing group): the members' server (§6.1, §6.6).
+    require_server(client, "pctl's group reset", "it writes the group's keys that members read, spec/protocol.md §6.1, §6.6")
     kv = _nats.KV(client, GROUPS_BUCKET)
     while True:
         desc = await _fetch_topic(client, topic)
