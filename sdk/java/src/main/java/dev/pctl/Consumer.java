@@ -152,6 +152,8 @@ public final class Consumer implements AutoCloseable {
     private int takeRound; // the polling thread's
     /** For the tests only: called after each stored commit; true makes the member take it as unanswered (its answer and read-back lost). */
     volatile java.util.function.BooleanSupplier loseCommitAnswerForTest;
+    /** Tests only: when it answers true, the read-back after a refused write fails (unknown). */
+    volatile java.util.function.BooleanSupplier failReadBackForTest;
     private int keptDrained;
 
     private final AtomicReference<Thread> owner = new AtomicReference<>();
@@ -1561,6 +1563,13 @@ public final class Consumer implements AutoCloseable {
                 } catch (GroupKv.Conflict e) {
                     // Our own earlier write whose reply was lost moved the revision? Go on from it.
                     long own = adoptOwnWrite(p, pos, rev);
+                    if (own == UNREAD) {
+                        // The key could not be read back (the member is closing, or the server does
+                        // not answer): ours or a takeover, we cannot tell yet (spec §6.3). Not lost:
+                        // the next commit asks again; the lease still bounds delivery.
+                        log("member " + member + ": commit of partition " + p.q + " refused, and the key could not be read back; retrying");
+                        return;
+                    }
                     if (own == 0) {
                         throw e;
                     }
@@ -1578,7 +1587,7 @@ public final class Consumer implements AutoCloseable {
                 // otherwise the next compare-and-set would fail and this member would drop its own
                 // partition and deliver again what it had committed.
                 nr = adoptOwnWrite(p, pos, rev);
-                if (nr == 0) {
+                if (nr <= 0) {
                     log("member " + member + ": commit of partition " + p.q + " failed (" + e.getMessage() + "); retrying");
                     return;
                 }
@@ -1604,10 +1613,16 @@ public final class Consumer implements AutoCloseable {
      * After a commit whose outcome is unknown, or a compare-and-set that lost: the key's revision
      * when its latest value is one of this member's own writes under this ownership (owner this
      * member, the same generation, a position it acknowledged) newer than {@code rev}, whose reply
-     * was lost; else 0. Only this member writes its id as the owner, so such a value is ours.
+     * was lost; 0 when it is not (a takeover); {@link #UNREAD} when the key could not be read (the
+     * outcome is still unknown: never taken for a takeover). Only this member writes its id as
+     * the owner, so such a value is ours.
      */
     private long adoptOwnWrite(Part p, long pos, long rev) {
         try {
+            java.util.function.BooleanSupplier unread = failReadBackForTest;
+            if (unread != null && unread.getAsBoolean()) {
+                throw new UnavailableException("read of partition " + p.q + "'s key lost (test hook)");
+            }
             GroupKv.Entry en = kv.get(prefix + "p." + p.q);
             if (en == null || en.deleted() || en.revision() <= rev) {
                 return 0;
@@ -1632,9 +1647,13 @@ public final class Consumer implements AutoCloseable {
             }
         } catch (PctlException e) {
             // unknown still: the next commit tells
+            return UNREAD;
         }
         return 0;
     }
+
+    /** adoptOwnWrite's answer when the key could not be read: ours or a takeover is unknown. */
+    static final long UNREAD = -1;
 
     /** §6.3 release: the final position, owner empty. */
     private void release(Part p) {
@@ -1664,6 +1683,14 @@ public final class Consumer implements AutoCloseable {
                     // leased to this member until its lease expired, and the member it went to
                     // waited for that.
                     long own = adoptOwnWrite(p, pos, rev);
+                    if (own == UNREAD) {
+                        // Read once more: a commit interrupted by close() may have been the reader.
+                        own = adoptOwnWrite(p, pos, rev);
+                    }
+                    if (own == UNREAD) {
+                        log("member " + member + ": partition " + p.q + " not released: its key could not be read back (its lease expires)");
+                        return;
+                    }
                     if (own == 0) {
                         throw e;
                     }
@@ -3436,6 +3463,8 @@ public final class Consumer implements AutoCloseable {
         if (group == null || !ConsumerOptions.NAME.matcher(group).matches()) {
             throw new BadRequestException("consumer group \"" + group + "\": 1 to 64 characters of A-Z a-z 0-9 _ -");
         }
+        // A reset writes group keys (and creates a missing group): the members' server (§6.1, §6.6).
+        ServerVersion.require(c, "pctl's group reset", "it writes the group's keys that members read, spec/protocol.md §6.1, §6.6");
         Duration timeout = Duration.ofSeconds(10);
         GroupKv kv = new GroupKv(c, timeout);
         long rev;

@@ -1092,6 +1092,56 @@ class ConsumerBrokerTest {
      * failed and the partitions stayed leased to the member until the lease expired (what a member
      * joining then waited for). Every commit's answer is taken as lost here.
      */
+    /**
+     * spec/protocol.md §6.3: after a refused compare-and-set, a member that cannot read the key back
+     * (close() interrupting the commit, a server that does not answer) does not know whether the
+     * refusal was its own unanswered write or a takeover, and must not count the partition as
+     * taken: the next commit asks again. Every commit's answer is lost and the first three
+     * read-backs fail; the member keeps both partitions (no loss, every record once) and its close
+     * releases them. (A clean-clone CI run lost partition 0 this way: close() interrupted the
+     * commit's read-back, the partition was counted lost, and its lease was never released.)
+     */
+    @Test
+    void anUnreadableKeyAfterARefusedCommitIsNotATakeover() throws Exception {
+        String topic = createTopic(2);
+        int n = 60;
+        List<ProducerRecord> recs = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            recs.add(ProducerRecord.keyed("k" + (i % 5), Integer.toString(i)));
+        }
+        produce(broker, topic, null, recs);
+        List<String> logs = new CopyOnWriteArrayList<>();
+        AtomicInteger unread = new AtomicInteger();
+        try (PctlClient c = PctlClient.connect(broker.options(broker.consumer))) {
+            ConsumerOptions o = ConsumerOptions.builder("unread").fromBeginning(true).commitInterval(Duration.ofMillis(20))
+                    .sessionTimeout(Duration.ofSeconds(30)).logger(logs::add).build();
+            Consumer cn = c.consumer(topic, o);
+            cn.loseCommitAnswerForTest = () -> true;
+            cn.failReadBackForTest = () -> unread.incrementAndGet() <= 3;
+            Set<String> seen = new HashSet<>();
+            int got = 0;
+            long deadline = System.nanoTime() + Duration.ofSeconds(30).toNanos();
+            while ((got < n || unread.get() <= 4) && System.nanoTime() < deadline) {
+                for (ConsumerRecord r : cn.poll(Duration.ofMillis(200))) {
+                    got++;
+                    assertTrue(seen.add(r.valueString()), () -> "delivered twice: " + r.valueString() + "; log:\n" + String.join("\n", logs));
+                }
+            }
+            assertEquals(n, got, "every record delivered once");
+            assertTrue(unread.get() > 4, () -> "the read-back hook never ran past its failures: " + unread.get());
+            String topicId = c.topic(topic).id();
+            cn.close();
+            assertTrue(logs.stream().noneMatch(l -> l.contains(": lost (")), () -> "a partition counted as taken over:\n" + String.join("\n", logs));
+            assertTrue(logs.stream().anyMatch(l -> l.contains("could not be read back; retrying")), () -> "no refused commit met an unreadable key:\n" + String.join("\n", logs));
+            GroupKv kv = new GroupKv(c, Duration.ofSeconds(5));
+            for (int q = 0; q < 2; q++) {
+                GroupKv.Entry e = kv.get(topicId + ".unread.p." + q);
+                Map<?, ?> st = e == null ? Map.of() : (Map<?, ?>) Json.parse(new String(e.value(), StandardCharsets.UTF_8));
+                assertEquals("", st.containsKey("owner") ? st.get("owner") : "", () -> "partition still leased after the release; log:\n" + String.join("\n", logs));
+            }
+        }
+    }
+
     @Test
     void releaseAfterAnUnansweredCommitFreesThePartition() throws Exception {
         String topic = createTopic(2);
@@ -1134,7 +1184,7 @@ class ConsumerBrokerTest {
                 owners.put(q, st.containsKey("owner") ? st.get("owner") : "");
             }
             assertTrue(commits.get() > 0);
-            assertEquals(Map.of(0, "", 1, ""), owners, "partitions still leased after the release");
+            assertEquals(Map.of(0, "", 1, ""), owners, () -> "partitions still leased after the release; the member's log:\n" + String.join("\n", logs));
         }
         assertTrue(logs.stream().anyMatch(l -> l.contains("releasing from revision")), "the release never met its own unanswered commit");
     }

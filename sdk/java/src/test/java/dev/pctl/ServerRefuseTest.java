@@ -146,6 +146,7 @@ class ServerRefuseTest {
                     if (claim.equals("2.14.0")) {
                         c.consumer("t", ConsumerOptions.builder(group).build()).close();
                         pc.producer("t", ProducerOptions.builder().build()).close();
+                        c.resetGroup("t", group + "_reset", ResetTarget.beginning());
                         continue;
                     }
                     UnavailableException e = assertThrows(UnavailableException.class, () -> c.consumer("t", ConsumerOptions.builder(group).build()), claim);
@@ -155,6 +156,10 @@ class ServerRefuseTest {
                     assertEquals(List.of(), groupKeys(admin, tid, group), claim);
                     UnavailableException pe = assertThrows(UnavailableException.class, () -> pc.producer("t", ProducerOptions.builder().build()), claim);
                     assertTrue(pe.getMessage().contains("pctl's producer needs 2.14.0 or later"), pe.getMessage());
+                    // A reset of a group that does not exist would create it (§6.6): refused before any key.
+                    UnavailableException re = assertThrows(UnavailableException.class, () -> c.resetGroup("t", group + "_reset", ResetTarget.beginning()), claim);
+                    assertTrue(re.getMessage().contains("pctl's group reset needs 2.14.0 or later"), re.getMessage());
+                    assertEquals(List.of(), groupKeys(admin, tid, group + "_reset"), claim);
                 }
             }
             try (PctlClient c = PctlClient.connect(broker.options(broker.consumer))) {
