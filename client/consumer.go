@@ -256,6 +256,9 @@ type ConsumerOptions struct {
 	// testLoseAnswer is a test hook: called after each stored commit of a partition's state;
 	// true makes the worker take it as unanswered (stored, its answer lost on the way).
 	testLoseAnswer func() bool
+	// testFailReadBack is a test hook: called after each read-back of a partition's key that
+	// follows a refused commit; true makes the read fail (no answer).
+	testFailReadBack func() bool
 	// testCoSkew is a test hook: a co-partitioned follower's leader rotates the owners it
 	// derives by this much (a wrong assignment, for the control that shows the checks catch it).
 	testCoSkew int

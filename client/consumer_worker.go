@@ -143,6 +143,16 @@ func (w *worker) commit(ctx context.Context, kv jetstream.KeyValue, renew bool) 
 		gctx, gcancel := w.cn.op(ctx)
 		e, gerr := kv.Get(gctx, wire.PartitionKey(w.cn.topicID, w.cn.opts.Group, w.partition))
 		gcancel()
+		if w.cn.opts.testFailReadBack != nil && w.cn.opts.testFailReadBack() {
+			gerr = context.DeadlineExceeded
+		}
+		if gerr != nil && !errors.Is(gerr, jetstream.ErrKeyNotFound) {
+			// The key could not be read back (no answer, the member stopping): ours or a
+			// takeover, we cannot tell yet (spec/protocol.md §6.3). Not lost: the unanswered
+			// write stays, the next commit asks again, and the lease still bounds delivery.
+			w.cn.opts.Logf("member %s: partition %d: commit refused, and the key could not be read back (%v); retrying", w.cn.opts.Member, w.partition, gerr)
+			return
+		}
 		if gerr == nil && bytes.Equal(e.Value(), w.unsure.body) {
 			w.mu.Lock()
 			w.rev = e.Revision()

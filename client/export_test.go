@@ -61,6 +61,14 @@ func LoseCommitAnswers(o ConsumerOptions, n int64) ConsumerOptions {
 	return o
 }
 
+// FailReadBacks makes the first k reads of a partition's key after a refused commit fail, as a
+// server that does not answer (or a member stopping) can.
+func FailReadBacks(o ConsumerOptions, k int64) ConsumerOptions {
+	var i atomic.Int64
+	o.testFailReadBack = func() bool { return i.Add(1) <= k }
+	return o
+}
+
 // SkewCoPartitioned makes a co-partitioned follower's leader rotate the owners it derives by n
 // (a wrong assignment), for the control that shows the co-partitioning checks catch one.
 func SkewCoPartitioned(o ConsumerOptions, n int) ConsumerOptions {
