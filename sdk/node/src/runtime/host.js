@@ -485,6 +485,8 @@ export class Plugin {
   // The pctl_partition_batch call of count keys already in the buffer; results into out from at.
   crossing(count, at, n, out) {
     const status = this.call('pctl_partition_batch', this.fnBatch, count, n);
+    // A status is 0 or a negative error code; a positive one is undefined: an unknown error code
+    // (spec/abi-v1.md §2.4), never "out of range".
     if (status !== 0) throw new CallError(this.digest, this.name, 'pctl_partition_batch', CLASS.code, 'the batch as a whole failed', status);
     this.view();
     for (let k = 0; k < count; k++) {
@@ -506,16 +508,7 @@ export class Plugin {
       u8.set(key, off);
       off += key.length;
     }
-    const status = this.call('pctl_partition_batch', this.fnBatch, count, n);
-    // A status is 0 or a negative error code; a positive one is undefined: an unknown error code
-    // (spec/abi-v1.md §2.4), never "out of range".
-    if (status !== 0) throw new CallError(this.digest, this.name, 'pctl_partition_batch', CLASS.code, 'the batch as a whole failed', status);
-    this.view();
-    for (let k = 0; k < count; k++) {
-      const r = this.dv.getInt32(this.buf + 4 * k, true);
-      if (r < 0 || r >= n) throw this.resultError('pctl_partition_batch', r, n, k);
-      out[i + k] = r;
-    }
+    this.crossing(count, i, n, out);
   }
 }
 
