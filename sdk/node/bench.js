@@ -10,8 +10,8 @@
 // calls (pctl_partition, one crossing per key) and batch calls (pctl_partition_batch, one crossing
 // per 4096 keys); the SDK's public Partitioner.partition() on Uint8Array keys and on string keys
 // (UTF-8 written straight into the module's buffer), against native JS that encodes the string
-// into a reused buffer first; the SDK's partitionMany() on string keys (encoded into one reused
-// arena) against the previous partitionMany(), which encoded every key into its own Uint8Array.
+// into a reused buffer first; the SDK's partitionMany() on string keys (written straight into the
+// module's buffer) against the previous partitionMany(), which encoded every key into its own Uint8Array.
 
 import { fileURLToPath } from 'node:url';
 import { Plugin } from './src/runtime/host.js';

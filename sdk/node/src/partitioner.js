@@ -2,7 +2,6 @@
 // the SDK's runtime (./runtime, the same code the conformance host runs), usable offline to answer
 // "which partition does this key go to?" and used by the producer for every keyed record.
 
-import { Buffer } from 'node:buffer';
 import { readFile } from 'node:fs/promises';
 import { readFileSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -196,7 +195,7 @@ export class Partitioner {
     checkN(n);
     const p = this.instance();
     try {
-      return keys.some((k) => typeof k === 'string') ? partitionStrings(p, keys, n) : p.partitionAll(keys.map(keyBytes), n);
+      return p.partitionStrings(keys.map(stringOrBytes), n);
     } catch (e) {
       if (!(e instanceof UsageError) && !(e instanceof BadRequestError)) this.plugin = null; // a bad key is the caller's
       throw mapRuntimeError(e, { name: p.name, digest: p.digest });
@@ -204,53 +203,13 @@ export class Partitioner {
   }
 }
 
-// A batch's string keys are encoded one after another into one reused arena (Buffer#write, the
-// UTF-8 that partitionString writes into the module's buffer), each passed to the host as a view
-// of it, instead of a Uint8Array allocated per key (TextEncoder#encode: 735 to 2,100 ns a key
-// measured). The host copies views as it copies any key into the module's buffer, in the layout
-// of spec/abi-v1.md §2.4, before partitionAll returns; the arena is reused only after that (calls
-// are synchronous, and a module's imports never call back into JavaScript). A UTF-16 unit takes
-// at most 3 bytes of UTF-8, so a key of at most LIMITS.maxKey units always fits an empty arena.
-const ARENA_BYTES = 1 << 20;
-let arena = null; // the arena as a Buffer (for write) ...
-let arenaView = null; // ... and as a plain Uint8Array: its subarray is a cheaper view than a Buffer's
-
-const tooLong = (i, bytes) => new UsageError(`key too long: key ${i} has ${bytes} bytes; the limit is ${LIMITS.maxKey} (spec/abi-v1.md §1.1)`);
-
-/** p.partitionAll of keys with string keys among them, the strings encoded into the arena. */
-function partitionStrings(p, keys, n) {
-  if (!arena) {
-    arena = Buffer.allocUnsafeSlow(ARENA_BYTES);
-    arenaView = new Uint8Array(arena.buffer, arena.byteOffset, ARENA_BYTES);
-  }
-  const a = arena;
-  const out = new Int32Array(keys.length);
-  const chunk = [];
-  let start = 0;
-  let off = 0;
-  for (let i = 0; i < keys.length; i++) {
-    const key = keys[i];
-    if (typeof key !== 'string') {
-      const k = keyBytes(key);
-      if (k.length > LIMITS.maxKey) throw tooLong(i, k.length);
-      chunk.push(k);
-      continue;
-    }
-    if (key.length > LIMITS.maxKey) throw tooLong(i, Buffer.byteLength(key, 'utf8')); // more units than the limit's bytes
-    if (ARENA_BYTES - off < 3 * key.length) { // the arena is full: these keys first, then it is reused
-      p.partitionAll(chunk, n, out.subarray(start, i));
-      chunk.length = 0;
-      start = i;
-      off = 0;
-    }
-    const len = a.write(key, off);
-    if (len > LIMITS.maxKey) throw tooLong(i, len);
-    chunk.push(arenaView.subarray(off, off + len));
-    off += len;
-  }
-  p.partitionAll(chunk, n, out.subarray(start));
-  return out;
-}
+// A batch goes to the host's partitionStrings, which encodes each string key straight into the
+// module's buffer at its place in the batch layout (spec/abi-v1.md §2.4) and copies byte keys there
+// (1.2x faster than partitionAll for byte keys too: one pass, no separate length check). Before
+// it, the keys went through a reused 1 MiB arena, each key a view of it, that the host then copied
+// into the buffer (144 ns/key for kafka-murmur2 on 16-byte keys, the native function 68); before
+// that, one Uint8Array per key (TextEncoder#encode: 735 to 2,100 ns a key).
+const stringOrBytes = (k) => (typeof k === 'string' ? k : keyBytes(k));
 
 function checkN(n) {
   if (!Number.isInteger(n) || n < 1 || n > LIMITS.maxPartitions) {

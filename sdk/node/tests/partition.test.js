@@ -41,12 +41,13 @@ test('kafka-murmur2.wasm: the batch path gives the single calls\' results', () =
   for (let i = 0; i < keys.length; i += 997) assert.equal(many[i], p.partition(keys[i], 1000));
 });
 
-// partitionMany encodes a batch's string keys into one reused arena, each key a view of it: every
-// vector key that is UTF-8 as a string must land on the vector's partition (Kafka's client, not
-// this SDK), and strings mixed with bytes, multi-byte UTF-8 (lone surrogates are U+FFFD), a short
-// key after a long one and more bytes than the 1 MiB arena holds (it is flushed and reused
-// mid-batch) must give the partitions of the same keys encoded by TextEncoder, one by one.
-test('kafka-murmur2.wasm: partitionMany of string keys (the reused arena) gives the vectors and the bytes\' partitions', () => {
+// partitionMany encodes a batch's string keys straight into the module's buffer (the host's
+// partitionStrings): every vector key that is UTF-8 as a string must land on the vector's
+// partition (Kafka's client, not this SDK), and strings mixed with bytes, multi-byte UTF-8 (lone
+// surrogates are U+FFFD), a short key after a long one and more bytes than the 1 MiB buffer holds
+// (a key that does not fit ends the crossing early, and the keys written move down to follow
+// fewer lengths) must give the partitions of the same keys encoded by TextEncoder, one by one.
+test('kafka-murmur2.wasm: partitionMany of string keys (written into the buffer) gives the vectors and the bytes\' partitions', () => {
   const p = Partitioner.loadSync(builtin);
   const byN = new Map();
   for (const c of vectors.cases) {
@@ -80,6 +81,46 @@ test('kafka-murmur2.wasm: partitionMany of string keys (the reused arena) gives 
   assert.throws(() => p.partitionMany(['a', 'b', 'c'.repeat(65537)], 3), (e) => e instanceof BadRequestError && /key 2 has 65537 bytes/.test(e.message));
   assert.throws(() => p.partitionMany(['a', new Uint8Array(65537)], 3), (e) => e instanceof BadRequestError && /key 1 has 65537 bytes/.test(e.message));
   assert.equal(p.partitionMany(['x', 'é'.repeat(32768)], 3)[1], p.partition('é'.repeat(32768), 3), 'a key of exactly 65536 bytes is a key');
+});
+
+// grow-hash (tests/testdata/grow-hash.wat) grows its memory by a page on every call, which in
+// JavaScript replaces memory.buffer: a host writing the next crossing's keys through a view from
+// before the call writes into a detached buffer, and the module hashes stale bytes. The expected
+// partitions are the module's hash (h = h*31 + byte, mod n) computed here from TextEncoder bytes.
+test('a module that grows memory on every call: string batches across crossings and calls get the right keys', () => {
+  const p = Partitioner.loadSync(fileURLToPath(new URL('testdata/grow-hash.wasm', import.meta.url)));
+  const enc = new TextEncoder();
+  const hash = (k, n) => { let h = 0; for (const b of (typeof k === 'string' ? enc.encode(k) : k)) h = (Math.imul(h, 31) + b) | 0; return (h >>> 0) % n; };
+  const keys = [];
+  for (let i = 0; i < 9000; i++) keys.push(i % 7 === 3 ? enc.encode(`b-${i}`) : `k-${i}-${'é中😀'.slice(0, i % 4)}`);
+  for (let round = 0; round < 3; round++) { // three calls of three crossings each: memory grows between every two
+    const n = [1000, 7, 2147483647][round];
+    const got = p.partitionMany(keys, n);
+    for (let i = 0; i < keys.length; i++) {
+      if (got[i] !== hash(keys[i], n)) assert.fail(`round ${round} n=${n} key ${i} ${JSON.stringify(keys[i])}: got ${got[i]}, want ${hash(keys[i], n)}`);
+    }
+    assert.equal(p.partition(`k-${round}-é`, n), hash(`k-${round}-é`, n), 'a single string call after a batch');
+  }
+  // Keys of 300 to 1,400 bytes fill the 1 MiB buffer before 4096 keys: a key that does not fit
+  // (multi-byte strings whose UTF-8 is 3 bytes a unit, ASCII ones that fit where 3 bytes a unit
+  // would not, byte keys) ends the crossing, the keys move down to follow the lengths used, and
+  // nothing is written past the buffer's end (the pages after it stay zero: the module never
+  // writes there).
+  const big = [];
+  for (let i = 0; i < 6000; i++) {
+    const m = i % 3;
+    big.push(m === 0 ? '€'.repeat(100 + (i % 367)) : m === 1 ? 'a'.repeat(300 + (i % 1100)) : enc.encode('b'.repeat(200 + (i % 701))));
+  }
+  for (const n of [1000, 2147483647]) {
+    const got = p.partitionMany(big, n);
+    for (let i = 0; i < big.length; i++) {
+      if (got[i] !== hash(big[i], n)) assert.fail(`big keys n=${n} key ${i} (${big[i].length} units or bytes): got ${got[i]}, want ${hash(big[i], n)}`);
+    }
+    const { buf, bufSize } = p.instance();
+    const after = new Uint8Array(p.instance().memory.buffer, buf + bufSize);
+    assert.ok(after.length >= 65536, `memory has ${after.length} bytes after the buffer`);
+    assert.ok(after.every((b) => b === 0), `bytes written past the buffer's end (at ${buf + bufSize + after.findIndex((b) => b !== 0)})`);
+  }
 });
 
 test('native JS murmur2 matches the vectors and the module', () => {

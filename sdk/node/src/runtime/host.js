@@ -425,6 +425,77 @@ export class Plugin {
     return out;
   }
 
+  /**
+   * partitionAll for keys that are strings (UTF-8) or Uint8Arrays, each string encoded straight
+   * into the module's buffer at its place in the §2.4 layout (no copy in between, as
+   * partitionString does for one key). A crossing takes up to maxBatchKeys keys: the lengths'
+   * slots for all of them are reserved first; a key whose bytes do not fit what is left of the
+   * buffer ends the crossing early, and the keys written so far move down to follow the lengths
+   * actually used. Memory views are re-derived before every crossing (a call may grow memory,
+   * which replaces memory.buffer). Throws UsageError for a bad n or a key over PCTL_MAX_KEY bytes.
+   */
+  partitionStrings(keys, n, out = new Int32Array(keys.length)) {
+    if (n < 1 || n > LIMITS.maxPartitions || !Number.isInteger(n)) throw new UsageError(`${CLASS.badN}: ${n} is outside [1, ${LIMITS.maxPartitions}]`);
+    if (!this.fnBatch) {
+      for (let i = 0; i < keys.length; i++) {
+        const k = keys[i];
+        if (typeof k === 'string') {
+          if (k.length > LIMITS.maxKey / 3) checkStringKey(k, i);
+          out[i] = this.partitionString(k, n);
+        } else {
+          if (k.length > LIMITS.maxKey) throw keyTooLong(i, k.length);
+          out[i] = this.partition(k, n);
+        }
+      }
+      return out;
+    }
+    const buf = this.buf;
+    const end = buf + this.bufSize;
+    let i = 0;
+    while (i < keys.length) {
+      this.view();
+      const { nb, dv } = this;
+      const slots = Math.min(keys.length - i, LIMITS.maxBatchKeys);
+      const data = buf + 4 * slots;
+      let off = data;
+      let k = 0;
+      for (; k < slots; k++) {
+        const key = keys[i + k];
+        let len;
+        if (typeof key === 'string') {
+          if (key.length > LIMITS.maxKey / 3) checkStringKey(key, i + k);
+          if (end - off < 3 * key.length && end - off < Buffer.byteLength(key, 'utf8')) break; // does not fit: the next crossing
+          len = nb.utf8Write(key, off);
+        } else {
+          len = key.length;
+          if (len > LIMITS.maxKey) throw keyTooLong(i + k, len);
+          if (end - off < len) break;
+          nb.set(key, off);
+        }
+        dv.setUint32(buf + 4 * k, len, true);
+        off += len;
+      }
+      if (k < slots) nb.copyWithin(buf + 4 * k, data, off); // fewer keys than slots: the keys follow the k lengths
+      this.crossing(k, i, n, out);
+      i += k;
+    }
+    return out;
+  }
+
+  // The pctl_partition_batch call of count keys already in the buffer; results into out from at.
+  crossing(count, at, n, out) {
+    const status = this.call('pctl_partition_batch', this.fnBatch, count, n);
+    // A status is 0 or a negative error code; a positive one is undefined: an unknown error code
+    // (spec/abi-v1.md §2.4), never "out of range".
+    if (status !== 0) throw new CallError(this.digest, this.name, 'pctl_partition_batch', CLASS.code, 'the batch as a whole failed', status);
+    this.view();
+    for (let k = 0; k < count; k++) {
+      const r = this.dv.getInt32(this.buf + 4 * k, true);
+      if (r < 0 || r >= n) throw this.resultError('pctl_partition_batch', r, n, k);
+      out[at + k] = r;
+    }
+  }
+
   // One pctl_partition_batch crossing for keys[i:j] (§2.4 layout).
   batch(keys, i, j, n, out) {
     const count = j - i;
@@ -437,17 +508,16 @@ export class Plugin {
       u8.set(key, off);
       off += key.length;
     }
-    const status = this.call('pctl_partition_batch', this.fnBatch, count, n);
-    // A status is 0 or a negative error code; a positive one is undefined: an unknown error code
-    // (spec/abi-v1.md §2.4), never "out of range".
-    if (status !== 0) throw new CallError(this.digest, this.name, 'pctl_partition_batch', CLASS.code, 'the batch as a whole failed', status);
-    this.view();
-    for (let k = 0; k < count; k++) {
-      const r = this.dv.getInt32(this.buf + 4 * k, true);
-      if (r < 0 || r >= n) throw this.resultError('pctl_partition_batch', r, n, k);
-      out[i + k] = r;
-    }
+    this.crossing(count, i, n, out);
   }
+}
+
+const keyTooLong = (i, bytes) => new UsageError(`${CLASS.keyTooLong}: key ${i} has ${bytes} bytes; the limit is ${LIMITS.maxKey} (spec/abi-v1.md §1.1)`);
+
+// A string key of more than maxKey/3 UTF-16 units may have more than maxKey bytes of UTF-8.
+function checkStringKey(key, i) {
+  const bytes = Buffer.byteLength(key, 'utf8');
+  if (bytes > LIMITS.maxKey) throw keyTooLong(i, bytes);
 }
 
 /** How deep arrays and objects may nest in a metadata document (spec/abi-v1.md §2.6, rule 3). */
