@@ -32,6 +32,8 @@ const idle = (ms) => new Promise((r) => setTimeout(r, ms).unref());
 const EMPTY = Buffer.alloc(0);
 const B64_RE = /^b64:[A-Za-z0-9+/]*={0,2}$/;
 const LATER = Symbol('later');
+// ownUnanswered's answer when the key could not be read (spec/protocol.md §6.3: decides nothing).
+const UNREAD = Symbol('unread');
 const MISPLACED_POLICIES = ['stop', 'deliver', 'skip'];
 const STARTS = ['now', 'beginning', 'current-epoch'];
 
@@ -526,6 +528,7 @@ export class Consumer {
       // Test hook: called after each stored commit; true makes the member take that commit as
       // unanswered (stored, its answer lost on the way), as a leader change can.
       loseCommitAnswer: opts.unsafeLoseCommitAnswer ?? null,
+      failReadBack: opts.unsafeFailReadBack ?? null,
       misplaced: opts.misplaced ?? 'stop',
       assignor: opts.assignor ?? null,
     };
@@ -1107,7 +1110,12 @@ export class Consumer {
             // ours, and the release goes on from its revision (spec/protocol.md §6.3). Otherwise
             // the partition stayed leased to this member until its lease expired, and the member
             // it went to waited for that.
-            const cur = e instanceof CasConflict ? await w.ownUnanswered(key) : null;
+            let cur = e instanceof CasConflict ? await w.ownUnanswered(key) : null;
+            if (cur === UNREAD) cur = await w.ownUnanswered(key); // read once more
+            if (cur === UNREAD) {
+              this.log(`partition ${w.partition}: not released: its key could not be read back (its lease expires)`);
+              return;
+            }
             if (!cur) throw e;
             w.unsure = null;
             this.log(`partition ${w.partition}: the commit whose answer was lost was stored (revision ${cur.revision}); releasing from it`);
@@ -1930,6 +1938,12 @@ class Worker {
         // The previous write's answer never came, so the key's revision may be that write's
         // (spec/protocol.md §6.3): a key holding exactly its bytes was ours, not a takeover.
         const cur = e instanceof CasConflict ? await this.ownUnanswered(key) : null;
+        if (cur === UNREAD) {
+          // Ours or a takeover, unknown yet: not lost; the unanswered write stays and the next
+          // commit asks again (the lease still bounds delivery).
+          cn.log(`partition ${this.partition}: commit refused, and the key could not be read back; retrying`);
+          return;
+        }
         if (!cur) throw e;
         this.rev = cur.revision;
         this.committed = Math.max(this.committed, this.unsure.pos);
@@ -1953,9 +1967,18 @@ class Worker {
   // After a failed compare-and-set: the key's entry when it holds exactly the bytes of this
   // partition's last write whose answer never came (that write was stored, and the revision is
   // ours: spec/protocol.md §6.3); else null (a takeover, or nothing unanswered).
+  // After a refused compare-and-set: the key's entry when it holds exactly the bytes of the last
+  // write whose answer never came (ours); null when not (a takeover); UNREAD when the key could not
+  // be read, which decides nothing (spec/protocol.md §6.3): the caller asks again later.
   async ownUnanswered(key) {
     if (!this.unsure) return null;
-    const cur = await this.cn.kv.get(key).catch(() => null);
+    let cur;
+    try {
+      if (this.cn.o.failReadBack?.()) throw new UnavailableError('read-back lost (test hook)');
+      cur = await this.cn.kv.get(key);
+    } catch {
+      return UNREAD;
+    }
     if (!cur || cur.deleted || !equalBytes(cur.value, this.unsure.body)) return null;
     return cur;
   }
