@@ -415,12 +415,16 @@ def test_scoped_credentials_and_private_inboxes(broker, tmp_path):
     assert sorted(int(r.value) for r in again) == list(range(50, 60)), [(r.partition, r.seq, r.value) for r in again]
 
 
-def test_a_commit_whose_answer_was_lost_keeps_the_partition(broker):
+@pytest.mark.parametrize("fail_reads", [0, 5])
+def test_a_commit_whose_answer_was_lost_keeps_the_partition(broker, fail_reads):
     """A commit whose answer was lost (stored, but the member never heard: a leader change, a cut
     connection) makes the next compare-and-set fail on the member's own write. spec §6.3: the member
     reads the key, sees its own bytes and carries on, rather than take it for a takeover, stop and
     redeliver from an older position. Every third stored commit is taken as unanswered here;
-    without the read-back the member lost its partitions again and again and delivered twice."""
+    without the read-back the member lost its partitions again and again and delivered twice.
+    With fail_reads the first read-backs fail too: an unreadable key decides nothing (spec §6.3),
+    so the member keeps the partition and asks again (the Java member counted it lost when close()
+    interrupted its read-back)."""
     topic = broker.create_topic(2)
     n = 400
 
@@ -436,6 +440,13 @@ def test_a_commit_whose_answer_was_lost_keeps_the_partition(broker):
                 return commits[0] % 3 == 0
 
             cn._lose_commit_answer = lose
+            reads = [0]
+
+            def fail_read() -> bool:
+                reads[0] += 1
+                return reads[0] <= fail_reads
+
+            cn._fail_read_back = fail_read
             seen: dict = {}
             while len(seen) < n:
                 r = await cn.next(timeout=15)
@@ -449,4 +460,6 @@ def test_a_commit_whose_answer_was_lost_keeps_the_partition(broker):
     lost = [l for l in logs if "lost (compare-and-set lost)" in l]
     twice = sum(1 for k in seen.values() if k > 1)
     assert commits >= 3, f"the hook saw {commits} commits"
+    if fail_reads:
+        assert any("could not be read back" in l for l in logs), "no refused commit met an unreadable key: the case tested nothing"
     assert (lost[:1], twice) == ([], 0), f"{twice} records delivered twice; {len(lost)} false takeovers"

@@ -67,6 +67,8 @@ class CommitFailed(Conflict):
 
 
 JOIN_TIMEOUT = 30.0
+# _own_unanswered's answer when the key could not be read (spec/protocol.md §6.3: decides nothing).
+_UNREAD = object()
 """How long a member waits, at join, for a state of its group that holds g.created (seconds)."""
 
 
@@ -254,6 +256,8 @@ class Consumer:
         # Test hook: called after each stored commit; True makes the member take that commit as
         # unanswered (stored, its answer lost on the way), as a leader change can.
         self._lose_commit_answer: Optional[Callable[[], bool]] = None
+        # Tests only: when it answers True, the read-back after a refused commit fails.
+        self._fail_read_back: Optional[Callable[[], bool]] = None
         # Test hook: called with the rebalance's number and each parent-first group of partitions
         # ([(partition, position)], spec/protocol.md §6.7) before the member acquires it.
         self._on_take: Optional[Callable[[int, list], None]] = None
@@ -816,6 +820,11 @@ class Consumer:
                         raise Unavailable("commit answer lost (test hook)")
                 except _nats.KVConflict:
                     unsure, cur = part.unsure, await self._own_unanswered(part, key)
+                    if cur is _UNREAD:
+                        # Ours or a takeover, unknown yet: not lost; the unanswered write stays
+                        # and the next commit asks again (the lease still bounds delivery).
+                        self._logf(f"member {self.member}: partition {part.q}: commit refused, and the key could not be read back; retrying")
+                        return
                     if unsure is None or cur is None:
                         raise
                     part.rev = cur.revision
@@ -864,16 +873,18 @@ class Consumer:
                 except Exception as e:  # noqa: BLE001 - next tick retries
                     self._logf(f"member {self.member}: commit: {e}")
 
-    async def _own_unanswered(self, part: _Part, key: str) -> Any:
+    async def _own_unanswered(self, part: _Part, key: str) -> Any:  # an entry, None or _UNREAD
         """After a failed compare-and-set: the key's entry when it holds exactly the bytes of the
         partition's last write whose answer never came (that write was stored, and the revision is
         ours: spec/protocol.md §6.3); else None (a takeover, or nothing unanswered)."""
         if part.unsure is None:
             return None
         try:
+            if self._fail_read_back is not None and self._fail_read_back():
+                raise Unavailable("read-back lost (test hook)")
             cur = await self._kv.get(key)
         except PctlError:
-            return None
+            return _UNREAD  # decides nothing (spec §6.3): the caller asks again later
         if cur is None or cur.op not in ("", "PUT") or cur.value != part.unsure[0]:
             return None
         return cur
@@ -893,6 +904,11 @@ class Consumer:
                     # Otherwise the partition stayed leased to this member until its lease
                     # expired, and the member it went to waited for that.
                     cur = await self._own_unanswered(part, key)
+                    if cur is _UNREAD:
+                        cur = await self._own_unanswered(part, key)  # read once more
+                    if cur is _UNREAD:
+                        self._logf(f"member {self.member}: partition {part.q}: not released: its key could not be read back (its lease expires)")
+                        return
                     if cur is None:
                         raise
                     part.unsure = None
