@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,5 +60,56 @@ func TestFailedChangeStepIsRetried(t *testing.T) {
 				t.Fatalf("the next change: %v", err)
 			}
 		})
+	}
+}
+
+// TestSlowStreamCreationIsRetriedWithinTheRequest: a topic whose first stream requests fail as
+// they do on a loaded cluster (one JetStream call past its 5 s bound) is still created by the
+// request that asked for it: topic.new retries the creation (the retry loop is an hour away
+// here, so only the request can) and answers with the created topic. A failure that no retry
+// changes (a bad request) is answered at once, the creation undone. Mutant shown failing:
+// apiTopicCreate without its retry (the first failure answered: "the broker keeps retrying").
+func TestSlowStreamCreationIsRetriedWithinTheRequest(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var calls atomic.Int32
+	hook := func(topic string, q int) error {
+		switch {
+		case topic == "slow" && q == 2 && calls.Add(1) <= 3:
+			return errors.New("create stream PCTL_slow_2: context deadline exceeded")
+		case topic == "never":
+			return fmt.Errorf("%w: injected: no server has the placement tags", wire.ErrBadRequest)
+		}
+		return nil
+	}
+	b, err := broker.Start(ctx, broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000,
+		Testing: &testhook.Broker{Create: hook}, RetryInterval: time.Hour, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	admin := connect(t, b, broker.RoleAdmin)
+	got, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: "slow", Partitions: 4, Partitioner: "kafka-murmur2"})
+	if err != nil {
+		t.Fatalf("a creation whose stream requests failed 3 times: %v, want it created by the same request", err)
+	}
+	if got.Creating || got.Current().Partitions != 4 {
+		t.Fatalf("the answer is %+v, want the created topic", got)
+	}
+	if n := calls.Load(); n != 4 {
+		t.Fatalf("partition 2's stream was tried %d times, want 4 (3 failures, then created)", n)
+	}
+	desc, _, err := admin.Topic(ctx, "slow")
+	if err != nil || desc.Creating {
+		t.Fatalf("topic.get after the creation: %+v, %v", desc, err)
+	}
+	start := time.Now()
+	_, err = admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: "never", Partitions: 2, Partitioner: "kafka-murmur2"})
+	if !errors.Is(err, wire.ErrBadRequest) {
+		t.Fatalf("a creation that can never succeed: %v, want bad_request", err)
+	}
+	t.Logf("the bad request was answered in %v", time.Since(start).Round(time.Millisecond))
+	if _, _, err := admin.Topic(ctx, "never"); !errors.Is(err, wire.ErrNotFound) {
+		t.Fatalf("topic.get of the refused creation: %v, want not_found (the creation undone)", err)
 	}
 }

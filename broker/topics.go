@@ -121,6 +121,31 @@ func (b *Broker) apiTopicCreate(ctx context.Context, m *nats.Msg) (any, error) {
 	mu := b.locks.get(t.Name)
 	mu.Lock()
 	err = b.finishCreate(ctx, t, rev)
+	// A stream the cluster is slow to create (an election, a loaded node: one JetStream call
+	// fails after opTimeout) is retried within the request, the topic's lock released between
+	// tries, so that the request answers once the topic exists rather than after one slow call.
+	giveUp := time.Now().Add(createPatience)
+	for pause := 100 * time.Millisecond; err != nil && transientCreateErr(err) && ctx.Err() == nil && time.Now().Before(giveUp); pause = min(2*pause, 2*time.Second) {
+		b.cfg.Logger.Warn("topic creation: retrying", "topic", t.Name, "error", err)
+		mu.Unlock()
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+		mu.Lock()
+		var cur *wire.Topic
+		var crev uint64
+		cur, crev, err = b.getTopic(ctx, t.Name)
+		switch {
+		case err != nil:
+		case cur.ID != t.ID || cur.Deleting:
+			err = fmt.Errorf("%w: topic %s was deleted while being created", wire.ErrConflict, t.Name)
+		case !cur.Creating:
+			err = nil // another broker's retry loop finished it
+		default:
+			err = b.finishCreate(ctx, cur, crev)
+		}
+	}
 	if err != nil && errors.Is(err, wire.ErrBadRequest) {
 		// The cluster can never hold these streams (too few servers for the replicas, no server
 		// with the placement tags): undo the creation rather than retry it for ever.
@@ -146,11 +171,27 @@ func (b *Broker) apiTopicCreate(ctx context.Context, m *nats.Msg) (any, error) {
 	return wire.TopicReply{Topic: *t, Revision: rev}, nil
 }
 
+// createPatience bounds how long a topic.new request retries the creation of its streams before
+// it answers wire.ErrUnavailable (the broker's retry loop goes on after it).
+const createPatience = time.Minute
+
+// transientCreateErr tells a failure worth retrying within the request (the cluster slow or
+// electing) from one that no retry changes: a bad request (the cluster can never hold these
+// streams) or a conflict (the topic deleted meanwhile).
+func transientCreateErr(err error) bool {
+	return !errors.Is(err, wire.ErrBadRequest) && !errors.Is(err, wire.ErrConflict)
+}
+
 // finishCreate creates the partition streams of a topic being created, then clears Creating.
 // Idempotent: a broker that died halfway calls it again on start.
 func (b *Broker) finishCreate(ctx context.Context, t *wire.Topic, rev uint64) error {
 	cur := t.Current()
 	err := b.forPartitions(ctx, cur.Partitions, func(q int) error {
+		if h := b.cfg.Testing.CreateHook(); h != nil {
+			if err := h(t.Name, q); err != nil {
+				return err
+			}
+		}
 		return b.ensureStream(ctx, t, q, wire.StreamSubject(t.Name, cur.Epoch, q, t.KeySubjects()), cur.Epoch)
 	})
 	if err != nil {

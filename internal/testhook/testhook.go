@@ -23,6 +23,10 @@ type Broker struct {
 	// a stream that cannot be created or moved would. Fault-injection tests use it to stop a step
 	// half way, with some partitions done and others not.
 	Partition func(topic, step string, q int) error
+	// Create, if set, runs before each partition stream's creation in a topic's creation
+	// (topic.new and the retry loop's finishing of it); an error fails that partition, as a
+	// stream request the cluster does not answer in time would.
+	Create func(topic string, q int) error
 	// ProduceResult, if set, runs in the produce service (spec/protocol.md §5.2) when a record of
 	// a thin producer has its result from the producer engine (partition and epoch: where it was
 	// produced), before the reply; a non-nil error replaces the result as the record's failure.
@@ -58,6 +62,14 @@ func (b *Broker) StepHook() func(topic, state string) error {
 		return nil
 	}
 	return b.Step
+}
+
+// CreateHook returns b's Create (nil for a nil b).
+func (b *Broker) CreateHook() func(topic string, q int) error {
+	if b == nil {
+		return nil
+	}
+	return b.Create
 }
 
 // PartitionHook returns b's Partition (nil for a nil b).
