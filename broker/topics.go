@@ -172,8 +172,9 @@ func (b *Broker) apiTopicCreate(ctx context.Context, m *nats.Msg) (any, error) {
 }
 
 // createPatience bounds how long a topic.new request retries the creation of its streams before
-// it answers wire.ErrUnavailable (the broker's retry loop goes on after it).
-const createPatience = time.Minute
+// it answers wire.ErrUnavailable (the broker's retry loop goes on after it): within a client's
+// default request timeout (30 s), so that the client gets the answer.
+const createPatience = 20 * time.Second
 
 // transientCreateErr tells a failure worth retrying within the request (the cluster slow or
 // electing) from one that no retry changes: a bad request (the cluster can never hold these
