@@ -163,6 +163,56 @@ for (const name of ['kafka-murmur2', 'linear-murmur2', 'librdkafka-consistent', 
   });
 }
 
+// The native batch hashes a run of string keys from one encodeInto of the keys joined when all of
+// it is ASCII, each key at its offset (stringRun), and encodes key by key otherwise. Against the
+// vectors (the real clients' partitions) for every vector key that is an ASCII string, batched as
+// strings in one run; and against the module for every length 0-33 (murmur2's and XXH64's word and
+// tail boundaries, at every offset mod 4 and 8 in the run), empty keys, runs ended by a byte key
+// or by RUN_UNITS, non-ASCII runs (2-4 byte UTF-8, lone surrogates, one key's trailing high
+// surrogate before the next key's leading low one: joined they would be a pair) and an ASCII run
+// after a non-ASCII one.
+function asciiKey(seed, len) {
+  let t = '';
+  for (let i = 0; i < len; i++) t += String.fromCharCode(32 + ((seed * 31 + i * 17 + (seed >>> 3)) % 95));
+  return t;
+}
+
+for (const name of ['kafka-murmur2', 'linear-murmur2', 'librdkafka-consistent', 'librdkafka-fnv1a', 'sarama-fnv1a', 'jump']) {
+  test(`native ${name}: a batch of string keys (one encoding per ASCII run, keys at offsets) gives the vectors and the module's partitions`, () => {
+    const v = JSON.parse(readFileSync(`${root}spec/vectors/${name}.json`, 'utf8'));
+    const nat = nativeFor({ digest: Partitioner.builtin(name).digest }, undefined, { everyShape: true });
+    const byN = new Map();
+    for (const c of v.cases) {
+      const s = Buffer.from(c.key_hex, 'hex').toString('latin1');
+      if (/[^\x00-\x7f]/.test(s)) continue; // not ASCII: the key-by-key path, below
+      byN.set(c.n, [...(byN.get(c.n) ?? []), [s, c.partition]]);
+    }
+    assert.ok([...byN.values()].flat().length > 100);
+    for (const [n, cases] of byN) {
+      const got = nat.partitionMany(cases.map(([s]) => s), n);
+      cases.forEach(([s, want], i) => assert.ok(Object.is(got[i], want), `${name} n=${n} key ${JSON.stringify(s)}: native batch ${got[i]}, ${v.source} ${want}`));
+    }
+    const wasm = Partitioner.builtin(name);
+    const keys = [];
+    for (let r = 0; r < 8; r++) for (let len = 0; len <= 33; len++) keys.push(asciiKey(r * 34 + len, len)); // every offset mod 8
+    for (let len = 33; len >= 0; len--) keys.push(asciiKey(len, len), '');
+    keys.push(new Uint8Array([1, 2, 3]), 'after-bytes', '\u007f\u0000');
+    const big = Array.from({ length: 3000 }, (_, i) => asciiKey(i, i % 34)); // ~49,500 units: the run ends at RUN_UNITS
+    const mixed = ['ascii', 'é', 'x\ud800', '\udc00y', '😀', '€中', '\udc00', '', 'abc'];
+    const runs = [keys, big.concat(big), mixed, mixed.concat(keys), keys.concat(mixed), ['z'.repeat(65536), 'a'], ['a', 'z'.repeat(65535), 'bc']];
+    for (const ks of runs) {
+      for (const n of [1, 7, 1000, 2147483647]) {
+        const want = wasm.partitionMany(ks, n);
+        const got = nat.partitionMany(ks, n);
+        for (let i = 0; i < ks.length; i++) {
+          if (!Object.is(got[i], want[i])) assert.fail(`${name} partitionMany n=${n} key ${i} ${JSON.stringify(ks[i]).slice(0, 60)}: wasm ${want[i]}, native batch ${got[i]}`);
+        }
+      }
+    }
+    assert.throws(() => nat.partitionMany(['a', 'b'.repeat(65537), 'c'], 3), (e) => e instanceof BadRequestError && /key 1 has 65537 bytes/.test(e.message));
+  });
+}
+
 test('nativeFor: a built-in digest without config only; errors are the module path\'s', () => {
   for (const name of builtinNames()) {
     const d = Partitioner.builtin(name).digest;
