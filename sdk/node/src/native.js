@@ -318,8 +318,8 @@ export class NativePartitioner extends Partitioner {
 }
 
 /**
- * The partitions of the run of string keys from keys[i] (up to RUN_UNITS UTF-16 units of them, at
- * least one key) into out; returns the index after the run. The run is encoded with one encodeInto
+ * The partitions of the run of string keys from keys[i] (up to RUN_UNITS UTF-16 units and runKeys
+ * keys of them, at least one key) into out; returns the index after the run. The run is encoded with one encodeInto
  * of the keys joined: when every unit is ASCII (bytes written = units read: any other unit takes 2
  * or 3 bytes, a surrogate pair 4 for its 2 units) each key's bytes are its units, laid end to end,
  * and every key is hashed in place at its offset, no call into C++ per key. Otherwise (a joined
@@ -331,7 +331,8 @@ function stringRun(f, keys, i, n, out) {
   let s = keys[i];
   let j = i + 1;
   if (s.length <= RUN_UNITS) {
-    for (; j < keys.length; j++) {
+    const last = Math.min(keys.length, i + runKeys);
+    for (; j < last; j++) {
       const k = keys[j];
       if (typeof k !== 'string' || s.length + k.length > RUN_UNITS) break;
       s += k;
@@ -343,8 +344,10 @@ function stringRun(f, keys, i, n, out) {
         out[x] = f(scratch, n, len, off);
         off += len;
       }
+      if (runKeys < RUN_KEYS) runKeys *= 2;
       return j;
     }
+    if (runKeys > MIN_RUN_KEYS) runKeys >>= 1;
   }
   for (let x = i; x < j; x++) out[x] = f(scratch, n, encodeKey(keys[x], x), 0);
   return j;
@@ -358,6 +361,13 @@ const scratch = new Uint8Array(3 * LIMITS.maxKey);
 // A batch's run of string keys encoded at once (stringRun): at most this many UTF-16 units, so
 // its UTF-8 fits scratch, and no key of the run can be over the limit.
 const RUN_UNITS = LIMITS.maxKey;
+// And at most runKeys keys: a run with one key that is not ASCII is encoded twice (joined, then key
+// by key), so runs shrink by half after such a run (to MIN_RUN_KEYS) and grow back by double after
+// an ASCII one (to RUN_KEYS): keys that are often not ASCII waste a few keys' joined encoding, not
+// a whole batch's.
+const RUN_KEYS = 4096;
+const MIN_RUN_KEYS = 8;
+let runKeys = RUN_KEYS;
 
 /** The UTF-8 of key into scratch, its length returned; a key over the limit throws (key i, or -1 for a single call). */
 function encodeKey(key, i) {
