@@ -322,15 +322,21 @@ export class NativePartitioner extends Partitioner {
  * keys of them, at least one key) into out; returns the index after the run. The run is encoded with one encodeInto
  * of the keys joined: when every unit is ASCII (bytes written = units read: any other unit takes 2
  * or 3 bytes, a surrogate pair 4 for its 2 units) each key's bytes are its units, laid end to end,
- * and every key is hashed in place at its offset, no call into C++ per key. Otherwise (a joined
- * encoding could even pair one key's trailing lone surrogate with the next key's leading one) each
- * key of the run is encoded on its own (encodeKey), as before. A key of more than RUN_UNITS units
+ * and every key is hashed in place at its offset, no call into C++ per key. Otherwise the bytes
+ * before the first unit that is not ASCII are still the units: the keys wholly before it are
+ * hashed at their offsets, the key holding it is encoded on its own (encodeKey), as before, and the
+ * run ends after it (after that key a joined encoding could even pair one key's trailing lone
+ * surrogate with the next key's leading one). A key of more than RUN_UNITS units
  * is a run of its own, encoded on its own (the limit's check is there).
  */
 function stringRun(f, keys, i, n, out) {
   let s = keys[i];
   let j = i + 1;
-  if (s.length <= RUN_UNITS) {
+  if (perKeyLeft > 0) { // after runs that were not ASCII: the next keys one by one, no joined encoding
+    const last = Math.min(keys.length, i + perKeyLeft);
+    while (j < last && typeof keys[j] === 'string') j++;
+    perKeyLeft -= j - i;
+  } else if (s.length <= RUN_UNITS) {
     const last = Math.min(keys.length, i + runKeys);
     for (; j < last; j++) {
       const k = keys[j];
@@ -345,9 +351,29 @@ function stringRun(f, keys, i, n, out) {
         off += len;
       }
       if (runKeys < RUN_KEYS) runKeys *= 2;
+      backoff = 0;
       return j;
     }
-    if (runKeys > MIN_RUN_KEYS) runKeys >>= 1;
+    // Not all ASCII: up to the first unit that is not (p), the bytes are still the units, so the
+    // keys wholly before p are hashed at their offsets, the key holding p is encoded on its own, and
+    // the next run starts after it.
+    const p = s.search(NON_ASCII);
+    let off = 0;
+    let x = i;
+    for (; off + keys[x].length <= p; x++) {
+      const len = keys[x].length;
+      out[x] = f(scratch, n, len, off);
+      off += len;
+    }
+    out[x] = f(scratch, n, encodeKey(keys[x], x), 0);
+    runKeys = Math.min(RUN_KEYS, Math.max(MIN_RUN_KEYS, 2 * (x + 1 - i)));
+    if (x > i) {
+      backoff = 0;
+    } else { // the first key was not ASCII: the next ones one by one
+      backoff = Math.min(RUN_KEYS, backoff === 0 ? MIN_RUN_KEYS : 2 * backoff);
+      perKeyLeft = backoff;
+    }
+    return x + 1;
   }
   for (let x = i; x < j; x++) out[x] = f(scratch, n, encodeKey(keys[x], x), 0);
   return j;
@@ -361,13 +387,18 @@ const scratch = new Uint8Array(3 * LIMITS.maxKey);
 // A batch's run of string keys encoded at once (stringRun): at most this many UTF-16 units, so
 // its UTF-8 fits scratch, and no key of the run can be over the limit.
 const RUN_UNITS = LIMITS.maxKey;
-// And at most runKeys keys: a run with one key that is not ASCII is encoded twice (joined, then key
-// by key), so runs shrink by half after such a run (to MIN_RUN_KEYS) and grow back by double after
-// an ASCII one (to RUN_KEYS): keys that are often not ASCII waste a few keys' joined encoding, not
-// a whole batch's.
+// And at most runKeys keys: a run that is not all ASCII ends at its first key that is not, and the
+// joined encoding after that key is wasted, so the next run takes twice the keys this one used
+// (at least MIN_RUN_KEYS), and a run that is all ASCII doubles it (to RUN_KEYS). When a run's
+// first key is not ASCII, the next perKeyLeft string keys are encoded one by one without trying
+// (backoff keys: MIN_RUN_KEYS, doubled after each further such run to RUN_KEYS, none after a run
+// that hashed an ASCII key). The state is only speed: every key's bytes are the same.
+const NON_ASCII = /[^\x00-\x7f]/;
 const RUN_KEYS = 4096;
 const MIN_RUN_KEYS = 8;
 let runKeys = RUN_KEYS;
+let backoff = 0;
+let perKeyLeft = 0;
 
 /** The UTF-8 of key into scratch, its length returned; a key over the limit throws (key i, or -1 for a single call). */
 function encodeKey(key, i) {

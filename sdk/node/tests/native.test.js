@@ -204,7 +204,8 @@ for (const name of ['kafka-murmur2', 'linear-murmur2', 'librdkafka-consistent', 
     for (let len = 33; len >= 0; len--) keys.push(asciiKey(len, len));
     keys.push(new Uint8Array([1, 2, 3]), 'after-bytes', '\u007f\u0000');
     const odd = ['\u0080', '\u00ff', 'é', '€', '中', '😀', '\ud800', '\udc00', 'x\ud800', '\udc00y'];
-    for (const c of odd) for (const at of [0, 1, 3, 4, 15, 16, 63, 64, 65]) keys.push(asciiKey(at, at) + c + asciiKey(at + 1, 5), '');
+    for (const c of odd) for (const at of [0, 1, 3, 4, 15, 16, 63, 64, 65]) keys.push(asciiKey(at, at) + c + asciiKey(at + 1, 5), '', asciiKey(at, at) + c, asciiKey(at, 3));
+    keys.push('ascii', 'x\ud800', '\udc00y', 'é', '😀', '€中', '\udc00', '', 'abc', 'ab\ud83d', '\ude00cd');
     const big = Array.from({ length: 3000 }, (_, i) => asciiKey(i, i % 34)); // ~49,500 units: runs end at RUN_UNITS
     for (const ks of [keys, [...keys].reverse(), big.concat(big), ['z'.repeat(65536), 'a'], ['a', 'z'.repeat(65535), 'bc']]) {
       for (const n of [1, 7, 1000, 2147483647]) {
