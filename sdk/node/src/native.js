@@ -367,12 +367,8 @@ function stringRun(f, keys, i, n, out) {
     }
     out[x] = f(scratch, n, encodeKey(keys[x], x), 0);
     runKeys = Math.min(RUN_KEYS, Math.max(MIN_RUN_KEYS, 2 * (x + 1 - i)));
-    if (x > i) {
-      backoff = 0;
-    } else { // the first key was not ASCII: the next ones one by one
-      backoff = Math.min(RUN_KEYS, backoff === 0 ? MIN_RUN_KEYS : 2 * backoff);
-      perKeyLeft = backoff;
-    }
+    backoff = Math.min(RUN_KEYS, backoff === 0 ? MIN_RUN_KEYS : 2 * backoff);
+    perKeyLeft = backoff; // the next keys one by one, more of them after each such run
     return x + 1;
   }
   for (let x = i; x < j; x++) out[x] = f(scratch, n, encodeKey(keys[x], x), 0);
@@ -389,10 +385,11 @@ const scratch = new Uint8Array(3 * LIMITS.maxKey);
 const RUN_UNITS = LIMITS.maxKey;
 // And at most runKeys keys: a run that is not all ASCII ends at its first key that is not, and the
 // joined encoding after that key is wasted, so the next run takes twice the keys this one used
-// (at least MIN_RUN_KEYS), and a run that is all ASCII doubles it (to RUN_KEYS). When a run's
-// first key is not ASCII, the next perKeyLeft string keys are encoded one by one without trying
-// (backoff keys: MIN_RUN_KEYS, doubled after each further such run to RUN_KEYS, none after a run
-// that hashed an ASCII key). The state is only speed: every key's bytes are the same.
+// (at least MIN_RUN_KEYS), and a run that is all ASCII doubles it (to RUN_KEYS). After a run that
+// is not all ASCII the next perKeyLeft string keys are encoded one by one without trying (backoff
+// keys: MIN_RUN_KEYS, doubled after each further such run to RUN_KEYS, none after a run that is
+// all ASCII): keys of which one in 50 is not ASCII measured 0.6x of key-by-key encoding when every
+// run was tried. The state is only speed: every key's bytes are the same.
 const NON_ASCII = /[^\x00-\x7f]/;
 const RUN_KEYS = 4096;
 const MIN_RUN_KEYS = 8;
