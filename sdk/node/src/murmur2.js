@@ -4,11 +4,14 @@
 
 const M = 0x5bd1e995;
 
-/** Kafka's murmur2 of the key bytes (the first len of them), as an unsigned 32-bit number. */
-export function murmur2(key, len = key.length) {
+/**
+ * Kafka's murmur2 of the key bytes (the len of them from off, default all of them), as an unsigned
+ * 32-bit number. off lets a batch hash keys laid end to end in one buffer without a view per key.
+ */
+export function murmur2(key, len = key.length, off = 0) {
   let h = (0x9747b28c ^ len) >>> 0;
-  const whole = len & ~3;
-  let i = 0;
+  const whole = off + (len & ~3);
+  let i = off;
   for (; i < whole; i += 4) {
     let k = key[i] | (key[i + 1] << 8) | (key[i + 2] << 16) | (key[i + 3] << 24);
     k = Math.imul(k, M);
@@ -28,6 +31,6 @@ export function murmur2(key, len = key.length) {
 }
 
 /** kafka-murmur2's partition: (murmur2(key) & 0x7fffffff) % n (`toPositive`, not abs). */
-export function kafkaMurmur2(key, n, len = key.length) {
-  return (murmur2(key, len) & 0x7fffffff) % n;
+export function kafkaMurmur2(key, n, len = key.length, off = 0) {
+  return (murmur2(key, len, off) & 0x7fffffff) % n;
 }

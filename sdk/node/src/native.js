@@ -19,13 +19,13 @@ const encoder = new TextEncoder();
 const builtinDir = new URL('../builtin/', import.meta.url);
 
 /** kafka-murmur2: (murmur2(key) & 0x7fffffff) % n. */
-function kafkaMurmur2(key, n, len = key.length) {
-  return (murmur2(key, len) & 0x7fffffff) % n;
+function kafkaMurmur2(key, n, len = key.length, off = 0) {
+  return (murmur2(key, len, off) & 0x7fffffff) % n;
 }
 
 /** linear-murmur2: h % 2b, folded by b when it is >= n (b = 2^floor(log2 n)). */
-function linearMurmur2(key, n, len = key.length) {
-  const h = murmur2(key, len) & 0x7fffffff;
+function linearMurmur2(key, n, len = key.length, off = 0) {
+  const h = murmur2(key, len, off) & 0x7fffffff;
   const b = 2 ** (31 - Math.clz32(n)); // n >= 1: b <= n < 2b
   let p = h % (2 * b);
   if (p >= n) p -= b;
@@ -43,28 +43,28 @@ const CRC_TABLE = (() => {
 })();
 
 /** librdkafka-consistent: crc32 (IEEE, as zlib) of the key, unsigned % n. */
-function librdkafkaConsistent(key, n, len = key.length) {
+function librdkafkaConsistent(key, n, len = key.length, off = 0) {
   let c = -1;
-  for (let i = 0; i < len; i++) c = CRC_TABLE[(c ^ key[i]) & 0xff] ^ (c >>> 8);
+  for (let i = off, end = off + len; i < end; i++) c = CRC_TABLE[(c ^ key[i]) & 0xff] ^ (c >>> 8);
   return ((c ^ -1) >>> 0) % n;
 }
 
-/** FNV-1a 32 of the key's first len bytes as an int32. */
-function fnv1a32(key, len) {
+/** FNV-1a 32 of the key's len bytes from off as an int32. */
+function fnv1a32(key, len, off) {
   let h = 0x811c9dc5 | 0;
-  for (let i = 0; i < len; i++) h = Math.imul(h ^ key[i], 0x01000193);
+  for (let i = off, end = off + len; i < end; i++) h = Math.imul(h ^ key[i], 0x01000193);
   return h;
 }
 
 /** librdkafka-fnv1a: abs(h) as u32 (abs(INT32_MIN) = 0x80000000), unsigned % n. */
-function librdkafkaFNV1a(key, n, len = key.length) {
-  const h = fnv1a32(key, len);
+function librdkafkaFNV1a(key, n, len = key.length, off = 0) {
+  const h = fnv1a32(key, len, off);
   return ((h < 0 ? -h : h) >>> 0) % n; // -INT32_MIN is 2^31 as a Number: >>> 0 keeps 0x80000000
 }
 
 /** sarama-fnv1a: h % n truncating (JavaScript's % on Numbers), negated if negative. */
-function saramaFNV1a(key, n, len = key.length) {
-  const p = fnv1a32(key, len) % n;
+function saramaFNV1a(key, n, len = key.length, off = 0) {
+  const p = fnv1a32(key, len, off) % n;
   return p < 0 ? -p : p | 0; // | 0: a negative h with p = 0 gives -0 in JavaScript
 }
 
@@ -126,9 +126,10 @@ function rotl(h, l, r) {
   return ((l << r) | (h >>> (32 - r))) >>> 0;
 }
 
-/** XXH64 of the key's first len bytes with seed 0 (as Cyan4973/xxHash) into R. */
-function xxh64HL(key, len) {
-  let i = 0;
+/** XXH64 of the key's len bytes from off with seed 0 (as Cyan4973/xxHash) into R. */
+function xxh64HL(key, len, off) {
+  let i = off;
+  const end = off + len;
   let hh;
   let hl;
   if (len >= 32) {
@@ -137,7 +138,7 @@ function xxh64HL(key, len) {
     let v2h = P2H, v2l = P2L;
     let v3h = 0, v3l = 0;
     let v4h = 0x61c8864e, v4l = 0x7a143579;
-    for (; i + 32 <= len; i += 32) {
+    for (; i + 32 <= end; i += 32) {
       round(v1h, v1l, le32(key, i + 4), le32(key, i)); v1h = R[0]; v1l = R[1];
       round(v2h, v2l, le32(key, i + 12), le32(key, i + 8)); v2h = R[0]; v2l = R[1];
       round(v3h, v3l, le32(key, i + 20), le32(key, i + 16)); v3h = R[0]; v3l = R[1];
@@ -168,7 +169,7 @@ function xxh64HL(key, len) {
   let l = hl + len;
   hh = (hh + (l > 0xffffffff ? 1 : 0)) >>> 0;
   hl = l >>> 0;
-  for (; i + 8 <= len; i += 8) {
+  for (; i + 8 <= end; i += 8) {
     round(0, 0, le32(key, i + 4), le32(key, i));
     l = rotl((hh ^ R[0]) >>> 0, (hl ^ R[1]) >>> 0, 27);
     mul64(R[0], l, P1H, P1L);
@@ -176,7 +177,7 @@ function xxh64HL(key, len) {
     hh = (R[0] + P4H + (l > 0xffffffff ? 1 : 0)) >>> 0;
     hl = l >>> 0;
   }
-  if (i + 4 <= len) {
+  if (i + 4 <= end) {
     mul64(0, le32(key, i), P1H, P1L);
     l = rotl((hh ^ R[0]) >>> 0, (hl ^ R[1]) >>> 0, 23);
     mul64(R[0], l, P2H, P2L);
@@ -185,7 +186,7 @@ function xxh64HL(key, len) {
     hl = l >>> 0;
     i += 4;
   }
-  for (; i < len; i++) {
+  for (; i < end; i++) {
     mul64(0, key[i], P5H, P5L);
     l = rotl((hh ^ R[0]) >>> 0, (hl ^ R[1]) >>> 0, 11);
     mul64(R[0], l, P1H, P1L);
@@ -203,7 +204,7 @@ function xxh64HL(key, len) {
 
 /** XXH64 of the key with seed 0 (as Cyan4973/xxHash), as a BigInt (for tests; jump uses the halves). */
 export function xxh64(key) {
-  xxh64HL(key, key.length);
+  xxh64HL(key, key.length, 0);
   return (BigInt(R[0]) << 32n) | BigInt(R[1]);
 }
 
@@ -212,8 +213,8 @@ const JH = 0x27bb2ee6;
 const JL = 0x87b0b0fd;
 
 /** jump: the paper's jump consistent hash over XXH64 (seed 0), its float expression in order. */
-function jump(key, n, len = key.length) {
-  xxh64HL(key, len);
+function jump(key, n, len = key.length, off = 0) {
+  xxh64HL(key, len, off);
   let kh = R[0];
   let kl = R[1];
   let b = -1;
@@ -230,8 +231,8 @@ function jump(key, n, len = key.length) {
 }
 
 /**
- * The native functions by built-in name: f(keyBytes, n, len = keyBytes.length) -> partition of the
- * key's first len bytes, for 1 <= n <= 2^31-1.
+ * The native functions by built-in name: f(bytes, n, len = bytes.length, off = 0) -> partition of
+ * the key that is bytes[off, off + len), for 1 <= n <= 2^31-1.
  */
 export const NATIVE = Object.freeze({
   jump,
@@ -289,10 +290,10 @@ export class NativePartitioner extends Partitioner {
   partition(key, n) {
     if (!this.shapes.call) return super.partition(key, n);
     if ((n | 0) !== n || n < 1) checkN(n);
-    if (typeof key === 'string') return this.native(scratch, n, encodeKey(key, -1));
+    if (typeof key === 'string') return this.native(scratch, n, encodeKey(key, -1), 0);
     const k = keyBytes(key);
     if (k.length > LIMITS.maxKey) throw new BadRequestError(`key too long: ${k.length} bytes; the limit is ${LIMITS.maxKey} (spec/abi-v1.md §1.1)`);
-    return this.native(k, n, k.length);
+    return this.native(k, n, k.length, 0);
   }
 
   partitionMany(keys, n) {
@@ -300,18 +301,78 @@ export class NativePartitioner extends Partitioner {
     checkN(n);
     const f = this.native;
     const out = new Int32Array(keys.length);
-    for (let i = 0; i < keys.length; i++) {
+    let i = 0;
+    while (i < keys.length) {
       const key = keys[i];
       if (typeof key === 'string') {
-        out[i] = f(scratch, n, encodeKey(key, i));
+        i = stringRun(f, keys, i, n, out);
       } else {
         const k = keyBytes(key);
         if (k.length > LIMITS.maxKey) throw new BadRequestError(`key too long: key ${i} has ${k.length} bytes; the limit is ${LIMITS.maxKey} (spec/abi-v1.md §1.1)`);
-        out[i] = f(k, n, k.length);
+        out[i] = f(k, n, k.length, 0);
+        i++;
       }
     }
     return out;
   }
+}
+
+/**
+ * The partitions of the run of string keys from keys[i] (up to RUN_UNITS UTF-16 units and runKeys
+ * keys of them, at least one key) into out; returns the index after the run. The run is encoded with one encodeInto
+ * of the keys joined: when every unit is ASCII (bytes written = units read: any other unit takes 2
+ * or 3 bytes, a surrogate pair 4 for its 2 units) each key's bytes are its units, laid end to end,
+ * and every key is hashed in place at its offset, no call into C++ per key. Otherwise the bytes
+ * before the first unit that is not ASCII are still the units: the keys wholly before it are
+ * hashed at their offsets, the key holding it is encoded on its own (encodeKey), as before, and the
+ * run ends after it (after that key a joined encoding could even pair one key's trailing lone
+ * surrogate with the next key's leading one). A key of more than RUN_UNITS units
+ * is a run of its own, encoded on its own (the limit's check is there).
+ */
+function stringRun(f, keys, i, n, out) {
+  let s = keys[i];
+  let j = i + 1;
+  if (perKeyLeft > 0) { // after runs that were not ASCII: the next keys one by one, no joined encoding
+    const last = Math.min(keys.length, i + perKeyLeft);
+    while (j < last && typeof keys[j] === 'string') j++;
+    perKeyLeft -= j - i;
+  } else if (s.length <= RUN_UNITS) {
+    const last = Math.min(keys.length, i + runKeys);
+    for (; j < last; j++) {
+      const k = keys[j];
+      if (typeof k !== 'string' || s.length + k.length > RUN_UNITS) break;
+      s += k;
+    }
+    if (encoder.encodeInto(s, scratch).written === s.length) {
+      let off = 0;
+      for (let x = i; x < j; x++) {
+        const len = keys[x].length;
+        out[x] = f(scratch, n, len, off);
+        off += len;
+      }
+      if (runKeys < RUN_KEYS) runKeys *= 2;
+      backoff = 0;
+      return j;
+    }
+    // Not all ASCII: up to the first unit that is not (p), the bytes are still the units, so the
+    // keys wholly before p are hashed at their offsets, the key holding p is encoded on its own, and
+    // the next run starts after it.
+    const p = s.search(NON_ASCII);
+    let off = 0;
+    let x = i;
+    for (; off + keys[x].length <= p; x++) {
+      const len = keys[x].length;
+      out[x] = f(scratch, n, len, off);
+      off += len;
+    }
+    out[x] = f(scratch, n, encodeKey(keys[x], x), 0);
+    runKeys = Math.min(RUN_KEYS, Math.max(MIN_RUN_KEYS, 2 * (x + 1 - i)));
+    backoff = Math.min(RUN_KEYS, backoff === 0 ? MIN_RUN_KEYS : 2 * backoff);
+    perKeyLeft = backoff; // the next keys one by one, more of them after each such run
+    return x + 1;
+  }
+  for (let x = i; x < j; x++) out[x] = f(scratch, n, encodeKey(keys[x], x), 0);
+  return j;
 }
 
 // String keys are hashed from their UTF-8 in one buffer, reused by every call (one thread: a call
@@ -319,6 +380,22 @@ export class NativePartitioner extends Partitioner {
 // unit takes at most 3 bytes of UTF-8, so any string of at most LIMITS.maxKey units fits, and a
 // longer one has more than LIMITS.maxKey bytes anyway.
 const scratch = new Uint8Array(3 * LIMITS.maxKey);
+// A batch's run of string keys encoded at once (stringRun): at most this many UTF-16 units, so
+// its UTF-8 fits scratch, and no key of the run can be over the limit.
+const RUN_UNITS = LIMITS.maxKey;
+// And at most runKeys keys: a run that is not all ASCII ends at its first key that is not, and the
+// joined encoding after that key is wasted, so the next run takes twice the keys this one used
+// (at least MIN_RUN_KEYS), and a run that is all ASCII doubles it (to RUN_KEYS). After a run that
+// is not all ASCII the next perKeyLeft string keys are encoded one by one without trying (backoff
+// keys: MIN_RUN_KEYS, doubled after each further such run to RUN_KEYS, none after a run that is
+// all ASCII): keys of which one in 50 is not ASCII measured 0.6x of key-by-key encoding when every
+// run was tried. The state is only speed: every key's bytes are the same.
+const NON_ASCII = /[^\x00-\x7f]/;
+const RUN_KEYS = 4096;
+const MIN_RUN_KEYS = 8;
+let runKeys = RUN_KEYS;
+let backoff = 0;
+let perKeyLeft = 0;
 
 /** The UTF-8 of key into scratch, its length returned; a key over the limit throws (key i, or -1 for a single call). */
 function encodeKey(key, i) {

@@ -195,7 +195,7 @@ export class Partitioner {
     checkN(n);
     const p = this.instance();
     try {
-      return p.partitionStrings(keys.map(stringOrBytes), n);
+      return p.partitionKeys(keys.map(stringOrBytes), n);
     } catch (e) {
       if (!(e instanceof UsageError) && !(e instanceof BadRequestError)) this.plugin = null; // a bad key is the caller's
       throw mapRuntimeError(e, { name: p.name, digest: p.digest });
@@ -203,7 +203,7 @@ export class Partitioner {
   }
 }
 
-// A batch goes to the host's partitionStrings, which encodes each string key straight into the
+// A batch goes to the host's partitionKeys, which encodes each string key straight into the
 // module's buffer at its place in the batch layout (spec/abi-v1.md §2.4) and copies byte keys there
 // (1.2x faster than partitionAll for byte keys too: one pass, no separate length check). Before
 // it, the keys went through a reused 1 MiB arena, each key a view of it, that the host then copied

@@ -7,6 +7,7 @@ import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
+import { loadavg } from 'node:os';
 import { Partitioner, builtinNames, BadRequestError, connect } from '../src/index.js';
 import { NATIVE, NATIVE_SHAPES, NativePartitioner, nativeFor, builtinDigests, xxh64 } from '../src/native.js';
 import { startBroker, missingToolchain, pctlPartitions, root } from './broker.js';
@@ -163,6 +164,64 @@ for (const name of ['kafka-murmur2', 'linear-murmur2', 'librdkafka-consistent', 
   });
 }
 
+// The native batch hashes a run of string keys from one encodeInto of the keys joined when all of
+// it is ASCII, each key in place at its offset (stringRun), and encodes key by key otherwise.
+// Against the vectors (the real clients' partitions) for every vector key that is an ASCII string,
+// in one batch and per call; and against the module for every length 0-33 (murmur2's and XXH64's
+// word and tail boundaries, at many offsets mod 4 and 8 in a run) and around 64, empty keys, runs
+// ended by a byte key, by RUN_UNITS or by runKeys (which halves after each run that is not ASCII:
+// keys whose first non-ASCII unit comes at any place, Latin-1 units 0x80-0xff included, one byte
+// as Latin-1 and two as UTF-8; lone surrogates, one key's trailing high surrogate before the next
+// key's leading low one, which joined would be a pair) and ASCII runs after those.
+function asciiKey(seed, len) {
+  let t = '';
+  for (let i = 0; i < len; i++) t += String.fromCharCode(32 + ((seed * 31 + i * 17 + (seed >>> 3)) % 95));
+  return t;
+}
+
+for (const name of ['kafka-murmur2', 'linear-murmur2', 'librdkafka-consistent', 'librdkafka-fnv1a', 'sarama-fnv1a', 'jump']) {
+  test(`native ${name}: string keys (ASCII runs encoded at once, keys hashed at offsets) give the vectors and the module's partitions, batched and per call`, () => {
+    const v = JSON.parse(readFileSync(`${root}spec/vectors/${name}.json`, 'utf8'));
+    const nat = nativeFor({ digest: Partitioner.builtin(name).digest }, undefined, { everyShape: true });
+    const byN = new Map();
+    for (const c of v.cases) {
+      const s = Buffer.from(c.key_hex, 'hex').toString('latin1');
+      if (/[^\x00-\x7f]/.test(s)) continue; // not ASCII: the key-by-key path, below
+      byN.set(c.n, [...(byN.get(c.n) ?? []), [s, c.partition]]);
+    }
+    assert.ok([...byN.values()].flat().length > 100);
+    for (const [n, cases] of byN) {
+      const got = nat.partitionMany(cases.map(([s]) => s), n);
+      cases.forEach(([s, want], i) => {
+        assert.ok(Object.is(got[i], want), `${name} n=${n} key ${JSON.stringify(s)}: native batch ${got[i]}, ${v.source} ${want}`);
+        assert.ok(Object.is(nat.partition(s, n), want), `${name} n=${n} key ${JSON.stringify(s)}: native ${nat.partition(s, n)}, ${v.source} ${want}`);
+      });
+    }
+    const wasm = Partitioner.builtin(name);
+    const keys = [];
+    for (let len = 0; len <= 33; len++) keys.push(asciiKey(len, len), '');
+    for (let len = 60; len <= 70; len++) keys.push(asciiKey(len, len), 'ab');
+    for (let len = 33; len >= 0; len--) keys.push(asciiKey(len, len));
+    keys.push(new Uint8Array([1, 2, 3]), 'after-bytes', '\u007f\u0000');
+    const odd = ['\u0080', '\u00ff', 'é', '€', '中', '😀', '\ud800', '\udc00', 'x\ud800', '\udc00y'];
+    for (const c of odd) for (const at of [0, 1, 3, 4, 15, 16, 63, 64, 65]) keys.push(asciiKey(at, at) + c + asciiKey(at + 1, 5), '', asciiKey(at, at) + c, asciiKey(at, 3));
+    keys.push('ascii', 'x\ud800', '\udc00y', 'é', '😀', '€中', '\udc00', '', 'abc', 'ab\ud83d', '\ude00cd');
+    const big = Array.from({ length: 3000 }, (_, i) => asciiKey(i, i % 34)); // ~49,500 units: runs end at RUN_UNITS
+    for (const ks of [keys, [...keys].reverse(), big.concat(big), ['z'.repeat(65536), 'a'], ['a', 'z'.repeat(65535), 'bc']]) {
+      for (const n of [1, 7, 1000, 2147483647]) {
+        const want = wasm.partitionMany(ks, n);
+        const got = nat.partitionMany(ks, n);
+        for (let i = 0; i < ks.length; i++) {
+          if (!Object.is(got[i], want[i])) assert.fail(`${name} partitionMany n=${n} key ${i} ${JSON.stringify(ks[i]).slice(0, 80)}: wasm ${want[i]}, native batch ${got[i]}`);
+          const one = nat.partition(ks[i], n);
+          if (!Object.is(one, want[i])) assert.fail(`${name} partition n=${n} key ${i} ${JSON.stringify(ks[i]).slice(0, 80)}: wasm ${want[i]}, native ${one}`);
+        }
+      }
+    }
+    assert.throws(() => nat.partitionMany(['a', 'b'.repeat(65537), 'c'], 3), (e) => e instanceof BadRequestError && /key 1 has 65537 bytes/.test(e.message));
+  });
+}
+
 test('nativeFor: a built-in digest without config only; errors are the module path\'s', () => {
   for (const name of builtinNames()) {
     const d = Partitioner.builtin(name).digest;
@@ -255,35 +314,43 @@ for (const name of ['kafka-murmur2', 'jump']) {
       assert.deepEqual(a, b);
     }
     console.log(`${name} 16-byte keys, partitionMany: wasm ${(best(bw) / keys.length).toFixed(0)} ns/key, native ${(best(bn) / keys.length).toFixed(0)} ns/key: wasm/native ${(best(bw) / best(bn)).toFixed(2)}x`);
-    // String keys (what producers give): the native batch against the module's and against the
-    // previous native batch, which encoded every key into its own Uint8Array first.
+    // String keys (what producers give), 16 bytes and mixed lengths (0-40 units, one in 50 with an
+    // 'é': its run is encoded key by key): the native batch against the module's and against the
+    // previous native batch, which encoded every key on its own into one reused buffer
+    // (encodeInto per key) before hashing it.
     const strings = keys.map((k) => new TextDecoder().decode(k));
+    const mixed = Array.from({ length: keys.length }, (_, i) => `m${i}-`.padEnd(40, 'x').slice(0, (i * 7919) % 41) + (i % 50 === 0 ? 'é' : ''));
     const f = NATIVE[name];
     const enc = new TextEncoder();
-    const encodeFirst = (ks) => { // the previous NativePartitioner.partitionMany, line for line
-      const e = ks.map((k) => enc.encode(k));
-      e.forEach((k, i) => { if (k.length > 65536) throw new Error(`key ${i} too long`); });
-      const out = new Int32Array(e.length);
-      for (let i = 0; i < e.length; i++) out[i] = f(e[i], 1000);
+    const buf = new Uint8Array(3 * 65536);
+    const perKey = (ks) => { // the previous NativePartitioner.partitionMany's string path, line for line
+      const out = new Int32Array(ks.length);
+      for (let i = 0; i < ks.length; i++) {
+        const len = enc.encodeInto(ks[i], buf).written;
+        if (len > 65536) throw new Error(`key ${i} too long`);
+        out[i] = f(buf, 1000, len);
+      }
       return out;
     };
-    const sn = [];
-    const sw = [];
-    const se = [];
-    for (let r = 0; r < ROUNDS; r++) {
-      const t0 = process.hrtime.bigint();
-      const a = nat.partitionMany(strings, 1000);
-      const t1 = process.hrtime.bigint();
-      const b = wasm.partitionMany(strings, 1000);
-      const t2 = process.hrtime.bigint();
-      const c = encodeFirst(strings);
-      se.push(Number(process.hrtime.bigint() - t2));
-      sn.push(Number(t1 - t0));
-      sw.push(Number(t2 - t1));
-      assert.deepEqual(a, b);
-      assert.deepEqual(c, b);
+    for (const [label, ss] of [['16-byte', strings], ['mixed-length (0-41 bytes)', mixed]]) {
+      const sn = [];
+      const sw = [];
+      const se = [];
+      for (let r = 0; r < ROUNDS; r++) {
+        const t0 = process.hrtime.bigint();
+        const a = nat.partitionMany(ss, 1000);
+        const t1 = process.hrtime.bigint();
+        const b = wasm.partitionMany(ss, 1000);
+        const t2 = process.hrtime.bigint();
+        const c = perKey(ss);
+        se.push(Number(process.hrtime.bigint() - t2));
+        sn.push(Number(t1 - t0));
+        sw.push(Number(t2 - t1));
+        assert.deepEqual(a, b);
+        assert.deepEqual(c, b);
+      }
+      console.log(`${name} ${label} string keys, partitionMany: wasm ${(best(sw) / ss.length).toFixed(0)} ns/key, native ${(best(sn) / ss.length).toFixed(0)} ns/key, previous native (encodeInto per key) ${(best(se) / ss.length).toFixed(0)} ns/key: wasm/native ${(best(sw) / best(sn)).toFixed(2)}x, previous/native ${(best(se) / best(sn)).toFixed(2)}x; load ${loadavg().map((x) => x.toFixed(1)).join(' ')}`);
     }
-    console.log(`${name} 16-byte string keys, partitionMany: wasm ${(best(sw) / keys.length).toFixed(0)} ns/key, native ${(best(sn) / keys.length).toFixed(0)} ns/key, native encoding every key first ${(best(se) / keys.length).toFixed(0)} ns/key: wasm/native ${(best(sw) / best(sn)).toFixed(2)}x, encode-first/native ${(best(se) / best(sn)).toFixed(2)}x`);
     const pn = [];
     const pw = [];
     for (let r = 0; r < ROUNDS; r++) {

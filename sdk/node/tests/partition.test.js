@@ -42,7 +42,7 @@ test('kafka-murmur2.wasm: the batch path gives the single calls\' results', () =
 });
 
 // partitionMany encodes a batch's string keys straight into the module's buffer (the host's
-// partitionStrings): every vector key that is UTF-8 as a string must land on the vector's
+// partitionKeys): every vector key that is UTF-8 as a string must land on the vector's
 // partition (Kafka's client, not this SDK), and strings mixed with bytes, multi-byte UTF-8 (lone
 // surrogates are U+FFFD), a short key after a long one and more bytes than the 1 MiB buffer holds
 // (a key that does not fit ends the crossing early, and the keys written move down to follow

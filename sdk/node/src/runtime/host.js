@@ -434,7 +434,7 @@ export class Plugin {
    * actually used. Memory views are re-derived before every crossing (a call may grow memory,
    * which replaces memory.buffer). Throws UsageError for a bad n or a key over PCTL_MAX_KEY bytes.
    */
-  partitionStrings(keys, n, out = new Int32Array(keys.length)) {
+  partitionKeys(keys, n, out = new Int32Array(keys.length)) {
     if (n < 1 || n > LIMITS.maxPartitions || !Number.isInteger(n)) throw new UsageError(`${CLASS.badN}: ${n} is outside [1, ${LIMITS.maxPartitions}]`);
     if (!this.fnBatch) {
       for (let i = 0; i < keys.length; i++) {
@@ -480,6 +480,14 @@ export class Plugin {
       i += k;
     }
     return out;
+  }
+
+  /**
+   * @deprecated since 0.1.0: partitionKeys, the same method (it takes byte keys as well as
+   * strings); this name stays for callers of `@pctl/sdk/runtime`.
+   */
+  partitionStrings(keys, n, out = new Int32Array(keys.length)) {
+    return this.partitionKeys(keys, n, out);
   }
 
   // The pctl_partition_batch call of count keys already in the buffer; results into out from at.
