@@ -24,7 +24,7 @@ import (
 // producers keep writing there. A copy is published with JetStream's expected last sequence of
 // its key's subject, so the server stores it only if no newer record of the key is there: a copy
 // never overtakes or overwrites one. Progress (Backfill.Done per old partition) is recorded in
-// the descriptor every backfillFlush; a broker that dies resumes from it, and publishing a copy
+// the descriptor every backfillFlushEvery; a broker that dies resumes from it, and publishing a copy
 // again is refused like any copy whose subject is taken.
 //
 // A compacted topic's tombstones are held while its backfill runs (spec/protocol.md §10.2): the
@@ -37,11 +37,21 @@ import (
 const (
 	// backfillWindow bounds the copies in flight per old partition.
 	backfillWindow = 256
-	// backfillFlush is how often progress is written to the descriptor.
+	// backfillFlush is how often progress is written to the descriptor, at most (see
+	// backfillFlushEvery).
 	backfillFlush = 2 * time.Second
 	// backfillParallel bounds the old partitions copied at once.
 	backfillParallel = 4
 )
+
+// backfillFlushEvery is how often a running backfill records its progress: every backfillFlush,
+// or every retry interval if that is shorter. The retry loops of the other brokers take up a
+// backfill whose descriptor did not change for two retry intervals; a broker that records less
+// often than that has every other broker run its backfill beside it (twice the reads and
+// copies), as with a retry interval of 150 ms against a 2 s flush.
+func (b *Broker) backfillFlushEvery() time.Duration {
+	return min(backfillFlush, b.cfg.RetryInterval)
+}
 
 // backfillText words a running backfill's progress for messages.
 func backfillText(t *wire.Topic, ep *wire.Epoch) string {
@@ -127,11 +137,19 @@ func (b *Broker) backfillInBackground(name string, epoch int) {
 }
 
 // bfProgress is a running backfill's progress not yet written to the descriptor.
+//
+// Its counts are tied to positions: each decided record is a tally of its old partition and
+// sequence, and a flush adds to the descriptor only the tallies between the recorded done[q] and
+// the done[q] it records. Another broker may run the same backfill at once (the retry loop takes
+// up a backfill whose descriptor did not change for two intervals, and a slow flush can look like
+// that); both decide the same records, and the one that records a position first counts them. A
+// record decided but not yet handled (its tally made, its position not raised) waits for the next
+// flush, so a broker that resumes from done[q] never counts it a second time.
 type bfProgress struct {
 	mu                      sync.Mutex
 	done                    []uint64
-	copied, newer, expired  int64 // since the last flush
-	totalCopied, totalNewer int64 // including what the descriptor had
+	pending                 [][]bfTally // per old partition, in sequence order: not yet recorded
+	totalCopied, totalNewer int64       // including what the descriptor had
 	// confirmed: the descriptor, read after this time, showed the backfill running.
 	confirmed time.Time
 }
@@ -164,12 +182,67 @@ func (p *bfProgress) doneOf(q int) uint64 {
 	return p.done[q]
 }
 
-func (p *bfProgress) count(copied, newer, expired int64) {
+// bfOutcome is how a record of the old epoch was decided.
+type bfOutcome uint8
+
+const (
+	bfCopied  bfOutcome = iota // its copy is stored (by this attempt or an earlier one)
+	bfNewer                    // refused: the key has a newer record in the new epoch
+	bfExpired                  // a tombstone whose retention ended: not copied
+)
+
+// bfTally is one decided record, counted once its position is recorded.
+type bfTally struct {
+	seq     uint64
+	outcome bfOutcome
+}
+
+// count tallies the decision on old partition q's record at seq.
+func (p *bfProgress) count(q int, seq uint64, o bfOutcome) {
 	p.mu.Lock()
-	p.copied += copied
-	p.newer += newer
-	p.expired += expired
+	p.pending[q] = append(p.pending[q], bfTally{seq, o})
 	p.mu.Unlock()
+}
+
+// bfCounts is what a flush adds to the descriptor's counters.
+type bfCounts struct{ copied, newer, expired int64 }
+
+// between sums the tallies of partition q whose sequence is in (from, to].
+func between(ts []bfTally, from, to uint64) bfCounts {
+	var n bfCounts
+	for _, t := range ts {
+		if t.seq <= from || t.seq > to {
+			continue
+		}
+		switch t.outcome {
+		case bfCopied:
+			n.copied++
+		case bfNewer:
+			n.newer++
+		case bfExpired:
+			n.expired++
+		}
+	}
+	return n
+}
+
+// recorded drops the tallies that a flush recorded (or found recorded by another broker): those
+// of partition q at or below upTo[q].
+func (p *bfProgress) recorded(upTo []uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for q, ts := range p.pending {
+		if q >= len(upTo) {
+			break
+		}
+		keep := ts[:0]
+		for _, t := range ts {
+			if t.seq > upTo[q] {
+				keep = append(keep, t)
+			}
+		}
+		p.pending[q] = keep
+	}
 }
 
 // errBackfillGone: the topic was deleted (or re-created) or the backfill finished elsewhere.
@@ -201,7 +274,8 @@ func (b *Broker) runBackfill(ctx context.Context, name string, epoch int) error 
 	if err := b.backfillStep(name, "backfill-start"); err != nil {
 		return err
 	}
-	prog := &bfProgress{done: make([]uint64, prev.Partitions), totalCopied: ep.Backfill.Copied, totalNewer: ep.Backfill.Newer, confirmed: read}
+	prog := &bfProgress{done: make([]uint64, prev.Partitions), pending: make([][]bfTally, prev.Partitions),
+		totalCopied: ep.Backfill.Copied, totalNewer: ep.Backfill.Newer, confirmed: read}
 	copy(prog.done, ep.Backfill.Done)
 	started := time.Now()
 	b.cfg.Logger.Info("backfill running", "topic", name, "epoch", epoch, "from_epoch", prev.Epoch, "partitions", prev.Partitions,
@@ -215,7 +289,7 @@ func (b *Broker) runBackfill(ctx context.Context, name string, epoch int) error 
 	ckReq := make(chan chan error)
 	flushed := make(chan error, 1)
 	go func() {
-		tick := time.NewTicker(backfillFlush)
+		tick := time.NewTicker(b.backfillFlushEvery())
 		defer tick.Stop()
 		checkpoint := func() error {
 			if err := b.flushBackfill(bctx, name, id, epoch, prog, false); err != nil {
@@ -346,7 +420,10 @@ func (b *Broker) backfillStep(topic, step string) error {
 func (b *Broker) flushBackfill(ctx context.Context, name, id string, epoch int, prog *bfProgress, final bool) error {
 	prog.mu.Lock()
 	done := append([]uint64(nil), prog.done...)
-	copied, newer, expired := prog.copied, prog.newer, prog.expired
+	pending := make([][]bfTally, len(prog.pending))
+	for q, ts := range prog.pending {
+		pending[q] = append([]bfTally(nil), ts...)
+	}
 	prog.mu.Unlock()
 	for attempt := 0; ; attempt++ {
 		read := time.Now()
@@ -362,14 +439,20 @@ func (b *Broker) flushBackfill(ctx context.Context, name, id string, epoch int, 
 			return errBackfillGone
 		}
 		bf := ep.Backfill
+		upTo := make([]uint64, len(done))
 		for q := range done {
-			if q < len(bf.Done) && done[q] > bf.Done[q] {
+			if q >= len(bf.Done) {
+				continue
+			}
+			upTo[q] = max(bf.Done[q], done[q])
+			if done[q] > bf.Done[q] {
+				n := between(pending[q], bf.Done[q], done[q])
+				bf.Copied += n.copied
+				bf.Newer += n.newer
+				bf.Expired += n.expired
 				bf.Done[q] = done[q]
 			}
 		}
-		bf.Copied += copied
-		bf.Newer += newer
-		bf.Expired += expired
 		ended := false
 		if final {
 			prev := t.Epoch(epoch - 1)
@@ -393,10 +476,8 @@ func (b *Broker) flushBackfill(ctx context.Context, name, id string, epoch int, 
 		if !ended {
 			prog.confirm(read)
 		}
+		prog.recorded(upTo)
 		prog.mu.Lock()
-		prog.copied -= copied
-		prog.newer -= newer
-		prog.expired -= expired
 		prog.totalCopied, prog.totalNewer = bf.Copied, bf.Newer
 		prog.mu.Unlock()
 		state := bf.State
@@ -420,6 +501,7 @@ type bfJob struct {
 
 // bfCopy is one record of the old partition in the copying window.
 type bfCopy struct {
+	q      int // its old partition
 	seq    uint64
 	key    []byte
 	skip   bool // nothing to publish (a marker, a keyless or misplaced record, an expired tombstone)
@@ -452,7 +534,10 @@ func (j *bfJob) partition(ctx context.Context, q int) error {
 		return nil
 	}
 	cons, err := b.js.OrderedConsumer(ctx, wire.StreamName(j.t.Name, q), jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from})
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from,
+		// nats.go re-creates a reset consumer for ever by default: a few attempts, then Next
+		// fails and the retry loop resumes from the recorded progress.
+		MaxResetAttempts: 3})
 	if err != nil {
 		return fmt.Errorf("%w: read partition %d: %v", wire.ErrUnavailable, q, err)
 	}
@@ -582,7 +667,7 @@ func (c *bfCopy) wait(ctx context.Context) error {
 // prepare builds the copy of an old record (or marks it skipped).
 func (j *bfJob) prepare(msg jetstream.Msg, md *jetstream.MsgMetadata, q int, compact bool) *bfCopy {
 	seq := md.Sequence.Stream
-	c := &bfCopy{seq: seq, skip: true}
+	c := &bfCopy{q: q, seq: seq, skip: true}
 	hdr := msg.Headers()
 	v := hdr.Get(wire.HeaderKey)
 	if hdr.Get(wire.HeaderFence) != "" || v == "" {
@@ -610,7 +695,7 @@ func (j *bfJob) prepare(msg jetstream.Msg, md *jetstream.MsgMetadata, q int, com
 	if hdr.Get(wire.HeaderTombstone) != "" && compact {
 		left := time.Duration(j.t.Compact.Retention())*time.Millisecond - time.Since(md.Timestamp)
 		if left <= 0 {
-			j.prog.count(0, 0, 1)
+			j.prog.count(q, seq, bfExpired)
 			return c // the tombstone has done its work: the key is gone
 		}
 		m.Header.Set(wire.HeaderTTL, strconv.FormatInt(int64((left+time.Second-1)/time.Second), 10))
@@ -627,7 +712,7 @@ func (j *bfJob) prepare(msg jetstream.Msg, md *jetstream.MsgMetadata, q int, com
 // retention ago, reading the descriptor again if not (spec/protocol.md §10.2). Tombstones are
 // held only until the backfill ends: a broker that went on copying long after another one ended
 // the backfill could otherwise store a copy after a tombstone written since (with the topic's
-// retention as TTL again) has expired. The descriptor is read every backfillFlush anyway; this
+// retention as TTL again) has expired. The descriptor is read every backfillFlushEvery anyway; this
 // matters only for a short delete retention or a broker that stalled.
 func (j *bfJob) confirmRunning(ctx context.Context) error {
 	d := time.Duration(j.t.Compact.Retention()) * time.Millisecond
@@ -684,7 +769,7 @@ func (j *bfJob) finish(ctx context.Context, c *bfCopy, compact bool, lastCopy ma
 		}
 		if c.err == nil {
 			lastCopy[string(c.key)] = c.ack.Sequence
-			j.prog.count(1, 0, 0)
+			j.prog.count(c.q, c.seq, bfCopied)
 			return nil
 		}
 		err := c.err
@@ -745,9 +830,9 @@ func (j *bfJob) refused(ctx context.Context, c *bfCopy, compact bool, lastCopy m
 	}
 	if compact {
 		if e.hdr.Get(wire.HeaderBackfill) == c.msg.Header.Get(wire.HeaderBackfill) {
-			j.prog.count(1, 0, 0) // this copy, stored by an attempt whose answer was lost
+			j.prog.count(c.q, c.seq, bfCopied) // this copy, stored by an attempt whose answer was lost
 		} else {
-			j.prog.count(0, 1, 0)
+			j.prog.count(c.q, c.seq, bfNewer)
 		}
 		return true, 0, nil
 	}
@@ -758,14 +843,14 @@ func (j *bfJob) refused(ctx context.Context, c *bfCopy, compact bool, lastCopy m
 		if perr == nil && oe == j.prev.Epoch && oq < j.prev.Partitions {
 			if os >= c.seq {
 				lastCopy[string(c.key)] = e.rev
-				j.prog.count(0, 1, 0)
+				j.prog.count(c.q, c.seq, bfNewer)
 				return true, 0, nil // copied already
 			}
 			return false, e.rev, nil // chain after the earlier copy
 		}
 	}
 	overtaken[string(c.key)] = true
-	j.prog.count(0, 1, 0)
+	j.prog.count(c.q, c.seq, bfNewer)
 	return true, 0, nil
 }
 

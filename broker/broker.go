@@ -278,6 +278,23 @@ func (b *Broker) ClientURL() string {
 	return b.cfg.NATSURL
 }
 
+// SyncInterval reports the embedded server's JetStream fsync policy as it runs: 0 when it fsyncs
+// before acknowledging every write (sync_interval: always), else its background interval; ok is
+// false without an embedded server (Config.NATSURL: the servers' own configuration decides).
+func (b *Broker) SyncInterval() (d time.Duration, ok bool) {
+	if b.srv == nil {
+		return 0, false
+	}
+	jsc := b.srv.JetStreamConfig()
+	if jsc == nil {
+		return 0, false
+	}
+	if jsc.SyncAlways {
+		return 0, true
+	}
+	return jsc.SyncInterval, true
+}
+
 // CredsPath returns the credentials file of a role (embedded mode).
 func (b *Broker) CredsPath(role string) string { return CredsPath(b.cfg.DataDir, role) }
 

@@ -667,7 +667,8 @@ func (b *Broker) scanKeys(ctx context.Context, topic string, q int, last uint64,
 	if last == 0 {
 		return nil
 	}
-	cons, err := b.js.OrderedConsumer(ctx, wire.StreamName(topic, q), jetstream.OrderedConsumerConfig{HeadersOnly: true})
+	// A bounded re-creation on reset (nats.go's default is for ever): the scan fails and is retried.
+	cons, err := b.js.OrderedConsumer(ctx, wire.StreamName(topic, q), jetstream.OrderedConsumerConfig{HeadersOnly: true, MaxResetAttempts: 3})
 	if err != nil {
 		return err
 	}
@@ -676,9 +677,15 @@ func (b *Broker) scanKeys(ctx context.Context, topic string, q int, last uint64,
 		return err
 	}
 	defer it.Stop()
+	// Next does not watch ctx: a scan whose records do not come (a replica behind, a node gone)
+	// waited in it for ever, and Close waited for the scan (loopWG).
+	defer context.AfterFunc(ctx, it.Stop)()
 	for {
 		msg, err := it.Next()
 		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 			return err
 		}
 		md, err := msg.Metadata()

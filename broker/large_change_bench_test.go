@@ -184,26 +184,7 @@ func rawChange(b *testing.B, ctx context.Context, from, to int) time.Duration {
 	}
 	start := time.Now()
 	run := func(n, offset int, f func(q int) error) {
-		sem := make(chan struct{}, 64)
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		var first error
-		for q := offset; q < offset+n; q++ {
-			sem <- struct{}{}
-			wg.Add(1)
-			go func(q int) {
-				defer func() { <-sem; wg.Done() }()
-				if err := f(q); err != nil {
-					mu.Lock()
-					first = err
-					mu.Unlock()
-				}
-			}(q)
-		}
-		wg.Wait()
-		if first != nil {
-			b.Fatal(first)
-		}
+		forEachStream(b, n, func(q int) error { return f(offset + q) }) // stream_memory_bench_test.go
 	}
 	run(to-from, from, func(q int) error {
 		_, err := js.CreateStream(ctx, cfgOf(q))

@@ -21,7 +21,8 @@ import (
 // died half way, this one or another) is finished by the retry loop that every broker runs: a watch
 // of the descriptor bucket says which topics have unfinished work, and every Config.RetryInterval
 // the loop reads those descriptors from the leader and takes up work that has made no progress
-// (same descriptor revision) for two intervals, with a backoff per topic that doubles up to
+// (same descriptor revision) for two intervals, with a backoff per topic that doubles up to 4
+// intervals for an epoch change (producers wait for it) and up to
 // maxRetryBackoff. Several brokers may take up the same work at once: every step is idempotent and
 // recorded by compare-and-set, so the first to record a step wins and the others re-read.
 //
@@ -39,6 +40,19 @@ func retrying(ctx context.Context) bool { return ctx.Value(retryingKey{}) != nil
 
 // maxRetryBackoff bounds the pause between retries of one topic's unfinished work.
 const maxRetryBackoff = 30 * time.Second
+
+// retryBackoff is the pause after the attempts-th failed retry of a topic's work: the interval
+// doubled per attempt, up to maxRetryBackoff; up to 4 intervals for an epoch change, which
+// producers wait for (chaos seed 35: a change whose stream creations failed while a node was cut
+// off and the meta leader killed resumed 15 s after the cluster was whole, its pause grown to 16 s,
+// and the producers' records waited for it).
+func retryBackoff(every time.Duration, attempts int, change bool) time.Duration {
+	shift := min(attempts, 5)
+	if change {
+		shift = min(attempts, 2)
+	}
+	return min(every<<shift, maxRetryBackoff)
+}
 
 // topicLocks serialises, within this process, the steps of one topic's unfinished work (no lock
 // is held across topics).
@@ -399,11 +413,7 @@ func (b *Broker) retryTopic(ctx context.Context, name string, states map[string]
 		delete(states, name)
 		return
 	}
-	backoff := every << min(st.attempts, 5)
-	if backoff > maxRetryBackoff {
-		backoff = maxRetryBackoff
-	}
-	st.next = time.Now().Add(backoff)
+	st.next = time.Now().Add(retryBackoff(every, st.attempts, t.Change != nil))
 	if msg := wire.Code(err) + ": " + err.Error(); msg != st.failed && b.loopCtx.Err() == nil {
 		b.cfg.Logger.Warn("retried work failed", "topic", name, "work", work, "attempt", st.attempts, "err", err, "max_backoff", maxRetryBackoff)
 		st.failed = msg

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -284,10 +285,12 @@ type Consumer struct {
 	desc      *wire.Topic
 	positions map[int]uint64 // committed positions of the whole group (from the KV watch)
 	owned     map[int]*worker
-	revoked   map[[2]int]bool // (partition, epoch) whose keys-revoked step ran here
-	drained   int             // cache of drainedThrough
-	kvh       jetstream.KeyValue
-	assigned  map[[3]int]bool // (partition, epoch, parent) whose keys-assigned step ran here
+	// meant: the partitions the member's last rebalance found the group's assignment gives it (Behind).
+	meant    map[int]bool
+	revoked  map[[2]int]bool // (partition, epoch) whose keys-revoked step ran here
+	drained  int             // cache of drainedThrough
+	kvh      jetstream.KeyValue
+	assigned map[[3]int]bool // (partition, epoch, parent) whose keys-assigned step ran here
 	// The positions watch must show our own commits: commitRev is the newest revision we wrote
 	// (at commitAt), seenRev the newest the watch brought.
 	commitRev uint64
@@ -451,6 +454,43 @@ func (cn *Consumer) Stats() ConsumerStats {
 
 // Member returns the member id.
 func (cn *Consumer) Member() string { return cn.opts.Member }
+
+// Behind returns the partitions this member is meant to read that hold records it has not
+// handled yet, in order: those the group's assignment gave it at its last rebalance that it does
+// not own yet (still taking them), and those it owns whose stream's last sequence is past its
+// position (its reader still opening, catching up, or waiting at a gate). Empty: the member has
+// handled everything stored in its partitions so far, which is what "idle" means to a caller
+// such as `pctl consume --idle-exit`. It asks the server once (one stream list of the topic); an
+// error means it could not tell.
+func (cn *Consumer) Behind(ctx context.Context) ([]int, error) {
+	cn.mu.Lock()
+	var out []int
+	for q := range cn.meant {
+		if _, ok := cn.owned[q]; !ok {
+			out = append(out, q)
+		}
+	}
+	owned := make([]*worker, 0, len(cn.owned))
+	for _, w := range cn.owned {
+		owned = append(owned, w)
+	}
+	cn.mu.Unlock()
+	if len(owned) > 0 {
+		ctx, cancel := cn.op(ctx)
+		defer cancel()
+		ends, err := cn.streamEnds(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%w: listing the streams of topic %s: %v", wire.ErrUnavailable, cn.topic, err)
+		}
+		for _, w := range owned {
+			if ends[w.partition] > w.position() {
+				out = append(out, w.partition)
+			}
+		}
+	}
+	sort.Ints(out)
+	return out, nil
+}
 
 func (cn *Consumer) kv(ctx context.Context) (jetstream.KeyValue, error) {
 	cn.mu.Lock()

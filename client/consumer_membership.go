@@ -183,6 +183,14 @@ func (cn *Consumer) readGroupKeys(ctx context.Context, kv jetstream.KeyValue) (g
 			if IsPermission(err) {
 				return groupKeys{}, err
 			}
+			if ctx.Err() != nil {
+				// Both: unavailable (the join's own deadline, ensureGroup's 30 s, is retried by
+				// Run while its context lasts) and the context's error (a caller that stopped
+				// the member must see context.Canceled: a member stopped while it joined was
+				// reported as failed, chaos seed 29; without "unavailable", a join that ran out
+				// of its 30 s ended Run, and the live group of seed 59 delivered nothing).
+				return groupKeys{}, fmt.Errorf("%w: consumer group %s: read its keys: %w", wire.ErrUnavailable, cn.opts.Group, ctx.Err())
+			}
 			return groupKeys{}, fmt.Errorf("%w: consumer group %s: read its keys: %v", wire.ErrUnavailable, cn.opts.Group, err)
 		}
 		if _, ok := vals[prefix+"g.created"]; ok {
@@ -190,7 +198,7 @@ func (cn *Consumer) readGroupKeys(ctx context.Context, kv jetstream.KeyValue) (g
 		}
 		select {
 		case <-ctx.Done():
-			return groupKeys{}, fmt.Errorf("%w: consumer group %s: its g.created key exists but no server's state that was read holds it yet: %v", wire.ErrUnavailable, cn.opts.Group, ctx.Err())
+			return groupKeys{}, fmt.Errorf("%w: consumer group %s: its g.created key exists but no server's state that was read holds it yet: %w", wire.ErrUnavailable, cn.opts.Group, ctx.Err())
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 500*time.Millisecond)
@@ -368,6 +376,7 @@ func (cn *Consumer) rebalance(ctx context.Context, kv jetstream.KeyValue, h Hand
 	// Give up what is no longer ours. (Lock order: a worker's mu before cn.mu, never the reverse:
 	// so collect the workers first, then ask them.)
 	cn.mu.Lock()
+	cn.meant = want
 	owned := make([]*worker, 0, len(cn.owned))
 	for _, w := range cn.owned {
 		owned = append(owned, w)

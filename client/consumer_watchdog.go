@@ -142,15 +142,8 @@ func (cn *Consumer) readerReport(ctx context.Context, cons jetstream.Consumer, p
 func (cn *Consumer) lastSequences(ctx context.Context, ws []*worker) map[int]uint64 {
 	ctx, cancel := cn.op(ctx)
 	defer cancel()
-	out := map[int]uint64{}
-	prefix := wire.StreamPrefix + cn.topic + "_"
-	lister := cn.c.js.ListStreams(ctx, jetstream.WithStreamListSubject(wire.DataPrefix+"."+cn.topic+".>"))
-	for info := range lister.Info() {
-		if q, err := strconv.Atoi(strings.TrimPrefix(info.Config.Name, prefix)); err == nil && strings.HasPrefix(info.Config.Name, prefix) && info.State.Msgs > 0 {
-			out[q] = info.State.LastSeq
-		}
-	}
-	if lister.Err() == nil {
+	out, err := cn.streamEnds(ctx)
+	if err == nil {
 		return out
 	}
 	for _, w := range ws {
@@ -160,4 +153,18 @@ func (cn *Consumer) lastSequences(ctx context.Context, ws []*worker) map[int]uin
 		}
 	}
 	return out
+}
+
+// streamEnds returns the last stream sequence of each partition stream of the topic that holds
+// records, from one stream list request.
+func (cn *Consumer) streamEnds(ctx context.Context) (map[int]uint64, error) {
+	out := map[int]uint64{}
+	prefix := wire.StreamPrefix + cn.topic + "_"
+	lister := cn.c.js.ListStreams(ctx, jetstream.WithStreamListSubject(wire.DataPrefix+"."+cn.topic+".>"))
+	for info := range lister.Info() {
+		if q, err := strconv.Atoi(strings.TrimPrefix(info.Config.Name, prefix)); err == nil && strings.HasPrefix(info.Config.Name, prefix) && info.State.Msgs > 0 {
+			out[q] = info.State.LastSeq
+		}
+	}
+	return out, lister.Err()
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unsafe"
 
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
@@ -158,16 +159,7 @@ func (in *instance) batch(keys [][]byte, n int32, out []int32) error {
 	if !in.viewFixed {
 		in.refreshView()
 	}
-	v := in.view
-	off := 4 * len(keys)
-	lens := v[:off]
-	for i, k := range keys {
-		le.PutUint32(lens[4*i:], uint32(len(k)))
-		if !copyShort(v[off:], k) {
-			copyKey(v[off:], k)
-		}
-		off += len(k)
-	}
+	layBatch(in.view, keys)
 	in.stack[0] = uint64(len(keys))
 	in.stack[1] = uint64(uint32(n))
 	if err := in.fnBatch.CallWithStack(in.ctx, in.stack[:2]); err != nil {
@@ -179,16 +171,56 @@ func (in *instance) batch(keys [][]byte, n int32, out []int32) error {
 	if !in.viewFixed {
 		in.refreshView()
 	}
-	res := in.view[:4*len(keys)]
-	out = out[:len(keys)]
+	if i := readBatch(in.view, n, out[:len(keys)]); i >= 0 {
+		return in.resultError("pctl_partition_batch", int32(le.Uint32(in.view[4*i:])), n, i)
+	}
+	return nil
+}
+
+// layBatch writes the layout of spec/abi-v1.md §2.4 at the start of v: len(keys) little-endian
+// u32 lengths, then the keys back to back. It is the batch path's one pass over the keys, so it
+// is written for 16-byte keys: stores through pointers instead of slices (the slice version
+// re-derived and bounds-checked three slices per key and kept its loop state on the stack),
+// keys of 8 to 16 bytes as two overlapping words, others by copyKey. It stays memory-safe
+// without the caller's guarantee (4*len(keys)+sum(len) <= len(v)): before it writes key i and
+// its length it checks that the key ends within v (so does the length, which lies before the
+// first key), and panics rather than write past v. Pointers are formed only to bytes inside v
+// (checkptr, under -race, checks that).
+func layBatch(v []byte, keys [][]byte) {
+	base := unsafe.Pointer(unsafe.SliceData(v))
+	off := 4 * len(keys)
+	for i, k := range keys {
+		n := len(k)
+		if n > len(v)-off {
+			panic("runtime: layBatch: the batch does not fit the buffer")
+		}
+		le.PutUint32((*[4]byte)(unsafe.Add(base, 4*i))[:], uint32(n))
+		if uint(n-8) <= 8 {
+			src := unsafe.Pointer(unsafe.SliceData(k))
+			dst := unsafe.Add(base, off)
+			*(*[8]byte)(dst) = *(*[8]byte)(src)
+			*(*[8]byte)(unsafe.Add(dst, n-8)) = *(*[8]byte)(unsafe.Add(src, n-8))
+		} else {
+			copyKey(v[off:off+n], k)
+		}
+		off += n
+	}
+}
+
+// readBatch copies the results of a batch (where layBatch wrote the lengths, RATIONALE: "Why do
+// batch results overwrite the lengths?") into out and returns -1, or the index of the first
+// result outside [0, n) (n >= 1), with out written up to it.
+func readBatch(v []byte, n int32, out []int32) int {
+	res := v[:4*len(out)]
 	for i := range out {
-		r := le.Uint32(res[4*i:])
+		r := le.Uint32(res)
+		res = res[4:]
 		if r >= uint32(n) { // r < 0 or r >= n, as n >= 1
-			return in.resultError("pctl_partition_batch", int32(r), n, i)
+			return i
 		}
 		out[i] = int32(r)
 	}
-	return nil
+	return -1
 }
 
 func (in *instance) ancestry(fromN, toN, child int32) ([]Range, error) {

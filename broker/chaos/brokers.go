@@ -120,7 +120,7 @@ func (b *brokerProc) signal(sig syscall.Signal, grace time.Duration) {
 			case <-done:
 			case <-time.After(3 * time.Second):
 			}
-			b.r.problem("broker %s did not stop within %v of SIGTERM (its goroutines are in %s)", b.name, grace, b.log)
+			b.r.problem("broker %s did not stop within %v of SIGTERM (its goroutines are in %s); where pctl's goroutines were:\n%s", b.name, grace, b.log, pctlStacks(b.log, 80))
 			_ = cmd.Process.Kill()
 		}
 	}
@@ -137,4 +137,71 @@ func tail(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// pctlStacks summarises the goroutine dump SIGQUIT wrote at the end of a broker's log, for a
+// failure message (the log itself lives in the run's temporary directory, gone after a CI run):
+// the goroutines with a frame in pctl's code, identical stacks counted once, at most max lines.
+func pctlStacks(path string, max int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	text := string(data)
+	if i := strings.Index(text, "\ngoroutine "); i >= 0 {
+		text = text[i+1:]
+	} else {
+		return "(no goroutine dump in the log)"
+	}
+	type stack struct {
+		head  string // "goroutine N [state, minutes]:" without its number
+		body  string
+		count int
+	}
+	var order []string
+	seen := map[string]*stack{}
+	for _, g := range strings.Split(text, "\n\n") {
+		lines := strings.Split(strings.TrimSpace(g), "\n")
+		if len(lines) < 2 || !strings.HasPrefix(lines[0], "goroutine ") || !strings.Contains(g, "pctl.dev/pctl/") {
+			continue
+		}
+		head := lines[0]
+		if i := strings.Index(head, " ["); i >= 0 {
+			head = head[i+1:]
+		}
+		var frames []string
+		for _, l := range lines[1:] {
+			if strings.HasPrefix(l, "\t") || strings.HasPrefix(l, "runtime.") {
+				continue // function lines only (not their file:line), the runtime's left out
+			}
+			if i := strings.LastIndex(l, "("); i > 0 && strings.HasSuffix(l, ")") {
+				l = l[:i] // without the arguments, so that identical stacks compare equal
+			}
+			if i := strings.Index(l, " in goroutine "); i > 0 {
+				l = l[:i]
+			}
+			frames = append(frames, "  "+l)
+		}
+		body := strings.Join(frames, "\n")
+		key := head + body
+		if st, ok := seen[key]; ok {
+			st.count++
+			continue
+		}
+		seen[key] = &stack{head: head, body: body, count: 1}
+		order = append(order, key)
+	}
+	if len(order) == 0 {
+		return "(no goroutine with a frame in pctl's code)"
+	}
+	var out []string
+	for _, k := range order {
+		st := seen[k]
+		out = append(out, fmt.Sprintf("%d x %s", st.count, st.head))
+		out = append(out, strings.Split(st.body, "\n")...)
+	}
+	if len(out) > max {
+		out = append(out[:max], fmt.Sprintf("... (%d lines more)", len(out)-max))
+	}
+	return strings.Join(out, "\n")
 }

@@ -164,6 +164,7 @@ type member struct {
 	c      *client.Client
 	cancel context.CancelFunc
 	done   chan error
+	early  atomic.Bool // it ended before stop, and that was reported then
 }
 
 func (g *group) add(id string) error {
@@ -184,7 +185,18 @@ func (g *group) add(id string) error {
 	ctx, cancel := context.WithCancel(r.ctx)
 	m := &member{id: id, c: c, cancel: cancel, done: make(chan error, 1)}
 	go func() {
-		m.done <- cn.Run(ctx, func(ctx context.Context, msg *client.Message) error {
+		var err error
+		defer func() {
+			// Said when it happens: a member that ends early delivers nothing more, and the
+			// run's verdict (built before the group is stopped) would only say what is missing.
+			if err != nil && ctx.Err() == nil && !isCancel(err) {
+				r.cfg.Logf("chaos: group %s member %s ended early: %v", g.name, id, err)
+				r.problem("group %s member %s ended during the run: %v", g.name, id, err)
+				m.early.Store(true)
+			}
+			m.done <- err
+		}()
+		err = cn.Run(ctx, func(ctx context.Context, msg *client.Message) error {
 			rid := recordID(msg.Producer, msg.ProducerSeq)
 			r.mu.Lock()
 			d := verify.Delivered{Group: g.name, Member: id, Producer: msg.Producer, PSeq: msg.ProducerSeq, Key: msg.Key, NoKey: msg.NoKey, Order: r.order.Add(1)}
@@ -266,7 +278,7 @@ func (g *group) stop() {
 	for _, m := range ms {
 		select {
 		case err := <-m.done:
-			if err != nil && g.r.ctx.Err() == nil && !isCancel(err) {
+			if err != nil && g.r.ctx.Err() == nil && !isCancel(err) && !m.early.Load() {
 				g.r.problem("group %s member %s failed: %v", g.name, m.id, err)
 			}
 		case <-time.After(15 * time.Second):
@@ -367,7 +379,7 @@ func auditBoundaries(ctx context.Context, c *client.Client, t *wire.Topic) (int,
 		if last == 0 {
 			continue
 		}
-		cons, err := c.JetStream().OrderedConsumer(ctx, wire.StreamName(t.Name, q), jetstream.OrderedConsumerConfig{HeadersOnly: true})
+		cons, err := c.JetStream().OrderedConsumer(ctx, wire.StreamName(t.Name, q), jetstream.OrderedConsumerConfig{HeadersOnly: true, MaxResetAttempts: 3})
 		if err != nil {
 			return 0, err
 		}

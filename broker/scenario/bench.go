@@ -34,7 +34,10 @@ type BenchConfig struct {
 	// Changes are the epoch changes of jump topics measured as pairs, cold and warm (ChangePair),
 	// one fresh broker each; none when empty.
 	Changes []ChangeSize
-	Logf    func(format string, args ...any)
+	// SyncInterval is the embedded broker's fsync interval (broker.Config.SyncInterval): 0, the
+	// default, fsyncs before every acknowledgement.
+	SyncInterval time.Duration
+	Logf         func(format string, args ...any)
 }
 
 // BenchResult is what BenchEpoch measured.
@@ -46,10 +49,17 @@ type BenchResult struct {
 	// Delivery delay (delivery time minus the time the application asked to send) of records
 	// around an epoch change, with pctl's gated change and with the simple alternative: pause
 	// all producers, wait until the group drained every old partition, change, resume.
-	GatedMax, GatedP99, GatedP50    time.Duration
-	PauseMax, PauseP99, PauseP50    time.Duration
-	GatedRecords, PauseRecords      int
-	ChangeTime, PauseChangeTime     time.Duration // how long the change (or pause+drain+change) took
+	GatedMax, GatedP99, GatedP50 time.Duration
+	PauseMax, PauseP99, PauseP50 time.Duration
+	GatedRecords, PauseRecords   int
+	ChangeTime, PauseChangeTime  time.Duration // how long the change (or pause+drain+change) took
+	// Partition readers the group's watchdog replaced in the delay part (client.ConsumerStats
+	// ReaderRestarts, summed over the members): readers silent for 4 s or more while their
+	// stream held records past the member's position.
+	GatedReaderRestarts, PauseReaderRestarts int64
+	// SyncInterval is the embedded broker's fsync interval the run had (0: before every
+	// acknowledgement): the delay part's readers stall behind fsyncs under load (README).
+	SyncInterval                    time.Duration
 	ThroughputRecords, DelayRecords int
 	// Changes: each size of BenchConfig.Changes, its change time cold and warm (ChangePair).
 	Changes []ChangePair
@@ -91,7 +101,7 @@ func (c *BenchConfig) defaults() {
 // BenchEpoch measures what epoch gating costs and what it saves, on an embedded broker.
 func BenchEpoch(ctx context.Context, cfg BenchConfig) (*BenchResult, error) {
 	cfg.defaults()
-	b, err := broker.Start(ctx, broker.Config{DataDir: cfg.DataDir, Listen: "127.0.0.1:0"})
+	b, err := broker.Start(ctx, broker.Config{DataDir: cfg.DataDir, Listen: "127.0.0.1:0", SyncInterval: cfg.SyncInterval})
 	if err != nil {
 		return nil, err
 	}
@@ -105,6 +115,7 @@ func BenchEpoch(ctx context.Context, cfg BenchConfig) (*BenchResult, error) {
 	}
 	defer admin.Close()
 	res := &BenchResult{}
+	res.SyncInterval, _ = b.SyncInterval()
 
 	// Part 1: throughput. Fill a topic through two epoch changes, then read it twice.
 	if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: "tput", Partitions: cfg.Partitions, Partitioner: "kafka-murmur2"}); err != nil {
@@ -175,7 +186,7 @@ func BenchEpoch(ctx context.Context, cfg BenchConfig) (*BenchResult, error) {
 		if pause {
 			topic = "delay-pause"
 		}
-		d, took, n, err := delayRun(ctx, cfg, admin, conn, topic, pause)
+		d, took, n, restarts, err := delayRun(ctx, cfg, admin, conn, topic, pause)
 		if err != nil {
 			return nil, err
 		}
@@ -187,9 +198,9 @@ func BenchEpoch(ctx context.Context, cfg BenchConfig) (*BenchResult, error) {
 			return d[int(float64(len(d)-1)*p)]
 		}
 		if pause {
-			res.PauseMax, res.PauseP99, res.PauseP50, res.PauseRecords, res.PauseChangeTime = pct(1), pct(0.99), pct(0.5), n, took
+			res.PauseMax, res.PauseP99, res.PauseP50, res.PauseRecords, res.PauseChangeTime, res.PauseReaderRestarts = pct(1), pct(0.99), pct(0.5), n, took, restarts
 		} else {
-			res.GatedMax, res.GatedP99, res.GatedP50, res.GatedRecords, res.ChangeTime = pct(1), pct(0.99), pct(0.5), n, took
+			res.GatedMax, res.GatedP99, res.GatedP50, res.GatedRecords, res.ChangeTime, res.GatedReaderRestarts = pct(1), pct(0.99), pct(0.5), n, took, restarts
 		}
 	}
 
@@ -248,18 +259,18 @@ func consumeAll(ctx context.Context, conn func(string) (*client.Client, error), 
 // delayRun offers records at a fixed rate for Window, makes an epoch change (gated, or pause and
 // drain first), offers records for another Window, and returns every record's delay from the
 // moment the application asked to send it to its delivery.
-func delayRun(ctx context.Context, cfg BenchConfig, admin *client.Client, conn func(string) (*client.Client, error), topic string, pause bool) ([]time.Duration, time.Duration, int, error) {
+func delayRun(ctx context.Context, cfg BenchConfig, admin *client.Client, conn func(string) (*client.Client, error), topic string, pause bool) ([]time.Duration, time.Duration, int, int64, error) {
 	if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: topic, Partitions: cfg.Partitions, Partitioner: "kafka-murmur2"}); err != nil {
-		return nil, 0, 0, err
+		return nil, 0, 0, 0, err
 	}
 	pc, err := conn(broker.RoleProducer)
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, 0, 0, 0, err
 	}
 	defer pc.Close()
 	p, err := pc.NewProducer(ctx, topic, client.ProducerOptions{})
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, 0, 0, 0, err
 	}
 	var mu sync.Mutex
 	var delays []time.Duration
@@ -267,17 +278,19 @@ func delayRun(ctx context.Context, cfg BenchConfig, admin *client.Client, conn f
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
+	var members []*client.Consumer
 	for i := 0; i < cfg.Members; i++ {
 		c, err := conn(broker.RoleConsumer)
 		if err != nil {
-			return nil, 0, 0, err
+			return nil, 0, 0, 0, err
 		}
 		defer c.Close()
 		cn, err := c.NewConsumer(ctx, topic, client.ConsumerOptions{Group: "g", Member: fmt.Sprint("m", i), FromBeginning: true,
 			Heartbeat: 200 * time.Millisecond, CommitInterval: 20 * time.Millisecond, Testing: &testhook.Consumer{DisableGating: pause}})
 		if err != nil {
-			return nil, 0, 0, err
+			return nil, 0, 0, 0, err
 		}
+		members = append(members, cn)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -321,32 +334,32 @@ func delayRun(ctx context.Context, cfg BenchConfig, admin *client.Client, conn f
 		return nil
 	}
 	if err := send(t0.Add(cfg.Window)); err != nil {
-		return nil, 0, 0, err
+		return nil, 0, 0, 0, err
 	}
 	changeStart := time.Now()
 	if pause {
 		// The simple alternative: stop producing, wait until the group has drained everything,
 		// then change (no ordering machinery needed), then resume.
 		if err := p.Flush(ctx); err != nil {
-			return nil, 0, 0, err
+			return nil, 0, 0, 0, err
 		}
 		for delivered.Load() < int64(sent) {
 			time.Sleep(time.Millisecond)
 		}
 		if _, err := admin.Repartition(ctx, wire.RepartitionRequest{Topic: topic, Partitions: cfg.Partitions * 2}); err != nil {
-			return nil, 0, 0, err
+			return nil, 0, 0, 0, err
 		}
 	} else {
 		if _, err := admin.Repartition(ctx, wire.RepartitionRequest{Topic: topic, Partitions: cfg.Partitions * 2}); err != nil {
-			return nil, 0, 0, err
+			return nil, 0, 0, 0, err
 		}
 	}
 	took := time.Since(changeStart)
 	if err := send(time.Now().Add(cfg.Window)); err != nil {
-		return nil, 0, 0, err
+		return nil, 0, 0, 0, err
 	}
 	if err := p.Close(ctx); err != nil {
-		return nil, 0, 0, err
+		return nil, 0, 0, 0, err
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for delivered.Load() < int64(sent) && time.Now().Before(deadline) {
@@ -354,9 +367,13 @@ func delayRun(ctx context.Context, cfg BenchConfig, admin *client.Client, conn f
 	}
 	cancel()
 	wg.Wait()
+	var restarts int64
+	for _, cn := range members {
+		restarts += cn.Stats().ReaderRestarts
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	return append([]time.Duration(nil), delays...), took, sent, nil
+	return append([]time.Duration(nil), delays...), took, sent, restarts, nil
 }
 
 // spin busy-waits for d (a sleep that short would round up to the timer's resolution).

@@ -34,7 +34,7 @@ func changePairs(ctx context.Context, cfg BenchConfig) ([]ChangePair, error) {
 		if sz.From < 1 || sz.To <= sz.From {
 			return nil, fmt.Errorf("%w: epoch change %d -> %d: give a size that grows, from >= 1", wire.ErrBadRequest, sz.From, sz.To)
 		}
-		p, err := changePair(ctx, filepath.Join(cfg.DataDir, fmt.Sprintf("changes-%d", i)), sz)
+		p, err := changePair(ctx, filepath.Join(cfg.DataDir, fmt.Sprintf("changes-%d", i)), sz, cfg.SyncInterval)
 		if err != nil {
 			return nil, fmt.Errorf("epoch change %d -> %d: %w", sz.From, sz.To, err)
 		}
@@ -44,9 +44,9 @@ func changePairs(ctx context.Context, cfg BenchConfig) ([]ChangePair, error) {
 	return out, nil
 }
 
-func changePair(ctx context.Context, dir string, sz ChangeSize) (ChangePair, error) {
+func changePair(ctx context.Context, dir string, sz ChangeSize, sync time.Duration) (ChangePair, error) {
 	p := ChangePair{From: sz.From, To: sz.To}
-	b, err := broker.Start(ctx, broker.Config{DataDir: dir, Listen: "127.0.0.1:0"})
+	b, err := broker.Start(ctx, broker.Config{DataDir: dir, Listen: "127.0.0.1:0", SyncInterval: sync})
 	if err != nil {
 		return p, err
 	}

@@ -795,7 +795,7 @@ func auditBoundaries(ctx context.Context, c *client.Client, t *wire.Topic) (int,
 		if last == 0 {
 			continue
 		}
-		cons, err := c.JetStream().OrderedConsumer(ctx, wire.StreamName(t.Name, q), jetstream.OrderedConsumerConfig{HeadersOnly: true})
+		cons, err := c.JetStream().OrderedConsumer(ctx, wire.StreamName(t.Name, q), jetstream.OrderedConsumerConfig{HeadersOnly: true, MaxResetAttempts: 3})
 		if err != nil {
 			return 0, err
 		}

@@ -29,7 +29,7 @@ Measures, in one run on an embedded broker in a temporary directory:
 
 func cmdBenchEpoch(e *env, args []string) int {
 	const cmd = "bench epoch"
-	fs := newFlags(e, cmd, "bench epoch [--records N] [--rate R] [--window D] [--changes FROM:TO,...] [--json]", benchEpochHelp)
+	fs := newFlags(e, cmd, "bench epoch [--records N] [--rate R] [--window D] [--changes FROM:TO,...] [--sync-interval always|D] [--json]", benchEpochHelp)
 	records := fs.Int("records", 200000, "records for the throughput part")
 	rounds := fs.Int("rounds", 3, "reads of each kind (gated, ungated) in the throughput part, alternating, after a warm-up read; medians are reported")
 	rate := fs.Int("rate", 5000, "records per second offered in the delay part")
@@ -37,6 +37,7 @@ func cmdBenchEpoch(e *env, args []string) int {
 	members := fs.Int("members", 2, "consumer-group members")
 	handler := fs.Duration("handler", 150*time.Microsecond, "processing time per record in the delay part")
 	cdelay := fs.Duration("consumer-delay", time.Second, "how late the group starts in the delay part (its lag at the change)")
+	syncInterval := fs.String("sync-interval", "always", syncIntervalUsage)
 	changes := fs.String("changes", "16:32,64:128", "epoch changes measured cold and warm, FROM:TO partitions, comma-separated; \"none\" for none")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, st := parse(fs, args)
@@ -50,12 +51,16 @@ func cmdBenchEpoch(e *env, args []string) int {
 	if err != nil {
 		return usageErr(e, cmd, "%v", err)
 	}
+	sync, err := parseSyncInterval(*syncInterval)
+	if err != nil {
+		return usageErr(e, cmd, "%v", err)
+	}
 	dir, err := os.MkdirTemp("", "pctl-bench-epoch-")
 	if err != nil {
 		return failErr(e, cmd, err)
 	}
 	defer os.RemoveAll(dir)
-	res, err := scenario.BenchEpoch(e.ctx, scenario.BenchConfig{DataDir: dir, Records: *records, Rounds: *rounds, Rate: *rate, Window: *window, Members: *members, Handler: *handler, ConsumerDelay: *cdelay, Changes: sizes})
+	res, err := scenario.BenchEpoch(e.ctx, scenario.BenchConfig{DataDir: dir, Records: *records, Rounds: *rounds, Rate: *rate, Window: *window, Members: *members, Handler: *handler, ConsumerDelay: *cdelay, Changes: sizes, SyncInterval: sync})
 	if err != nil {
 		return failErr(e, cmd, err)
 	}
@@ -69,9 +74,13 @@ func cmdBenchEpoch(e *env, args []string) int {
 	fmt.Fprintf(e.stdout, "consumer throughput (%d records, 2 epoch changes, %d members; medians of %d reads each, alternating, after a warm-up)\n", res.ThroughputRecords, *members, res.Rounds)
 	fmt.Fprintf(e.stdout, "  gating on   %10.0f records/s\n", res.GatedRate)
 	fmt.Fprintf(e.stdout, "  gating off  %10.0f records/s   (gated/ungated = %.2f)\n", res.UngatedRate, res.GatedRate/res.UngatedRate)
-	fmt.Fprintf(e.stdout, "delivery delay at an epoch change (%d records/s offered, %v each side; group starts %v late, %v per record)\n", *rate, *window, *cdelay, *handler)
-	fmt.Fprintf(e.stdout, "  %-30s p50 %9s  p99 %9s  max %9s  (change took %s)\n", "pctl (fence, re-send, gate)", ms(res.GatedP50), ms(res.GatedP99), ms(res.GatedMax), ms(res.ChangeTime))
-	fmt.Fprintf(e.stdout, "  %-30s p50 %9s  p99 %9s  max %9s  (pause+drain+change took %s)\n", "pause producers until drained", ms(res.PauseP50), ms(res.PauseP99), ms(res.PauseMax), ms(res.PauseChangeTime))
+	fsync := "fsyncs before every acknowledgement"
+	if res.SyncInterval > 0 {
+		fsync = fmt.Sprintf("fsyncs every %v", res.SyncInterval)
+	}
+	fmt.Fprintf(e.stdout, "delivery delay at an epoch change (%d records/s offered, %v each side; group starts %v late, %v per record; on an embedded broker that %s)\n", *rate, *window, *cdelay, *handler, fsync)
+	fmt.Fprintf(e.stdout, "  %-30s p50 %9s  p99 %9s  max %9s  (change took %s; %d silent readers replaced)\n", "pctl (fence, re-send, gate)", ms(res.GatedP50), ms(res.GatedP99), ms(res.GatedMax), ms(res.ChangeTime), res.GatedReaderRestarts)
+	fmt.Fprintf(e.stdout, "  %-30s p50 %9s  p99 %9s  max %9s  (pause+drain+change took %s; %d silent readers replaced)\n", "pause producers until drained", ms(res.PauseP50), ms(res.PauseP99), ms(res.PauseMax), ms(res.PauseChangeTime), res.PauseReaderRestarts)
 	if len(res.Changes) > 0 {
 		fmt.Fprintf(e.stdout, "epoch changes of a jump topic (cold: the first change on a freshly started broker; warm: the same change again on it)\n")
 		for _, c := range res.Changes {

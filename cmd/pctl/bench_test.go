@@ -62,6 +62,7 @@ func TestBenchProduceCommand(t *testing.T) {
 	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "bench", "produce", "--sync-interval", "soon"), exitUsage, "--sync-interval")
 	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "bench", "produce", "--records", "0"), exitUsage, "at least 1")
 	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "bench", "epoch", "--rounds", "0"), exitUsage, "--rounds >= 1")
+	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "bench", "epoch", "--sync-interval", "soon"), exitUsage, `--sync-interval "soon"`)
 	expect(t, runCLI(context.Background(), nil, strings.NewReader(""), "bench", "consume"), exitUsage, `unknown benchmark "consume"`)
 }
 
@@ -74,7 +75,7 @@ func TestBenchEpochColdPairs(t *testing.T) {
 	}
 	small := []string{"bench", "epoch", "--records", "200", "--rounds", "1", "--rate", "100", "--window", "100ms", "--consumer-delay", "100ms", "--handler", "1us", "--changes", "2:4,4:8"}
 	r := runCLI(context.Background(), nil, strings.NewReader(""), small...)
-	expect(t, r, exitOK, "epoch changes of a jump topic", "cold: the first change on a freshly started broker")
+	expect(t, r, exitOK, "epoch changes of a jump topic", "cold: the first change on a freshly started broker", "silent readers replaced)", "on an embedded broker that fsyncs before every acknowledgement")
 	line := regexp.MustCompile(`(?m)^  (\d+) -> (\d+) partitions +warm +([0-9.]+)ms +cold +([0-9.]+)ms +warm/cold ([0-9.]+)$`)
 	got := line.FindAllStringSubmatch(r.stdout, -1)
 	if len(got) != 2 || got[0][1] != "2" || got[0][2] != "4" || got[1][1] != "4" || got[1][2] != "8" {
@@ -88,10 +89,12 @@ func TestBenchEpochColdPairs(t *testing.T) {
 			t.Fatalf("%s -> %s: warm %vms, cold %vms, ratio %v: want both measured and the ratio warm/cold", g[1], g[2], warm, cold, ratio)
 		}
 	}
-	r = runCLI(context.Background(), nil, strings.NewReader(""), append(small[:len(small)-1], "3:6", "--json")...)
+	r = runCLI(context.Background(), nil, strings.NewReader(""), append(small[:len(small)-1], "3:6", "--sync-interval", "2m", "--json")...)
 	expect(t, r, exitOK)
 	var res struct {
-		Changes []struct {
+		SyncInterval        time.Duration
+		GatedReaderRestarts *int64
+		Changes             []struct {
 			From, To   int
 			Warm, Cold time.Duration
 			Ratio      float64
@@ -99,6 +102,9 @@ func TestBenchEpochColdPairs(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || len(res.Changes) != 1 {
 		t.Fatalf("bench epoch --json: %v: %s", err, r)
+	}
+	if res.SyncInterval != 2*time.Minute || res.GatedReaderRestarts == nil {
+		t.Fatalf("bench epoch --sync-interval 2m --json: sync interval %v (want 2m), reader restarts %v (want a count): %s", res.SyncInterval, res.GatedReaderRestarts, r.stdout)
 	}
 	if c := res.Changes[0]; c.From != 3 || c.To != 6 || c.Warm <= 0 || c.Cold <= 0 || math.Abs(c.Ratio-float64(c.Warm)/float64(c.Cold)) > 1e-9 {
 		t.Fatalf("bench epoch --json: the pair %+v: want 3 -> 6, warm and cold measured, ratio warm/cold", c)

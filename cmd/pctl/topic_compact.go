@@ -109,11 +109,11 @@ func describeCompaction(w io.Writer, t *wire.Topic) {
 			retained = append(retained, ep.Epoch)
 		}
 	}
-	fmt.Fprintf(w, "retained\tepochs %s%s\n", epochList(retained), retiredText(retired))
+	fmt.Fprintf(w, "retained\tepochs %s%s\n", rangeList(retained), retiredText(retired))
 }
 
-// epochList is "1-3, 5" ("none" when empty).
-func epochList(xs []int) string {
+// rangeList is "1-3, 5" ("none" when empty): epochs or partitions.
+func rangeList(xs []int) string {
 	if len(xs) == 0 {
 		return "none"
 	}
@@ -140,7 +140,7 @@ func retiredText(retired []int) string {
 	if len(retired) == 0 {
 		return ""
 	}
-	return "; retired (records deleted): " + epochList(retired)
+	return "; retired (records deleted): " + rangeList(retired)
 }
 
 // describeEpochBackfill writes an epoch's backfill and retirement lines.
@@ -221,6 +221,6 @@ it done), or another failure.
 			retired = append(retired, ep.Epoch)
 		}
 	}
-	fmt.Fprintf(e.stdout, "topic %s: epochs %s retired (their records deleted); epoch %d holds every key's latest record\n", t.Name, epochList(retired), t.Current().Epoch)
+	fmt.Fprintf(e.stdout, "topic %s: epochs %s retired (their records deleted); epoch %d holds every key's latest record\n", t.Name, rangeList(retired), t.Current().Epoch)
 	return exitOK
 }

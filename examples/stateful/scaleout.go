@@ -299,7 +299,7 @@ func readRecords(ctx context.Context, c *client.Client, topic string, f func(key
 		if last == 0 {
 			continue
 		}
-		cons, err := c.JetStream().OrderedConsumer(ctx, wire.StreamName(topic, q), jetstream.OrderedConsumerConfig{})
+		cons, err := c.JetStream().OrderedConsumer(ctx, wire.StreamName(topic, q), jetstream.OrderedConsumerConfig{MaxResetAttempts: 3}) // not for ever (stateful.go)
 		if err != nil {
 			return err
 		}

@@ -80,9 +80,9 @@ func New(c *client.Client, changelog string, p *client.Producer) *Processor {
 }
 
 // Stats returns the processor's counters.
+// It takes only the store's lock, never the index's: catching up holds that across reads of the
+// changelog, and a caller asking for counters must not wait for the network.
 func (p *Processor) Stats() Stats {
-	p.idxMu.Lock()
-	defer p.idxMu.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.stats
@@ -137,10 +137,10 @@ func (p *Processor) Load(ctx context.Context, ks client.KeySet) error {
 			loaded[string(k)] = st
 		}
 	}
-	p.stats.LoadTime += time.Since(start)
 	p.idxMu.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.stats.LoadTime += time.Since(start)
 	for _, k := range ks.Keys {
 		delete(p.store, string(k))
 	}
@@ -230,7 +230,9 @@ func (p *Processor) catchUp(ctx context.Context) error {
 	p.idxMu.Lock()
 	defer p.idxMu.Unlock()
 	_, n, err := ReadChangelog(ctx, p.c, p.changelog, p.read, p.index)
+	p.mu.Lock()
 	p.stats.ChangelogRead += int64(n)
+	p.mu.Unlock()
 	return err
 }
 
@@ -270,8 +272,13 @@ func readChangelog(ctx context.Context, c *client.Client, topic string, read map
 		if last <= read[q] {
 			continue
 		}
+		// Every Fetch of an ordered consumer after the first re-creates its server consumer, and
+		// nats.go retries a failed re-creation for ever by default, inside Fetch and deaf to ctx
+		// (a stream gone, a closed connection): CI once hung 17 minutes there, with Stats
+		// waiting behind it. Three attempts, then Fetch fails and so does this read.
 		cons, err := js.OrderedConsumer(ctx, wire.StreamName(topic, q), jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{"pctl.data." + topic + ".>"}, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: read[q] + 1})
+			FilterSubjects: []string{"pctl.data." + topic + ".>"}, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: read[q] + 1,
+			MaxResetAttempts: 3})
 		if err != nil {
 			return index, n, fmt.Errorf("changelog %s partition %d: %w", topic, q, err)
 		}

@@ -215,7 +215,8 @@ func (c *Cluster) apiConn() (*nats.Conn, error) {
 }
 
 // WaitHealthy waits until every node that runs (and is not paused) answers /healthz OK (every
-// stream and consumer replica it holds is current) and a majority names one meta leader.
+// stream and consumer replica it holds is current), has a route to every other such node whose
+// routes CutRoutes did not cut, and a majority names one meta leader.
 func (c *Cluster) WaitHealthy(ctx context.Context) error {
 	for {
 		bad := ""
@@ -224,6 +225,9 @@ func (c *Cluster) WaitHealthy(ctx context.Context) error {
 				bad = fmt.Sprintf("%s: %s", c.Name(i), why)
 				break
 			}
+		}
+		if bad == "" {
+			bad = c.unmeshed(ctx)
 		}
 		if bad == "" {
 			mctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
@@ -240,6 +244,65 @@ func (c *Cluster) WaitHealthy(ctx context.Context) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// unmeshed returns why the routes between the reachable nodes are not all up ("" when they are):
+// a pair of nodes whose routes CutRoutes did not cut must see each other in /routez. A healthy
+// /healthz and an elected meta leader do not mean that: a node that has a route to the leader but
+// not yet to a peer drops a reply sent through that peer, and a request waits for its timeout (a
+// stream create hung for 8 minutes in stop 24's CI, its reply lost while routes were connecting).
+func (c *Cluster) unmeshed(ctx context.Context) string {
+	up := c.reachable()
+	for _, i := range up {
+		peers, err := c.routePeers(ctx, i)
+		if err != nil {
+			return fmt.Sprintf("%s: /routez: %v", c.Name(i), err)
+		}
+		for _, j := range up {
+			if j == i || c.routesCut(i, j) {
+				continue
+			}
+			if !peers[c.Name(j)] {
+				return fmt.Sprintf("%s has no route to %s yet", c.Name(i), c.Name(j))
+			}
+		}
+	}
+	return ""
+}
+
+// routesCut reports whether CutRoutes (or Isolate) cut the routes between nodes i and j.
+func (c *Cluster) routesCut(i, j int) bool {
+	if i > j {
+		i, j = j, i
+	}
+	c.cutMu.Lock()
+	defer c.cutMu.Unlock()
+	return c.cut[[2]int{i, j}]
+}
+
+// routePeers returns the names of the nodes that node i has a route to, from its /routez.
+func (c *Cluster) routePeers(ctx context.Context, i int) (map[string]bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.MonitorURL(i)+"/routez", nil)
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var rz struct {
+		Routes []struct {
+			RemoteName string `json:"remote_name"`
+		} `json:"routes"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&rz); err != nil {
+		return nil, err
+	}
+	peers := map[string]bool{}
+	for _, r := range rz.Routes {
+		peers[r.RemoteName] = true
+	}
+	return peers, nil
 }
 
 // NodesWithClient returns the nodes (among those running and not paused) that have a client

@@ -96,6 +96,9 @@ type Cluster struct {
 	conn   *nats.Conn // for JetStream API requests (StreamLeader)
 
 	proxies map[[2]int]*netproxy.Proxy // [from, to] -> the proxy of from's route to to
+
+	cutMu sync.Mutex
+	cut   map[[2]int]bool // [i, j] with i < j: CutRoutes(i, j) is in force
 }
 
 type node struct {

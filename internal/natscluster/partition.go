@@ -50,6 +50,12 @@ func (c *Cluster) setRoutes(i, j int, cut bool) error {
 	if i == j || i < 0 || j < 0 || i >= len(c.nodes) || j >= len(c.nodes) {
 		return fmt.Errorf("natscluster: no route between nodes %d and %d", i, j)
 	}
+	c.cutMu.Lock()
+	if c.cut == nil {
+		c.cut = map[[2]int]bool{}
+	}
+	c.cut[[2]int{min(i, j), max(i, j)}] = cut
+	c.cutMu.Unlock()
 	n := 0
 	for _, k := range [][2]int{{i, j}, {j, i}} {
 		px := c.proxies[k]

@@ -30,9 +30,7 @@ func TestSettleReadsBackWhenTheEOBIsNeverAnswered(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const stream, subj, eob = "SILENT", "d.silent", "e.silent"
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{subj}, Storage: jetstream.MemoryStorage, AllowBatchPublish: true, Duplicates: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
+	batchStream(t, ctx, js, stream, subj)
 	eobs := make(chan *nats.Msg, 64)
 	sub, err := nc.ChanSubscribe(eob, eobs) // takes every EOB, answers none
 	if err != nil {
@@ -42,9 +40,7 @@ func TestSettleReadsBackWhenTheEOBIsNeverAnswered(t *testing.T) {
 	if _, err := js.Publish(ctx, subj, []byte("someone else's")); err != nil {
 		t.Fatal(err)
 	}
-	noBroker := errors.New("no broker in this test")
-	p := &Producer{id: "p1", opts: Options{Logf: t.Logf}, conn: &Conn{NC: nc, JS: js, AckTimeout: 300 * time.Millisecond,
-		Topic: func(context.Context, string) (*wire.Topic, error) { return nil, noBroker }}}
+	p := handBuiltProducer(t, nc, js)
 	var recs []*pending
 	for n := uint64(1); n <= 3; n++ {
 		h := nats.Header{}
@@ -59,7 +55,6 @@ func TestSettleReadsBackWhenTheEOBIsNeverAnswered(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p.cond = sync.NewCond(&p.mu)
 	p.buffered = len(recs)
 	s := &sink{p: p, stream: stream, subject: eob, floor: 1, floorKnown: true, wake: make(chan struct{}, 1), replies: make(chan fbReply, 16), done: make(chan struct{}),
 		b: &batch{id: "b1", recs: recs, commit: 4, anomaly: "no reply within 300ms", progress: time.Now()}}
@@ -83,4 +78,22 @@ func TestSettleReadsBackWhenTheEOBIsNeverAnswered(t *testing.T) {
 		t.Fatalf("to re-send: %d records; want only the third", len(q))
 	}
 	t.Logf("settled after %d unanswered EOBs in %v", len(eobs), time.Since(start).Round(time.Millisecond))
+}
+
+// batchStream creates a memory stream that takes fast batches, with a deduplication window.
+func batchStream(t *testing.T, ctx context.Context, js jetstream.JetStream, stream, subject string) {
+	t.Helper()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{subject}, Storage: jetstream.MemoryStorage, AllowBatchPublish: true, Duplicates: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// handBuiltProducer is a Producer with only what a hand-built sink uses: its id, log, condition
+// and connection (a 300 ms ack timeout; no broker to ask for descriptors).
+func handBuiltProducer(t *testing.T, nc *nats.Conn, js jetstream.JetStream) *Producer {
+	noBroker := errors.New("no broker in this test")
+	p := &Producer{id: "p1", opts: Options{Logf: t.Logf}, conn: &Conn{NC: nc, JS: js, AckTimeout: 300 * time.Millisecond,
+		Topic: func(context.Context, string) (*wire.Topic, error) { return nil, noBroker }}}
+	p.cond = sync.NewCond(&p.mu)
+	return p
 }

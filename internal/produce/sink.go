@@ -1273,6 +1273,11 @@ func (s *sink) checkPubAck(ctx context.Context, r fbReply) (k, at int, ok bool, 
 		if n != 1 || k != 1 {
 			return 0, -1, false, nil
 		}
+		if b.acked == 1 {
+			// Its flow ack counted the duplicate as persisted and the record is acknowledged
+			// already: the PubAck adds nothing, and must not acknowledge it twice.
+			return 1, -1, true, nil
+		}
 		m, err := s.getMsg(ctx, r.streamSeq)
 		if err != nil {
 			return 0, -1, false, err

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -70,6 +71,31 @@ func stickyExpansion(t *testing.T, ctx context.Context, b *broker.Broker, sdks [
 	kv, err := admin.JetStream().KeyValue(ctx, "pctl-groups")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Every round the leaders write, as a watch sees it (the bucket keeps one revision), so that a
+	// failure can say what came between two records the test read.
+	var roundsMu sync.Mutex
+	var rounds []string
+	if w, err := kv.Watch(ctx, wire.AssignmentKey(desc.ID, group)); err == nil {
+		defer func() { _ = w.Stop() }()
+		go func() {
+			for e := range w.Updates() {
+				if e == nil || e.Operation() != jetstream.KeyValuePut {
+					continue
+				}
+				var a wire.Assignment
+				if json.Unmarshal(e.Value(), &a) == nil {
+					roundsMu.Lock()
+					rounds = append(rounds, fmt.Sprintf("round %d: members %v, owners %v, partitions %d", a.Round, a.Members, a.Owners, len(a.Partitions)))
+					roundsMu.Unlock()
+				}
+			}
+		}()
+	}
+	seenRounds := func() string {
+		roundsMu.Lock()
+		defer roundsMu.Unlock()
+		return strings.Join(rounds, "; ")
 	}
 	record := func() *wire.Assignment {
 		e, err := kv.Get(ctx, wire.AssignmentKey(desc.ID, group))
@@ -215,11 +241,12 @@ func stickyExpansion(t *testing.T, ctx context.Context, b *broker.Broker, sdks [
 	}
 
 	t.Logf("after the expansion: round %d, members %v, owners %v, moved %v, moved_modulo %v", after.Round, after.Members, after.Owners, deref(after.Moved), deref(after.MovedModulo))
+	t.Logf("the rounds written: %s", seenRounds())
 	if after.Moved == nil || *after.Moved != 0 {
 		t.Errorf("the expansion's record says moved %v; linear hashing 4 -> 8 with every member holding the same number of partitions moves nothing (§6.2.1)", deref(after.Moved))
 	}
 	if after.Round != before.Round+1 || !sameStrings(after.Members, names) {
-		t.Errorf("the expansion's record is round %d with members %v; want round %d with %v (no other record between)", after.Round, after.Members, before.Round+1, names)
+		t.Errorf("the expansion's record is round %d with members %v; want round %d with %v (no other record between); the rounds written: %s", after.Round, after.Members, before.Round+1, names, seenRounds())
 	}
 	if h := after.History[len(after.History)-1]; h.Epoch != 2 || h.Moved == nil || *h.Moved != 0 {
 		t.Errorf("the history's last summary %+v does not record the expansion with moved 0", h)

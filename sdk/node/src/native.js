@@ -318,61 +318,108 @@ export class NativePartitioner extends Partitioner {
 }
 
 /**
- * The partitions of the run of string keys from keys[i] (up to RUN_UNITS UTF-16 units and runKeys
- * keys of them, at least one key) into out; returns the index after the run. The run is encoded with one encodeInto
- * of the keys joined: when every unit is ASCII (bytes written = units read: any other unit takes 2
- * or 3 bytes, a surrogate pair 4 for its 2 units) each key's bytes are its units, laid end to end,
- * and every key is hashed in place at its offset, no call into C++ per key. Otherwise the bytes
- * before the first unit that is not ASCII are still the units: the keys wholly before it are
- * hashed at their offsets, the key holding it is encoded on its own (encodeKey), as before, and the
- * run ends after it (after that key a joined encoding could even pair one key's trailing lone
- * surrogate with the next key's leading one). A key of more than RUN_UNITS units
- * is a run of its own, encoded on its own (the limit's check is there).
+ * The partitions of the run of string keys from keys[i] (up to RUN_UNITS UTF-16 units and
+ * RUN_KEYS keys of them, at least one key) into out; returns the index after the run. The run is
+ * encoded with one encodeInto of the keys joined, and every key is hashed in place at its offset,
+ * no call into C++ per key. When every unit is ASCII (bytes written = units read: any other unit
+ * takes 2 or 3 bytes, a surrogate pair 4 for its 2 units) each key's bytes are its units. Otherwise
+ * the joined UTF-8 is still each key's UTF-8 laid end to end (UTF-8 encodes each code point on its
+ * own) except where a key's trailing high surrogate meets the next key's leading low one, which
+ * joined are one pair (4 bytes) and apart two U+FFFD (3 each): a key without a unit that is not
+ * ASCII (found by NON_ASCII_G from the last such key on) has as many bytes as units, a key with
+ * one is measured by utf8Length from that unit on, and a key that would pair is encoded on its own
+ * (encodeKey) and ends the run. A run dense in keys that are not ASCII is finished key by key, and
+ * so are the next keys (DENSE_KEYS below). A key of more than RUN_UNITS units is a run of its own,
+ * encoded on its own (the limit's check is there).
  */
 function stringRun(f, keys, i, n, out) {
   let s = keys[i];
   let j = i + 1;
-  if (perKeyLeft > 0) { // after runs that were not ASCII: the next keys one by one, no joined encoding
-    const last = Math.min(keys.length, i + perKeyLeft);
+  if (perKeyLeft > 0 || s.length > RUN_UNITS) { // after a dense run: the next keys one by one
+    const last = Math.min(keys.length, i + Math.max(perKeyLeft, 1));
     while (j < last && typeof keys[j] === 'string') j++;
-    perKeyLeft -= j - i;
-  } else if (s.length <= RUN_UNITS) {
-    const last = Math.min(keys.length, i + runKeys);
-    for (; j < last; j++) {
-      const k = keys[j];
-      if (typeof k !== 'string' || s.length + k.length > RUN_UNITS) break;
-      s += k;
-    }
-    if (encoder.encodeInto(s, scratch).written === s.length) {
-      let off = 0;
-      for (let x = i; x < j; x++) {
-        const len = keys[x].length;
-        out[x] = f(scratch, n, len, off);
-        off += len;
-      }
-      if (runKeys < RUN_KEYS) runKeys *= 2;
-      backoff = 0;
-      return j;
-    }
-    // Not all ASCII: up to the first unit that is not (p), the bytes are still the units, so the
-    // keys wholly before p are hashed at their offsets, the key holding p is encoded on its own, and
-    // the next run starts after it.
-    const p = s.search(NON_ASCII);
-    let off = 0;
-    let x = i;
-    for (; off + keys[x].length <= p; x++) {
+    perKeyLeft = Math.max(0, perKeyLeft - (j - i));
+    keyByKey(f, keys, i, j, n, out);
+    return j;
+  }
+  const last = Math.min(keys.length, i + runKeys);
+  for (; j < last; j++) {
+    const k = keys[j];
+    if (typeof k !== 'string' || s.length + k.length > RUN_UNITS) break;
+    s += k;
+  }
+  let off = 0;
+  if (encoder.encodeInto(s, scratch).written === s.length) {
+    for (let x = i; x < j; x++) {
       const len = keys[x].length;
       out[x] = f(scratch, n, len, off);
       off += len;
     }
-    out[x] = f(scratch, n, encodeKey(keys[x], x), 0);
-    runKeys = Math.min(RUN_KEYS, Math.max(MIN_RUN_KEYS, 2 * (x + 1 - i)));
-    backoff = Math.min(RUN_KEYS, backoff === 0 ? MIN_RUN_KEYS : 2 * backoff);
-    perKeyLeft = backoff; // the next keys one by one, more of them after each such run
-    return x + 1;
+    backoff = 0;
+    if (runKeys < RUN_KEYS) runKeys *= 2;
+    return j;
   }
-  for (let x = i; x < j; x++) out[x] = f(scratch, n, encodeKey(keys[x], x), 0);
+  NON_ASCII_G.lastIndex = 0;
+  let p = NON_ASCII_G.exec(s).index; // the next unit that is not ASCII (there is one)
+  let u = 0; // units of the keys before x
+  let seen = 0; // keys with a unit that is not ASCII
+  for (let x = i; x < j; x++) {
+    const key = keys[x];
+    const len = key.length;
+    if (p >= u + len) { // ASCII
+      out[x] = f(scratch, n, len, off);
+      off += len;
+      u += len;
+      continue;
+    }
+    if (++seen > DENSE_KEYS && DENSE_SHARE * seen > x - i) { // dense: the rest of the run key by key
+      keyByKey(f, keys, x, j, n, out);
+      perKeyLeft = backoff = Math.min(MAX_BACKOFF, 2 * backoff || RUN_KEYS);
+      runKeys = MIN_RUN_KEYS;
+      return j;
+    }
+    u += len;
+    const end = key.charCodeAt(len - 1);
+    if (end >= 0xd800 && end <= 0xdbff && u < s.length && (s.charCodeAt(u) & 0xfc00) === 0xdc00) {
+      out[x] = f(scratch, n, encodeKey(key, x), 0); // joined, a pair with the next key's low surrogate
+      return x + 1;
+    }
+    const bytes = utf8Length(key, p - (u - len));
+    if (bytes > LIMITS.maxKey) throw keyTooLong(bytes, x);
+    out[x] = f(scratch, n, bytes, off);
+    off += bytes;
+    NON_ASCII_G.lastIndex = u;
+    const m = NON_ASCII_G.exec(s);
+    p = m === null ? s.length : m.index;
+  }
+  backoff = 0;
+  if (runKeys < RUN_KEYS) runKeys *= 2;
   return j;
+}
+
+// The partitions of the string keys keys[i:j], each encoded on its own into scratch.
+function keyByKey(f, keys, i, j, n, out) {
+  for (let x = i; x < j; x++) {
+    const k = keys[x];
+    out[x] = f(scratch, n, k.length <= SHORT_UNITS ? encoder.encodeInto(k, scratch).written : encodeKey(k, x), 0);
+  }
+}
+
+// The UTF-8 length of key, whose units before `from` are ASCII, as encodeInto writes it: a lone
+// surrogate becomes U+FFFD (3 bytes), a pair 4 bytes.
+function utf8Length(key, from) {
+  let b = from;
+  const len = key.length;
+  for (let q = from; q < len; q++) {
+    const c = key.charCodeAt(q);
+    if (c < 0x80) b++;
+    else if (c < 0x800) b += 2;
+    else if ((c & 0xfc00) === 0xd800 && q + 1 < len && (key.charCodeAt(q + 1) & 0xfc00) === 0xdc00) {
+      b += 4;
+      q++;
+    } else b += 3;
+  }
+  return b;
 }
 
 // String keys are hashed from their UTF-8 in one buffer, reused by every call (one thread: a call
@@ -381,31 +428,37 @@ function stringRun(f, keys, i, n, out) {
 // longer one has more than LIMITS.maxKey bytes anyway.
 const scratch = new Uint8Array(3 * LIMITS.maxKey);
 // A batch's run of string keys encoded at once (stringRun): at most this many UTF-16 units, so
-// its UTF-8 fits scratch, and no key of the run can be over the limit.
+// its UTF-8 fits scratch, and no key of the run can be over the limit but by its non-ASCII units;
+// and at most RUN_KEYS keys. (Before, a run that was not all ASCII ended at its first key that
+// was not, and the next keys were encoded one by one for a while: keys of which one in 50 is not
+// ASCII measured 0.69x of key-by-key encoding.)
 const RUN_UNITS = LIMITS.maxKey;
-// And at most runKeys keys: a run that is not all ASCII ends at its first key that is not, and the
-// joined encoding after that key is wasted, so the next run takes twice the keys this one used
-// (at least MIN_RUN_KEYS), and a run that is all ASCII doubles it (to RUN_KEYS). After a run that
-// is not all ASCII the next perKeyLeft string keys are encoded one by one without trying (backoff
-// keys: MIN_RUN_KEYS, doubled after each further such run to RUN_KEYS, none after a run that is
-// all ASCII): keys of which one in 50 is not ASCII measured 0.6x of key-by-key encoding when every
-// run was tried. The state is only speed: every key's bytes are the same.
-const NON_ASCII = /[^\x00-\x7f]/;
+// A key of at most this many units has at most LIMITS.maxKey bytes: no check of its length.
+const SHORT_UNITS = Math.floor(LIMITS.maxKey / 3);
+const NON_ASCII_G = /[^\x00-\x7f]/g;
 const RUN_KEYS = 4096;
-const MIN_RUN_KEYS = 8;
+// Finding each key that is not ASCII costs more than encoding it on its own when many are: a run
+// in which more than DENSE_KEYS keys and more than one in DENSE_SHARE so far are not ASCII is
+// finished key by key, and the next perKeyLeft string keys too (backoff: RUN_KEYS, doubled after
+// each further dense run to MAX_BACKOFF, none after a run that was not dense); the run after
+// those takes MIN_RUN_KEYS keys (runKeys), twice as many after each run that was not dense, up to
+// RUN_KEYS. The state is only speed: every key's bytes are the same.
+const MIN_RUN_KEYS = 64;
 let runKeys = RUN_KEYS;
+const DENSE_KEYS = 8;
+const DENSE_SHARE = 8;
+const MAX_BACKOFF = 8 * RUN_KEYS;
 let backoff = 0;
 let perKeyLeft = 0;
 
 /** The UTF-8 of key into scratch, its length returned; a key over the limit throws (key i, or -1 for a single call). */
 function encodeKey(key, i) {
   const len = key.length <= LIMITS.maxKey ? encoder.encodeInto(key, scratch).written : Buffer.byteLength(key, 'utf8');
-  if (len > LIMITS.maxKey) {
-    const which = i < 0 ? `${len} bytes` : `key ${i} has ${len} bytes`;
-    throw new BadRequestError(`key too long: ${which}; the limit is ${LIMITS.maxKey} (spec/abi-v1.md §1.1)`);
-  }
+  if (len > LIMITS.maxKey) throw keyTooLong(len, i);
   return len;
 }
+
+const keyTooLong = (len, i) => new BadRequestError(`key too long: ${i < 0 ? `${len} bytes` : `key ${i} has ${len} bytes`}; the limit is ${LIMITS.maxKey} (spec/abi-v1.md §1.1)`);
 
 function checkN(n) {
   if (!Number.isInteger(n) || n < 1 || n > LIMITS.maxPartitions) {

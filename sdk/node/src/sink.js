@@ -884,6 +884,9 @@ export class Sink {
       // A batch of one record whose id was stored already: it counts only if the stored message
       // is this record.
       if (n !== 1 || k !== 1) return { k: 0, at: -1, ok: false };
+      // Its flow ack counted the duplicate as persisted and acknowledged the record already: the
+      // PubAck adds nothing, and must not acknowledge it twice.
+      if (b.acked === 1) return { k: 1, at: -1, ok: true };
       const m = await this.getMsg(r.streamSeq);
       const pd = b.recs[0];
       if (m && sameRecord(m, pd)) {

@@ -164,12 +164,12 @@ for (const name of ['kafka-murmur2', 'linear-murmur2', 'librdkafka-consistent', 
   });
 }
 
-// The native batch hashes a run of string keys from one encodeInto of the keys joined when all of
-// it is ASCII, each key in place at its offset (stringRun), and encodes key by key otherwise.
+// The native batch hashes a run of string keys from one encodeInto of the keys joined, each key in
+// place at its offset (stringRun); here the runs that are all ASCII (the others: the next test).
 // Against the vectors (the real clients' partitions) for every vector key that is an ASCII string,
 // in one batch and per call; and against the module for every length 0-33 (murmur2's and XXH64's
 // word and tail boundaries, at many offsets mod 4 and 8 in a run) and around 64, empty keys, runs
-// ended by a byte key, by RUN_UNITS or by runKeys (which halves after each run that is not ASCII:
+// ended by a byte key, by RUN_UNITS or by runKeys (runs that are not all ASCII among them:
 // keys whose first non-ASCII unit comes at any place, Latin-1 units 0x80-0xff included, one byte
 // as Latin-1 and two as UTF-8; lone surrogates, one key's trailing high surrogate before the next
 // key's leading low one, which joined would be a pair) and ASCII runs after those.
@@ -219,6 +219,51 @@ for (const name of ['kafka-murmur2', 'linear-murmur2', 'librdkafka-consistent', 
       }
     }
     assert.throws(() => nat.partitionMany(['a', 'b'.repeat(65537), 'c'], 3), (e) => e instanceof BadRequestError && /key 1 has 65537 bytes/.test(e.message));
+  });
+}
+
+// Runs that are not all ASCII (stringRun): the joined encoding is used for every key, each key that
+// is not ASCII measured from its first such unit, unless it ends with a high surrogate before the
+// next key's low one (joined, a pair), or the run is dense in such keys (then key by key, and
+// the next keys too, then small runs again). Non-ASCII keys at the start, the middle and the end
+// of runs and at the 4,096-key and 65,536-unit limits, two in a row, surrogate pairs, lone
+// surrogates (U+FFFD, as key by key), pairs across keys with and without an empty key between,
+// empty keys, dense keys then ASCII ones then sparse ones again; the same batches again (the
+// run sizes depend on what came before).
+for (const name of ['kafka-murmur2', 'linear-murmur2', 'librdkafka-consistent', 'librdkafka-fnv1a', 'sarama-fnv1a', 'jump']) {
+  test(`native ${name}: string runs that are not all ASCII give the module's partitions, batched and per call`, () => {
+    const nat = nativeFor({ digest: Partitioner.builtin(name).digest }, undefined, { everyShape: true });
+    const wasm = Partitioner.builtin(name);
+    const odd = ['é', '😀', '\ud800', '\udc00', '中', '\u0080'];
+    const short = Array.from({ length: 10_000 }, (_, i) => asciiKey(i, i % 4)); // runs end at 4,096 keys
+    for (const at of [0, 1, 4095, 4096, 4097, 8191, 8192, 9999]) short[at] = odd[at % odd.length] + short[at];
+    short[5000] = 'é';
+    short[5001] = 'é'; // two in a row, each starting with its unit that is not ASCII
+    short[6000] = 'a\ud83d';
+    short[6001] = '\ude00b'; // a pair across keys
+    short[7000] = 'a\ud83d';
+    short[7001] = '';
+    short[7002] = '\ude00b'; // a pair across keys with an empty one between
+    short[7500] = '\ud83d\ude00\ud83d'; // a pair, then a lone high one before an ASCII key
+    const sparse = Array.from({ length: 6000 }, (_, i) => asciiKey(i, i % 41) + (i % 50 === 7 ? odd[(i / 50 | 0) % odd.length] : '') + (i % 97 === 3 ? asciiKey(i, 3) : ''));
+    const long = Array.from({ length: 70 }, (_, i) => asciiKey(i, 1000).slice(0, 1000 - (i % 3)) + (i % 5 === 0 ? 'é' : '') + asciiKey(i, i % 9)); // runs end at 65,536 units
+    long.push('é'.repeat(21845), 'z'.repeat(100), '😀'.repeat(16384), 'y');
+    const dense = Array.from({ length: 300 }, (_, i) => `ключ-${i}` + (i % 7 === 0 ? '' : asciiKey(i, i % 5)));
+    const after = dense.concat(Array.from({ length: 40_000 }, (_, i) => asciiKey(i, i % 20)), sparse, dense, ['é', 'a\ud83d', '\ude00b']);
+    for (const ks of [short, sparse, long, dense, after, [...short].reverse(), short, sparse]) {
+      for (const n of [7, 2147483647]) {
+        const want = wasm.partitionMany(ks, n);
+        const got = nat.partitionMany(ks, n);
+        for (let i = 0; i < ks.length; i++) {
+          if (!Object.is(got[i], want[i])) assert.fail(`${name} partitionMany n=${n} key ${i} ${JSON.stringify(ks[i]).slice(0, 80)}: wasm ${want[i]}, native batch ${got[i]}`);
+        }
+      }
+      for (let i = 0; i < ks.length; i += 13) assert.equal(nat.partition(ks[i], 7), wasm.partition(ks[i], 7), `${name} partition key ${i}`);
+    }
+    const over = 'é'.repeat(32769); // 65538 bytes
+    assert.throws(() => nat.partitionMany(['a', 'b', over, 'c'], 3), (e) => e instanceof BadRequestError && /key 2 has 65538 bytes/.test(e.message), 'a sparse run');
+    assert.throws(() => nat.partitionMany([...dense.slice(0, 20), over], 3), (e) => e instanceof BadRequestError && /key 20 has 65538 bytes/.test(e.message), 'a dense run');
+    assert.throws(() => nat.partitionMany([...dense, over], 3), (e) => e instanceof BadRequestError && /key 300 has 65538 bytes/.test(e.message), 'after a dense run');
   });
 }
 
@@ -315,7 +360,7 @@ for (const name of ['kafka-murmur2', 'jump']) {
     }
     console.log(`${name} 16-byte keys, partitionMany: wasm ${(best(bw) / keys.length).toFixed(0)} ns/key, native ${(best(bn) / keys.length).toFixed(0)} ns/key: wasm/native ${(best(bw) / best(bn)).toFixed(2)}x`);
     // String keys (what producers give), 16 bytes and mixed lengths (0-40 units, one in 50 with an
-    // 'é': its run is encoded key by key): the native batch against the module's and against the
+    // 'é', measured in the joined encoding): the native batch against the module's and against the
     // previous native batch, which encoded every key on its own into one reused buffer
     // (encodeInto per key) before hashing it.
     const strings = keys.map((k) => new TextDecoder().decode(k));

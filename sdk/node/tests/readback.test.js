@@ -8,12 +8,12 @@
 // same when the stream's last message is gone (the leader names no last message: the read goes on
 // with next_by_subj), and a record that is not stored must not be found. As the Go producer's
 // TestReadBackReachesTheLeadersEnd (internal/produce/holepath_test.go). And settle's read-back after
-// EOBs that get no answer (the last test).
+// EOBs that get no answer, and settling a duplicate PubAck after a flow ack (the last two tests).
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect } from '../src/index.js';
 import { Sink } from '../src/sink.js';
-import { leaderLast } from '../src/fastbatch.js';
+import { KIND, leaderLast } from '../src/fastbatch.js';
 import { jsRequest, streamInfo } from '../src/jsapi.js';
 import { startBroker, missingToolchain } from './broker.js';
 
@@ -31,6 +31,45 @@ function publisher(nc, subject) {
     assert.ok(!r.error && r.seq > 0, `publish to ${subject}: ${JSON.stringify(r)}`);
     return r.seq;
   };
+}
+
+// A record of p as send makes it (its identity, its headers), made by hand and not sent: sent
+// `sends` times, stored above floor in stream; resolve and reject get its outcome.
+function handRecord(p, stream, floor, value, sends, resolve, reject) {
+  p.seq += 1;
+  const pd = p.pending(p.seq, null, new Uint8Array(Buffer.from(value)), null, null);
+  pd.floors = new Map([[stream, floor]]);
+  pd.sends = sends;
+  p.headersOf(pd);
+  pd.resolve = resolve;
+  pd.reject = reject;
+  p.unsettled++;
+  return pd;
+}
+
+// A sink of p's partition 0 in epoch, not started (only its settle runs here), whose batch id
+// holds recs (stored above floor).
+function handSink(p, epoch, floor, id, recs) {
+  const s = new Sink(p, epoch, 0);
+  s.floor = floor;
+  s.floorKnown = true;
+  s.b = {
+    id, recs, keys: null, acked: 0, flowed: 0, commit: 0, anomaly: '', ended: false,
+    unknown: false, never: false, noResp: false, pubAck: null, progress: Date.now(), checked: Date.now(), transient: false, confirming: false,
+  };
+  p.batches.set(id, s);
+  return s;
+}
+
+// What s.settle(null) returns, or 'timeout' if it does not finish within ms.
+async function settleWithin(s, ms) {
+  let timer;
+  const bound = new Promise((resolve) => { timer = setTimeout(() => resolve('timeout'), ms); });
+  try {
+    return await Promise.race([s.settle(null), bound]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 const cases = [
@@ -61,6 +100,16 @@ describe('the read-back (after a leader change, after unanswered EOBs)', { skip,
     await admin?.close();
     await broker?.stop();
   });
+
+  // The settle tests' bench: a new topic of one partition and a producer of it (id) with a 300 ms
+  // ack timeout; its current epoch, the partition's stream and the epoch's subject.
+  async function settling(topic, id) {
+    await broker.admin(['topic', 'create', topic, '--partitions', '1', '--partitioner', 'kafka-murmur2']);
+    const p = await prod.producer(topic, { id });
+    p.ackTimeout = 300;
+    const epoch = p.desc.epochs[p.desc.epochs.length - 1].epoch;
+    return { p, epoch, stream: `PCTL_${topic}_0`, subject: `pctl.data.${topic}.${epoch}.0` };
+  }
 
   cases.forEach((tc, n) => {
     test(`reaches the stream leader's end: ${tc.name}`, async () => {
@@ -119,14 +168,9 @@ describe('the read-back (after a leader change, after unanswered EOBs)', { skip,
   // TestSettleReadsBackWhenTheEOBIsNeverAnswered (internal/produce/silenteob_test.go).
   test('settle reads the partition back when the EOB is never answered', async () => {
     const topic = 'silenteob';
-    await broker.admin(['topic', 'create', topic, '--partitions', '1', '--partitioner', 'kafka-murmur2']);
-    const p = await prod.producer(topic, { id: 'silent-p' });
+    const { p, epoch, stream, subject } = await settling(topic, 'silent-p');
     let s;
     try {
-      p.ackTimeout = 300;
-      const epoch = p.desc.epochs[p.desc.epochs.length - 1].epoch;
-      const stream = `PCTL_${topic}_0`;
-      const subject = `pctl.data.${topic}.${epoch}.0`;
       const publish = publisher(prod.nc, subject);
       // The EOB subject: a real subscriber takes every EOB and answers none.
       const silentSubject = `pctl.data.${topic}.silent.0`;
@@ -139,37 +183,22 @@ describe('the read-back (after a leader change, after unanswered EOBs)', { skip,
       const recs = [];
       const results = [];
       for (let n = 1; n <= 3; n++) {
-        p.seq += 1;
-        const pd = p.pending(p.seq, null, new Uint8Array(Buffer.from(`value ${n}`)), null, null);
-        pd.floors = new Map([[stream, floor]]);
-        pd.sends = 1;
-        p.headersOf(pd);
         const r = { state: 'pending', value: undefined };
-        pd.resolve = (v) => { r.state = 'resolved'; r.value = v; };
-        pd.reject = (e) => { r.state = 'rejected'; r.value = e; };
-        p.unsettled++;
-        recs.push(pd);
+        recs.push(handRecord(p, stream, floor, `value ${n}`, 1,
+          (v) => { r.state = 'resolved'; r.value = v; }, (e) => { r.state = 'rejected'; r.value = e; }));
         results.push(r);
       }
       const ids = recs.map((pd) => pd.msgId);
       const at = [];
       for (const pd of recs.slice(0, 2)) at.push(await publish(`value ${at.length + 1}`, pd.hdr)); // the server stored the first two
 
-      s = new Sink(p, epoch, 0);
+      s = handSink(p, epoch, floor, 'b1', recs);
       s.subject = silentSubject;
-      s.floor = floor;
-      s.floorKnown = true;
-      s.b = {
-        id: 'b1', recs, keys: null, acked: 0, flowed: 0, commit: 4, anomaly: 'no reply within 300ms', ended: false,
-        unknown: false, never: false, noResp: false, pubAck: null, progress: Date.now(), checked: Date.now(), transient: false, confirming: false,
-      };
-      p.batches.set('b1', s);
+      s.b.commit = 4;
+      s.b.anomaly = 'no reply within 300ms';
 
       const start = Date.now();
-      let timer;
-      const bound = new Promise((resolve) => { timer = setTimeout(() => resolve('timeout'), 15_000); });
-      const got = await Promise.race([s.settle(null), bound]);
-      clearTimeout(timer);
+      const got = await settleWithin(s, 15_000);
       sub.unsubscribe();
       assert.notEqual(got, 'timeout', `settle did not finish within 15 s after ${eobs} unanswered EOBs: a batch the server never answers must be read back, not closed forever`);
       assert.equal(got, null, `settle says the partition was fenced (${JSON.stringify(got)})`);
@@ -183,6 +212,52 @@ describe('the read-back (after a leader change, after unanswered EOBs)', { skip,
       assert.equal(queue[0].msgId, ids[2], 'the third record is re-sent under a new id; it must keep its old one');
       p.log?.(`settled after ${eobs} unanswered EOBs in ${Date.now() - start} ms`);
     } finally {
+      s?.abort(new Error('test over'));
+      await p.close();
+    }
+  });
+
+  // A record re-sent alone (its first send was stored, but its answer lost) is a one-record batch
+  // the server deduplicates. Its flow ack counts the duplicate as persisted, so the sink
+  // acknowledges the record then; the batch's PubAck that follows says "duplicate"
+  // (spec/protocol.md §5.1.1), which is an anomaly, and settling it must not acknowledge the record
+  // a second time, nor mark the record the flow ack acknowledged as not stored: the PubAck adds
+  // nothing, and settle reads nothing from the stream for it. The partition stream holds the record
+  // at the sequence the PubAck names. As the Go producer's
+  // TestDuplicatePubAckAfterAFlowAckFinishesOnce (internal/produce/dupack_test.go).
+  test('a duplicate PubAck after the flow ack finishes the record once', async () => {
+    const { p, epoch, stream, subject } = await settling('dupack', 'dupack-p');
+    let s;
+    let sub;
+    try {
+      const floor = (await streamInfo(prod.nc, stream)).state.last_seq;
+      const calls = [];
+      const pd = handRecord(p, stream, floor, 'value 1', 2, (v) => { calls.push({ resolved: v }); }, (e) => { calls.push({ rejected: e }); });
+      const at = await publisher(prod.nc, subject)('value 1', pd.hdr); // the first send, stored
+      // Every read of the partition stream's messages (a real subscriber beside the server's).
+      let gets = 0;
+      sub = admin.nc.subscribe(`$JS.API.STREAM.MSG.GET.${stream}`, { callback: () => { gets++; } });
+      await admin.nc.flush();
+
+      s = handSink(p, epoch, floor, 'b2', [pd]);
+      s.ackUpTo(1); // the re-send's flow ack: the duplicate counts as persisted
+      assert.equal(calls.length, 1, `the flow ack finished ${calls.length} records; want 1`);
+      s.b.pubAck = { kind: KIND.pubAck, stream, streamSeq: at, ackBatch: 'b2', count: 1, duplicate: true };
+      s.b.anomaly = 'PubAck of 1 records (batch "b2", duplicate true)';
+
+      const got = await settleWithin(s, 20_000);
+      await admin.nc.flush();
+      assert.notEqual(got, 'timeout', 'settle did not finish within 20 s');
+      assert.equal(got, null, `settle says the partition was fenced (${JSON.stringify(got)})`);
+      assert.equal(calls.length, 1, `the record's callback ran ${calls.length} times: a duplicate PubAck after the flow ack acknowledged it again`);
+      assert.ok(calls[0].resolved, `the record failed: ${calls[0].rejected}`);
+      assert.equal(p.unsettled, 0, `${p.unsettled} records unsettled; want 0`);
+      assert.equal(pd.failed, null, `the record the flow ack acknowledged is marked failed: ${pd.failed?.message}`);
+      assert.equal(gets, 0, `settle read ${gets} messages of the stream for a PubAck that adds nothing`);
+      const queue = s.queue.slice(s.qi);
+      assert.equal(queue.length, 0, `${queue.length} records to send again; want none`);
+    } finally {
+      sub?.unsubscribe();
       s?.abort(new Error('test over'));
       await p.close();
     }

@@ -8,12 +8,14 @@ answers stand for the leader's: the record stored above it must be found. The sa
 stream's last message is gone (the leader names no last message: the read goes on with
 next_by_subj), and a record that is not stored must not be found. As the Go producer's
 TestReadBackReachesTheLeadersEnd (internal/produce/holepath_test.go). And settle's read-back after
-EOBs that get no answer (test_settle_reads_back_when_the_eob_is_never_answered)."""
+EOBs that get no answer (test_settle_reads_back_when_the_eob_is_never_answered), and settling a
+duplicate PubAck after a flow ack (test_duplicate_pub_ack_after_a_flow_ack_finishes_once)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import time
 
@@ -112,6 +114,67 @@ async def _publish(nc, subject: str, data: bytes, headers=None) -> int:
     return r["seq"]
 
 
+@dataclasses.dataclass
+class _Settling:
+    """The settle tests' bench (_settling): _connected's raw connections, client and producer of a
+    topic of one partition, with a 300 ms ack timeout; the partition's stream and its current
+    epoch's subject."""
+
+    nc: object
+    admin: object
+    c: object
+    p: object
+    epoch: int
+    stream: str
+    subject: str
+
+    def publish(self, data: bytes, headers=None):
+        """Publishes to the partition's subject and returns the stored sequence."""
+        return _publish(self.nc, self.subject, data, headers)
+
+    async def listen(self, subject: str):
+        """Every message on subject, taken by a real subscriber of the admin connection that answers
+        none: the list of messages and the subscription."""
+        got = []
+
+        async def take(m):
+            got.append(m)
+
+        sub = await self.admin.subscribe(subject, cb=take)
+        await self.admin.flush()
+        return got, sub
+
+    def sink(self, floor: int, recs):
+        """A sink of the partition, not started (only its settle runs here), whose batch holds recs
+        (stored above floor): the sink and the batch."""
+        s = producer_mod._Sink(self.p, self.epoch, 0)
+        s.task.cancel()
+        s.floor, s.floor_known = floor, True
+        b = producer_mod._Batch(time.monotonic())
+        b.recs.extend(recs)
+        s.b = b
+        self.p._batches[b.id] = s
+        return s, b
+
+    @staticmethod
+    async def settle(s, seconds: float, late):
+        """Settles s's batch within seconds and returns what settle returns (the fence, or None);
+        fails with late() if settle does not finish by then."""
+        try:
+            return await asyncio.wait_for(s._settle(None), seconds)
+        except asyncio.TimeoutError:
+            raise AssertionError(late()) from None
+
+
+@contextlib.asynccontextmanager
+async def _settling(broker, topic: str):
+    """The settle tests' bench (_Settling) for topic, closed after."""
+    async with _connected(broker, topic) as (nc, admin, c, p):
+        c.ack_timeout = 0.3
+        epoch = p._desc.raw["epochs"][-1]["epoch"]
+        yield _Settling(nc, admin, c, p, epoch, f"PCTL_{topic}_0", f"pctl.data.{topic}.{epoch}.0")
+
+
 def test_settle_reads_back_when_the_eob_is_never_answered(broker):
     """A batch whose EOB is never answered (spec/protocol.md §5.1.2, settle 1): settling a batch that got
     no reply, the sink closes it with an EOB, and nats-server 2.15.2 may never answer that EOB. A fast
@@ -124,28 +187,15 @@ def test_settle_reads_back_when_the_eob_is_never_answered(broker):
     and queue the third to be sent again under its old id. As the Go producer's
     TestSettleReadsBackWhenTheEOBIsNeverAnswered (internal/produce/silenteob_test.go)."""
     topic = broker.create_topic(1)
-    stream = f"PCTL_{topic}_0"
 
     async def main():
-        async with _connected(broker, topic) as (nc, admin, c, p):
-            c.ack_timeout = 0.3
-            epoch = p._desc.raw["epochs"][-1]["epoch"]
-            subject = f"pctl.data.{topic}.{epoch}.0"
-
-            def publish(data: bytes, headers=None):
-                return _publish(nc, subject, data, headers)
-
+        async with _settling(broker, topic) as t:
+            p = t.p
             # The EOB subject: a real subscriber takes every EOB and answers none.
             silent = f"pctl.data.{topic}.silent.0"
-            eobs = []
+            eobs, sub = await t.listen(silent)
 
-            async def take(m):
-                eobs.append(m)
-
-            sub = await admin.subscribe(silent, cb=take)
-            await admin.flush()
-
-            floor = await publish(b"someone else's")
+            floor = await t.publish(b"someone else's")
             # Records with the identity send gives them, held (as while a repartition switches
             # epochs): made, not sent; close fails what is left.
             p._switching = True
@@ -153,28 +203,19 @@ def test_settle_reads_back_when_the_eob_is_never_answered(broker):
             for n in range(1, 4):
                 futs.append(await p.send(b"k%d" % n, b"value %d" % n))
                 pd = p._held[-1]
-                pd.floors[stream] = floor
+                pd.floors[t.stream] = floor
                 pd.sends = 1
                 recs.append(pd)
             ids = [pd.msg_id for pd in recs]
-            at = [await publish(pd.value, dict(pd.hdrs)) for pd in recs[:2]]  # the server stored the first two
+            at = [await t.publish(pd.value, dict(pd.hdrs)) for pd in recs[:2]]  # the server stored the first two
 
-            s = producer_mod._Sink(p, epoch, 0)
-            s.task.cancel()  # not started: only its settle runs here
+            s, b = t.sink(floor, recs)
             s.subject = silent
-            s.floor, s.floor_known = floor, True
-            b = producer_mod._Batch(time.monotonic())
-            b.recs.extend(recs)
             b.commit, b.anomaly = 4, "no reply within 300ms"
-            s.b = b
-            p._batches[b.id] = s
 
             start = time.monotonic()
-            try:
-                fenced = await asyncio.wait_for(s._settle(None), 15)
-            except asyncio.TimeoutError:
-                raise AssertionError(f"settle did not finish within 15 s after {len(eobs)} unanswered EOBs: a batch the "
-                                     "server never answers must be read back, not closed forever") from None
+            fenced = await t.settle(s, 15, lambda: f"settle did not finish within 15 s after {len(eobs)} unanswered EOBs: a batch "
+                                    "the server never answers must be read back, not closed forever")
             await sub.unsubscribe()
             assert fenced is None, f"settle says the partition was fenced ({fenced})"
             assert eobs, "settle read back without closing the batch first"
@@ -187,5 +228,53 @@ def test_settle_reads_back_when_the_eob_is_never_answered(broker):
             print(f"settled after {len(eobs)} unanswered EOBs in {time.monotonic() - start:.2f}s")
             s.queue.clear()
             await p.close(1)  # the third record fails as unacknowledged
+
+    asyncio.run(main())
+
+
+def test_duplicate_pub_ack_after_a_flow_ack_finishes_once(broker):
+    """A record re-sent alone (its first send was stored, but its answer lost) is a one-record
+    batch the server deduplicates. Its flow ack counts the duplicate as persisted, so the sink
+    acknowledges the record then; the batch's PubAck that follows says "duplicate"
+    (spec/protocol.md §5.1.1), which is an anomaly, and settling it must not acknowledge the record
+    a second time: the PubAck adds nothing, and settle reads nothing from the stream for it. The
+    partition stream holds the record at the sequence the PubAck names. As the Go producer's
+    TestDuplicatePubAckAfterAFlowAckFinishesOnce (internal/produce/dupack_test.go)."""
+    topic = broker.create_topic(1)
+
+    async def main():
+        async with _settling(broker, topic) as t:
+            p, stream = t.p, t.stream
+            info = json.loads((await t.nc.request(f"$JS.API.STREAM.INFO.{stream}", b"", timeout=5)).data)
+            floor = int(info["state"]["last_seq"])
+            # A record with the identity send gives it, held (as while a repartition switches
+            # epochs): made, not sent.
+            p._switching = True
+            fut = await p.send(None, b"value 1")
+            pd = p._held.pop()
+            pd.floors[stream] = floor
+            pd.sends = 2
+            at = await t.publish(pd.value, dict(pd.hdrs))  # the first send, stored
+            # Every read of the partition stream's messages (a real subscriber beside the server's).
+            gets, sub = await t.listen(f"$JS.API.STREAM.MSG.GET.{stream}")
+
+            s, b = t.sink(floor, [pd])
+            s._ack_up_to(1)  # the re-send's flow ack: the duplicate counts as persisted
+            assert fut.done() and fut.exception() is None, "the flow ack did not acknowledge the record"
+            acked = fut.result()
+            r = producer_mod.fb.Reply(b.id, 1, producer_mod.fb.OP_COMMIT)
+            r.kind, r.stream, r.stream_seq, r.ack_batch, r.count, r.duplicate = producer_mod.fb.PUBACK, stream, at, b.id, 1, True
+            b.pub_ack, b.anomaly = r, f'PubAck of 1 records (batch "{b.id}", duplicate true)'
+
+            fenced = await t.settle(s, 20, lambda: "settle did not finish within 20 s")
+            await t.admin.flush()
+            await sub.unsubscribe()
+            assert fenced is None, f"settle says the partition was fenced ({fenced})"
+            assert fut.result() is acked, f"the record was acknowledged again: {fut.result()} after {acked}"
+            assert p._buffered == 0, f"{p._buffered} records buffered; want 0"
+            assert pd.failed is None, f"the record the flow ack acknowledged is marked failed: {pd.failed}"
+            assert not gets, f"settle read {len(gets)} messages of the stream for a PubAck that adds nothing"
+            assert not s.queue, f"{len(s.queue)} records to send again; want none"
+            await p.close(1)
 
     asyncio.run(main())

@@ -1485,6 +1485,10 @@ class _Sink:
             # message is this record.
             if n != 1 or k != 1:
                 return False, 0, -1
+            if b.acked == 1:
+                # Its flow ack counted the duplicate as persisted and acknowledged the record
+                # already: the PubAck adds nothing, and must not acknowledge it twice.
+                return True, 1, -1
             m = await self._get(r.stream_seq)
             pd = b.recs[0]
             if m is not None and self._is(m, pd):

@@ -522,21 +522,66 @@ public final class Producer implements AutoCloseable {
      */
     SettledForTest settleForTest(int epoch, int partition, long floor, String eobSubject, List<Object> pds, Duration bound)
             throws InterruptedException {
-        Sink s = new Sink(epoch, partition, eobSubject);
-        s.floor = floor;
-        s.floorKnown = true;
-        s.b = new Batch("b1");
-        for (Object o : pds) {
-            Pending pd = (Pending) o;
-            pd.floors.put(s.stream, floor);
-            pd.sends = 1;
-            pd.epoch = epoch;
-            pd.partition = partition;
-            s.b.recs.add(pd);
-        }
+        Sink s = sinkForTest(new Sink(epoch, partition, eobSubject), floor, "b1", pds, 1);
         s.b.commit = pds.size() + 1;
         s.b.anomaly = "no reply within " + ackTimeoutNanos / 1_000_000 + "ms";
         batches.put(s.b.id, s);
+        return settleForTest(s, pds, bound);
+    }
+
+    /**
+     * Test hook (ProducerBrokerTest, duplicate PubAck): a one-record batch of pd (of recordForTest),
+     * its re-send above floor, gets its flow ack (the duplicate counts as persisted, so the record is
+     * acknowledged), then a PubAck that names stream sequence streamSeq and says "duplicate" (an
+     * anomaly), and the sink settles it as it does after the anomaly. As settleForTest otherwise.
+     */
+    SettledForTest settleDuplicatePubAckForTest(int epoch, int partition, long floor, Object o, long streamSeq, Duration bound)
+            throws InterruptedException {
+        Sink s = sinkForTest(new Sink(epoch, partition), floor, "b2", List.of(o), 2);
+        batches.put(s.b.id, s);
+        s.ackUpTo(1); // the re-send's flow ack
+        Reply r = new Reply();
+        r.batch = s.b.id;
+        r.seq = 1;
+        r.op = OP_COMMIT;
+        r.kind = Kind.PUB_ACK;
+        r.streamSeq = streamSeq;
+        r.count = 1;
+        r.ackBatch = s.b.id;
+        r.duplicate = true;
+        s.b.pubAck = r;
+        s.b.anomaly = "PubAck of 1 records (batch \"" + s.b.id + "\", duplicate true)";
+        return settleForTest(s, List.of(o), bound);
+    }
+
+    /** Sink s, its floor known, with an open batch (id batch) of the records pds (of recordForTest), each sent sends times above floor. */
+    private Sink sinkForTest(Sink s, long floor, String batch, List<Object> pds, int sends) {
+        s.floor = floor;
+        s.floorKnown = true;
+        s.b = new Batch(batch);
+        for (Object o : pds) {
+            Pending pd = (Pending) o;
+            pd.floors.put(s.stream, floor);
+            pd.sends = sends;
+            pd.epoch = s.epoch;
+            pd.partition = s.partition;
+            s.b.recs.add(pd);
+        }
+        return s;
+    }
+
+    /** Test hook: records sent whose fate is not yet known. */
+    int bufferedForTest() {
+        lock.lock();
+        try {
+            return buffered;
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    private SettledForTest settleForTest(Sink s, List<Object> pds, Duration bound) throws InterruptedException {
+        String batch = s.b.id;
         TopicDescriptor[] fenced = new TopicDescriptor[1];
         Throwable[] err = new Throwable[1];
         Thread t = new Thread(() -> {
@@ -554,7 +599,7 @@ public final class Producer implements AutoCloseable {
             s.abort(new UnavailableException("settleForTest: settle did not finish within " + bound));
             t.join(bound.toMillis());
         }
-        batches.remove("b1");
+        batches.remove(batch);
         List<Object> queue;
         synchronized (s) {
             queue = new ArrayList<>(s.queue);
@@ -2274,6 +2319,11 @@ public final class Producer implements AutoCloseable {
                 // message is this record.
                 if (n != 1 || k != 1) {
                     return new Checked(0, -1, false);
+                }
+                if (bt.acked == 1) {
+                    // Its flow ack counted the duplicate as persisted and acknowledged the record
+                    // already: the PubAck adds nothing, and must not acknowledge it twice.
+                    return new Checked(1, -1, true);
                 }
                 Stored m = getMsg(r.streamSeq);
                 Pending pd = bt.recs.get(0);

@@ -34,6 +34,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -552,22 +553,14 @@ class ProducerBrokerTest {
     @Test
     void settleReadsBackWhenTheEobIsNeverAnswered() throws Exception {
         String topic = "silenteob";
-        broker.pctlOk(null, "topic", "create", topic, "--partitions", "1", "--partitioner", "kafka-murmur2");
-        ClientOptions opts = ClientOptions.builder().server(broker.url).creds(broker.producer).ackTimeout(Duration.ofMillis(300)).build();
-        try (PctlClient pc = PctlClient.connect(opts);
-                PctlClient admin = PctlClient.connect(broker.options(broker.admin));
-                Producer p = pc.producer(topic, ProducerOptions.builder().id(topic + "-p").build())) {
-            int epoch = pc.topic(topic).current().number();
-            String stream = "PCTL_" + topic + "_0";
-            String subject = "pctl.data." + topic + "." + epoch + ".0";
+        try (Settling t = Settling.open(topic)) {
+            Producer p = t.p;
             // The EOB subject: a real subscriber takes every EOB and answers none.
             String silent = "pctl.data." + topic + ".silent.0";
             AtomicInteger eobs = new AtomicInteger();
-            Dispatcher dispatcher = admin.connection().createDispatcher(m -> eobs.incrementAndGet());
-            dispatcher.subscribe(silent);
-            admin.connection().flush(Duration.ofSeconds(5));
+            Dispatcher dispatcher = t.listen(silent, eobs);
 
-            long floor = publish(pc.connection(), subject, "someone else's".getBytes(StandardCharsets.UTF_8), null);
+            long floor = t.publish("someone else's", null);
             List<Object> recs = new ArrayList<>();
             List<String> ids = new ArrayList<>();
             Map<Integer, Object> outcome = new ConcurrentHashMap<>(); // index -> RecordMetadata or PctlException
@@ -580,11 +573,11 @@ class ProducerBrokerTest {
             }
             long[] at = new long[2];
             for (int i = 0; i < 2; i++) { // the server stored the batch's first two records
-                at[i] = publish(pc.connection(), subject, ("value " + (i + 1)).getBytes(StandardCharsets.UTF_8), Producer.headerBlockForTest(recs.get(i)));
+                at[i] = t.publish("value " + (i + 1), Producer.headerBlockForTest(recs.get(i)));
             }
 
             long start = System.nanoTime();
-            Producer.SettledForTest r = p.settleForTest(epoch, 0, floor, silent, recs, Duration.ofSeconds(15));
+            Producer.SettledForTest r = p.settleForTest(t.epoch, 0, floor, silent, recs, Duration.ofSeconds(15));
             long ms = (System.nanoTime() - start) / 1_000_000;
             dispatcher.unsubscribe(silent);
             assertTrue(r.finished(), "settle did not finish within 15 s after " + eobs.get()
@@ -604,6 +597,102 @@ class ProducerBrokerTest {
             assertEquals(at[1], ((RecordMetadata) outcome.get(1)).sequence(), "record 2 stored at " + at[1]);
             assertFalse(outcome.get(2) instanceof RecordMetadata, "record 3, not stored, was acknowledged: " + outcome.get(2));
             System.out.println("settled after " + eobs.get() + " unanswered EOBs in " + ms + " ms");
+        }
+    }
+
+    /**
+     * A record re-sent alone (its first send was stored, but its answer lost) is a one-record batch
+     * the server deduplicates. Its flow ack counts the duplicate as persisted, so the sink
+     * acknowledges the record then; the batch's PubAck that follows says "duplicate"
+     * (spec/protocol.md §5.1.1), which is an anomaly, and settling it must not acknowledge the record
+     * a second time: the PubAck adds nothing, and settle reads nothing from the stream for it. The
+     * partition stream holds the record at the sequence the PubAck names. As the Go producer's
+     * TestDuplicatePubAckAfterAFlowAckFinishesOnce (internal/produce/dupack_test.go).
+     */
+    @Test
+    void duplicatePubAckAfterAFlowAckFinishesOnce() throws Exception {
+        try (Settling t = Settling.open("dupack")) {
+            Producer p = t.p;
+            long floor = lastSeq(t.pc.connection(), t.stream);
+            List<Object> calls = new CopyOnWriteArrayList<>(); // RecordMetadata or PctlException, one per callback
+            Object pd = p.recordForTest(ProducerRecord.keyless("value 1"), (md, err) -> calls.add(err != null ? err : md));
+            long at = t.publish("value 1", Producer.headerBlockForTest(pd)); // the first send, stored
+            // Every read of the partition stream's messages (a real subscriber beside the server's).
+            AtomicInteger gets = new AtomicInteger();
+            Dispatcher dispatcher = t.listen("$JS.API.STREAM.MSG.GET." + t.stream, gets);
+
+            Producer.SettledForTest r = p.settleDuplicatePubAckForTest(t.epoch, 0, floor, pd, at, Duration.ofSeconds(20));
+            t.admin.connection().flush(Duration.ofSeconds(5));
+            dispatcher.unsubscribe("$JS.API.STREAM.MSG.GET." + t.stream);
+            assertTrue(r.finished(), "settle did not finish within 20 s");
+            assertNull(r.error(), "settle failed: " + r.error());
+            assertFalse(r.fenced(), "settle says the partition was fenced");
+            assertTrue(p.flush(Duration.ofSeconds(10)), "the record's callback did not run"); // the callbacks have run
+            assertEquals(1, calls.size(), "the record's callback ran " + calls.size() + " times (" + calls + "): a duplicate PubAck after the flow ack acknowledged it again");
+            assertTrue(calls.get(0) instanceof RecordMetadata, "the record stored at " + at + ": " + calls.get(0) + "; want it acknowledged");
+            assertEquals(0, p.bufferedForTest(), "records buffered; want 0");
+            assertEquals(0, gets.get(), "settle read " + gets.get() + " messages of the stream for a PubAck that adds nothing");
+            assertTrue(r.queue().isEmpty(), r.queue().size() + " records to send again; want none");
+        }
+    }
+
+    /**
+     * The settle tests' bench: a new topic of one partition, clients with the producer's (a 300 ms
+     * ack timeout) and the admin's credentials, a producer of the topic (id "&lt;topic&gt;-p"), the
+     * partition's stream and its current epoch's subject. Closes the producer, then the clients.
+     */
+    @SuppressWarnings("try") // its try-with-resources statements only close
+    private static final class Settling implements AutoCloseable {
+        final PctlClient pc;
+        final PctlClient admin;
+        final Producer p;
+        final int epoch;
+        final String stream;
+        final String subject;
+
+        private Settling(PctlClient pc, PctlClient admin, Producer p, int epoch, String topic) {
+            this.pc = pc;
+            this.admin = admin;
+            this.p = p;
+            this.epoch = epoch;
+            this.stream = "PCTL_" + topic + "_0";
+            this.subject = "pctl.data." + topic + "." + epoch + ".0";
+        }
+
+        static Settling open(String topic) throws Exception {
+            createTopic(topic, 1);
+            ClientOptions opts = ClientOptions.builder().server(broker.url).creds(broker.producer).ackTimeout(Duration.ofMillis(300)).build();
+            PctlClient pc = PctlClient.connect(opts);
+            PctlClient admin = null;
+            Producer p = null;
+            try {
+                admin = PctlClient.connect(broker.options(broker.admin));
+                p = pc.producer(topic, ProducerOptions.builder().id(topic + "-p").build());
+                return new Settling(pc, admin, p, pc.topic(topic).current().number(), topic);
+            } catch (Exception e) {
+                try (PctlClient c = pc; PctlClient a = admin; Producer q = p) { // closes those opened (null ones are skipped)
+                    throw e;
+                }
+            }
+        }
+
+        /** Publishes value to the partition's subject (block: a NATS header block or null); returns the stored sequence. */
+        long publish(String value, byte[] block) throws Exception {
+            return ProducerBrokerTest.publish(pc.connection(), subject, value.getBytes(StandardCharsets.UTF_8), block);
+        }
+
+        /** Counts every message on subject in count: a real subscriber of the admin connection that answers none. */
+        Dispatcher listen(String subject, AtomicInteger count) throws Exception {
+            Dispatcher d = admin.connection().createDispatcher(m -> count.incrementAndGet());
+            d.subscribe(subject);
+            admin.connection().flush(Duration.ofSeconds(5));
+            return d;
+        }
+
+        @Override
+        public void close() {
+            try (pc; admin; p) { // closed in reverse: p, admin, pc
+            }
         }
     }
 
