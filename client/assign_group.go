@@ -26,14 +26,16 @@ type HookAssignment interface {
 
 // wanted returns the partitions this member should read (spec/protocol.md §6.2): by modulo, or by
 // the sticky record, which the leader (the first live member) rewrites when it no longer matches
-// the group. It fails only for what no retry mends (a record too large for the group bucket).
-func (cn *Consumer) wanted(ctx context.Context, kv jetstream.KeyValue, members []string, complete bool, parts []int) (map[int]bool, error) {
+// the group. desc and parts (its assignable partitions) are one view (cn.view), used throughout:
+// a descriptor read after the record's round trip could be a newer epoch than parts. It fails only
+// for what no retry mends (a record too large for the group bucket).
+func (cn *Consumer) wanted(ctx context.Context, kv jetstream.KeyValue, members []string, complete bool, desc *wire.Topic, parts []int) (map[int]bool, error) {
 	want := map[int]bool{}
 	cn.mu.Lock()
-	assignor, desc := cn.assignor, cn.desc
+	assignor := cn.assignor
 	cn.mu.Unlock()
 	if assignor == AssignorCopartitioned && cn.co != nil && cn.co.index > 0 && !cn.opts.testCoIndependent {
-		return cn.coWanted(ctx, kv, members, complete, parts)
+		return cn.coWanted(ctx, kv, members, complete, desc, parts)
 	}
 	if assignor != wire.AssignorSticky && assignor != AssignorCopartitioned {
 		me := sort.SearchStrings(members, cn.opts.Member)
@@ -61,7 +63,10 @@ func (cn *Consumer) wanted(ctx context.Context, kv jetstream.KeyValue, members [
 	cn.lastView = members
 	cn.mu.Unlock()
 	settled := rec == nil || !dropsMember(rec.Members, members) || sameStrings(prevView, members)
-	if err == nil && complete && settled && len(members) > 0 && members[0] == cn.opts.Member && needsAssignment(rec, members, parts, epoch) {
+	// A record newer than the view (a leader that read the change first wrote it) is not
+	// rewritten from the older view: the rebalance the new descriptor brings compares again.
+	behind := rec != nil && rec.Epoch > epoch
+	if err == nil && complete && settled && !behind && len(members) > 0 && members[0] == cn.opts.Member && needsAssignment(rec, members, parts, epoch) {
 		next, nrev, werr := cn.writeAssignment(ctx, kv, rec, rev, members, parts, desc)
 		switch {
 		case errors.Is(werr, wire.ErrBadRequest):

@@ -348,12 +348,15 @@ func (cn *Consumer) members(ctx context.Context, kv jetstream.KeyValue) ([]strin
 	return out, complete
 }
 
-// assignable returns the partitions the group must read: the current epoch's, plus partitions
-// shrunk away that the group has not drained to their last boundary.
-func (cn *Consumer) assignable() []int {
+// view returns the member's descriptor and its assignable partitions (the current epoch's, plus
+// partitions shrunk away that the group has not drained to their last boundary), read together: a
+// rebalance compares, computes and writes an assignment record from this one view, never from a
+// descriptor that arrives while it waits on the group bucket (spec/protocol.md §6.2.1, "One view
+// per rebalance").
+func (cn *Consumer) view() (*wire.Topic, []int) {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
-	return proto.Assignable(cn.desc, cn.positionLocked)
+	return cn.desc, proto.Assignable(cn.desc, cn.positionLocked)
 }
 
 // position is the group's position of partition q as the member knows it.
@@ -368,7 +371,8 @@ func (cn *Consumer) positionLocked(q int) uint64 { return cn.positions[q] }
 
 func (cn *Consumer) rebalance(ctx context.Context, kv jetstream.KeyValue, h Handler, fail func(error)) {
 	members, complete := cn.members(ctx, kv)
-	want, err := cn.wanted(ctx, kv, members, complete, cn.assignable())
+	desc, parts := cn.view()
+	want, err := cn.wanted(ctx, kv, members, complete, desc, parts)
 	if err != nil {
 		fail(err)
 		return
@@ -427,9 +431,6 @@ func (cn *Consumer) rebalance(ctx context.Context, kv jetstream.KeyValue, h Hand
 	for q := range want {
 		todo = append(todo, q)
 	}
-	cn.mu.Lock()
-	desc := cn.desc
-	cn.mu.Unlock()
 	var assigned []int
 	var amu sync.Mutex
 	for _, class := range parentFirst(desc, todo, cn.position) {

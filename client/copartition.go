@@ -184,7 +184,7 @@ func (cn *Consumer) coJoin(st coAssignorState) error {
 
 // coWanted is wanted (assign_group.go) for a follower topic of a co-partitioned group: its
 // record is derived from the lead topic's (§6.2.3).
-func (cn *Consumer) coWanted(ctx context.Context, kv jetstream.KeyValue, members []string, complete bool, parts []int) (map[int]bool, error) {
+func (cn *Consumer) coWanted(ctx context.Context, kv jetstream.KeyValue, members []string, complete bool, desc *wire.Topic, parts []int) (map[int]bool, error) {
 	want := map[int]bool{}
 	rec, rev, err := cn.readAssignment(ctx, kv)
 	if err != nil {
@@ -196,7 +196,6 @@ func (cn *Consumer) coWanted(ctx context.Context, kv jetstream.KeyValue, members
 	cn.mu.Lock()
 	prevView := cn.lastView
 	cn.lastView = members
-	desc := cn.desc
 	cn.mu.Unlock()
 	settled := rec == nil || !dropsMember(rec.Members, members) || sameStrings(prevView, members)
 	if err == nil && complete && settled && len(members) > 0 && members[0] == cn.opts.Member {

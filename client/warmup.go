@@ -284,13 +284,11 @@ func (cn *Consumer) prospectiveAll(ctx context.Context, kv jetstream.KeyValue, l
 		if err != nil {
 			return nil, nil, fmt.Errorf("topic %s: %w", f.topic, err)
 		}
-		f.mu.Lock()
-		fdesc := f.desc
-		f.mu.Unlock()
+		fdesc, fparts := f.view()
 		if frec != nil && fdesc.Epoch(frec.Epoch) == nil {
 			return nil, nil, fmt.Errorf("%w: topic %s: the group's record is of epoch %d, newer than the descriptor read", wire.ErrUnavailable, f.topic, frec.Epoch)
 		}
-		next, err := CoPartitionedAssignment(a, cn.c.TopicPlacer(ctx, ldesc), frec, fdesc, f.assignable(), f.c.TopicPlacer(ctx, fdesc), time.Now())
+		next, err := CoPartitionedAssignment(a, cn.c.TopicPlacer(ctx, ldesc), frec, fdesc, fparts, f.c.TopicPlacer(ctx, fdesc), time.Now())
 		if err != nil {
 			return nil, nil, fmt.Errorf("topic %s: %w", f.topic, err)
 		}
@@ -314,9 +312,9 @@ func ownedIn(a *wire.Assignment, member string) []int {
 func (cn *Consumer) prospective(ctx context.Context, kv jetstream.KeyValue, live []string) (*wire.Assignment, error) {
 	members := append(append([]string(nil), live...), cn.opts.Member)
 	sort.Strings(members)
-	parts := cn.assignable()
+	desc, parts := cn.view()
 	cn.mu.Lock()
-	assignor, desc := cn.assignor, cn.desc
+	assignor := cn.assignor
 	cn.mu.Unlock()
 	if assignor == wire.AssignorSticky || assignor == AssignorCopartitioned {
 		rec, _, err := cn.readAssignment(ctx, kv)
