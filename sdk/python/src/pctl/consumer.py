@@ -1115,14 +1115,18 @@ class Consumer:
         live.add(self.member)
         return sorted(live)
 
-    def _assignable(self) -> list:
-        return _rules.assignable(self._desc, self._position)
-
     async def _wanted(self) -> set:
         """§6.2: the partitions this member should read: by modulo, or by the sticky record, which
-        the leader rewrites when it no longer matches the group (§6.2.1)."""
+        the leader rewrites when it no longer matches the group (§6.2.1).
+
+        One view of the descriptor for the whole rebalance (§6.2.1, "One view per rebalance"):
+        the assignable partitions, the epoch the record is compared with and written with, and
+        the samples all come from ``desc``, taken here before any await; a descriptor the watch
+        delivers meanwhile (an epoch change while the record is read) is the next rebalance's."""
+        desc = self._desc
         members = self._live_members()
-        parts = self._assignable()
+        parts = _rules.assignable(desc, self._position)
+        epoch = desc.current.epoch
         if self._assignor != "sticky":
             me = members.index(self.member)
             return {q for i, q in enumerate(parts) if i % len(members) == me}
@@ -1141,8 +1145,6 @@ class Consumer:
             read_ok = False
             rec, rev = self._record, self._record_rev
             self._logf(f"member {self.member}: read the group's assignment: {err} (keeping the last one)")
-        desc = self._desc
-        epoch = desc.current.epoch
         previous_view, self._last_view = self._last_view, members
         # The view is whole once the group watch has delivered every member key (its snapshot).
         complete = read_ok and self._watch is not None and self._watch.caught_up.is_set()
