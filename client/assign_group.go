@@ -62,11 +62,7 @@ func (cn *Consumer) wanted(ctx context.Context, kv jetstream.KeyValue, members [
 	prevView := cn.lastView
 	cn.lastView = members
 	cn.mu.Unlock()
-	settled := rec == nil || !dropsMember(rec.Members, members) || sameStrings(prevView, members)
-	// A record newer than the view (a leader that read the change first wrote it) is not
-	// rewritten from the older view: the rebalance the new descriptor brings compares again.
-	behind := rec != nil && rec.Epoch > epoch
-	if err == nil && complete && settled && !behind && len(members) > 0 && members[0] == cn.opts.Member && needsAssignment(rec, members, parts, epoch) {
+	if err == nil && stickyWrites(rec, members, parts, epoch, cn.opts.Member, complete, prevView) {
 		next, nrev, werr := cn.writeAssignment(ctx, kv, rec, rev, members, parts, desc)
 		switch {
 		case errors.Is(werr, wire.ErrBadRequest):
@@ -94,6 +90,24 @@ func (cn *Consumer) wanted(ctx context.Context, kv jetstream.KeyValue, members [
 		}
 	}
 	return want, nil
+}
+
+// stickyWrites reports whether member me writes the group's next sticky record (spec/protocol.md
+// §6.2.1, "Who writes"): it is the first of the live members, its view is whole, the record no
+// longer matches the view, a member the record has and the view lacks was missed by the previous
+// view too, and the record is not newer than the view (a leader that read an epoch change first
+// wrote it: the rebalance this member's new descriptor brings compares again).
+func stickyWrites(rec *wire.Assignment, members []string, parts []int, epoch int, me string, complete bool, prevView []string) bool {
+	if !complete || len(members) == 0 || members[0] != me || !needsAssignment(rec, members, parts, epoch) {
+		return false
+	}
+	if rec == nil {
+		return true
+	}
+	if rec.Epoch > epoch {
+		return false
+	}
+	return !dropsMember(rec.Members, members) || sameStrings(prevView, members)
 }
 
 // readAssignment reads the group's sticky record (nil, 0 when there is none yet).

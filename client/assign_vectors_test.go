@@ -157,8 +157,7 @@ func TestStickyAssignmentVectors(t *testing.T) {
 	}
 	for _, c := range v.Writes {
 		// The leader's decision as Consumer.wanted makes it (assign_group.go).
-		settled := c.Record == nil || !dropsMember(c.Record.Members, c.Members) || sameStrings(c.PreviousView, c.Members)
-		got := c.Complete && settled && len(c.Members) > 0 && c.Members[0] == c.Me && needsAssignment(c.Record, c.Members, c.Partitions, c.Epoch)
+		got := stickyWrites(c.Record, c.Members, c.Partitions, c.Epoch, c.Me, c.Complete, c.PreviousView)
 		if got != c.Want {
 			t.Errorf("writes %s: got %v, want %v", c.Name, got, c.Want)
 		}

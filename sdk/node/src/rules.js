@@ -345,6 +345,7 @@ export function needsAssignment(rec, members, partitions, epoch) {
 export function stickyWrites({ record, members, partitions, epoch, me, complete, previousView }) {
   if (!complete || members.length === 0 || members[0] !== me || !needsAssignment(record, members, partitions, epoch)) return false;
   if (!record) return true;
+  if ((record.epoch ?? 0) > epoch) return false; // a record newer than this view (one view per rebalance)
   const live = new Set(members);
   const drops = record.members.some((x) => !live.has(x));
   return !drops || (!!previousView && sameList(previousView, members));

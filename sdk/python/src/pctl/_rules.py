@@ -381,6 +381,8 @@ def sticky_writes(record: Optional[dict], members: Sequence[str], partitions: Se
         return False
     if record is None:
         return True
+    if (record.get("epoch") or 0) > epoch:
+        return False  # a record newer than this view (one view per rebalance)
     live = set(members)
     drops = any(x not in live for x in record.get("members") or [])
     return not drops or (previous_view is not None and list(previous_view) == list(members))

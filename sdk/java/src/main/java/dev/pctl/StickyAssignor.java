@@ -300,6 +300,9 @@ final class StickyAssignor {
         if (record == null) {
             return true;
         }
+        if (record.get("epoch") != null && intOf(record.get("epoch")) > epoch) {
+            return false; // a record newer than this view (one view per rebalance)
+        }
         Set<String> live = new HashSet<>(members);
         boolean drops = false;
         for (String x : members(record)) {
