@@ -896,13 +896,17 @@ export class Consumer {
     return out.sort();
   }
 
-  assignable() {
-    return rules.assignable(this.desc, (q) => this.effective(q));
+  assignable(desc = this.desc) {
+    return rules.assignable(desc, (q) => this.effective(q));
   }
 
   // The partitions this member should read (spec/protocol.md §6.2): by modulo, or by the sticky
-  // record, which the leader rewrites when it no longer matches the group (§6.2.1).
-  async wanted(members, parts) {
+  // record, which the leader rewrites when it no longer matches the group (§6.2.1). parts are
+  // desc's assignable partitions: the record is compared with, computed from and written with
+  // desc's current epoch, the rebalance's one view of the descriptor (§6.2.1 "One view per
+  // rebalance"), never this.desc re-read after the await below (an epoch change delivered while
+  // the record is fetched would give a record the new epoch with the old epoch's partitions).
+  async wanted(members, parts, desc) {
     if (this.assignor !== 'sticky') {
       const me = members.indexOf(this.memberId);
       return new Set(parts.filter((_, i) => i % members.length === me));
@@ -919,7 +923,6 @@ export class Consumer {
       readOk = false;
       this.log(`read the group's assignment: ${e.message} (keeping the last one)`);
     }
-    const desc = this.desc;
     const epoch = desc.epochs[desc.epochs.length - 1].epoch;
     const previousView = this.lastView;
     this.lastView = members;
@@ -993,7 +996,10 @@ export class Consumer {
     const reset = this.pendingReset;
     this.pendingReset = null;
     const members = this.liveMembers();
-    const want = await this.wanted(members, this.assignable());
+    // One view of the descriptor for the assignment (spec/protocol.md §6.2.1): a descriptor that
+    // arrives during this rebalance is the next one's (refresh() asks for it).
+    const desc = this.desc;
+    const want = await this.wanted(members, this.assignable(desc), desc);
     if (this.closing) return;
     const drop = [...this.owned.values()].filter((w) => reset || !want.has(w.partition) || w.lost || w.gen !== this.gen);
     if (drop.length > 0) {
@@ -1011,7 +1017,9 @@ export class Consumer {
     if (reset) await this.callback('onReset', { ...reset });
     if (this.closing) return;
     // Parents first (spec/protocol.md §6.7): the partitions whose next records are of the oldest
-    // epoch, acquired together, then the next epoch's; their workers start in that order.
+    // epoch, acquired together, then the next epoch's; their workers start in that order. Only an
+    // order (the gate decides), so it reads the newest descriptor, as the Go client does: it holds
+    // every partition of desc, and knows boundaries desc may not.
     const fresh = [];
     for (const group of rules.parentFirst(this.desc, [...want], (q) => this.effective(q))) {
       if (this.closing) break;
