@@ -431,9 +431,14 @@ func (cn *Consumer) rebalance(ctx context.Context, kv jetstream.KeyValue, h Hand
 	for q := range want {
 		todo = append(todo, q)
 	}
+	// Only an order (the gate decides what is read), so from the newest descriptor: it holds every
+	// partition of the rebalance's view, and may know boundaries the view does not.
+	cn.mu.Lock()
+	newest := cn.desc
+	cn.mu.Unlock()
 	var assigned []int
 	var amu sync.Mutex
-	for _, class := range parentFirst(desc, todo, cn.position) {
+	for _, class := range parentFirst(newest, todo, cn.position) {
 		var wg sync.WaitGroup
 		for _, q := range class {
 			wg.Add(1)
