@@ -385,29 +385,27 @@ func Run(parent context.Context, cfg Config) (*Result, error) {
 	swg.Add(1)
 	go func() {
 		defer swg.Done()
+		// A broker killed during change i is restarted by its own goroutine, and the next change
+		// does not wait for it: the other brokers serve it (a restart under load or the race
+		// detector can take 20 s, which used to push the later changes past the run's deadline
+		// with no attempt at all).
+		var kills sync.WaitGroup
+		defer kills.Wait()
 		for i, ch := range plan.Changes {
 			if !r.sleepUntil(ch.At) {
 				return
 			}
-			var kill *Fault
-			var ki int
 			for j, f := range plan.Faults {
 				if f.Kind == KillBroker && f.During == i+1 {
-					kill, ki = &plan.Faults[j], j
+					kills.Add(1)
+					go func() {
+						defer kills.Done()
+						time.Sleep(f.Delay)
+						faults[j] = r.inject(f)
+					}()
 				}
 			}
-			var killed chan FaultRecord
-			if kill != nil {
-				killed = make(chan FaultRecord, 1)
-				go func(f Fault) {
-					time.Sleep(f.Delay)
-					killed <- r.inject(f)
-				}(*kill)
-			}
 			changes[i] = r.change(admin, ch)
-			if killed != nil {
-				faults[ki] = <-killed
-			}
 		}
 	}()
 	pwg.Wait()
