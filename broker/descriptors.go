@@ -240,20 +240,48 @@ func (b *Broker) putTopicQuiet(ctx context.Context, t *wire.Topic, rev uint64) (
 }
 
 // createTopicKey writes a new descriptor; it fails with jetstream.ErrKeyExists when the name is
-// taken.
-func (b *Broker) createTopicKey(ctx context.Context, t *wire.Topic) (uint64, error) {
+// taken by another topic.
+//
+// A write the topics bucket did not answer is tried again until giveUp: on a cluster that has
+// just started, or is electing the bucket's leader, the first writes answer "no response from
+// stream" (nobody stored it) or time out (perhaps stored, its answer lost). After a timeout the
+// name may be taken by this very descriptor: a retry that finds the key taken reads it, and the
+// same topic ID (a fresh NUID per request) means the earlier try was stored.
+func (b *Broker) createTopicKey(ctx context.Context, t *wire.Topic, giveUp time.Time) (uint64, error) {
 	body, err := json.Marshal(t)
 	if err != nil {
 		return 0, err
 	}
-	ctx, cancel := opContext(ctx)
-	defer cancel()
-	rev, err := b.topic.Create(ctx, t.Name, body)
-	if err != nil {
-		return 0, err
+	ambiguous := false // an earlier try timed out: it may have been stored
+	for pause := 100 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
+		octx, cancel := opContext(ctx)
+		rev, err := b.topic.Create(octx, t.Name, body)
+		cancel()
+		if err == nil {
+			b.floors.raise(t.Name, rev)
+			return rev, nil
+		}
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			if ambiguous {
+				if cur, crev, gerr := b.getTopic(ctx, t.Name); gerr == nil && cur.ID == t.ID {
+					return crev, nil
+				}
+			}
+			return 0, err
+		}
+		unanswered := errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
+		timedOut := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+		if !unanswered && !timedOut || ctx.Err() != nil || time.Now().Add(pause).After(giveUp) {
+			return 0, err
+		}
+		ambiguous = ambiguous || timedOut
+		b.cfg.Logger.Warn("topic creation: the topics bucket did not answer; retrying", "topic", t.Name, "error", err, "pause", pause)
+		select {
+		case <-ctx.Done():
+			return 0, err
+		case <-time.After(pause):
+		}
 	}
-	b.floors.raise(t.Name, rev)
-	return rev, nil
 }
 
 // deleteTopicKey removes a descriptor by compare-and-set on rev, and raises the floor past the

@@ -113,3 +113,52 @@ func TestSlowStreamCreationIsRetriedWithinTheRequest(t *testing.T) {
 		t.Fatalf("topic.get of the refused creation: %v, want not_found (the creation undone)", err)
 	}
 }
+
+// TestTopicCreationWaitsForTheTopicsBucket: a topic.new whose descriptor write the topics bucket
+// does not answer (two of three nodes down, so the bucket's R3 stream has no quorum: the write
+// times out or finds no responder) is answered once the bucket answers again, within the
+// request: a cluster that has just started or is electing must not turn `pctl topic create`
+// into "unavailable: nats: no response from stream" (stop 25's CI failure, on a fresh cluster).
+// A timed-out write may have been stored after all: the retry then finds the key taken by the
+// same topic and answers with it, not with "already exists". Mutant shown failing:
+// createTopicKey without its retry ("unavailable: ... context deadline exceeded").
+func TestTopicCreationWaitsForTheTopicsBucket(t *testing.T) {
+	skipShortCluster(t)
+	c := startCluster(t, 3)
+	cfg := cfgDefault()
+	cfg.NATSURL = c.URL(0)
+	b := startClusterBroker(t, c, cfg)
+	defer b.Close()
+	admin := clusterClient(t, c, c.URL(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c.Stop(1)
+	c.Stop(2)
+	type result struct {
+		desc *wire.Topic
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		d, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: "t", Partitions: 2, Partitioner: "kafka-murmur2", Replicas: 1})
+		done <- result{d, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("topic.new answered while the topics bucket had no quorum: %+v, %v", r.desc, r.err)
+	case <-time.After(8 * time.Second): // past one write's bound (5 s)
+	}
+	c.Restart(1)
+	c.Restart(2)
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("topic.new once the topics bucket answers again: %v, want the created topic", r.err)
+	}
+	if r.desc.Creating || r.desc.Current().Partitions != 2 {
+		t.Fatalf("the answer is %+v, want the created topic", r.desc)
+	}
+	desc, _, err := admin.Topic(ctx, "t")
+	if err != nil || desc.ID != r.desc.ID {
+		t.Fatalf("topic.get after the creation: %+v, %v; want topic %s", desc, err, r.desc.ID)
+	}
+}

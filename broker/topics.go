@@ -107,7 +107,10 @@ func (b *Broker) apiTopicCreate(ctx context.Context, m *nats.Msg) (any, error) {
 	t := &wire.Topic{Name: req.Topic, ID: nuid.Next(), Created: time.Now().UTC(), Creating: true,
 		Epochs:   []wire.Epoch{{Epoch: 1, Partitioner: p, Partitions: req.Partitions, Started: time.Now().UTC()}},
 		Replicas: replicas, PlacementTags: req.PlacementTags, Compact: compact, Backfill: req.Backfill}
-	rev, err := b.createTopicKey(ctx, t)
+	// One bound for the whole request (the descriptor, then the streams), within the client's
+	// default request timeout.
+	giveUp := time.Now().Add(createPatience)
+	rev, err := b.createTopicKey(ctx, t, giveUp)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			if old, _, gerr := b.getTopic(ctx, t.Name); gerr == nil {
@@ -124,7 +127,6 @@ func (b *Broker) apiTopicCreate(ctx context.Context, m *nats.Msg) (any, error) {
 	// A stream the cluster is slow to create (an election, a loaded node: one JetStream call
 	// fails after opTimeout) is retried within the request, the topic's lock released between
 	// tries, so that the request answers once the topic exists rather than after one slow call.
-	giveUp := time.Now().Add(createPatience)
 	for pause := 100 * time.Millisecond; err != nil && transientCreateErr(err) && ctx.Err() == nil && time.Now().Before(giveUp); pause = min(2*pause, 2*time.Second) {
 		b.cfg.Logger.Warn("topic creation: retrying", "topic", t.Name, "error", err)
 		mu.Unlock()
