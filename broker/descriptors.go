@@ -239,6 +239,14 @@ func (b *Broker) putTopicQuiet(ctx context.Context, t *wire.Topic, rev uint64) (
 	return nrev, nil
 }
 
+// writeUnanswered tells a write to a stream that nobody answered (no stream leader reachable:
+// "no response from stream", nothing stored) or that timed out (perhaps stored, its answer lost)
+// from one the stream refused.
+func writeUnanswered(err error) bool {
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+}
+
 // createTopicKey writes a new descriptor; it fails with jetstream.ErrKeyExists when the name is
 // taken by another topic.
 //
@@ -269,12 +277,10 @@ func (b *Broker) createTopicKey(ctx context.Context, t *wire.Topic, giveUp time.
 			}
 			return 0, err
 		}
-		unanswered := errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
-		timedOut := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
-		if !unanswered && !timedOut || ctx.Err() != nil || time.Now().Add(pause).After(giveUp) {
+		if !writeUnanswered(err) || ctx.Err() != nil || time.Now().Add(pause).After(giveUp) {
 			return 0, err
 		}
-		ambiguous = ambiguous || timedOut
+		ambiguous = ambiguous || !errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders)
 		b.cfg.Logger.Warn("topic creation: the topics bucket did not answer; retrying", "topic", t.Name, "error", err, "pause", pause)
 		select {
 		case <-ctx.Done():

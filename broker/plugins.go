@@ -58,8 +58,24 @@ func (b *Broker) apiPluginUpload(ctx context.Context, m *nats.Msg) (any, error) 
 	if report, err := json.Marshal(rep); err == nil {
 		objMeta[reportMeta] = string(report) // status.go shows it
 	}
-	_, err = b.objs.Put(ctx, jetstream.ObjectMeta{Name: digest, Description: info.Name + " " + info.Version,
-		Metadata: objMeta}, bytes.NewReader(wasm))
+	// A store the cluster does not answer yet (just started, or electing the bucket's leader:
+	// "no response from stream", or a timeout) is tried again within the request; a put under
+	// the digest's name is idempotent, so a try that was stored after all does no harm.
+	giveUp := time.Now().Add(createPatience)
+	for pause := 100 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
+		pctx, cancel := context.WithTimeout(ctx, createPatience)
+		_, err = b.objs.Put(pctx, jetstream.ObjectMeta{Name: digest, Description: info.Name + " " + info.Version,
+			Metadata: objMeta}, bytes.NewReader(wasm))
+		cancel()
+		if err == nil || !writeUnanswered(err) || ctx.Err() != nil || time.Now().Add(pause).After(giveUp) {
+			break
+		}
+		b.cfg.Logger.Warn("plugin upload: the plugins bucket did not answer; retrying", "digest", digest, "error", err, "pause", pause)
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: store plugin: %v", wire.ErrUnavailable, err)
 	}

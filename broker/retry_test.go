@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -114,15 +116,16 @@ func TestSlowStreamCreationIsRetriedWithinTheRequest(t *testing.T) {
 	}
 }
 
-// TestTopicCreationWaitsForTheTopicsBucket: a topic.new whose descriptor write the topics bucket
-// does not answer (two of three nodes down, so the bucket's R3 stream has no quorum: the write
-// times out or finds no responder) is answered once the bucket answers again, within the
-// request: a cluster that has just started or is electing must not turn `pctl topic create`
-// into "unavailable: nats: no response from stream" (stop 25's CI failure, on a fresh cluster).
-// A timed-out write may have been stored after all: the retry then finds the key taken by the
-// same topic and answers with it, not with "already exists". Mutant shown failing:
-// createTopicKey without its retry ("unavailable: ... context deadline exceeded").
-func TestTopicCreationWaitsForTheTopicsBucket(t *testing.T) {
+// TestWritesWaitForTheirBucket: a topic.new whose descriptor write the topics bucket does not
+// answer (two of three nodes down, so the bucket's R3 stream has no quorum: the write times out
+// or finds no responder) is answered once the bucket answers again, within the request: a
+// cluster that has just started or is electing must not turn `pctl topic create` into
+// "unavailable: nats: no response from stream" (stop 25's CI failure, on a fresh cluster). A
+// timed-out write may have been stored after all: the retry then finds the key taken by the same
+// topic and answers with it, not with "already exists". A plugin upload waits for the plugins
+// bucket the same way. Mutants shown failing: createTopicKey without its retry ("unavailable:
+// context deadline exceeded"), apiPluginUpload without its retry.
+func TestWritesWaitForTheirBucket(t *testing.T) {
 	skipShortCluster(t)
 	c := startCluster(t, 3)
 	cfg := cfgDefault()
@@ -130,35 +133,55 @@ func TestTopicCreationWaitsForTheTopicsBucket(t *testing.T) {
 	b := startClusterBroker(t, c, cfg)
 	defer b.Close()
 	admin := clusterClient(t, c, c.URL(0))
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c.Stop(1)
-	c.Stop(2)
-	type result struct {
-		desc *wire.Topic
-		err  error
+	// withoutQuorum runs req while nodes 1 and 2 are down, restarts them once req has waited past
+	// one write's bound (5 s) without an answer, and returns req's answer.
+	withoutQuorum := func(what string, req func() error) error {
+		c.Stop(1)
+		c.Stop(2)
+		done := make(chan error, 1)
+		go func() { done <- req() }()
+		select {
+		case err := <-done:
+			t.Fatalf("%s answered while its bucket had no quorum: %v", what, err)
+		case <-time.After(8 * time.Second):
+		}
+		c.Restart(1)
+		c.Restart(2)
+		return <-done
 	}
-	done := make(chan result, 1)
-	go func() {
-		d, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: "t", Partitions: 2, Partitioner: "kafka-murmur2", Replicas: 1})
-		done <- result{d, err}
-	}()
-	select {
-	case r := <-done:
-		t.Fatalf("topic.new answered while the topics bucket had no quorum: %+v, %v", r.desc, r.err)
-	case <-time.After(8 * time.Second): // past one write's bound (5 s)
+
+	var created *wire.Topic
+	err := withoutQuorum("topic.new", func() (err error) {
+		created, err = admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: "t", Partitions: 2, Partitioner: "kafka-murmur2", Replicas: 1})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("topic.new once the topics bucket answers again: %v, want the created topic", err)
 	}
-	c.Restart(1)
-	c.Restart(2)
-	r := <-done
-	if r.err != nil {
-		t.Fatalf("topic.new once the topics bucket answers again: %v, want the created topic", r.err)
-	}
-	if r.desc.Creating || r.desc.Current().Partitions != 2 {
-		t.Fatalf("the answer is %+v, want the created topic", r.desc)
+	if created.Creating || created.Current().Partitions != 2 {
+		t.Fatalf("the answer is %+v, want the created topic", created)
 	}
 	desc, _, err := admin.Topic(ctx, "t")
-	if err != nil || desc.ID != r.desc.ID {
-		t.Fatalf("topic.get after the creation: %+v, %v; want topic %s", desc, err, r.desc.ID)
+	if err != nil || desc.ID != created.ID {
+		t.Fatalf("topic.get after the creation: %+v, %v; want topic %s", desc, err, created.ID)
+	}
+
+	wasm, err := os.ReadFile(filepath.Join("..", "plugins", "murmur2", "kafka-murmur2-rust.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info *wire.PluginInfo
+	err = withoutQuorum("plugin.put", func() (err error) {
+		info, err = admin.UploadPlugin(ctx, wasm)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("plugin.put once the plugins bucket answers again: %v, want it stored", err)
+	}
+	got, err := admin.PluginInfo(ctx, info.Digest)
+	if err != nil || got.Digest != info.Digest {
+		t.Fatalf("plugin.info after the upload: %+v, %v; want %s", got, err, info.Digest)
 	}
 }
