@@ -107,7 +107,14 @@ func stickyWrites(rec *wire.Assignment, members []string, parts []int, epoch int
 	if rec.Epoch > epoch {
 		return false
 	}
-	return !dropsMember(rec.Members, members) || sameStrings(prevView, members)
+	return membersSettled(rec, members, prevView)
+}
+
+// membersSettled reports whether a record may be rewritten for the view members (§6.2.1, "Who
+// writes"): no record yet, or every member the record has is in the view, or the previous view
+// missed the same members (the absent ones are gone, not a one-view glitch).
+func membersSettled(rec *wire.Assignment, members, prevView []string) bool {
+	return rec == nil || !dropsMember(rec.Members, members) || sameStrings(prevView, members)
 }
 
 // readAssignment reads the group's sticky record (nil, 0 when there is none yet).

@@ -197,8 +197,7 @@ func (cn *Consumer) coWanted(ctx context.Context, kv jetstream.KeyValue, members
 	prevView := cn.lastView
 	cn.lastView = members
 	cn.mu.Unlock()
-	settled := rec == nil || !dropsMember(rec.Members, members) || sameStrings(prevView, members)
-	if err == nil && complete && settled && len(members) > 0 && members[0] == cn.opts.Member {
+	if err == nil && complete && membersSettled(rec, members, prevView) && len(members) > 0 && members[0] == cn.opts.Member {
 		lead := cn.co.lead
 		lrec, _, lerr := lead.readAssignment(ctx, kv)
 		if lerr != nil {

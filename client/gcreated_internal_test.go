@@ -73,21 +73,9 @@ func joinMissingMarker(t *testing.T, ctx context.Context, c *Client, topic strin
 // It fails on the old rule (the get's "not found" taken as absence): later-epoch finds keys for
 // partitions 2 and 3, from-beginning finds a g.start.
 func TestJoinCreatesOnlyAProvenAbsentGroup(t *testing.T) {
-	b, err := broker.Start(context.Background(), broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	connect := func(role string) *Client {
-		c, err := Connect(ctx, Options{URL: b.ClientURL(), Creds: b.CredsPath(role), Timeout: 20 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	connect := internalTestBroker(t, ctx)
 	admin, cons := connect(broker.RoleAdmin), connect(broker.RoleConsumer)
 	for _, tp := range []string{"grown", "fresh"} {
 		if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: tp, Partitions: 2, Partitioner: "kafka-murmur2"}); err != nil {

@@ -26,21 +26,9 @@ import (
 // among its view's. With the view re-read inside the rebalance (the old shape), it writes a
 // record of epoch 2 over 4 partitions.
 func TestStickyRebalanceUsesOneView(t *testing.T) {
-	b, err := broker.Start(context.Background(), broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	connect := func(role string) *Client {
-		c, err := Connect(ctx, Options{URL: b.ClientURL(), Creds: b.CredsPath(role), Timeout: 20 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	connect := internalTestBroker(t, ctx)
 	admin, cons := connect(broker.RoleAdmin), connect(broker.RoleConsumer)
 	if _, err := admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: "sv", Partitions: 4, Partitioner: "linear-murmur2"}); err != nil {
 		t.Fatal(err)
