@@ -254,7 +254,8 @@ func writeUnanswered(err error) bool {
 // just started, or is electing the bucket's leader, the first writes answer "no response from
 // stream" (nobody stored it) or time out (perhaps stored, its answer lost). After a timeout the
 // name may be taken by this very descriptor: a retry that finds the key taken reads it, and the
-// same topic ID (a fresh NUID per request) means the earlier try was stored.
+// same topic ID (a fresh NUID per request) means the earlier try was stored; a descriptor that
+// cannot be read yet is read again (and the key tried again) until giveUp.
 func (b *Broker) createTopicKey(ctx context.Context, t *wire.Topic, giveUp time.Time) (uint64, error) {
 	body, err := json.Marshal(t)
 	if err != nil {
@@ -269,15 +270,26 @@ func (b *Broker) createTopicKey(ctx context.Context, t *wire.Topic, giveUp time.
 			b.floors.raise(t.Name, rev)
 			return rev, nil
 		}
+		retry := writeUnanswered(err)
 		if errors.Is(err, jetstream.ErrKeyExists) {
-			if ambiguous {
-				if cur, crev, gerr := b.getTopic(ctx, t.Name); gerr == nil && cur.ID == t.ID {
-					return crev, nil
-				}
+			if !ambiguous {
+				return 0, err
 			}
-			return 0, err
+			// The stream's leader may hold the timed-out try, stored or still proposed (a
+			// leader without quorum refuses a second create of the key it has in flight): only
+			// the descriptor read says whose the key is. Unreadable now, or not there (the
+			// proposal dropped): try again.
+			cur, crev, gerr := b.getTopic(ctx, t.Name)
+			switch {
+			case gerr == nil && cur.ID == t.ID:
+				return crev, nil
+			case gerr == nil:
+				return 0, err // another request's topic
+			}
+			retry = true
+			err = fmt.Errorf("a try to create topic %s timed out and its key is taken, but no descriptor can be read under it yet (%v): whether the topic was created is unknown; look with 'pctl topic get %s' before asking again", t.Name, gerr, t.Name)
 		}
-		if !writeUnanswered(err) || ctx.Err() != nil || time.Now().Add(pause).After(giveUp) {
+		if !retry || ctx.Err() != nil || time.Now().Add(pause).After(giveUp) {
 			return 0, err
 		}
 		ambiguous = ambiguous || !errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders)

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"pctl.dev/pctl/broker"
 	"pctl.dev/pctl/broker/wire"
 	"pctl.dev/pctl/internal/testhook"
@@ -117,14 +120,21 @@ func TestSlowStreamCreationIsRetriedWithinTheRequest(t *testing.T) {
 }
 
 // TestWritesWaitForTheirBucket: a topic.new whose descriptor write the topics bucket does not
-// answer (two of three nodes down, so the bucket's R3 stream has no quorum: the write times out
-// or finds no responder) is answered once the bucket answers again, within the request: a
-// cluster that has just started or is electing must not turn `pctl topic create` into
-// "unavailable: nats: no response from stream" (stop 25's CI failure, on a fresh cluster). A
-// timed-out write may have been stored after all: the retry then finds the key taken by the same
-// topic and answers with it, not with "already exists". A plugin upload waits for the plugins
-// bucket the same way. Mutants shown failing: createTopicKey without its retry ("unavailable:
-// context deadline exceeded"), apiPluginUpload without its retry.
+// answer (two of three nodes down, so the bucket's R3 stream has no quorum) is answered once the
+// bucket answers again, within the request: a cluster that has just started or is electing must
+// not turn `pctl topic create` into "unavailable: nats: no response from stream" (stop 25's CI
+// failure, on a fresh cluster). Which failure the write meets depends on where the bucket's
+// leader is, so the test places it:
+//   - on the node that stays up: the leader holds the write it cannot commit, the write times
+//     out, and every retry is refused as "already exists" (the key is in flight) until the
+//     quorum is back and the write commits; the broker must read the descriptor to tell its own
+//     topic from another's (this run's first CI failure of the fix answered "already exists").
+//   - on a node that goes down: the writes find no responder until a new leader is elected.
+//
+// A plugin upload waits for the plugins bucket the same way. Mutants shown failing:
+// createTopicKey without its retry ("unavailable: context deadline exceeded"), or answering a
+// taken key after a timeout without the descriptor read ("already exists"); apiPluginUpload
+// without its retry ("unavailable: store plugin: nats: no response from stream").
 func TestWritesWaitForTheirBucket(t *testing.T) {
 	skipShortCluster(t)
 	c := startCluster(t, 3)
@@ -133,11 +143,26 @@ func TestWritesWaitForTheirBucket(t *testing.T) {
 	b := startClusterBroker(t, c, cfg)
 	defer b.Close()
 	admin := clusterClient(t, c, c.URL(0))
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	// withoutQuorum runs req while nodes 1 and 2 are down, restarts them once req has waited past
-	// one write's bound (5 s) without an answer, and returns req's answer.
-	withoutQuorum := func(what string, req func() error) error {
+	key, err := nats.NkeyOptionFromSeed(c.creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(c.URL(0), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// withoutQuorum moves stream's leader to node lead, stops nodes 1 and 2, runs req, restarts
+	// them once req has waited past one write's bound (5 s) without an answer, and returns req's
+	// answer.
+	withoutQuorum := func(what, stream string, lead int, req func() error) error {
+		leadOn(t, ctx, nc, js, stream, fmt.Sprintf("n%d", lead))
 		c.Stop(1)
 		c.Stop(2)
 		done := make(chan error, 1)
@@ -152,20 +177,23 @@ func TestWritesWaitForTheirBucket(t *testing.T) {
 		return <-done
 	}
 
-	var created *wire.Topic
-	err := withoutQuorum("topic.new", func() (err error) {
-		created, err = admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: "t", Partitions: 2, Partitioner: "kafka-murmur2", Replicas: 1})
-		return err
-	})
-	if err != nil {
-		t.Fatalf("topic.new once the topics bucket answers again: %v, want the created topic", err)
-	}
-	if created.Creating || created.Current().Partitions != 2 {
-		t.Fatalf("the answer is %+v, want the created topic", created)
-	}
-	desc, _, err := admin.Topic(ctx, "t")
-	if err != nil || desc.ID != created.ID {
-		t.Fatalf("topic.get after the creation: %+v, %v; want topic %s", desc, err, created.ID)
+	for _, lead := range []int{0, 1} {
+		name := fmt.Sprintf("t%d", lead)
+		var created *wire.Topic
+		err := withoutQuorum("topic.new", "KV_"+wire.TopicsBucket, lead, func() (err error) {
+			created, err = admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: name, Partitions: 2, Partitioner: "kafka-murmur2", Replicas: 1})
+			return err
+		})
+		if err != nil {
+			t.Fatalf("topics bucket led by n%d: topic.new once the bucket answers again: %v, want the created topic", lead, err)
+		}
+		if created.Creating || created.Current().Partitions != 2 {
+			t.Fatalf("topics bucket led by n%d: the answer is %+v, want the created topic", lead, created)
+		}
+		desc, _, err := admin.Topic(ctx, name)
+		if err != nil || desc.ID != created.ID {
+			t.Fatalf("topics bucket led by n%d: topic.get after the creation: %+v, %v; want topic %s", lead, desc, err, created.ID)
+		}
 	}
 
 	wasm, err := os.ReadFile(filepath.Join("..", "plugins", "murmur2", "kafka-murmur2-rust.wasm"))
@@ -173,7 +201,7 @@ func TestWritesWaitForTheirBucket(t *testing.T) {
 		t.Fatal(err)
 	}
 	var info *wire.PluginInfo
-	err = withoutQuorum("plugin.put", func() (err error) {
+	err = withoutQuorum("plugin.put", "OBJ_"+wire.PluginsBucket, 1, func() (err error) {
 		info, err = admin.UploadPlugin(ctx, wasm)
 		return err
 	})
@@ -184,4 +212,28 @@ func TestWritesWaitForTheirBucket(t *testing.T) {
 	if err != nil || got.Digest != info.Digest {
 		t.Fatalf("plugin.info after the upload: %+v, %v; want %s", got, err, info.Digest)
 	}
+}
+
+// leadOn moves stream's leader to the server named name (a step-down preferring it) and waits
+// until the stream reports that leader.
+func leadOn(t *testing.T, ctx context.Context, nc *nats.Conn, js jetstream.JetStream, stream, name string) {
+	t.Helper()
+	last := ""
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		s, err := js.Stream(ctx, stream)
+		if err != nil {
+			continue
+		}
+		info, err := s.Info(ctx)
+		if err != nil || info.Cluster == nil {
+			continue
+		}
+		if last = info.Cluster.Leader; last == name {
+			return
+		}
+		if last != "" {
+			_, _ = nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+stream, []byte(`{"placement":{"preferred":"`+name+`"}}`), 5*time.Second)
+		}
+	}
+	t.Fatalf("stream %s is still led by %q after 30s of step-downs preferring %s", stream, last, name)
 }
