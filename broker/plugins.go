@@ -63,7 +63,7 @@ func (b *Broker) apiPluginUpload(ctx context.Context, m *nats.Msg) (any, error) 
 	// the digest's name is idempotent, so a try that was stored after all does no harm.
 	giveUp := time.Now().Add(createPatience)
 	for pause := 100 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
-		pctx, cancel := context.WithTimeout(ctx, createPatience)
+		pctx, cancel := context.WithTimeout(ctx, 2*opTimeout) // one try; the bound leaves room for more
 		_, err = b.objs.Put(pctx, jetstream.ObjectMeta{Name: digest, Description: info.Name + " " + info.Version,
 			Metadata: objMeta}, bytes.NewReader(wasm))
 		cancel()

@@ -159,9 +159,10 @@ func TestWritesWaitForTheirBucket(t *testing.T) {
 		t.Fatal(err)
 	}
 	// withoutQuorum moves stream's leader to node lead, stops nodes 1 and 2, runs req, restarts
-	// them once req has waited past one write's bound (5 s) without an answer, and returns req's
-	// answer.
-	withoutQuorum := func(what, stream string, lead int, req func() error) error {
+	// node 1 (the quorum back) once req has gone unanswered for wait, and returns req's answer;
+	// node 2 restarts after it. A leader that stays up holds the write until it times out (5 s),
+	// so that path waits past the bound; without a leader the writes fail at once.
+	withoutQuorum := func(what, stream string, lead int, wait time.Duration, req func() error) error {
 		leadOn(t, ctx, nc, js, stream, fmt.Sprintf("n%d", lead))
 		c.Stop(1)
 		c.Stop(2)
@@ -170,17 +171,22 @@ func TestWritesWaitForTheirBucket(t *testing.T) {
 		select {
 		case err := <-done:
 			t.Fatalf("%s answered while its bucket had no quorum: %v", what, err)
-		case <-time.After(8 * time.Second):
+		case <-time.After(wait):
 		}
 		c.Restart(1)
+		err := <-done
 		c.Restart(2)
-		return <-done
+		return err
 	}
 
 	for _, lead := range []int{0, 1} {
 		name := fmt.Sprintf("t%d", lead)
 		var created *wire.Topic
-		err := withoutQuorum("topic.new", "KV_"+wire.TopicsBucket, lead, func() (err error) {
+		wait := 2 * time.Second
+		if lead == 0 {
+			wait = 7 * time.Second // past one write's bound
+		}
+		err := withoutQuorum("topic.new", "KV_"+wire.TopicsBucket, lead, wait, func() (err error) {
 			created, err = admin.CreateTopic(ctx, wire.CreateTopicRequest{Topic: name, Partitions: 2, Partitioner: "kafka-murmur2", Replicas: 1})
 			return err
 		})
@@ -201,7 +207,7 @@ func TestWritesWaitForTheirBucket(t *testing.T) {
 		t.Fatal(err)
 	}
 	var info *wire.PluginInfo
-	err = withoutQuorum("plugin.put", "OBJ_"+wire.PluginsBucket, 1, func() (err error) {
+	err = withoutQuorum("plugin.put", "OBJ_"+wire.PluginsBucket, 1, 2*time.Second, func() (err error) {
 		info, err = admin.UploadPlugin(ctx, wasm)
 		return err
 	})
