@@ -318,6 +318,16 @@ func (cn *Consumer) heartbeat(ctx context.Context, kv jetstream.KeyValue) error 
 // members returns the live members, sorted, and whether every member key could be read (a
 // sticky leader records no assignment from a partial view, assign_group.go).
 func (cn *Consumer) members(ctx context.Context, kv jetstream.KeyValue) ([]string, bool) {
+	return cn.membersSeen(ctx, kv, nil)
+}
+
+// membersSeen is members, where seen (when not nil) holds the member keys live at earlier calls,
+// and is updated. A listing of the bucket can miss a key re-put while it runs (nats.go's watcher
+// counts the messages pending when it starts, and a re-put deletes the one it counted), so a key
+// seen before and missing from the listing is read directly. A rebalance needs no seen set (a
+// record changes only for two listings that agree, assign_group.go); a standby's warm-up does:
+// one missed member would have it warm the partitions of a group without that member.
+func (cn *Consumer) membersSeen(ctx context.Context, kv jetstream.KeyValue, seen map[string]bool) ([]string, bool) {
 	ctx, cancel := cn.op(ctx)
 	defer cancel()
 	prefix := wire.GroupPrefix(cn.topicID, cn.opts.Group) + "m."
@@ -325,16 +335,35 @@ func (cn *Consumer) members(ctx context.Context, kv jetstream.KeyValue) ([]strin
 	if err != nil {
 		return []string{cn.opts.Member}, false
 	}
+	keys := []string{}
+	listed := map[string]bool{}
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+		listed[k] = true
+	}
+	for k := range seen {
+		if !listed[k] {
+			keys = append(keys, k)
+		}
+	}
 	complete := true
 	var out []string
-	for k := range lister.Keys() {
+	for _, k := range keys {
 		e, err := kv.Get(ctx, k)
 		if err != nil {
 			complete = complete && errors.Is(err, jetstream.ErrKeyNotFound)
+			if seen != nil && errors.Is(err, jetstream.ErrKeyNotFound) {
+				delete(seen, k) // deleted: the member left
+			}
 			continue
 		}
 		if time.Since(e.Created()) < cn.opts.SessionTimeout {
 			out = append(out, k[len(prefix):])
+			if seen != nil {
+				seen[k] = true
+			}
+		} else if seen != nil {
+			delete(seen, k) // expired (§6.1)
 		}
 	}
 	found := false

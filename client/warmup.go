@@ -95,7 +95,8 @@ func (cn *Consumer) warmUp(ctx context.Context, kv jetstream.KeyValue) error {
 		_ = kv.Delete(octx, key)
 		cancel()
 	}()
-	seen := map[string]bool{} // w. keys live at an earlier heartbeat
+	seen := map[string]bool{}    // w. keys live at an earlier heartbeat
+	members := map[string]bool{} // m. keys live at an earlier heartbeat
 	ticker := time.NewTicker(cn.opts.Heartbeat)
 	defer ticker.Stop()
 	for first := true; ; first = false {
@@ -107,8 +108,8 @@ func (cn *Consumer) warmUp(ctx context.Context, kv jetstream.KeyValue) error {
 			}
 		}
 		cn.refresh(ctx)
-		members, complete := cn.liveMembers(ctx, kv)
-		if complete && len(members) == 0 {
+		live, complete := cn.liveMembers(ctx, kv, members)
+		if complete && len(live) == 0 {
 			cn.opts.Logf("member %s: group %s has no live member to warm up from: joining", cn.opts.Member, cn.opts.Group)
 			cn.mu.Lock()
 			cn.warm = WarmUpStats{Skipped: true, Finished: time.Now()}
@@ -135,7 +136,7 @@ func (cn *Consumer) warmUp(ctx context.Context, kv jetstream.KeyValue) error {
 			warmFrom = time.Now()
 			cn.opts.Logf("member %s: warming up before joining group %s (waited %v for a slot)", cn.opts.Member, cn.opts.Group, warmFrom.Sub(begin).Round(time.Millisecond))
 		}
-		parts, byTopic, err := cn.prospectiveAll(ctx, kv, members)
+		parts, byTopic, err := cn.prospectiveAll(ctx, kv, live)
 		if err != nil {
 			cn.opts.Logf("member %s: warm-up: the assignment it would join: %v (again at the next heartbeat)", cn.opts.Member, err)
 			continue
@@ -196,9 +197,9 @@ func (cn *Consumer) WarmUpStats() WarmUpStats {
 	return cn.warm
 }
 
-// liveMembers is members() without this member's own (it has no member key while it warms).
-func (cn *Consumer) liveMembers(ctx context.Context, kv jetstream.KeyValue) ([]string, bool) {
-	all, complete := cn.members(ctx, kv)
+// liveMembers is membersSeen without this member's own (it has no member key while it warms).
+func (cn *Consumer) liveMembers(ctx context.Context, kv jetstream.KeyValue, seen map[string]bool) ([]string, bool) {
+	all, complete := cn.membersSeen(ctx, kv, seen)
 	out := all[:0:0]
 	for _, m := range all {
 		if m != cn.opts.Member {
