@@ -280,6 +280,9 @@ type Consumer struct {
 	topicID string // the topic's id: fixed for the consumer's life (a re-created topic is another)
 	opts    ConsumerOptions
 
+	// memberKeys: the group's m. keys live at the member's earlier listings (members).
+	memberKeys seenKeys
+
 	mu        sync.Mutex
 	cond      *sync.Cond
 	desc      *wire.Topic

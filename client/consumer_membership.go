@@ -318,16 +318,48 @@ func (cn *Consumer) heartbeat(ctx context.Context, kv jetstream.KeyValue) error 
 // members returns the live members, sorted, and whether every member key could be read (a
 // sticky leader records no assignment from a partial view, assign_group.go).
 func (cn *Consumer) members(ctx context.Context, kv jetstream.KeyValue) ([]string, bool) {
-	return cn.membersSeen(ctx, kv, nil)
+	return cn.membersSeen(ctx, kv, &cn.memberKeys)
+}
+
+// seenKeys is a set of KV keys seen live at earlier listings, safe for concurrent use (the lock
+// is never held across a read of the bucket).
+type seenKeys struct {
+	mu sync.Mutex
+	m  map[string]bool
+}
+
+func (s *seenKeys) keys() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.m))
+	for k := range s.m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func (s *seenKeys) set(k string, live bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !live {
+		delete(s.m, k)
+		return
+	}
+	if s.m == nil {
+		s.m = map[string]bool{}
+	}
+	s.m[k] = true
 }
 
 // membersSeen is members, where seen (when not nil) holds the member keys live at earlier calls,
 // and is updated. A listing of the bucket can miss a key re-put while it runs (nats.go's watcher
 // counts the messages pending when it starts, and a re-put deletes the one it counted), so a key
-// seen before and missing from the listing is read directly. A rebalance needs no seen set (a
-// record changes only for two listings that agree, assign_group.go); a standby's warm-up does:
-// one missed member would have it warm the partitions of a group without that member.
-func (cn *Consumer) membersSeen(ctx context.Context, kv jetstream.KeyValue, seen map[string]bool) ([]string, bool) {
+// seen before and missing from the listing is read directly. Without it a missed member makes a
+// modulo member want another member's partitions and give up some of its own for a heartbeat,
+// and a standby warm the partitions of a group without that member (§6.10); a sticky record
+// changes only for two listings that agree (assign_group.go), which the direct read makes
+// faster to reach.
+func (cn *Consumer) membersSeen(ctx context.Context, kv jetstream.KeyValue, seen *seenKeys) ([]string, bool) {
 	ctx, cancel := cn.op(ctx)
 	defer cancel()
 	prefix := wire.GroupPrefix(cn.topicID, cn.opts.Group) + "m."
@@ -341,9 +373,11 @@ func (cn *Consumer) membersSeen(ctx context.Context, kv jetstream.KeyValue, seen
 		keys = append(keys, k)
 		listed[k] = true
 	}
-	for k := range seen {
-		if !listed[k] {
-			keys = append(keys, k)
+	if seen != nil {
+		for _, k := range seen.keys() {
+			if !listed[k] {
+				keys = append(keys, k)
+			}
 		}
 	}
 	complete := true
@@ -353,17 +387,16 @@ func (cn *Consumer) membersSeen(ctx context.Context, kv jetstream.KeyValue, seen
 		if err != nil {
 			complete = complete && errors.Is(err, jetstream.ErrKeyNotFound)
 			if seen != nil && errors.Is(err, jetstream.ErrKeyNotFound) {
-				delete(seen, k) // deleted: the member left
+				seen.set(k, false) // deleted: the member left
 			}
 			continue
 		}
-		if time.Since(e.Created()) < cn.opts.SessionTimeout {
+		live := time.Since(e.Created()) < cn.opts.SessionTimeout
+		if live {
 			out = append(out, k[len(prefix):])
-			if seen != nil {
-				seen[k] = true
-			}
-		} else if seen != nil {
-			delete(seen, k) // expired (§6.1)
+		}
+		if seen != nil {
+			seen.set(k, live) // an expired key is gone (§6.2)
 		}
 	}
 	found := false

@@ -95,8 +95,7 @@ func (cn *Consumer) warmUp(ctx context.Context, kv jetstream.KeyValue) error {
 		_ = kv.Delete(octx, key)
 		cancel()
 	}()
-	seen := map[string]bool{}    // w. keys live at an earlier heartbeat
-	members := map[string]bool{} // m. keys live at an earlier heartbeat
+	seen := map[string]bool{} // w. keys live at an earlier heartbeat
 	ticker := time.NewTicker(cn.opts.Heartbeat)
 	defer ticker.Stop()
 	for first := true; ; first = false {
@@ -108,7 +107,7 @@ func (cn *Consumer) warmUp(ctx context.Context, kv jetstream.KeyValue) error {
 			}
 		}
 		cn.refresh(ctx)
-		live, complete := cn.liveMembers(ctx, kv, members)
+		live, complete := cn.liveMembers(ctx, kv)
 		if complete && len(live) == 0 {
 			cn.opts.Logf("member %s: group %s has no live member to warm up from: joining", cn.opts.Member, cn.opts.Group)
 			cn.mu.Lock()
@@ -197,9 +196,9 @@ func (cn *Consumer) WarmUpStats() WarmUpStats {
 	return cn.warm
 }
 
-// liveMembers is membersSeen without this member's own (it has no member key while it warms).
-func (cn *Consumer) liveMembers(ctx context.Context, kv jetstream.KeyValue, seen map[string]bool) ([]string, bool) {
-	all, complete := cn.membersSeen(ctx, kv, seen)
+// liveMembers is members() without this member's own (it has no member key while it warms).
+func (cn *Consumer) liveMembers(ctx context.Context, kv jetstream.KeyValue) ([]string, bool) {
+	all, complete := cn.members(ctx, kv)
 	out := all[:0:0]
 	for _, m := range all {
 		if m != cn.opts.Member {
