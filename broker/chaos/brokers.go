@@ -23,6 +23,12 @@ type brokerProc struct {
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
+
+	// faultMu is held by a fault on this broker from its kill to the end of its restart: two
+	// kill-broker faults that ride on one change may draw the same broker, and the second must
+	// kill the process the first restarted, not start a second process on the first's data
+	// directory (seed 210: the directory's lock refused it for 20 s, and the run failed).
+	faultMu sync.Mutex
 }
 
 func (r *run) startBroker(i int) (*brokerProc, error) {

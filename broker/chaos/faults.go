@@ -191,6 +191,9 @@ func (r *run) inject(f Fault) FaultRecord {
 		rec.Target = r.cluster.Name(node) + ", a broker's node"
 	case KillBroker:
 		b := r.brokers[(f.During+int(f.Delay))%len(r.brokers)]
+		b.faultMu.Lock()
+		defer b.faultMu.Unlock()
+		rec.Began = time.Since(r.t0)
 		rec.Target = b.name
 		r.cfg.Logf("chaos: %s: kill -9 %s", f.Kind, b.name)
 		b.kill()
