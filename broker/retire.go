@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -183,88 +182,69 @@ func (b *Broker) finishRetireLocked(ctx context.Context, name string) error {
 
 // groupsBehind lists, for every consumer group of the topic, the partitions whose effective
 // position (spec/protocol.md §6.6) is below keep[q]-1, the last boundary of the epochs to retire.
+// A listing of the groups bucket only finds the groups (the union of two listings); what decides
+// is read by name (§10.7, step 3): the bucket keeps one revision per key, and a listing can miss
+// a key re-put while it runs (nats.go's watcher counts the messages pending when it starts). A
+// missed g.reset let the older generation's positions count, so a group that seeked back looked
+// past the boundary (TestGroupsBehindReadsTheResetItself).
 func (b *Broker) groupsBehind(ctx context.Context, t *wire.Topic, keep []uint64) ([]string, error) {
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	lister, err := b.group.ListKeysFiltered(octx, t.ID+".>")
-	if err != nil {
-		if errors.Is(err, jetstream.ErrNoKeysFound) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("%w: list consumer groups: %v", wire.ErrUnavailable, err)
-	}
-	type group struct {
-		reset *wire.ResetState
-		keys  map[int]wire.PartitionState
-	}
-	groups := map[string]*group{}
-	get := func(g string) *group {
-		if groups[g] == nil {
-			groups[g] = &group{keys: map[int]wire.PartitionState{}}
-		}
-		return groups[g]
-	}
 	prefix := t.ID + "."
-	for k := range lister.Keys() {
-		parts := strings.Split(strings.TrimPrefix(k, prefix), ".")
-		if len(parts) != 3 {
+	found := map[string]bool{}
+	for range 2 {
+		lister, err := b.group.ListKeysFiltered(octx, t.ID+".>")
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
 			continue
 		}
-		g := parts[0]
-		switch {
-		case parts[1] == "p":
-			q, err := strconv.Atoi(parts[2])
-			if err != nil || q < 0 {
-				continue
+		if err != nil {
+			return nil, fmt.Errorf("%w: list consumer groups: %v", wire.ErrUnavailable, err)
+		}
+		for k := range lister.Keys() {
+			// A group is one with positions or group keys (member and standby keys alone
+			// make none, as before).
+			if parts := strings.Split(strings.TrimPrefix(k, prefix), "."); len(parts) == 3 && (parts[1] == "p" || parts[1] == "g") {
+				found[parts[0]] = true
 			}
-			e, err := b.group.Get(octx, k)
-			if errors.Is(err, jetstream.ErrKeyNotFound) {
-				continue
-			}
-			if err != nil {
-				return nil, fmt.Errorf("%w: read %s: %v", wire.ErrUnavailable, k, err)
-			}
-			var ps wire.PartitionState
-			if json.Unmarshal(e.Value(), &ps) == nil {
-				get(g).keys[q] = ps
-			}
-		case parts[1] == "g" && parts[2] == "reset":
-			e, err := b.group.Get(octx, k)
-			if errors.Is(err, jetstream.ErrKeyNotFound) {
-				continue
-			}
-			if err != nil {
-				return nil, fmt.Errorf("%w: read %s: %v", wire.ErrUnavailable, k, err)
-			}
-			var st wire.ResetState
-			if json.Unmarshal(e.Value(), &st) == nil {
-				get(g).reset = &st
-			}
-		case parts[1] == "g":
-			get(g)
 		}
 	}
-	var behind []string
-	names := make([]string, 0, len(groups))
-	for g := range groups {
+	// read gets a key by name: false when it does not exist.
+	read := func(key string, v any) (bool, error) {
+		e, err := b.group.Get(octx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("%w: read %s: %v", wire.ErrUnavailable, key, err)
+		}
+		return json.Unmarshal(e.Value(), v) == nil, nil
+	}
+	names := make([]string, 0, len(found))
+	for g := range found {
 		names = append(names, g)
 	}
 	sort.Strings(names)
+	var behind []string
 	for _, g := range names {
-		gr := groups[g]
-		var gen uint64
-		if gr.reset != nil {
-			gen = gr.reset.Generation
+		var reset wire.ResetState
+		hasReset, err := read(wire.ResetKey(t.ID, g), &reset)
+		if err != nil {
+			return nil, err
 		}
 		for q, k := range keep {
 			if k <= 1 {
 				continue
 			}
+			var ps wire.PartitionState
+			has, err := read(wire.PartitionKey(t.ID, g, q), &ps)
+			if err != nil {
+				return nil, err
+			}
 			var pos uint64
-			if ps, ok := gr.keys[q]; ok && ps.Generation >= gen {
+			if has && (!hasReset || ps.Generation >= reset.Generation) {
 				pos = ps.Position
-			} else if gr.reset != nil && q < len(gr.reset.Positions) {
-				pos = gr.reset.Positions[q]
+			} else if hasReset && q < len(reset.Positions) {
+				pos = reset.Positions[q]
 			}
 			if pos < k-1 {
 				behind = append(behind, fmt.Sprintf("group %s partition %d at %d, boundary %d", g, q, pos, k-1))
