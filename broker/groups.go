@@ -33,9 +33,9 @@ func (b *Broker) apiGroupList(ctx context.Context, m *nats.Msg) (any, error) {
 		}
 		return groups[g]
 	}
-	lister, err := b.group.ListKeys(ctx, jetstream.IgnoreDeletes())
+	keys, err := b.groupKeys(ctx, t.ID)
 	if err == nil {
-		for k := range lister.Keys() {
+		for _, k := range keys {
 			if g, ok := groupAssignorKey(t.ID, k, ".g.assignor"); ok {
 				if e, err := b.group.Get(ctx, k); err == nil {
 					var st wire.AssignorState
@@ -87,6 +87,35 @@ func (b *Broker) apiGroupList(ctx context.Context, m *nats.Msg) (any, error) {
 	}
 	sort.Slice(reply.Groups, func(i, j int) bool { return reply.Groups[i].Group < reply.Groups[j].Group })
 	return reply, nil
+}
+
+// groupKeys returns the keys of a topic's consumer groups (<topic id>.>), sorted: the union of
+// two listings. The groups bucket keeps one revision per key, and a listing can miss a key
+// re-put while it runs (nats.go's watcher counts the messages pending when it starts): a
+// member's heartbeat, a position's commit. A key re-put during both listings can still be
+// missed, so a decision that must not miss one reads the keys it needs by name (retire's
+// groupsBehind); a report (the group list) or a clean-up (topic delete) takes the union.
+// The caller bounds it (a topic of thousands of partitions has tens of thousands of keys).
+func (b *Broker) groupKeys(ctx context.Context, topicID string) ([]string, error) {
+	seen := map[string]bool{}
+	for range 2 {
+		lister, err := b.group.ListKeysFiltered(ctx, topicID+".>")
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: list consumer group keys: %v", wire.ErrUnavailable, err)
+		}
+		for k := range lister.Keys() {
+			seen[k] = true
+		}
+	}
+	keys := make([]string, 0, len(seen))
+	for k := range seen {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys, nil
 }
 
 // groupAssignorKey returns the group of a "<topic id>.<group><suffix>" key (the assignor and

@@ -191,21 +191,16 @@ func (b *Broker) groupsBehind(ctx context.Context, t *wire.Topic, keep []uint64)
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	prefix := t.ID + "."
+	keys, err := b.groupKeys(octx, t.ID)
+	if err != nil {
+		return nil, err
+	}
 	found := map[string]bool{}
-	for range 2 {
-		lister, err := b.group.ListKeysFiltered(octx, t.ID+".>")
-		if errors.Is(err, jetstream.ErrNoKeysFound) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%w: list consumer groups: %v", wire.ErrUnavailable, err)
-		}
-		for k := range lister.Keys() {
-			// A group is one with positions or group keys (member and standby keys alone
-			// make none, as before).
-			if parts := strings.Split(strings.TrimPrefix(k, prefix), "."); len(parts) == 3 && (parts[1] == "p" || parts[1] == "g") {
-				found[parts[0]] = true
-			}
+	for _, k := range keys {
+		// A group is one with positions or group keys (member and standby keys alone make
+		// none, as before).
+		if parts := strings.Split(strings.TrimPrefix(k, prefix), "."); len(parts) == 3 && (parts[1] == "p" || parts[1] == "g") {
+			found[parts[0]] = true
 		}
 	}
 	// read gets a key by name: false when it does not exist.

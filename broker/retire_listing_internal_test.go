@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -71,5 +72,37 @@ func TestGroupsBehindReadsTheResetItself(t *testing.T) {
 	}
 	if missed > 0 {
 		t.Errorf("%d of 100 runs of groupsBehind found group g (reset to 0, boundary 50) not behind: its g.reset was missed and generation 0's position 100 counted", missed)
+	}
+}
+
+// TestGroupKeysListsOneTopicsLiveKeys: groupKeys (the group list, topic delete's clean-up, and
+// retire's finding of the groups) returns every live key of the topic's groups, sorted, and no
+// key of another topic, even one whose id the first's is a prefix of, nor a deleted key; with no
+// key at all, none and no error.
+func TestGroupKeysListsOneTopicsLiveKeys(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := Start(ctx, Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ConformanceKeys: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if keys, err := b.groupKeys(ctx, "none"); err != nil || len(keys) != 0 {
+		t.Fatalf("no keys: got %v, %v; want none and no error", keys, err)
+	}
+	for _, k := range []string{"idA.g.p.0", "idA.g.m.x", "idA.h.g.assignor", "idA.g.m.gone", "idAB.g.p.0", "idB.g.p.1"} {
+		if _, err := b.group.Put(ctx, k, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.group.Delete(ctx, "idA.g.m.gone"); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := b.groupKeys(ctx, "idA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"idA.g.m.x", "idA.g.p.0", "idA.h.g.assignor"}; fmt.Sprint(keys) != fmt.Sprint(want) {
+		t.Errorf("groupKeys(idA) = %v, want %v", keys, want)
 	}
 }

@@ -484,11 +484,9 @@ func (b *Broker) finishDelete(ctx context.Context, t *wire.Topic, rev uint64) er
 	if err != nil {
 		return err
 	}
-	if lister, err := b.group.ListKeys(ctx, jetstream.IgnoreDeletes()); err == nil {
-		for k := range lister.Keys() {
-			if strings.HasPrefix(k, t.ID+".") {
-				_ = b.group.Delete(ctx, k) // the bucket refuses purges (rollups): groups.go
-			}
+	if keys, err := b.groupKeys(ctx, t.ID); err == nil {
+		for _, k := range keys {
+			_ = b.group.Delete(ctx, k) // the bucket refuses purges (rollups): groups.go
 		}
 	}
 	err = b.deleteTopicKey(ctx, t.Name, rev)
